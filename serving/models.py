@@ -1,0 +1,36 @@
+"""Build the benchmark's image classifiers: torchvision architectures with deterministic random weights.
+
+Nothing is downloaded: the weights come from a fixed seed, so every node (and the ONNX export) builds the
+same function and outputs can be compared across backends.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hydra.utils import get_method
+
+if TYPE_CHECKING:
+    import torch
+
+
+def build_model(model_cfg: Any) -> torch.nn.Module:
+    """Instantiate `model_cfg.factory` with weights drawn from `model_cfg.seed`, in eval mode."""
+    import torch
+
+    factory = get_method(model_cfg.factory)
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(int(model_cfg.seed))
+        model = factory(weights=None, num_classes=int(model_cfg.num_classes))
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return model.eval()
+
+
+def example_batch(model_cfg: Any, batch_size: int, seed: int = 1) -> torch.Tensor:
+    """A reproducible float32 batch in the model's input shape (normalised-image-like values)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn((batch_size, *model_cfg.input_shape), generator=generator, dtype=torch.float32)

@@ -1,0 +1,99 @@
+"""Child processes that are always stopped: free ports, signal mask, process groups, readiness waits."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Ports the OS hands out now; held open together so the `count` ports are distinct."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _child_setup() -> None:
+    # Ray workers block SIGINT and children inherit the mask: clear it so the server obeys Ctrl-C / SIGINT.
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    # Die with the process that started us, even if it is SIGKILLed (e.g. a Ray actor being killed).
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def start_process(cmd: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `cmd` in its own process group (so its children can be stopped with it), output to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            list(cmd),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=_child_setup,
+            start_new_session=True,
+        )
+
+
+def stop_process_group(process: subprocess.Popen, timeout_s: float) -> int | None:
+    """SIGTERM the process group, SIGKILL it after `timeout_s`; returns the exit code."""
+    if process.poll() is None:
+        _signal_group(process, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.wait(timeout=10)
+    # Children (e.g. Triton's Python backend stubs) may outlive the leader briefly.
+    _signal_group(process, signal.SIGKILL)
+    return process.returncode
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_until(
+    ready: Callable[[], bool], timeout_s: float, alive: Callable[[], bool], what: str, interval_s: float = 0.2
+) -> float:
+    """Poll `ready` until true; fail early if `alive` turns false. Returns the seconds it took."""
+    start = time.monotonic()
+    while True:
+        if not alive():
+            raise RuntimeError(f"{what} exited before it was ready")
+        try:
+            if ready():
+                return time.monotonic() - start
+        except OSError:
+            pass
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"{what} not ready after {timeout_s:.0f} s")
+        time.sleep(interval_s)
+
+
+def tail(path: Path, max_bytes: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""

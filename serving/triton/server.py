@@ -1,0 +1,104 @@
+"""One `tritonserver` process: render its repository, start it on free ports, wait until the model is ready,
+stop it (always), keep its log."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from serving.process import free_ports, start_process, stop_process_group, tail, wait_until
+from serving.triton.installation import TritonInstallation
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TritonEndpoints:
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+
+class TritonServer:
+    """A Triton process serving one model from a rendered repository."""
+
+    def __init__(self, installation: TritonInstallation, repository: Path, model_name: str, log_path: Path,
+                 host: str = "127.0.0.1") -> None:
+        self.installation = installation
+        self.repository = repository
+        self.model_name = model_name
+        self.log_path = log_path
+        self.host = host
+        self.process: subprocess.Popen | None = None
+        self.endpoints: TritonEndpoints | None = None
+
+    def command(self, endpoints: TritonEndpoints) -> list[str]:
+        return [
+            str(self.installation.binary),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={self.installation.backend_directory}",
+            "--model-control-mode=explicit",
+            f"--load-model={self.model_name}",
+            f"--http-address={endpoints.host}",
+            f"--http-port={endpoints.http_port}",
+            f"--grpc-address={endpoints.host}",
+            f"--grpc-port={endpoints.grpc_port}",
+            f"--metrics-address={endpoints.host}",
+            f"--metrics-port={endpoints.metrics_port}",
+            "--allow-metrics=true",
+            "--metrics-config=summary_latencies=true",
+            "--exit-on-error=true",
+            # Shutdown otherwise waits up to 30 s for clients to close their connections.
+            "--exit-timeout-secs=3",
+            "--strict-readiness=true",
+            "--log-verbose=0",
+        ]
+
+    def start(self, timeout_s: float) -> TritonEndpoints:
+        endpoints = TritonEndpoints(self.host, *free_ports(3, self.host))
+        cmd = self.command(endpoints)
+        log.info("starting %s", " ".join(cmd))
+        self.process = start_process(cmd, self.log_path, env=self.installation.env)
+        self.endpoints = endpoints
+        try:
+            seconds = wait_until(self._model_ready, timeout_s, self.alive, f"tritonserver ({self.model_name})")
+        except (RuntimeError, TimeoutError) as exc:
+            self.stop(timeout_s=5)
+            raise RuntimeError(f"{exc}; last lines of {self.log_path}:\n{tail(self.log_path)}") from exc
+        log.info("tritonserver ready in %.1f s at http %s grpc %s", seconds, endpoints.http_url, endpoints.grpc_url)
+        return endpoints
+
+    def _model_ready(self) -> bool:
+        assert self.endpoints is not None
+        url = f"http://{self.endpoints.http_url}/v2/models/{self.model_name}/ready"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout_s: float = 20) -> int | None:
+        if self.process is None:
+            return None
+        code = stop_process_group(self.process, timeout_s)
+        log.info("tritonserver stopped (exit %s)", code)
+        return code
