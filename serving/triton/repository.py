@@ -69,9 +69,10 @@ def _python_backend(config: mc.ModelConfig, variant: TritonVariant, onnx_path: P
     config.parameters["ort_threads"].string_value = str(variant.ort_threads or 0)
 
 
-def render_repository(source: Path, model_name: str, onnx_path: Path, dest: Path, variant: TritonVariant) -> Path:
-    """Write `<dest>/<model_name>/` for `variant` and return `dest` (the `--model-repository`)."""
-    config = read_config(source / model_name / "config.pbtxt")
+def render_repository(config_text: str, onnx_path: Path, dest: Path, variant: TritonVariant) -> Path:
+    """Write `<dest>/<model>/` for `variant` from the canonical `config.pbtxt` text; returns `dest`."""
+    config = text_format.Parse(config_text, mc.ModelConfig())
+    model_name = config.name
     config.ClearField("instance_group")
     version_dir = dest / model_name / "1"
     if version_dir.parent.exists():

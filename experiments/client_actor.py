@@ -1,0 +1,48 @@
+"""The client actor: runs its share of a trial's load with its own async client and connections.
+
+An async Ray actor: its methods run on one event loop, which the request loops share. Only samples travel
+back to the driver; the actor never talks to MLflow.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from experiments.load import ClosedLoopLoad, WarmupStats
+from experiments.samples import WindowSamples
+from serving.clients.base import ClientSpec, InferenceClient, load_client
+
+
+class LoadClientActor:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self._client: InferenceClient | None = None
+        self._load: ClosedLoopLoad | None = None
+
+    def where(self) -> dict[str, str]:
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+
+    async def start(self, spec: ClientSpec, concurrency: int) -> int:
+        """Open a client and start `concurrency` request loops; returns the request payload size in bytes."""
+        await self.stop()
+        self._client = load_client(spec)
+        await self._client.open()
+        self._load = ClosedLoopLoad(self._client.infer, concurrency, spec.timeout_s, spec.batch_size, self.index)
+        self._load.start()
+        return self._client.payload_bytes
+
+    async def wait_warm(self, min_requests: int, min_seconds: float, timeout_s: float) -> WarmupStats:
+        return await self._load.wait_warm(min_requests, min_seconds, timeout_s)
+
+    async def collect(self, window_start: float, window_end: float) -> WindowSamples:
+        return await self._load.collect(window_start, window_end)
+
+    async def stop(self) -> None:
+        if self._load is not None:
+            await self._load.stop()
+            self._load = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None

@@ -1,0 +1,71 @@
+"""Trial records: what a trial measured, written to the sweep's run folder before anything else sees it.
+
+The folder is the source of truth (`<results_dir>/<sweep_id>/<tier>/trials/<trial>/`): `record.json` with
+params, metrics and tags, `latencies.csv` with every measured request. MLflow gets a copy of both.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.plan import Trial
+from experiments.samples import WindowSamples
+
+OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+RECORD_FILE = "record.json"
+LATENCIES_FILE = "latencies.csv"
+
+
+@dataclass
+class TrialRecord:
+    trial: Trial
+    key: str
+    status: str
+    reason: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    samples: WindowSamples | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("samples")
+        data["trial"] = asdict(self.trial)
+        data["name"] = self.trial.name
+        if self.samples is not None:
+            data["window"] = {"start": self.samples.window_start, "end": self.samples.window_end,
+                              "images_per_request": self.samples.images_per_request}
+        return data
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> TrialRecord:
+        fields = {k: v for k, v in data.items() if k not in ("name", "window")}
+        fields["trial"] = Trial(**data["trial"])
+        return TrialRecord(**fields)
+
+
+def write_record(record: TrialRecord, trial_dir: Path) -> Path:
+    """Write record.json (atomically) and latencies.csv; returns the folder."""
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    if record.samples is not None:
+        with open(trial_dir / LATENCIES_FILE, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["send_epoch_s", "latency_ms", "client_actor"])
+            s = record.samples
+            for sent, latency, actor in zip(s.send_s, s.latency_s, s.actor, strict=True):
+                writer.writerow([f"{sent:.6f}", f"{latency * 1e3:.4f}", int(actor)])
+    tmp = trial_dir / (RECORD_FILE + ".tmp")
+    tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True, default=str))
+    tmp.replace(trial_dir / RECORD_FILE)
+    return trial_dir
+
+
+def read_record(trial_dir: Path) -> TrialRecord:
+    return TrialRecord.from_json(json.loads((trial_dir / RECORD_FILE).read_text()))

@@ -1,0 +1,131 @@
+"""MLflow, written by the driver only: sweep run -> tier run -> trial runs, all tagged with `sweep_id`.
+
+Uses `MlflowClient` with explicit parent ids (the `mlflow.parentRunId` tag) rather than the fluent API's
+process-global active run, so several tier jobs can write into one sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.records import FAILED, LATENCIES_FILE, OK, RECORD_FILE, TrialRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORE_DIR = Path("mlflow")
+PARENT_TAG = "mlflow.parentRunId"
+RUN_NAME_TAG = "mlflow.runName"
+
+
+def tracking_uri(configured: str | None) -> str:
+    """`mlflow.tracking_uri` when set, else $MLFLOW_TRACKING_URI, else SQLite under ./mlflow/."""
+    if configured:
+        return configured
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{(DEFAULT_STORE_DIR / 'mlflow.db').resolve()}"
+
+
+def default_artifact_location(uri: str) -> str | None:
+    """Artifacts next to the default SQLite store (else MLflow would write ./mlruns); servers decide their own."""
+    if uri.startswith("sqlite:///") and Path(uri.removeprefix("sqlite:///")).parent.name == DEFAULT_STORE_DIR.name:
+        return (Path(uri.removeprefix("sqlite:///")).parent / "artifacts").resolve().as_uri()
+    return None
+
+
+class Tracker:
+    def __init__(self, uri: str, experiment: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        if uri.startswith("sqlite:///"):
+            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        existing = self.client.get_experiment_by_name(experiment)
+        if existing is not None:
+            self.experiment_id = existing.experiment_id
+        else:
+            self.experiment_id = self._create_experiment(experiment)
+
+    def _create_experiment(self, name: str) -> str:
+        try:
+            return self.client.create_experiment(name, artifact_location=default_artifact_location(self.uri))
+        except Exception:  # noqa: BLE001 - created concurrently by another tier's job
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def _find_runs(self, tags: dict[str, str]) -> list[Any]:
+        query = " and ".join(f"tags.{k} = '{v}'" for k, v in tags.items())
+        return self.client.search_runs([self.experiment_id], filter_string=query, max_results=100,
+                                       order_by=["attributes.start_time ASC"])
+
+    def _get_or_create(self, identity: dict[str, str], name: str, parent: str | None,
+                       extra_tags: dict[str, str]) -> str:
+        """One run per identity. Jobs racing to create it all settle on the earliest and drop their own."""
+        found = self._find_runs(identity)
+        if found:
+            return found[0].info.run_id
+        tags = {**identity, **extra_tags, RUN_NAME_TAG: name}
+        if parent:
+            tags[PARENT_TAG] = parent
+        mine = self.client.create_run(self.experiment_id, tags=tags, run_name=name).info.run_id
+        runs = self._find_runs(identity)
+        winner = min(runs, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id
+        if winner != mine:
+            self.client.delete_run(mine)
+        return winner
+
+    def sweep_run(self, sweep_id: str, tags: dict[str, str]) -> str:
+        return self._get_or_create({"sweep_id": sweep_id, "run_level": "sweep"}, f"sweep {sweep_id}", None, tags)
+
+    def tier_run(self, sweep_id: str, tier: str, parent: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        run_id = self._get_or_create({"sweep_id": sweep_id, "run_level": "tier", "gpu_tier": tier}, tier, parent,
+                                     tags)
+        self._log(run_id, params=params)
+        return run_id
+
+    def log_trial(self, parent: str, record: TrialRecord, trial_dir: Path, tags: dict[str, str],
+                  config_yaml: str) -> str:
+        """One run per trial, nested under the tier run, with the raw samples and resolved config attached."""
+        run_tags = {**tags, "run_level": "trial", "status": record.status, "trial_key": record.key,
+                    RUN_NAME_TAG: record.trial.name, PARENT_TAG: parent, **record.tags}
+        if record.reason:
+            run_tags["reason"] = record.reason[:5000]
+        run = self.client.create_run(self.experiment_id, start_time=int(record.started_at * 1000), tags=run_tags,
+                                     run_name=record.trial.name)
+        run_id = run.info.run_id
+        self._log(run_id, params=record.params, metrics=record.metrics,
+                  timestamp=int((record.finished_at or time.time()) * 1000))
+        for name in (RECORD_FILE, LATENCIES_FILE):
+            if (trial_dir / name).exists():
+                self.client.log_artifact(run_id, str(trial_dir / name))
+        self.client.log_text(run_id, config_yaml, "config.yaml")
+        end = int((record.finished_at or time.time()) * 1000)
+        self.client.set_terminated(run_id, "FAILED" if record.status == FAILED else "FINISHED", end_time=end)
+        return run_id
+
+    def _log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
+             timestamp: int | None = None) -> None:
+        from mlflow.entities import Metric, Param
+
+        timestamp = timestamp or int(time.time() * 1000)
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, float(v), timestamp, 0) for k, v in (metrics or {}).items()],
+            params=[Param(k, str(v)[:6000]) for k, v in (params or {}).items()],
+        )
+
+    def log_artifact_text(self, run_id: str, text: str, path: str) -> None:
+        self.client.log_text(run_id, text, path)
+
+    def finish(self, run_id: str, status: str, tags: dict[str, str] | None = None) -> None:
+        for key, value in (tags or {}).items():
+            self.client.set_tag(run_id, key, value)
+        self.client.set_tag(run_id, "status", status)
+        self.client.set_terminated(run_id, "FINISHED" if status == OK else "FAILED")

@@ -1,0 +1,56 @@
+"""Checks a composed config before anything starts: one clear error naming the key, the value and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROTOCOLS = ("http", "grpc")
+INPUT_FORMATS = ("tensor", "jpeg")
+
+
+class ConfigError(ValueError):
+    """A config value is not allowed; the message names the key, the value and what is allowed."""
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
+
+
+def _check_list(key: str, values: Any, allowed: tuple[str, ...] | list[str]) -> None:
+    if not values:
+        _fail(key, list(values or []), f"give at least one of {list(allowed)}, e.g. {key}=[{allowed[0]}]")
+    for value in values:
+        if value not in allowed:
+            _fail(key, value, f"choose from {list(allowed)}")
+
+
+def _check_positive_ints(key: str, values: Any, upper: int | None = None, upper_key: str = "") -> None:
+    if not values:
+        _fail(key, list(values or []), f"give at least one positive integer, e.g. {key}=[1]")
+    for value in values:
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            _fail(key, value, "every entry must be a positive integer")
+        if upper is not None and value > upper:
+            _fail(key, value, f"must not exceed {upper_key}={upper}")
+
+
+def validate(cfg: Any) -> None:
+    """Raise ConfigError on the first value that is not allowed."""
+    exp = cfg.experiment
+    price = cfg.gpu.get("price_per_hour_usd")
+    if price is None or not isinstance(price, int | float) or price < 0:
+        _fail("gpu.price_per_hour_usd", price, "set a price >= 0 in USD per hour for this tier")
+    _check_list("experiment.backends", exp.backends, sorted(cfg.backends))
+    _check_list("experiment.protocols", exp.protocols, PROTOCOLS)
+    _check_list("experiment.input_formats", exp.input_formats, INPUT_FORMATS)
+    _check_positive_ints("experiment.batch_sizes", exp.batch_sizes, cfg.model.max_batch_size, "model.max_batch_size")
+    _check_positive_ints("experiment.concurrency", exp.concurrency)
+    for key in ("window_s", "warmup_s", "request_timeout_s", "client_num_cpus"):
+        if exp[key] <= 0:
+            _fail(f"experiment.{key}", exp[key], "must be > 0")
+    for key in ("warmup_requests", "client_actors"):
+        if exp[key] <= 0:
+            _fail(f"experiment.{key}", exp[key], "must be a positive integer")
+    for name in exp.backends:
+        if "_target_" not in cfg.backends[name]:
+            _fail(f"backends.{name}._target_", None, "name the class that serves this backend")

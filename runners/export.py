@@ -1,0 +1,28 @@
+"""`python -m runners.export model=resnet18`: export the model to ONNX in the Triton model repository and
+report how far ONNX Runtime's output is from PyTorch's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+import experiments.config  # noqa: F401 - registers the config schemas
+from runners.sweep import CONF_DIR
+
+REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+def main(cfg: DictConfig) -> None:
+    from serving.export import export_onnx
+
+    report = export_onnx(cfg.model, REPOSITORY)
+    print(f"wrote {report.onnx_path}")
+    print(f"ONNX Runtime vs PyTorch on a batch of {report.check_batch_size}: "
+          f"max abs difference {report.max_abs_diff:.3g}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The serving side of a trial: a backend starts its server(s) on a tier's node and says how to reach them.
+
+Implementations (`serving.triton.backend.TritonBackend`, `serving.ray_serve.backend.RayServeTorchBackend`) are
+named by `_target_` in `conf/backends/` and built with `hydra.utils.instantiate`; nothing switches on
+backend names.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from serving.clients.base import ClientSpec
+from serving.node import NodeInfo
+
+
+@dataclass
+class ServerHandle:
+    """A running server group: how it serves and what trial params it contributes."""
+
+    server_mode: str  # e.g. triton_native, triton_python_backend, ray_serve
+    urls: dict[str, str]  # protocol -> URL the clients use
+    params: dict[str, Any] = field(default_factory=dict)  # e.g. execution_provider, device
+    startup_s: float = 0.0
+    artifacts: dict[str, str] = field(default_factory=dict)  # e.g. the rendered config.pbtxt
+
+
+@dataclass
+class BackendContext:
+    """What every backend needs from the sweep: where to run and what to serve."""
+
+    name: str  # the backend's name in experiment.backends, e.g. triton_onnx
+    model: Any  # the model config node
+    node: NodeInfo  # the tier node the server runs on
+    ray_options: dict[str, Any]  # Ray placement for actors on that node (tier resource / label selector)
+    host: str = "127.0.0.1"
+    start_timeout_s: float = 180.0
+    stop_timeout_s: float = 20.0
+    model_repository: str = "model_repository"
+    triton_server: str = "auto"
+    request_timeout_s: float = 60.0
+
+
+class Backend(ABC):
+    """One backend on one tier node: start once, serve every trial of the group, stop (always)."""
+
+    def __init__(self, context: BackendContext) -> None:
+        self.context = context
+
+    @abstractmethod
+    def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
+        """Why this backend cannot run (protocol, input_format) on this node; None when it can."""
+
+    @abstractmethod
+    def start(self) -> ServerHandle:
+        """Start the server(s) and wait until the model answers; raise with the server log on failure."""
+
+    @abstractmethod
+    def stop(self) -> dict[str, str]:
+        """Stop everything started (idempotent); returns server logs by file name."""
+
+    @abstractmethod
+    def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
+        """How a client actor reaches this server for one trial."""
+
+    def _spec(self, target: str, url: str, model_name: str, input_format: str, batch_size: int) -> ClientSpec:
+        model = self.context.model
+        return ClientSpec(
+            target=target,
+            url=url,
+            model_name=model_name,
+            input_format=input_format,
+            batch_size=batch_size,
+            input_shape=tuple(model.input_shape),
+            num_classes=int(model.num_classes),
+            timeout_s=self.context.request_timeout_s,
+        )

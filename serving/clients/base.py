@@ -1,0 +1,73 @@
+"""Async inference clients: one implementation per (server, protocol), chosen by `ClientSpec.target`.
+
+A client actor opens one client and shares it among its concurrent request loops (one event loop: the
+aio clients are safe there; they are not thread-safe). The request payload is built once, so load
+generation measures the server and the transport, not payload construction.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from serving.images import sample_jpegs
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    target: str  # import path of the InferenceClient subclass
+    url: str
+    model_name: str
+    input_format: str  # "tensor" | "jpeg"
+    batch_size: int
+    input_shape: tuple[int, ...]
+    num_classes: int
+    input_name: str = "input"
+    output_name: str = "logits"
+    timeout_s: float = 60.0
+
+
+def tensor_batch(spec: ClientSpec, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((spec.batch_size, *spec.input_shape), dtype=np.float32)
+
+
+def jpeg_batch(spec: ClientSpec) -> list[bytes]:
+    images = sample_jpegs()
+    return [images[i % len(images)] for i in range(spec.batch_size)]
+
+
+class InferenceClient(ABC):
+    """Sends one request of `spec.batch_size` images per `infer()` call."""
+
+    def __init__(self, spec: ClientSpec) -> None:
+        self.spec = spec
+
+    @property
+    @abstractmethod
+    def payload_bytes(self) -> int:
+        """Bytes of input data one request carries (encoded images or raw tensor)."""
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Create connections; called inside the event loop that will send the requests."""
+
+    @abstractmethod
+    async def infer(self) -> None:
+        """Send one request and check the response; raises on any error."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close connections."""
+
+    def check_logits(self, logits: np.ndarray) -> None:
+        expected = (self.spec.batch_size, self.spec.num_classes)
+        if tuple(logits.shape) != expected:
+            raise ValueError(f"response has shape {tuple(logits.shape)}, expected {expected}")
+
+
+def load_client(spec: ClientSpec) -> InferenceClient:
+    from hydra.utils import get_class
+
+    return get_class(spec.target)(spec)

@@ -1,0 +1,111 @@
+"""PyTorch behind Ray Serve (`pytorch`): one Serve application per server group, replicas pinned to the tier."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from omegaconf import OmegaConf
+
+from serving.backend import Backend, BackendContext, ServerHandle
+from serving.clients.base import ClientSpec
+from serving.process import free_ports
+
+log = logging.getLogger(__name__)
+
+CLIENTS = {"http": "serving.clients.ray_serve_http.RayServeHttpClient"}
+INPUT_FORMATS = ("jpeg", "tensor")
+
+
+def _serve_http_port(host: str) -> int:
+    """Start Serve's HTTP proxy on a free port, or reuse the running instance's (Serve is one per cluster and
+    silently ignores the options of a second `serve.start`)."""
+    from ray import serve
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    if client is not None:
+        return int(client.http_config.port)
+    (port,) = free_ports(1, host)
+    serve.start(http_options={"host": host, "port": port})
+    return port
+
+
+class RayServeTorchBackend(Backend):
+    def __init__(self, context: BackendContext, num_replicas: int = 1, replica_num_cpus: float = 0.1,
+                 max_ongoing_requests: int = 32, torch_threads: int | None = None) -> None:
+        super().__init__(context)
+        self.num_replicas = num_replicas
+        self.replica_num_cpus = replica_num_cpus
+        self.max_ongoing_requests = max_ongoing_requests
+        self.torch_threads = torch_threads
+        self.app_name = f"tierbench-{context.name}-{context.model.name}"
+        self._running = False
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.context.node.torch_cuda else "cpu"
+
+    def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
+        if protocol not in CLIENTS:
+            return f"the Ray Serve deployment has an HTTP ingress only ({protocol!r} not supported yet)"
+        if input_format not in INPUT_FORMATS:
+            return f"input format {input_format!r} not accepted (supported: {list(INPUT_FORMATS)})"
+        return None
+
+    def start(self) -> ServerHandle:
+        from ray import serve
+
+        from serving.ray_serve.deployment import TorchImageClassifier
+
+        ctx = self.context
+        started = time.monotonic()
+        port = _serve_http_port(ctx.host)
+        actor_options = {"num_cpus": self.replica_num_cpus, **ctx.ray_options}
+        app = TorchImageClassifier.options(
+            num_replicas=self.num_replicas,
+            max_ongoing_requests=self.max_ongoing_requests,
+            ray_actor_options=actor_options,
+        ).bind(OmegaConf.to_container(ctx.model, resolve=True), self.device, self.torch_threads)
+        route = f"/{ctx.model.name}"
+        self._running = True
+        serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
+                       wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+        self._wait_running(ctx.start_timeout_s)
+        log.info("%s: Ray Serve app %s running at http://%s:%d%s", ctx.name, self.app_name, ctx.host, port, route)
+        return ServerHandle(
+            server_mode="ray_serve",
+            urls={"http": f"http://{ctx.host}:{port}{route}"},
+            params={"device": self.device, "num_replicas": self.num_replicas},
+            startup_s=time.monotonic() - started,
+        )
+
+    def _wait_running(self, timeout_s: float) -> None:
+        from ray import serve
+        from ray.serve.schema import ApplicationStatus
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = serve.status().applications.get(self.app_name)
+            if status is not None and status.status == ApplicationStatus.RUNNING:
+                return
+            if status is not None and status.status == ApplicationStatus.DEPLOY_FAILED:
+                raise RuntimeError(f"Ray Serve app {self.app_name} failed to deploy: {status.message}")
+            if time.monotonic() > deadline:
+                detail = status.deployments if status is not None else "no status"
+                raise TimeoutError(
+                    f"Ray Serve app {self.app_name} not running after {timeout_s:.0f} s (replicas pending? "
+                    f"a tier node must have {self.replica_num_cpus} free CPU and the tier resource): {detail}")
+            time.sleep(0.5)
+
+    def stop(self) -> dict[str, str]:
+        from ray import serve
+
+        if self._running:
+            self._running = False
+            # Only this group's app: Serve itself is shared by every tier on the cluster and ends with it.
+            serve.delete(self.app_name)
+        return {}
+
+    def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
+        return self._spec(CLIENTS[protocol], handle.urls[protocol], self.context.model.name, input_format, batch_size)

@@ -1,0 +1,80 @@
+"""Ray Serve deployment: a torchvision classifier in PyTorch behind Serve's HTTP ingress.
+
+Accepts a batch of JPEGs (decoded and preprocessed in the replica with `serving.images`, the definition every
+JPEG path shares) or a raw float32 tensor; a batch of n images is one request. Replies with float32 logits.
+Inference runs on one worker thread, like one Triton model instance; decoding runs beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+
+from serving.clients.ray_serve_http import JPEG_CONTENT_TYPE, LENGTHS_HEADER, TENSOR_CONTENT_TYPE
+
+TIMING_HEADER = "Server-Timing"
+
+
+def split_jpegs(body: bytes, lengths_header: str) -> list[bytes]:
+    lengths = [int(n) for n in lengths_header.split(",") if n]
+    if sum(lengths) != len(body):
+        raise ValueError(f"{LENGTHS_HEADER} sums to {sum(lengths)} bytes but the body has {len(body)}")
+    offsets = np.cumsum([0, *lengths])
+    return [body[offsets[i]:offsets[i + 1]] for i in range(len(lengths))]
+
+
+@serve.deployment
+class TorchImageClassifier:
+    def __init__(self, model: dict[str, Any], device: str = "cpu", torch_threads: int | None = None) -> None:
+        import torch
+        from omegaconf import OmegaConf
+
+        from serving.models import build_model
+
+        # Ray sets OMP_NUM_THREADS=1 in workers with fractional CPUs; a replica owns the node's cores like a
+        # Triton instance does, unless torch_threads says otherwise.
+        torch.set_num_threads(torch_threads or os.cpu_count() or 1)
+        self.model_cfg = OmegaConf.create(model)
+        self.device = torch.device(device)
+        self.model = build_model(self.model_cfg).to(self.device)
+        self.input_shape = tuple(self.model_cfg.input_shape)
+        self._infer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer")
+
+    def _infer(self, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            logits = self.model(torch.from_numpy(batch).to(self.device))
+        return logits.float().cpu().numpy()
+
+    async def __call__(self, request: Request) -> Response:
+        from serving.images import decode_and_preprocess
+
+        body = await request.body()
+        content_type = request.headers.get("content-type", "")
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            if content_type.startswith(JPEG_CONTENT_TYPE):
+                jpegs = split_jpegs(body, request.headers.get(LENGTHS_HEADER, ""))
+                batch = await loop.run_in_executor(None, decode_and_preprocess, jpegs)
+            elif content_type.startswith(TENSOR_CONTENT_TYPE):
+                batch = np.frombuffer(body, dtype=np.float32).reshape(-1, *self.input_shape)
+            else:
+                return Response(f"unsupported Content-Type {content_type!r}: send {JPEG_CONTENT_TYPE} "
+                                f"(with {LENGTHS_HEADER}) or {TENSOR_CONTENT_TYPE}", status_code=415)
+        except ValueError as exc:
+            return Response(f"bad request body: {exc}", status_code=400)
+        preprocessed = time.perf_counter()
+        logits = await loop.run_in_executor(self._infer_thread, self._infer, batch)
+        done = time.perf_counter()
+        timing = f"preprocess;dur={(preprocessed - started) * 1e3:.3f}, infer;dur={(done - preprocessed) * 1e3:.3f}"
+        return Response(logits.tobytes(), media_type=TENSOR_CONTENT_TYPE, headers={TIMING_HEADER: timing})

@@ -1,0 +1,77 @@
+"""The Ray actor that owns a `tritonserver` process on a tier node.
+
+Everything node-local happens here: the ONNX export (on demand), the rendered repository, the process and
+its log. The actor is a plain (threaded-off) actor so the process is started from the worker's main thread,
+which the child's parent-death signal is tied to.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from serving.export import ensure_onnx
+from serving.triton.installation import find_installation
+from serving.triton.repository import TritonVariant, render_repository
+from serving.triton.server import TritonServer
+
+log = logging.getLogger(__name__)
+
+
+def _node_model_repository(preferred: str) -> Path:
+    """The project's `model_repository/` when this node has it (same machine), else a node-local cache."""
+    path = Path(preferred)
+    if path.is_dir():
+        return path
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tierbench" / "model_repository"
+
+
+class TritonServerHost:
+    def __init__(self, model: dict[str, Any], config_text: str, variant: dict[str, Any], preference: str,
+                 host: str, model_repository: str) -> None:
+        self.model = OmegaConf.create(model)
+        self.config_text = config_text
+        self.variant_settings = variant
+        self.preference = preference
+        self.host = host
+        self.model_repository = model_repository
+        self.work_dir = Path(tempfile.mkdtemp(prefix=f"tierbench-triton-{self.model.name}-"))
+        self.server: TritonServer | None = None
+
+    def start(self, timeout_s: float) -> dict[str, Any]:
+        started = time.monotonic()
+        export = ensure_onnx(self.model, _node_model_repository(self.model_repository))
+        installation = find_installation(self.preference)
+        variant = TritonVariant(server_kind=installation.kind, **self.variant_settings)
+        repository = render_repository(self.config_text, Path(export.onnx_path), self.work_dir / "repository",
+                                       variant)
+        self.server = TritonServer(installation, repository, self.model.name, self.work_dir / "tritonserver.log",
+                                   host=self.host)
+        endpoints = self.server.start(timeout_s)
+        return {
+            "endpoints": asdict(endpoints),
+            "server_mode": installation.server_mode,
+            "export": asdict(export),
+            "startup_s": time.monotonic() - started,
+            "config_pbtxt": (repository / self.model.name / "config.pbtxt").read_text(),
+        }
+
+    def stop(self, timeout_s: float) -> dict[str, str]:
+        logs = {}
+        if self.server is not None:
+            self.server.stop(timeout_s)
+            logs["tritonserver.log"] = self.server.log_path.read_text(errors="replace")[-5_000_000:]
+            self.server = None
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+        return logs
+
+    def alive(self) -> bool:
+        return self.server is not None and self.server.alive()

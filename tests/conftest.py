@@ -1,0 +1,68 @@
+"""Shared fixtures: composed configs, a temporary MLflow store and results folder, leak checks, GPU gating."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+import experiments.config  # noqa: F401 - registers the schemas
+
+REPO = Path(__file__).resolve().parents[1]
+CONF_DIR = str(REPO / "conf")
+SERVER_PROCESS_NAMES = ("tritonserver", "triton_python_backend_stub", "raylet", "gcs_server")
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides or [])
+
+
+def has_gpu() -> bool:
+    if not shutil.which("nvidia-smi"):
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi finds none)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def server_processes() -> set[int]:
+    """PIDs of Triton / Ray server processes on this machine."""
+    out = subprocess.run(["pgrep", "-f", "|".join(SERVER_PROCESS_NAMES)], capture_output=True, text=True).stdout
+    return {int(pid) for pid in out.split()} - {os.getpid()}
+
+
+def wait_for_no_new_processes(before: set[int], timeout_s: float = 30) -> set[int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = server_processes() - before
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def tracking_store(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
+
+
+@pytest.fixture
+def no_leftover_processes() -> Iterator[None]:
+    before = server_processes()
+    yield
+    left = wait_for_no_new_processes(before)
+    assert not left, f"processes left running: {left}"

@@ -1,0 +1,113 @@
+"""A real sweep on a tiny matrix: real Ray, real Triton (bundled server, Python backend running ONNX
+Runtime), real Ray Serve with PyTorch, a temporary SQLite MLflow store. Checks the MLflow contract."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from experiments.sweep import run_sweep
+from tests.conftest import compose_config
+
+pytestmark = pytest.mark.slow
+
+TRIAL_PARAMS = {"gpu_tier", "gpu_name", "price_per_hour_usd", "model", "backend", "protocol", "input_format",
+                "batch_size", "concurrency", "server_mode"}
+TRIAL_METRICS = {"latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_mean_ms",
+                 "throughput_img_s", "requests_s", "payload_bytes", "cost_per_1k_images_usd", "images_per_usd"}
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, MlflowClient, str, Path]:
+    tmp = tmp_path_factory.mktemp("sweep")
+    store = f"sqlite:///{tmp / 'mlflow.db'}"
+    cfg = compose_config([
+        "sweep_id=e2e-test",
+        f"results_dir={tmp / 'runs'}",
+        f"mlflow.tracking_uri={store}",
+        "experiment.input_formats=[tensor,jpeg]",
+        "experiment.batch_sizes=[1,2]",
+        "experiment.concurrency=[1,2]",
+        "experiment.window_s=1.0",
+        "experiment.warmup_s=0.3",
+        "experiment.warmup_requests=2",
+    ])
+    from tests.conftest import server_processes, wait_for_no_new_processes
+
+    before = server_processes()
+    code = run_sweep(cfg)
+    left = wait_for_no_new_processes(before)
+    assert not left, f"the sweep left processes running: {left}"
+    return code, MlflowClient(store), "e2e-test", tmp / "runs"
+
+
+def _trial_runs(client: MlflowClient, sweep_id: str) -> list:
+    exp = client.get_experiment_by_name("tierbench")
+    return client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}' and tags.run_level = 'trial'",
+                              max_results=1000)
+
+
+def test_sweep_succeeds_and_nests_trials_under_tier_and_sweep(finished_sweep) -> None:
+    code, client, sweep_id, _ = finished_sweep
+    assert code == 0
+    exp = client.get_experiment_by_name("tierbench")
+    (sweep,) = client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}' and tags.run_level = 'sweep'")
+    (tier,) = client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}' and tags.run_level = 'tier'")
+    assert tier.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+    runs = _trial_runs(client, sweep_id)
+    assert len(runs) == 3 * 2 * 2 * 2 * 2  # backends x protocols x formats x batches x concurrency
+    assert all(r.data.tags["mlflow.parentRunId"] == tier.info.run_id for r in runs)
+    assert all(r.data.tags["emulated"] == "false" for r in runs)
+
+
+def test_ok_trials_for_pytorch_http_and_triton_onnx_http_grpc(finished_sweep) -> None:
+    _, client, sweep_id, _ = finished_sweep
+    ok = {(r.data.params["backend"], r.data.params["protocol"], r.data.params["input_format"])
+          for r in _trial_runs(client, sweep_id) if r.data.tags["status"] == "ok"}
+    assert {("pytorch", "http", "tensor"), ("pytorch", "http", "jpeg"), ("triton_onnx", "http", "tensor"),
+            ("triton_onnx", "grpc", "tensor")} <= ok
+
+
+def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
+    _, client, sweep_id, _ = finished_sweep
+    ok_runs = [r for r in _trial_runs(client, sweep_id) if r.data.tags["status"] == "ok"]
+    assert len(ok_runs) == 16
+    for run in ok_runs:
+        params, m = run.data.params, run.data.metrics
+        assert TRIAL_PARAMS <= params.keys() and TRIAL_METRICS <= m.keys(), run.info.run_name
+        assert run.info.run_name == (f"local/{params['backend']}/{params['protocol']}/{params['input_format']}"
+                                     f"/b{params['batch_size']}/c{params['concurrency']}")
+        assert 0 < m["latency_p50_ms"] <= m["latency_p90_ms"] <= m["latency_p95_ms"] <= m["latency_p99_ms"]
+        assert m["throughput_img_s"] > 0
+        assert m["throughput_img_s"] == pytest.approx(m["requests_s"] * int(params["batch_size"]))
+        price = float(params["price_per_hour_usd"])
+        assert m["cost_per_1k_images_usd"] == pytest.approx(price / 3600 / m["throughput_img_s"] * 1000)
+        assert m["images_per_usd"] == pytest.approx(m["throughput_img_s"] * 3600 / price)
+        if params["input_format"] == "tensor":
+            assert m["payload_bytes"] == 602_112 * int(params["batch_size"])
+        expected_mode = "ray_serve" if params["backend"] == "pytorch" else "triton_python_backend"
+        assert params["server_mode"] == expected_mode
+        assert params["gpu_name"].startswith("CPU: ")
+
+
+def test_tensorrt_is_skipped_with_a_reason_without_a_gpu(finished_sweep) -> None:
+    _, client, sweep_id, _ = finished_sweep
+    trt = [r for r in _trial_runs(client, sweep_id) if r.data.params["backend"] == "triton_trt"]
+    assert trt and all(r.data.tags["status"] == "skipped" for r in trt)
+    assert all("NVIDIA GPU" in r.data.tags["reason"] for r in trt)
+    assert all(not r.data.metrics for r in trt), "a skipped trial must not carry numbers"
+
+
+def test_raw_samples_are_kept_in_the_run_folder_and_as_artifacts(finished_sweep) -> None:
+    _, client, sweep_id, runs_dir = finished_sweep
+    run = next(r for r in _trial_runs(client, sweep_id) if r.info.run_name == "local/triton_onnx/grpc/tensor/b2/c2")
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"record.json", "latencies.csv", "config.yaml"} <= artifacts
+    folder = runs_dir / sweep_id / "local" / "trials" / "local_triton_onnx_grpc_tensor_b2_c2"
+    record = json.loads((folder / "record.json").read_text())
+    rows = (folder / "latencies.csv").read_text().strip().splitlines()
+    assert record["status"] == "ok" and len(rows) - 1 == record["metrics"]["request_count"]
+    assert (runs_dir / sweep_id / "local" / "servers" / "triton_onnx" / "tritonserver.log").exists()

@@ -1,0 +1,29 @@
+"""Bad input is refused before anything starts, with the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.validation import ConfigError, validate
+from tests.conftest import compose_config
+
+CASES = [
+    (["experiment.backends=[tensorflow]"], "experiment.backends='tensorflow'"),
+    (["experiment.protocols=[websocket]"], "experiment.protocols='websocket'"),
+    (["experiment.input_formats=[png]"], "experiment.input_formats='png'"),
+    (["experiment.batch_sizes=[0]"], "experiment.batch_sizes=0"),
+    (["experiment.batch_sizes=[64]"], "model.max_batch_size=32"),
+    (["experiment.concurrency=[-1]"], "experiment.concurrency=-1"),
+    (["experiment.concurrency=[]"], "experiment.concurrency=[]"),
+    (["gpu.price_per_hour_usd=-1"], "gpu.price_per_hour_usd=-1"),
+    (["experiment.window_s=0"], "experiment.window_s=0"),
+    (["experiment.warmup_s=0"], "experiment.warmup_s=0"),
+    (["experiment.warmup_requests=0"], "experiment.warmup_requests=0"),
+]
+
+
+@pytest.mark.parametrize("overrides,fragment", CASES)
+def test_bad_values_name_key_and_value(overrides: list[str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate(compose_config(overrides))
+    assert fragment in str(info.value)
