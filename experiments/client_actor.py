@@ -7,6 +7,7 @@ back to the driver; the actor never talks to MLflow.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 from experiments.load import ClosedLoopLoad, WarmupStats
 from experiments.samples import WindowSamples
@@ -46,3 +47,13 @@ class LoadClientActor:
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+def start_client_actors(exp: Any, ray_options: dict[str, Any], timeout_s: float) -> list[Any]:
+    """`experiment.client_actors` actors placed with `ray_options`, ready to take load specs."""
+    import ray
+
+    cls = ray.remote(LoadClientActor).options(num_cpus=exp.client_num_cpus, **ray_options)
+    actors = [cls.remote(i) for i in range(exp.client_actors)]
+    ray.get([a.where.remote() for a in actors], timeout=timeout_s)
+    return actors

@@ -44,7 +44,8 @@ class TritonBackend(Backend):
         if protocol not in CLIENTS:
             return f"Triton has no {protocol!r} client here (supported: {sorted(CLIENTS)})"
         if self.accelerator == "tensorrt" and not node.has_gpu:
-            return f"the TensorRT execution provider needs an NVIDIA GPU; node {node.hostname} has none ({node.gpu_name})"
+            return (f"the TensorRT execution provider needs an NVIDIA GPU; node {node.hostname} has none "
+                    f"({node.gpu_name})")
         provider = PROVIDER_NAMES[self.accelerator]
         if self.accelerator != "cpu" and not node.native_triton and provider not in node.ort_providers:
             return (f"onnxruntime on node {node.hostname} lacks {provider} (has {list(node.ort_providers)}): "
