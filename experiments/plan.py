@@ -1,5 +1,10 @@
-"""Plan a tier's trials from the config: one group per backend (its server starts once), the cross product
-of protocols x input formats x batch sizes x concurrency inside it."""
+"""Plan a tier's trials from the config: one group per entry of `experiment.backends` (its server starts
+once), the cross product of protocols x input formats x batch sizes x concurrency inside it.
+
+An entry names a server config in `conf/backends/` (e.g. `triton_onnx`, or a variant such as
+`pytorch_fp16`); its `backend` field says which of the contract's backends it is (pytorch | triton_onnx |
+triton_trt), so variants of one backend compare like with like.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ from typing import Any
 class Trial:
     tier: str
     model: str
-    backend: str
+    backend: str  # pytorch | triton_onnx | triton_trt
+    variant: str  # the entry of experiment.backends / conf/backends that configures it
     protocol: str
     input_format: str
     batch_size: int
@@ -23,7 +29,7 @@ class Trial:
     @property
     def name(self) -> str:
         """Readable run name, e.g. `rtx4090/triton_onnx/grpc/tensor/b8/c16`."""
-        return (f"{self.tier}/{self.backend}/{self.protocol}/{self.input_format}/"
+        return (f"{self.tier}/{self.variant}/{self.protocol}/{self.input_format}/"
                 f"b{self.batch_size}/c{self.concurrency}")
 
     @property
@@ -31,26 +37,28 @@ class Trial:
         return self.name.replace("/", "_")
 
     def params(self) -> dict[str, Any]:
-        return {"gpu_tier": self.tier, **{k: v for k, v in asdict(self).items() if k != "tier"}}
+        fields = {k: v for k, v in asdict(self).items() if k not in ("tier", "variant")}
+        return {"gpu_tier": self.tier, "backend_variant": self.variant, **fields}
 
 
 @dataclass
 class TrialGroup:
     """Trials served by one server start."""
 
-    backend: str
+    variant: str
     trials: list[Trial] = field(default_factory=list)
 
 
 def plan_trials(cfg: Any) -> list[TrialGroup]:
     exp = cfg.experiment
     groups = []
-    for backend in exp.backends:
-        group = TrialGroup(backend)
+    for variant in exp.backends:
+        backend = cfg.backends[variant].backend
+        group = TrialGroup(variant)
         for protocol, input_format, batch, conc in itertools.product(
             exp.protocols, exp.input_formats, exp.batch_sizes, exp.concurrency
         ):
-            group.trials.append(Trial(cfg.gpu.name, cfg.model.name, backend, protocol, input_format,
+            group.trials.append(Trial(cfg.gpu.name, cfg.model.name, backend, variant, protocol, input_format,
                                       int(batch), int(conc)))
         groups.append(group)
     return groups

@@ -27,13 +27,14 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
         triton_server=serving.triton_server, request_timeout_s=cfg.experiment.request_timeout_s,
     )
     settings = OmegaConf.to_container(cfg.backends[name], resolve=True)
+    settings.pop("backend")
     return get_class(settings.pop("_target_"))(context, **settings)
 
 
 def run_group(cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str, Any], actors: list[Any],
               finish: Callable[[TrialRecord], None], save_server_file: Callable[[str, str], None]) -> None:
     """Skip what the node can't run, start the server, measure the rest; `finish` gets every record."""
-    backend = build_backend(cfg, group.backend, node, ray_options)
+    backend = build_backend(cfg, group.variant, node, ray_options)
     runnable = []
     for trial in group.trials:
         reason = backend.unsupported_reason(trial.protocol, trial.input_format)
@@ -45,7 +46,7 @@ def run_group(cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str
         return
     handle: ServerHandle | None = None
     try:
-        log.info("starting %s on %s for %d trials", group.backend, node.hostname, len(runnable))
+        log.info("starting %s on %s for %d trials", group.variant, node.hostname, len(runnable))
         handle = backend.start()
         for name, text in handle.artifacts.items():
             save_server_file(name, text)
@@ -53,9 +54,9 @@ def run_group(cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str
             finish(run_trial(cfg, runnable[0], backend, handle, node, actors))
             runnable.pop(0)
     except Exception as exc:  # noqa: BLE001 - the server group failed: its remaining trials fail with why
-        log.error("%s failed: %s", group.backend, exc)
+        log.error("%s failed: %s", group.variant, exc)
         for trial in runnable:
-            finish(new_record(cfg, trial, node, handle, status=FAILED, reason=f"{group.backend} server failed: {exc}"))
+            finish(new_record(cfg, trial, node, handle, status=FAILED, reason=f"{group.variant} server failed: {exc}"))
     finally:
         for name, text in backend.stop().items():
             save_server_file(name, text)

@@ -56,7 +56,7 @@ class TierSweep:
             try:
                 for group in self.groups:
                     run_group(self.cfg, group, node, options, actors, self._finish,
-                              lambda name, text, backend=group.backend: self._save_server_file(backend, name, text))
+                              lambda name, text, variant=group.variant: self._save_server_file(variant, name, text))
             finally:
                 for actor in actors:
                     ray.kill(actor)
@@ -83,12 +83,12 @@ class TierSweep:
                 "node_hostname": node.hostname, "driver_version": node.driver_version or "",
                 "cuda_version": node.cuda_version or ""}
 
-    def _save_server_file(self, backend: str, name: str, text: str) -> None:
+    def _save_server_file(self, variant: str, name: str, text: str) -> None:
         """Server logs and rendered configs: into the run folder, and onto the tier run."""
-        folder = self.folder / "servers" / backend
+        folder = self.folder / "servers" / variant
         folder.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
-        self.tracker.log_artifact_text(self.tier_run, text, f"servers/{backend}/{name}")
+        self.tracker.log_artifact_text(self.tier_run, text, f"servers/{variant}/{name}")
 
     def _finish(self, record: TrialRecord) -> None:
         """Persist first (nothing measured is lost), then log to MLflow, then report progress."""

@@ -21,7 +21,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
     """A record with the trial's params (what ran, where, at what price) and its identity key."""
     exp = cfg.experiment
     measurement = {k: exp[k] for k in MEASUREMENT_KEYS}
-    settings = OmegaConf.to_container(cfg.backends[trial.backend], resolve=True)
+    settings = OmegaConf.to_container(cfg.backends[trial.variant], resolve=True)
     params = {
         **trial.params(),
         "gpu_name": node.gpu_name,

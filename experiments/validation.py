@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+BACKENDS = ("pytorch", "triton_onnx", "triton_trt")
 PROTOCOLS = ("http", "grpc")
 INPUT_FORMATS = ("tensor", "jpeg")
 
@@ -54,3 +55,5 @@ def validate(cfg: Any) -> None:
     for name in exp.backends:
         if "_target_" not in cfg.backends[name]:
             _fail(f"backends.{name}._target_", None, "name the class that serves this backend")
+        if cfg.backends[name].get("backend") not in BACKENDS:
+            _fail(f"backends.{name}.backend", cfg.backends[name].get("backend"), f"choose from {list(BACKENDS)}")

@@ -65,7 +65,7 @@ def test_list_keys_override_from_the_command_line() -> None:
                           "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
                           "experiment.input_formats=[tensor]"])
     trials = [t for g in plan_trials(cfg) for t in g.trials]
-    assert [(t.backend, t.protocol, t.input_format, t.batch_size, t.concurrency) for t in trials] == [
+    assert [(t.variant, t.protocol, t.input_format, t.batch_size, t.concurrency) for t in trials] == [
         ("triton_onnx", "grpc", "tensor", 1, 2), ("triton_onnx", "grpc", "tensor", 8, 2)]
     assert trials[0].name == "local/triton_onnx/grpc/tensor/b1/c2"
 

@@ -14,7 +14,8 @@ from tests.conftest import compose_config
 
 pytestmark = pytest.mark.slow
 
-TRIAL_PARAMS = {"gpu_tier", "gpu_name", "price_per_hour_usd", "model", "backend", "protocol", "input_format",
+TRIAL_PARAMS = {"gpu_tier", "gpu_name", "price_per_hour_usd", "model", "backend", "backend_variant", "protocol",
+                "input_format",
                 "batch_size", "concurrency", "server_mode"}
 TRIAL_METRICS = {"latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_mean_ms",
                  "throughput_img_s", "requests_s", "payload_bytes", "cost_per_1k_images_usd", "images_per_usd"}

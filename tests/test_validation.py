@@ -9,6 +9,7 @@ from tests.conftest import compose_config
 
 CASES = [
     (["experiment.backends=[tensorflow]"], "experiment.backends='tensorflow'"),
+    (["backends.pytorch.backend=torchserve"], "backends.pytorch.backend='torchserve'"),
     (["experiment.protocols=[websocket]"], "experiment.protocols='websocket'"),
     (["experiment.input_formats=[png]"], "experiment.input_formats='png'"),
     (["experiment.batch_sizes=[0]"], "experiment.batch_sizes=0"),
