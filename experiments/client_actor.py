@@ -49,11 +49,30 @@ class LoadClientActor:
             self._client = None
 
 
-def start_client_actors(exp: Any, ray_options: dict[str, Any], timeout_s: float) -> list[Any]:
-    """`experiment.client_actors` actors placed with `ray_options`, ready to take load specs."""
-    import ray
+class ClientPool:
+    """The tier's client actors; recreated after a failed trial so a stuck client can't poison the next one."""
 
-    cls = ray.remote(LoadClientActor).options(num_cpus=exp.client_num_cpus, **ray_options)
-    actors = [cls.remote(i) for i in range(exp.client_actors)]
-    ray.get([a.where.remote() for a in actors], timeout=timeout_s)
-    return actors
+    def __init__(self, exp: Any, ray_options: dict[str, Any], timeout_s: float) -> None:
+        self.exp = exp
+        self.ray_options = ray_options
+        self.timeout_s = timeout_s
+        self.actors: list[Any] = []
+
+    def start(self) -> ClientPool:
+        import ray
+
+        cls = ray.remote(LoadClientActor).options(num_cpus=self.exp.client_num_cpus, **self.ray_options)
+        self.actors = [cls.remote(i) for i in range(self.exp.client_actors)]
+        ray.get([a.where.remote() for a in self.actors], timeout=self.timeout_s)
+        return self
+
+    def restart(self) -> None:
+        self.close()
+        self.start()
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []

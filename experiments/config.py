@@ -55,6 +55,8 @@ class ExperimentConfig:
     warmup_s: float = 1.0
     window_s: float = 5.0
     request_timeout_s: float = 60.0
+    # Longest a trial may take from load start to the end of its window; beyond it the trial fails.
+    trial_timeout_s: float = 600.0
     # Client actors per trial; each runs its share of the concurrency with its own async client.
     client_actors: int = 1
     client_num_cpus: float = 0.1

@@ -103,6 +103,7 @@ class ClosedLoopLoad:
         await asyncio.sleep(max(0.0, window_end - self.now()))
         while any(sent < window_end for sent in list(self._in_flight.values())):
             await asyncio.sleep(0.001)
+        self._raise_if_failed()
         sent = np.asarray(self._send_s)
         done = np.asarray(self._done_s[: sent.size])
         inside = (sent >= window_start) & (sent < window_end)

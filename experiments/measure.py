@@ -29,22 +29,33 @@ def split_concurrency(concurrency: int, actors: int) -> list[int]:
 
 
 def measure(actors: list[Any], spec: ClientSpec, concurrency: int, exp: Any) -> Measurement:
+    """Run one trial's load; raises on a client error or when it overruns `experiment.trial_timeout_s`."""
     import ray
 
     shares = [(actor, share) for actor, share in zip(actors, split_concurrency(concurrency, len(actors)),
                                                      strict=True) if share > 0]
     used = [actor for actor, _ in shares]
-    timeout = exp.request_timeout_s
+    deadline = time.monotonic() + exp.trial_timeout_s
+
+    def remaining(reserve: float = 0.0) -> float:
+        left = deadline - time.monotonic() - reserve
+        if left <= 0:
+            raise TimeoutError(f"trial exceeded experiment.trial_timeout_s={exp.trial_timeout_s}")
+        return left
+
     try:
-        payloads = ray.get([actor.start.remote(spec, share) for actor, share in shares], timeout=timeout)
+        payloads = ray.get([actor.start.remote(spec, share) for actor, share in shares],
+                           timeout=min(exp.request_timeout_s, remaining()))
         per_actor_warmup = -(-exp.warmup_requests // len(used))
-        warm_timeout = exp.warmup_s + timeout * max(1, per_actor_warmup)
+        warm_timeout = remaining(reserve=exp.window_s)
         warmup = ray.get([a.wait_warm.remote(per_actor_warmup, exp.warmup_s, warm_timeout) for a in used],
-                         timeout=warm_timeout + 30)
+                         timeout=warm_timeout + 5)
         window_start = time.time() + WINDOW_LEAD_S
         window_end = window_start + exp.window_s
-        parts = ray.get([a.collect.remote(window_start, window_end) for a in used],
-                        timeout=exp.window_s + timeout + 30)
+        parts = ray.get([a.collect.remote(window_start, window_end) for a in used], timeout=remaining())
     finally:
-        ray.get([a.stop.remote() for a in used], timeout=timeout + 30)
+        try:
+            ray.get([a.stop.remote() for a in used], timeout=exp.request_timeout_s + 5)
+        except Exception:  # noqa: BLE001 - the pool is restarted after a failed trial anyway
+            pass
     return Measurement(WindowSamples.merge(parts), warmup, int(payloads[0]), len(used))

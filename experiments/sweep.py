@@ -1,5 +1,9 @@
 """One tier's sweep: plan the trials, start each backend's server once on the tier's node, measure every
-trial against it, persist each record, then log it to MLflow. The runner calls `run_sweep(cfg)`."""
+trial against it, persist each record, then publish it to MLflow. The runner calls `run_sweep(cfg)`.
+
+Resumable: with the `sweep_id` of an earlier run, trials already `ok` (same trial key: a hash of the trial's
+resolved config) are skipped, failed and missing ones run.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.client_actor import start_client_actors
+from experiments.client_actor import ClientPool
 from experiments.cluster import ray_cluster
-from experiments.plan import plan_trials
-from experiments.records import FAILED, OK, TrialRecord, write_record
-from experiments.server_group import run_group
+from experiments.plan import Trial, plan_trials
+from experiments.publish import Publisher, TierInfo, relog_command
+from experiments.records import FAILED, OK, TrialRecord, read_record, write_record
+from experiments.redaction import redact
+from experiments.server_group import ServerGroup
 from experiments.tiers import placement_options
-from experiments.tracking import Tracker, tracking_uri
+from experiments.tracking import SERVER_LOGS_DIR, tracking_uri
+from experiments.trial import new_record
 from experiments.validation import validate
 from serving.node import NodeInfo, describe_node
 
@@ -35,7 +42,7 @@ class TierSweep:
         self.total = sum(len(g.trials) for g in self.groups)
         self.done = 0
         self.failed = 0
-        self.config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+        self.resumed = 0
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
 
     def run(self) -> int:
@@ -45,30 +52,54 @@ class TierSweep:
             self.folder.mkdir(parents=True, exist_ok=True)
             log.info("sweep %s, tier %s: %d trials; raw results in %s", self.sweep_id, self.tier, self.total,
                      self.folder.resolve())
-            self.tracker = Tracker(tracking_uri(self.cfg.mlflow.tracking_uri), self.cfg.mlflow.experiment)
             options = placement_options(self.tier)
             node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
                                      timeout=self.cfg.serving.start_timeout_s)
-            self.sweep_run = self.tracker.sweep_run(self.sweep_id, {"emulated": "false"})
-            self.tier_run = self.tracker.tier_run(self.sweep_id, self.tier, self.sweep_run,
-                                                  self._tier_params(node), self.common_tags)
-            actors = start_client_actors(self.cfg.experiment, options, self.cfg.serving.start_timeout_s)
+            info = TierInfo(self.sweep_id, self.tier, self.cfg.mlflow.experiment, self._tier_params(node),
+                            self.common_tags, redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
+            info.save(self.folder)
+            self.publisher = Publisher(tracking_uri(self.cfg.mlflow.tracking_uri), info, self.folder)
+            self.publisher.open()
+            done_keys = self._ok_keys()
+            clients = ClientPool(self.cfg.experiment, options, self.cfg.serving.start_timeout_s).start()
             try:
                 for group in self.groups:
-                    run_group(self.cfg, group, node, options, actors, self._finish,
-                              lambda name, text, variant=group.variant: self._save_server_file(variant, name, text))
+                    pending = [t for t in group.trials if not self._already_ok(t, node, done_keys)]
+                    if pending:
+                        ServerGroup(self.cfg, group, node, options, clients, self._finish,
+                                    lambda name, text, v=group.variant: self._save_server_file(v, name, text)
+                                    ).run(pending)
             finally:
-                for actor in actors:
-                    ray.kill(actor)
-        status = FAILED if self.failed else OK
-        self.tracker.finish(self.tier_run, status)
-        self.tracker.finish(self.sweep_run, status)
+                clients.close()
+        self.publisher.finish(FAILED if self.failed else OK)
         self._print_where_results_are()
         return 1 if self.failed else 0
 
+    def _ok_keys(self) -> set[str]:
+        """Trials of this sweep and tier already measured `ok`: in the run folder or in the store."""
+        keys = self.publisher.ok_keys()
+        for record_file in (self.folder / "trials").glob("*/record.json"):
+            record = read_record(record_file.parent)
+            if record.status == OK:
+                keys.add(record.key)
+        return keys
+
+    def _already_ok(self, trial: Trial, node: NodeInfo, done_keys: set[str]) -> bool:
+        if new_record(self.cfg, trial, node).key not in done_keys:
+            return False
+        self.done += 1
+        self.resumed += 1
+        log.info("[%d/%d] %s  already ok in sweep %s", self.done, self.total, trial.name, self.sweep_id)
+        return True
+
     def _print_where_results_are(self) -> None:
-        uri = self.tracker.uri
-        log.info("done: %d trials, %d failed. Raw results: %s", self.done, self.failed, self.folder.resolve())
+        uri = redact(self.publisher.uri)
+        log.info("done: %d trials (%d already ok from an earlier run), %d failed. Raw results: %s", self.done,
+                 self.resumed, self.failed, self.folder.resolve())
+        if not self.publisher.online:
+            log.warning("MLflow store %s was unreachable: log these results with: %s", uri,
+                        relog_command(self.folder))
+            return
         log.info("MLflow: experiment '%s' in %s, runs tagged sweep_id=%s", self.cfg.mlflow.experiment, uri,
                  self.sweep_id)
         if uri.startswith("sqlite:"):
@@ -84,17 +115,24 @@ class TierSweep:
                 "cuda_version": node.cuda_version or ""}
 
     def _save_server_file(self, variant: str, name: str, text: str) -> None:
-        """Server logs and rendered configs: into the run folder, and onto the tier run."""
+        """Server logs and rendered configs: into the run folder, then onto the tier run."""
         folder = self.folder / "servers" / variant
         folder.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
-        self.tracker.log_artifact_text(self.tier_run, text, f"servers/{variant}/{name}")
+        self.publisher.server_file(variant, name, text)
 
-    def _finish(self, record: TrialRecord) -> None:
-        """Persist first (nothing measured is lost), then log to MLflow, then report progress."""
+    def _finish(self, record: TrialRecord, server_logs: dict[str, str]) -> None:
+        """Persist first (nothing measured is lost), then publish to MLflow, then report progress."""
         record.finished_at = time.time()
-        trial_dir = write_record(record, self.folder / "trials" / record.trial.slug)
-        self.tracker.log_trial(self.tier_run, record, trial_dir, self.common_tags, self.config_yaml)
+        trial_dir = self.folder / "trials" / record.trial.slug
+        if (trial_dir / SERVER_LOGS_DIR).exists():
+            for old in (trial_dir / SERVER_LOGS_DIR).iterdir():
+                old.unlink()
+        for name, text in server_logs.items():
+            (trial_dir / SERVER_LOGS_DIR).mkdir(parents=True, exist_ok=True)
+            (trial_dir / SERVER_LOGS_DIR / name).write_text(text)
+        write_record(record, trial_dir)
+        self.publisher.trial(record, trial_dir)
         self.done += 1
         self.failed += record.status == FAILED
         m = record.metrics

@@ -14,6 +14,8 @@ from typing import Any
 
 from experiments.records import FAILED, LATENCIES_FILE, OK, RECORD_FILE, TrialRecord
 
+SERVER_LOGS_DIR = "server_logs"  # a failed trial's server logs, next to its record
+
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE_DIR = Path("mlflow")
@@ -87,8 +89,22 @@ class Tracker:
     def tier_run(self, sweep_id: str, tier: str, parent: str, params: dict[str, Any], tags: dict[str, str]) -> str:
         run_id = self._get_or_create({"sweep_id": sweep_id, "run_level": "tier", "gpu_tier": tier}, tier, parent,
                                      tags)
-        self._log(run_id, params=params)
+        # A resumed sweep reuses the tier run: params are immutable in MLflow, so only add missing ones.
+        present = self.client.get_run(run_id).data.params
+        self._log(run_id, params={k: v for k, v in params.items() if k not in present})
         return run_id
+
+    def trial_runs(self, sweep_id: str, tier: str) -> list[Any]:
+        """Every trial run of one tier of a sweep."""
+        query = f"tags.sweep_id = '{sweep_id}' and tags.gpu_tier = '{tier}' and tags.run_level = 'trial'"
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs([self.experiment_id], filter_string=query, max_results=1000,
+                                           page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
 
     def log_trial(self, parent: str, record: TrialRecord, trial_dir: Path, tags: dict[str, str],
                   config_yaml: str) -> str:
@@ -105,10 +121,20 @@ class Tracker:
         for name in (RECORD_FILE, LATENCIES_FILE):
             if (trial_dir / name).exists():
                 self.client.log_artifact(run_id, str(trial_dir / name))
+        if (trial_dir / SERVER_LOGS_DIR).is_dir():
+            self.client.log_artifacts(run_id, str(trial_dir / SERVER_LOGS_DIR), SERVER_LOGS_DIR)
         self.client.log_text(run_id, config_yaml, "config.yaml")
         end = int((record.finished_at or time.time()) * 1000)
         self.client.set_terminated(run_id, "FAILED" if record.status == FAILED else "FINISHED", end_time=end)
+        self._supersede(record, run_id, tags.get("sweep_id", ""))
         return run_id
+
+    def _supersede(self, record: TrialRecord, run_id: str, sweep_id: str) -> None:
+        """A resumed sweep re-runs failed trials: mark their earlier runs so reports take the latest."""
+        earlier = self._find_runs({"sweep_id": sweep_id, "run_level": "trial", "trial_key": record.key})
+        for run in earlier:
+            if run.info.run_id != run_id and "superseded_by" not in run.data.tags:
+                self.client.set_tag(run.info.run_id, "superseded_by", run_id)
 
     def _log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
              timestamp: int | None = None) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import OmegaConf
+
 BACKENDS = ("pytorch", "triton_onnx", "triton_trt")
 PROTOCOLS = ("http", "grpc")
 INPUT_FORMATS = ("tensor", "jpeg")
@@ -38,7 +40,7 @@ def _check_positive_ints(key: str, values: Any, upper: int | None = None, upper_
 def validate(cfg: Any) -> None:
     """Raise ConfigError on the first value that is not allowed."""
     exp = cfg.experiment
-    price = cfg.gpu.get("price_per_hour_usd")
+    price = None if OmegaConf.is_missing(cfg.gpu, "price_per_hour_usd") else cfg.gpu.price_per_hour_usd
     if price is None or not isinstance(price, int | float) or price < 0:
         _fail("gpu.price_per_hour_usd", price, "set a price >= 0 in USD per hour for this tier")
     _check_list("experiment.backends", exp.backends, sorted(cfg.backends))
@@ -46,7 +48,7 @@ def validate(cfg: Any) -> None:
     _check_list("experiment.input_formats", exp.input_formats, INPUT_FORMATS)
     _check_positive_ints("experiment.batch_sizes", exp.batch_sizes, cfg.model.max_batch_size, "model.max_batch_size")
     _check_positive_ints("experiment.concurrency", exp.concurrency)
-    for key in ("window_s", "warmup_s", "request_timeout_s", "client_num_cpus"):
+    for key in ("window_s", "warmup_s", "request_timeout_s", "trial_timeout_s", "client_num_cpus"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be > 0")
     for key in ("warmup_requests", "client_actors"):
@@ -57,3 +59,32 @@ def validate(cfg: Any) -> None:
             _fail(f"backends.{name}._target_", None, "name the class that serves this backend")
         if cfg.backends[name].get("backend") not in BACKENDS:
             _fail(f"backends.{name}.backend", cfg.backends[name].get("backend"), f"choose from {list(BACKENDS)}")
+
+
+def check_overrides(args: list[str], conf_dir: str) -> None:
+    """Refuse a malformed override or an unknown config-group option (e.g. `gpu=tpu`, also inside a sweep
+    `gpu=a100,tpu`) in one line, before Hydra composes anything."""
+    from pathlib import Path
+
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    known, _ = get_args_parser().parse_known_args(args)  # Hydra's own CLI parser: flags vs overrides
+    overrides = [a for a in known.overrides if not a.startswith("hydra.")]
+    parser = OverridesParser.create()
+    for text in overrides:
+        try:
+            (override,) = parser.parse_overrides([text])
+        except OverrideParseException as exc:
+            gist = str(exc).strip().splitlines()[0]
+            raise ConfigError(f"override {text!r} is malformed ({gist}): write key=value, lists as "
+                              "key=[1,8], a sweep over values as key=a,b with -m") from None
+        group_dir = Path(conf_dir) / override.key_or_group
+        if override.package is not None or not group_dir.is_dir() or override.is_delete():
+            continue
+        options = sorted(p.stem for p in group_dir.glob("*.yaml"))
+        for value in override.sweep_string_iterator() if override.is_sweep_override() else [override.value()]:
+            if str(value) not in options:
+                raise ConfigError(f"{override.key_or_group}={value!r} is not allowed: choose from {options} "
+                                  f"(files in conf/{override.key_or_group}/)")

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import experiments.config  # noqa: F401 - registers the schemas
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = str(REPO / "conf")
-SERVER_PROCESS_NAMES = ("tritonserver", "triton_python_backend_stub", "raylet", "gcs_server")
+SERVER_PROCESS_NAMES = ("tritonserver", "triton_python_backend_stub", "raylet", "gcs_server", "ray::",
+                        "default_worker.py", "ServeReplica", "ServeController")
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
@@ -40,10 +42,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# Every process this test session starts (sweeps, Ray, Triton, their children) inherits this variable, so leak
+# checks see only this session's processes even when other sessions run on the same machine.
+SESSION_VARIABLE = "TIERBENCH_TEST_SESSION"
+os.environ.setdefault(SESSION_VARIABLE, uuid.uuid4().hex)
+_SESSION_MARK = f"{SESSION_VARIABLE}={os.environ[SESSION_VARIABLE]}".encode()
+
+
+def _started_by_this_session(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return _SESSION_MARK in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def server_processes() -> set[int]:
-    """PIDs of Triton / Ray server processes on this machine."""
+    """PIDs of Triton / Ray server processes started by this test session."""
     out = subprocess.run(["pgrep", "-f", "|".join(SERVER_PROCESS_NAMES)], capture_output=True, text=True).stdout
-    return {int(pid) for pid in out.split()} - {os.getpid()}
+    pids = {int(pid) for pid in out.split()} - {os.getpid()}
+    return {pid for pid in pids if _started_by_this_session(pid)}
 
 
 def wait_for_no_new_processes(before: set[int], timeout_s: float = 30) -> set[int]:

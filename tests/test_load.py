@@ -55,3 +55,9 @@ def test_closed_loop_measures_a_single_server_queue() -> None:
 def test_a_failed_request_stops_the_load_and_is_reported() -> None:
     with pytest.raises(LoadError, match="server went away"):
         asyncio.run(_run(SlowServer(service_s=0.005, fail_after=1), concurrency=2))
+
+
+def test_a_failure_inside_the_window_fails_the_window() -> None:
+    """Partial samples of a window in which the server failed must never pass for a measurement."""
+    with pytest.raises(LoadError, match="server went away"):
+        asyncio.run(_run(SlowServer(service_s=0.01, fail_after=40), concurrency=1, window_s=1.0))

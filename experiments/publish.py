@@ -1,0 +1,157 @@
+"""Publish a tier's run folder to MLflow: live during the sweep, trial by trial, and later by
+`python -m runners.relog` from the same files, so both produce the same runs.
+
+The folder (`<results_dir>/<sweep_id>/<tier>/`) is written first and is the source of truth: `tier.json`
+(tier params and tags, experiment name, resolved config), `servers/<variant>/*` (server logs, rendered
+configs), `trials/<trial>/` (record.json, latencies.csv, server logs of a failed trial). When the tracking
+store is unreachable the publisher goes offline and the sweep carries on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.parse
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.records import FAILED, OK, TrialRecord, read_record
+from experiments.redaction import redact
+
+log = logging.getLogger(__name__)
+TIER_FILE = "tier.json"
+
+
+@dataclass
+class TierInfo:
+    sweep_id: str
+    tier: str
+    experiment: str
+    params: dict[str, Any] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    config_yaml: str = ""
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / TIER_FILE).write_text(json.dumps(asdict(self), indent=2, sort_keys=True, default=str))
+
+    @staticmethod
+    def load(folder: Path) -> TierInfo:
+        return TierInfo(**json.loads((folder / TIER_FILE).read_text()))
+
+
+def relog_command(folder: Path) -> str:
+    return f"python -m runners.relog {folder.resolve()}"
+
+
+def probe_store(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on an HTTP tracking server that does not answer (MLflow's client would retry for minutes)."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme not in ("http", "https"):
+        return
+    netloc = parsed.hostname or ""
+    if parsed.port:
+        netloc = f"{netloc}:{parsed.port}"
+    health = urllib.parse.urlunparse((parsed.scheme, netloc, parsed.path.rstrip("/") + "/health", "", "", ""))
+    with urllib.request.urlopen(health, timeout=timeout_s):
+        pass
+
+
+class Publisher:
+    """Logs a tier folder to MLflow; on the first store error it goes offline and says how to relog."""
+
+    def __init__(self, uri: str, info: TierInfo, folder: Path) -> None:
+        self.uri = uri
+        self.info = info
+        self.folder = folder
+        self.tracker = None
+        self.offline_reason: str | None = None
+        self.sweep_run: str | None = None
+        self.tier_run: str | None = None
+
+    @property
+    def online(self) -> bool:
+        return self.tracker is not None and self.offline_reason is None
+
+    def _go_offline(self, exc: BaseException) -> None:
+        if self.offline_reason is None:
+            self.offline_reason = redact(f"{type(exc).__name__}: {exc}")[:500]
+            log.warning("MLflow store %s unreachable (%s): results stay in %s; log them later with: %s",
+                        redact(self.uri), self.offline_reason, self.folder.resolve(), relog_command(self.folder))
+
+    def open(self) -> bool:
+        """Connect and get-or-create the sweep and tier runs; False (offline) when the store fails."""
+        from experiments.tracking import Tracker
+
+        try:
+            probe_store(self.uri)
+            self.tracker = Tracker(self.uri, self.info.experiment)
+            self.sweep_run = self.tracker.sweep_run(self.info.sweep_id, {"emulated": self.info.tags.get("emulated",
+                                                                                                       "false")})
+            self.tier_run = self.tracker.tier_run(self.info.sweep_id, self.info.tier, self.sweep_run,
+                                                  self.info.params, self.info.tags)
+        except Exception as exc:  # noqa: BLE001 - any store failure: keep measuring, relog later
+            self._go_offline(exc)
+        return self.online
+
+    def _safely(self, what: str, fn: Any, *args: Any) -> Any:
+        if not self.online:
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("MLflow %s failed", what, exc_info=True)
+            self._go_offline(exc)
+            return None
+
+    def ok_keys(self) -> set[str]:
+        """Keys of trials of this tier already `ok` in the store (for resume)."""
+        found = self._safely("search", self.tracker.trial_runs, self.info.sweep_id, self.info.tier) if self.online \
+            else None
+        return {r.data.tags.get("trial_key") for r in found or [] if r.data.tags.get("status") == OK}
+
+    def server_file(self, variant: str, name: str, text: str) -> None:
+        self._safely("artifact", self.tracker.log_artifact_text, self.tier_run, text, f"servers/{variant}/{name}")
+
+    def trial(self, record: TrialRecord, trial_dir: Path) -> str | None:
+        return self._safely("log_trial", self.tracker.log_trial, self.tier_run, record, trial_dir, self.info.tags,
+                            self.info.config_yaml)
+
+    def finish(self, status: str) -> None:
+        self._safely("finish", self.tracker.finish, self.tier_run, status)
+        self._safely("finish", self.tracker.finish, self.sweep_run, status)
+
+
+def trial_dirs(tier_folder: Path) -> list[Path]:
+    """Trial folders with a record, oldest first."""
+    dirs = [d for d in (tier_folder / "trials").glob("*") if (d / "record.json").exists()]
+    return sorted(dirs, key=lambda d: read_record(d).started_at)
+
+
+def publish_folder(uri: str, tier_folder: Path) -> tuple[int, int]:
+    """Log a tier folder written by a sweep (for `runners.relog`); returns (logged, already there)."""
+    info = TierInfo.load(tier_folder)
+    publisher = Publisher(uri, info, tier_folder)
+    if not publisher.open():
+        raise ConnectionError(f"MLflow store {redact(uri)} unreachable: {publisher.offline_reason}")
+    existing = {(r.data.tags.get("trial_key"), r.info.start_time)
+                for r in publisher.tracker.trial_runs(info.sweep_id, info.tier)}
+    for variant_dir in sorted((tier_folder / "servers").glob("*")):
+        for path in sorted(variant_dir.glob("*")):
+            publisher.server_file(variant_dir.name, path.name, path.read_text(errors="replace"))
+    logged = skipped = 0
+    failed = False
+    for trial_dir in trial_dirs(tier_folder):
+        record = read_record(trial_dir)
+        failed |= record.status == FAILED
+        if (record.key, int(record.started_at * 1000)) in existing:
+            skipped += 1
+            continue
+        publisher.trial(record, trial_dir)
+        logged += 1
+    publisher.finish(FAILED if failed else OK)
+    if not publisher.online:
+        raise ConnectionError(f"MLflow store {redact(uri)} failed while logging: {publisher.offline_reason}")
+    return logged, skipped

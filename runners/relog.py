@@ -1,0 +1,44 @@
+"""`python -m runners.relog runs/<sweep_id>[/<tier>]`: log a sweep's run folder to MLflow, e.g. after the
+tracking store was unreachable during the sweep. Idempotent: trials already in the store are left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from experiments.publish import TIER_FILE, publish_folder
+from experiments.redaction import redact
+from experiments.tracking import tracking_uri
+
+
+def tier_folders(folder: Path) -> list[Path]:
+    if (folder / TIER_FILE).exists():
+        return [folder]
+    return sorted(p.parent for p in folder.glob(f"*/{TIER_FILE}"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runners.relog", description=__doc__)
+    parser.add_argument("folder", type=Path, help="a sweep's folder (runs/<sweep_id>) or one tier's in it")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite under ./mlflow/)")
+    args = parser.parse_args(argv)
+    folders = tier_folders(args.folder)
+    if not folders:
+        parser.error(f"folder={str(args.folder)!r}: no {TIER_FILE} in it or in its subfolders; give the folder "
+                     "a sweep printed (runs/<sweep_id> or runs/<sweep_id>/<tier>)")
+    uri = tracking_uri(args.tracking_uri)
+    for folder in folders:
+        try:
+            logged, present = publish_folder(uri, folder)
+        except ConnectionError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{folder}: {logged} trial runs logged, {present} already in {redact(uri)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

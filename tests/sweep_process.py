@@ -1,0 +1,54 @@
+"""Run `python -m runners.sweep` as a user would, in a subprocess whose output a test can wait on."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+class SweepProcess:
+    def __init__(self, tmp: Path, *overrides: str, store: str | None = None) -> None:
+        self.store = store or f"sqlite:///{tmp / 'mlflow.db'}"
+        args = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={self.store}", *overrides]
+        self.proc = subprocess.Popen([sys.executable, "-m", "runners.sweep", *args], cwd=REPO, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout_s: float = 180) -> str:
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if regex.search(line):
+                    return line
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern!r} within {timeout_s} s; output:\n{self.output[-5000:]}")
+
+    def wait(self, timeout_s: float = 300) -> int:
+        code = self.proc.wait(timeout=timeout_s)
+        self._reader.join(timeout=10)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
