@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -34,28 +36,43 @@ def local_node_tiers() -> list[str]:
 
 
 @contextmanager
+def _keep_sigterm_handler() -> Iterator[None]:
+    """`ray.init` replaces the driver's SIGTERM handler (Python's `sys.exit` and a C-level abort): put back
+    the one the runner set, so SIGTERM unwinds like Ctrl-C and every server is stopped."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if in_main_thread else None
+    try:
+        yield
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+@contextmanager
 def ray_cluster(cluster_cfg: Any, tier: str) -> Iterator[dict[str, list[str]]]:
     """Connected Ray with a live node of `tier`; yields live nodes by tier."""
     import ray
 
     started_here = False
     if cluster_cfg.address:
-        ray.init(address=cluster_cfg.address, namespace="tierbench", log_to_driver=False)
+        with _keep_sigterm_handler():
+            ray.init(address=cluster_cfg.address, namespace="tierbench", log_to_driver=False)
     else:
         declared = local_node_tiers()
         if tier not in declared:  # fail before Ray starts: nothing to clean up
             raise TierUnavailableError(missing_tier_message(tier, declared))
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(
-            address="local",
-            num_cpus=cluster_cfg.num_cpus,
-            object_store_memory=cluster_cfg.object_store_memory,
-            resources={tier_resource(t): 1 for t in declared},
-            include_dashboard=False,
-            namespace="tierbench",
-            log_to_driver=False,
-        )
+        with _keep_sigterm_handler():
+            ray.init(
+                address="local",
+                num_cpus=cluster_cfg.num_cpus,
+                object_store_memory=cluster_cfg.object_store_memory,
+                resources={tier_resource(t): 1 for t in declared},
+                include_dashboard=False,
+                namespace="tierbench",
+                log_to_driver=False,
+            )
         started_here = True
     try:
         tiers = tiers_of_nodes(ray.nodes())

@@ -96,11 +96,12 @@ class Publisher:
             self._go_offline(exc)
         return self.online
 
-    def _safely(self, what: str, fn: Any, *args: Any) -> Any:
+    def _safely(self, what: str, method: str, *args: Any) -> Any:
+        """Call `self.tracker.<method>(*args)` while online; the first failure turns the publisher offline."""
         if not self.online:
             return None
         try:
-            return fn(*args)
+            return getattr(self.tracker, method)(*args)
         except Exception as exc:  # noqa: BLE001
             log.debug("MLflow %s failed", what, exc_info=True)
             self._go_offline(exc)
@@ -108,20 +109,19 @@ class Publisher:
 
     def ok_keys(self) -> set[str]:
         """Keys of trials of this tier already `ok` in the store (for resume)."""
-        found = self._safely("search", self.tracker.trial_runs, self.info.sweep_id, self.info.tier) if self.online \
-            else None
+        found = self._safely("search", "trial_runs", self.info.sweep_id, self.info.tier)
         return {r.data.tags.get("trial_key") for r in found or [] if r.data.tags.get("status") == OK}
 
     def server_file(self, variant: str, name: str, text: str) -> None:
-        self._safely("artifact", self.tracker.log_artifact_text, self.tier_run, text, f"servers/{variant}/{name}")
+        self._safely("artifact", "log_artifact_text", self.tier_run, text, f"servers/{variant}/{name}")
 
     def trial(self, record: TrialRecord, trial_dir: Path) -> str | None:
-        return self._safely("log_trial", self.tracker.log_trial, self.tier_run, record, trial_dir, self.info.tags,
+        return self._safely("log_trial", "log_trial", self.tier_run, record, trial_dir, self.info.tags,
                             self.info.config_yaml)
 
     def finish(self, status: str) -> None:
-        self._safely("finish", self.tracker.finish, self.tier_run, status)
-        self._safely("finish", self.tracker.finish, self.sweep_run, status)
+        self._safely("finish", "finish", self.tier_run, status)
+        self._safely("finish", "finish", self.sweep_run, status)
 
 
 def trial_dirs(tier_folder: Path) -> list[Path]:

@@ -112,3 +112,22 @@ def test_raw_samples_are_kept_in_the_run_folder_and_as_artifacts(finished_sweep)
     rows = (folder / "latencies.csv").read_text().strip().splitlines()
     assert record["status"] == "ok" and len(rows) - 1 == record["metrics"]["request_count"]
     assert (runs_dir / sweep_id / "local" / "servers" / "triton_onnx" / "tritonserver.log").exists()
+
+
+def test_relog_of_the_run_folder_gives_the_same_runs(finished_sweep, tmp_path: Path) -> None:
+    """`runners.relog` logs from the folder exactly what the live sweep logged."""
+    from runners.relog import main as relog
+
+    _, client, sweep_id, runs_dir = finished_sweep
+    store = f"sqlite:///{tmp_path / 'relogged.db'}"
+    assert relog([str(runs_dir / sweep_id), "--tracking-uri", store]) == 0
+
+    def comparable(c: MlflowClient) -> dict:
+        ignore = {"mlflow.parentRunId", "mlflow.user", "mlflow.source.name", "mlflow.source.type",
+                  "mlflow.source.git.commit"}
+        return {r.info.run_name: (r.data.params, r.data.metrics,
+                                  {k: v for k, v in r.data.tags.items() if k not in ignore}, r.info.status,
+                                  r.info.start_time, sorted(a.path for a in c.list_artifacts(r.info.run_id)))
+                for r in _trial_runs(c, sweep_id)}
+
+    assert comparable(MlflowClient(store)) == comparable(client)

@@ -1,0 +1,93 @@
+"""Nothing lost: an unreachable tracking store doesn't stop the sweep, relog brings the runs back, a resumed
+sweep only runs what is missing, and no secret from the tracking URI lands anywhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from serving.process import free_ports
+from tests.conftest import REPO, server_processes, wait_for_no_new_processes
+from tests.sweep_process import SweepProcess
+
+pytestmark = pytest.mark.slow
+
+TINY = ["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
+        "experiment.batch_sizes=[1]", "experiment.window_s=1", "experiment.warmup_s=0.3",
+        "experiment.warmup_requests=2"]
+
+
+def _trial_runs(store: str, sweep_id: str) -> list:
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("tierbench")
+    return client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}' and tags.run_level = 'trial'")
+
+
+def test_unreachable_store_then_relog_then_resume(tmp_path: Path) -> None:
+    before = server_processes()
+    secret = "s3cret-pa55"
+    unreachable = f"http://tierbench:{secret}@127.0.0.1:{free_ports(1)[0]}"
+    sweep = SweepProcess(tmp_path, "sweep_id=offline", "experiment.concurrency=[1,2]", *TINY, store=unreachable)
+    assert sweep.wait() == 0, sweep.output[-3000:]
+    folder = tmp_path / "runs" / "offline" / "local"
+    assert "python -m runners.relog" in sweep.output and str(folder) in sweep.output
+
+    # No secret in the output, the run folder (records, tier.json, config, Hydra's saved overrides) or logs.
+    assert secret not in sweep.output
+    for path in (tmp_path / "runs").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    relog = subprocess.run([sys.executable, "-m", "runners.relog", str(tmp_path / "runs" / "offline"),
+                            "--tracking-uri", store], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert relog.returncode == 0, relog.stderr
+    runs = _trial_runs(store, "offline")
+    assert {r.info.run_name for r in runs} == {"local/triton_onnx/grpc/tensor/b1/c1",
+                                               "local/triton_onnx/grpc/tensor/b1/c2"}
+    for run in runs:
+        record = json.loads((folder / "trials" / run.info.run_name.replace("/", "_") / "record.json").read_text())
+        assert run.data.metrics == pytest.approx(record["metrics"])
+        assert run.data.tags["trial_key"] == record["key"] and run.data.tags["status"] == "ok"
+
+    # Relogging again adds nothing.
+    again = subprocess.run([sys.executable, "-m", "runners.relog", str(folder), "--tracking-uri", store], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "0 trial runs logged, 2 already" in again.stdout
+    assert len(_trial_runs(store, "offline")) == 2
+
+    # Resume: the same sweep_id with one more load point runs only that trial.
+    resumed = SweepProcess(tmp_path, "sweep_id=offline", "experiment.concurrency=[1,2,3]", *TINY, store=store)
+    assert resumed.wait() == 0, resumed.output[-3000:]
+    assert resumed.output.count("already ok in sweep offline") == 2
+    runs = _trial_runs(store, "offline")
+    assert sorted(r.info.run_name[-2:] for r in runs) == ["c1", "c2", "c3"]
+    assert not wait_for_no_new_processes(before)
+
+
+def test_resume_reruns_failed_trials_and_marks_the_old_run(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = SweepProcess(tmp_path, "sweep_id=rerun", "experiment.concurrency=[1]", *TINY, store=store)
+    assert first.wait() == 0
+    # Pretend the trial failed (in the folder and in the store), as after a crash.
+    record_file = next((tmp_path / "runs" / "rerun" / "local" / "trials").glob("*/record.json"))
+    record = json.loads(record_file.read_text())
+    record["status"], record["reason"] = "failed", "simulated failure for the resume test"
+    record_file.write_text(json.dumps(record))
+    client = MlflowClient(store)
+    (old,) = _trial_runs(store, "rerun")
+    client.set_tag(old.info.run_id, "status", "failed")
+
+    second = SweepProcess(tmp_path, "sweep_id=rerun", "experiment.concurrency=[1]", *TINY, store=store)
+    assert second.wait() == 0
+    assert "already ok in sweep" not in second.output
+    runs = {r.info.run_id: r for r in _trial_runs(store, "rerun")}
+    assert len(runs) == 2
+    new_id = next(i for i in runs if i != old.info.run_id)
+    assert runs[new_id].data.tags["status"] == "ok"
+    assert runs[old.info.run_id].data.tags["superseded_by"] == new_id
