@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from experiments.load import ClosedLoopLoad, WarmupStats
+from experiments.load import LoadGenerator, LoadPoint, WarmupStats
 from experiments.samples import WindowSamples
 from serving.clients.base import ClientSpec, InferenceClient, load_client
 
@@ -18,19 +18,19 @@ class LoadClientActor:
     def __init__(self, index: int) -> None:
         self.index = index
         self._client: InferenceClient | None = None
-        self._load: ClosedLoopLoad | None = None
+        self._load: LoadGenerator | None = None
 
     def where(self) -> dict[str, str]:
         import ray
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
 
-    async def start(self, spec: ClientSpec, concurrency: int) -> int:
-        """Open a client and start `concurrency` request loops; returns the request payload size in bytes."""
+    async def start(self, spec: ClientSpec, load: LoadPoint, max_in_flight: int) -> int:
+        """Open a client and start this actor's share of the load; returns the request payload in bytes."""
         await self.stop()
         self._client = load_client(spec)
         await self._client.open()
-        self._load = ClosedLoopLoad(self._client.infer, concurrency, spec.timeout_s, spec.batch_size, self.index)
+        self._load = load.generator(self._client.infer, spec.timeout_s, spec.batch_size, self.index, max_in_flight)
         self._load.start()
         return self._client.payload_bytes
 
@@ -59,12 +59,19 @@ class ClientPool:
         self.actors: list[Any] = []
 
     def start(self) -> ClientPool:
+        self.ensure(max(1, self.exp.client_actors))
+        return self
+
+    def ensure(self, count: int) -> list[Any]:
+        """The first `count` actors, starting the missing ones."""
         import ray
 
         cls = ray.remote(LoadClientActor).options(num_cpus=self.exp.client_num_cpus, **self.ray_options)
-        self.actors = [cls.remote(i) for i in range(self.exp.client_actors)]
-        ray.get([a.where.remote() for a in self.actors], timeout=self.timeout_s)
-        return self
+        new = [cls.remote(i) for i in range(len(self.actors), count)]
+        if new:
+            ray.get([a.where.remote() for a in new], timeout=self.timeout_s)
+            self.actors.extend(new)
+        return self.actors[:count]
 
     def restart(self) -> None:
         self.close()

@@ -41,6 +41,26 @@ class ModelConfig:
 
 
 @dataclass
+class StabilityConfig:
+    """perf_analyzer's rule: repeat windows until the last `windows` agree within `percent` on throughput and
+    on the chosen latency percentile (at most `max_windows`)."""
+
+    percent: float = 10.0
+    windows: int = 3
+    max_windows: int = 10
+    latency_percentile: int = 95
+
+
+@dataclass
+class SloConfig:
+    """Find the highest load whose p99 stays within `p99_ms` (null: no search)."""
+
+    p99_ms: float | None = None
+    max_concurrency: int = 64
+    max_rate: float = 2000.0
+
+
+@dataclass
 class ExperimentConfig:
     """The trial matrix and how each trial is measured."""
 
@@ -50,6 +70,10 @@ class ExperimentConfig:
     input_formats: list[str] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     concurrency: list[int] = field(default_factory=list)
+    # closed: `concurrency` request loops; constant | poisson: open loop at each of `request_rates` (req/s)
+    load_mode: str = "closed"
+    request_rates: list[float] = field(default_factory=list)
+    max_in_flight: int = 1024
     # Warm-up ends once both are reached; its requests are dropped from the measurement.
     warmup_requests: int = 10
     warmup_s: float = 1.0
@@ -57,8 +81,14 @@ class ExperimentConfig:
     request_timeout_s: float = 60.0
     # Longest a trial may take from load start to the end of its window; beyond it the trial fails.
     trial_timeout_s: float = 600.0
-    # Client actors per trial; each runs its share of the concurrency with its own async client.
-    client_actors: int = 1
+    stability: StabilityConfig = field(default_factory=StabilityConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    # Client actors share a trial's load, each with its own async client and connections. 0: automatic, one
+    # actor per `client_concurrency_per_actor` loops, more when an actor's CPU passes `client_cpu_limit`.
+    client_actors: int = 0
+    max_client_actors: int = 4
+    client_concurrency_per_actor: int = 16
+    client_cpu_limit: float = 0.8
     client_num_cpus: float = 0.1
 
 

@@ -1,10 +1,10 @@
-"""Closed-loop load: `concurrency` request loops, each sending its next request as soon as the last returns.
+"""Load generators: closed loop (a fixed number of request loops) and open loop (arrivals on a schedule).
 
-Pure asyncio, independent of Ray, so it can be tested against any coroutine. Load runs continuously from
+Pure asyncio, independent of Ray, so they can be tested against any coroutine. Load runs continuously from
 `start()` to `stop()`: warm-up and measurement windows are cuts of one steady stream, and several client
-actors can cut the same window (epoch timestamps) out of their own streams.
+actors can cut the same windows (epoch timestamps) out of their own streams.
 
-A request belongs to the window it was *sent* in, and the window is collected once every such request has
+A request belongs to the window it was *scheduled* in, and a window is collected once every such request has
 returned: a request queued behind warm-up traffic cannot leak into the window, and slow requests at the
 window's end are not dropped (no survivor bias in the percentiles).
 """
@@ -12,15 +12,38 @@ window's end are not dropped (no survivor bias in the percentiles).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from experiments.samples import WindowSamples
+from experiments.samples import ClientHealth, WindowSamples
 
 MAX_ERRORS_KEPT = 20
+TICK_S = 0.01
+# An open-loop request sent this much after its scheduled time counts as late (asyncio timers alone jitter ~1 ms).
+LATE_AFTER_S = 0.005
+
+# Sends one request; returns the server-reported processing time in ms, or None.
+Send = Callable[[], Awaitable[float | None]]
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One actor's share of a trial's load: closed loop at `concurrency`, or open loop at `rate` req/s."""
+
+    mode: str  # closed | constant | poisson
+    concurrency: int = 1
+    rate: float = 0.0
+
+    def generator(self, send: Send, timeout_s: float, images_per_request: int, actor_index: int,
+                  max_in_flight: int) -> LoadGenerator:
+        if self.mode == "closed":
+            return ClosedLoopLoad(send, self.concurrency, timeout_s, images_per_request, actor_index)
+        return OpenLoopLoad(send, self.rate, self.mode, timeout_s, images_per_request, actor_index, max_in_flight)
 
 
 @dataclass
@@ -34,24 +57,28 @@ class LoadError(RuntimeError):
     pass
 
 
-class ClosedLoopLoad:
-    def __init__(self, send: Callable[[], Awaitable[None]], concurrency: int, timeout_s: float,
-                 images_per_request: int, actor_index: int = 0) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+class LoadGenerator(ABC):
+    """Records (intended, sent, done, server ms) per request; cuts windows; reports client health."""
+
+    def __init__(self, send: Send, timeout_s: float, images_per_request: int, actor_index: int = 0) -> None:
         self._send = send
-        self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.images_per_request = images_per_request
         self.actor_index = actor_index
         # perf_counter for precision, shifted to the epoch so windows line up across actors.
         self._epoch_offset = time.time() - time.perf_counter()
-        self._send_s: list[float] = []
-        self._done_s: list[float] = []
+        self._intended: list[float] = []
+        self._sent: list[float] = []
+        self._done: list[float] = []
+        self._server_ms: list[float] = []
+        self._late: list[float] = []  # intended times of late sends
+        self._in_flight: dict[int, float] = {}  # request id -> intended time
+        self._lags: list[tuple[float, float]] = []  # (time, lag) of the event-loop ticker
+        self._cpu_marks: list[tuple[float, float]] = []  # (time, process CPU seconds)
         self.errors: list[str] = []
         self._tasks: list[asyncio.Task] = []
-        self._in_flight: dict[int, float] = {}  # loop index -> send time of its outstanding request
         self._stopping = False
+        self._next_id = 0
         self.started_at = 0.0
 
     def now(self) -> float:
@@ -59,63 +86,105 @@ class ClosedLoopLoad:
 
     def start(self) -> None:
         self.started_at = self.now()
-        self._tasks = [asyncio.create_task(self._loop(i)) for i in range(self.concurrency)]
+        self._tasks = [asyncio.create_task(self._monitor()), *self._start_tasks()]
 
-    async def _loop(self, index: int) -> None:
+    @abstractmethod
+    def _start_tasks(self) -> list[asyncio.Task]:
+        """Create the tasks that generate the load."""
+
+    async def _request(self, intended: float) -> None:
+        """Send one request scheduled at `intended`; record it, or record the error and stop the load."""
+        request_id = self._next_id
+        self._next_id += 1
+        self._in_flight[request_id] = intended
+        sent = self.now()
+        try:
+            server_ms = await asyncio.wait_for(self._send(), self.timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure fails the trial, with its message
+            if len(self.errors) < MAX_ERRORS_KEPT:
+                message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                self.errors.append(message[:500])
+            # A failed request invalidates the trial: stop loading a server that is failing.
+            self._stopping = True
+            return
+        finally:
+            self._in_flight.pop(request_id, None)
+        self._intended.append(intended)
+        self._sent.append(sent)
+        self._done.append(self.now())
+        self._server_ms.append(math.nan if server_ms is None else float(server_ms))
+
+    async def _monitor(self) -> None:
+        """A ticker: its lateness is the event loop's lag; CPU marks give the actor's own CPU use."""
         while not self._stopping:
-            sent = self.now()
-            self._in_flight[index] = sent
-            try:
-                await asyncio.wait_for(self._send(), self.timeout_s)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any failure fails the trial, with its message
-                if len(self.errors) < MAX_ERRORS_KEPT:
-                    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                    self.errors.append(message[:500])
-                # A failed request invalidates the trial: stop loading a server that is failing.
-                self._stopping = True
-                return
-            finally:
-                self._in_flight.pop(index, None)
-            self._send_s.append(sent)
-            self._done_s.append(self.now())
+            before = self.now()
+            self._cpu_marks.append((before, time.process_time()))
+            await asyncio.sleep(TICK_S)
+            after = self.now()
+            self._lags.append((after, max(0.0, after - before - TICK_S)))
 
     async def wait_warm(self, min_requests: int, min_seconds: float, timeout_s: float) -> WarmupStats:
         """Wait until `min_requests` completed and `min_seconds` passed since start."""
         deadline = self.now() + timeout_s
-        while len(self._done_s) < min_requests or self.now() - self.started_at < min_seconds:
+        while len(self._done) < min_requests or self.now() - self.started_at < min_seconds:
             self._raise_if_failed()
             if self.now() > deadline:
-                raise LoadError(f"warm-up incomplete after {timeout_s:.0f} s: {len(self._done_s)} of "
+                raise LoadError(f"warm-up incomplete after {timeout_s:.0f} s: {len(self._done)} of "
                                 f"{min_requests} requests completed")
             await asyncio.sleep(0.01)
         self._raise_if_failed()
-        first_ms = (self._done_s[0] - self._send_s[0]) * 1e3
-        return WarmupStats(len(self._done_s), self.now() - self.started_at, first_ms)
+        first_ms = (self._done[0] - self._sent[0]) * 1e3
+        return WarmupStats(len(self._done), self.now() - self.started_at, first_ms)
 
     def _raise_if_failed(self) -> None:
         if self.errors:
             raise LoadError(self.errors[0])
 
+    def _launched_through(self) -> float:
+        """Every request scheduled before this time has been sent."""
+        return self.now()
+
     async def collect(self, window_start: float, window_end: float) -> WindowSamples:
-        """Wait for the window to end and its requests to return; return the requests sent inside it."""
+        """Wait for the window to end and its requests to return; return the requests scheduled inside it."""
         await asyncio.sleep(max(0.0, window_end - self.now()))
-        while any(sent < window_end for sent in list(self._in_flight.values())):
+        while (self._launched_through() < window_end and not self._stopping) or any(
+                t < window_end for t in list(self._in_flight.values())):
             await asyncio.sleep(0.001)
         self._raise_if_failed()
-        sent = np.asarray(self._send_s)
-        done = np.asarray(self._done_s[: sent.size])
-        inside = (sent >= window_start) & (sent < window_end)
-        return WindowSamples(
+        intended = np.asarray(self._intended)
+        n = intended.size
+        inside = (intended >= window_start) & (intended < window_end)
+        samples = WindowSamples(
             window_start=window_start,
             window_end=window_end,
             images_per_request=self.images_per_request,
-            send_s=sent[inside],
-            latency_s=(done - sent)[inside],
+            intended_s=intended[inside],
+            send_s=np.asarray(self._sent[:n])[inside],
+            done_s=np.asarray(self._done[:n])[inside],
+            server_ms=np.asarray(self._server_ms[:n])[inside],
             actor=np.full(int(inside.sum()), self.actor_index, dtype=np.int32),
-            errors=list(self.errors),
+            clients=[self._health(window_start, window_end)],
         )
+        self._forget_before(window_start)
+        return samples
+
+    def _health(self, start: float, end: float) -> ClientHealth:
+        marks = [(t, cpu) for t, cpu in self._cpu_marks if start <= t <= end]
+        cpu = (marks[-1][1] - marks[0][1]) / (marks[-1][0] - marks[0][0]) if len(marks) > 1 else 0.0
+        lags = [lag for t, lag in self._lags if start <= t <= end]
+        late = sum(1 for t in self._late if start <= t < end)
+        return ClientHealth(self.actor_index, cpu, float(np.percentile(lags, 99) * 1e3) if lags else 0.0, late)
+
+    def _forget_before(self, t: float) -> None:
+        """Drop records of earlier windows so a long trial doesn't grow without bound."""
+        keep = next((i for i, v in enumerate(self._intended) if v >= t), len(self._intended))
+        for records in (self._intended, self._sent, self._done, self._server_ms):
+            del records[:keep]
+        self._lags = [x for x in self._lags if x[0] >= t]
+        self._cpu_marks = [x for x in self._cpu_marks if x[0] >= t]
+        self._late = [x for x in self._late if x >= t]
 
     async def stop(self) -> None:
         """Stop sending; in-flight requests are cancelled (they are outside every window)."""
@@ -124,3 +193,67 @@ class ClosedLoopLoad:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+
+
+class ClosedLoopLoad(LoadGenerator):
+    """`concurrency` loops, each sending its next request as soon as the last returns (perf_analyzer's
+    concurrency mode)."""
+
+    def __init__(self, send: Send, concurrency: int, timeout_s: float, images_per_request: int,
+                 actor_index: int = 0) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        super().__init__(send, timeout_s, images_per_request, actor_index)
+        self.concurrency = concurrency
+
+    def _start_tasks(self) -> list[asyncio.Task]:
+        return [asyncio.create_task(self._loop()) for _ in range(self.concurrency)]
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            await self._request(self.now())
+
+
+class OpenLoopLoad(LoadGenerator):
+    """Arrivals at `rate` requests/s, constant or Poisson, whatever the server does (MLPerf's server
+    scenario). At most `max_in_flight` requests are outstanding: an arrival that finds them all busy waits and
+    is sent late, and its latency still counts from its scheduled time."""
+
+    def __init__(self, send: Send, rate: float, arrival: str, timeout_s: float, images_per_request: int,
+                 actor_index: int = 0, max_in_flight: int = 1024, seed: int = 0) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate must be > 0, got {rate}")
+        if arrival not in ("constant", "poisson"):
+            raise ValueError(f"arrival must be constant or poisson, got {arrival!r}")
+        super().__init__(send, timeout_s, images_per_request, actor_index)
+        self.rate = rate
+        self.arrival = arrival
+        self.max_in_flight = max_in_flight
+        self._rng = np.random.default_rng(seed + actor_index)
+        self._last_launched = 0.0
+
+    def _launched_through(self) -> float:
+        return self._last_launched
+
+    def _gap(self) -> float:
+        return float(self._rng.exponential(1.0 / self.rate)) if self.arrival == "poisson" else 1.0 / self.rate
+
+    def _start_tasks(self) -> list[asyncio.Task]:
+        return [asyncio.create_task(self._schedule())]
+
+    async def _schedule(self) -> None:
+        slots = asyncio.Semaphore(self.max_in_flight)
+        pending: set[asyncio.Task] = set()
+        intended = self.now()
+        while not self._stopping:
+            intended += self._gap()
+            await asyncio.sleep(max(0.0, intended - self.now()))
+            await slots.acquire()
+            if self.now() - intended > LATE_AFTER_S:
+                self._late.append(intended)
+            task = asyncio.create_task(self._request(intended))
+            self._last_launched = intended
+            pending.add(task)
+            task.add_done_callback(lambda t: (pending.discard(t), slots.release()))
+        for task in pending:
+            task.cancel()

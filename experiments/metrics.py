@@ -39,3 +39,52 @@ def window_metrics(samples: WindowSamples, price_per_hour_usd: float) -> dict[st
                "request_count": float(samples.requests)}
     metrics.update(cost_metrics(price_per_hour_usd, metrics["throughput_img_s"]))
     return metrics
+
+
+def is_stable(values: list[float], percent: float) -> bool:
+    """perf_analyzer's rule: every value within `percent` % of their mean."""
+    mean = float(np.mean(values))
+    if mean == 0:
+        return all(v == 0 for v in values)
+    return all(abs(v - mean) / mean * 100.0 <= percent for v in values)
+
+
+def window_stats(samples: WindowSamples, latency_percentile: float) -> tuple[float, float]:
+    """(throughput img/s, latency percentile ms) of one window: what the stability rule compares."""
+    if samples.requests == 0:
+        return 0.0, float("inf")
+    return (throughput_metrics(samples)["throughput_img_s"],
+            float(np.percentile(samples.latency_s * 1e3, latency_percentile)))
+
+
+def windows_stable(windows: list[WindowSamples], percent: float, latency_percentile: float) -> bool:
+    stats = [window_stats(w, latency_percentile) for w in windows]
+    return is_stable([s[0] for s in stats], percent) and is_stable([s[1] for s in stats], percent)
+
+
+def open_loop_metrics(samples: WindowSamples, target_rate: float) -> dict[str, float]:
+    """Achieved vs target rate, late sends, and the send-time latencies that coordinated omission would show."""
+    late = sum(c.late_sends for c in samples.clients)
+    out = {"target_rate_rps": target_rate, "achieved_rate_rps": samples.requests / samples.duration_s,
+           "late_requests": float(late), "late_fraction": late / samples.requests if samples.requests else 0.0}
+    if samples.requests:
+        values = np.percentile(samples.send_latency_s * 1e3, PERCENTILES)
+        out.update({f"send_latency_p{p}_ms": float(v) for p, v in zip(PERCENTILES, values, strict=True)})
+    return out
+
+
+def client_metrics(samples: WindowSamples) -> dict[str, float]:
+    """The busiest client actor: a client near a full core measures itself, not the server."""
+    if not samples.clients:
+        return {}
+    return {"client_cpu_util_max": max(c.cpu_util for c in samples.clients),
+            "client_loop_lag_p99_ms_max": max(c.loop_lag_p99_ms for c in samples.clients)}
+
+
+def server_reported_metrics(samples: WindowSamples) -> dict[str, float]:
+    """Per-request processing time the server itself reported (Ray Serve's replica time)."""
+    reported = samples.server_ms[~np.isnan(samples.server_ms)]
+    if reported.size == 0:
+        return {}
+    return {"server_replica_ms": float(reported.mean()), "server_replica_p50_ms": float(np.percentile(reported, 50)),
+            "server_replica_p99_ms": float(np.percentile(reported, 99))}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -24,13 +24,28 @@ class Trial:
     protocol: str
     input_format: str
     batch_size: int
-    concurrency: int
+    concurrency: int  # closed-loop request loops; 0 for open loop
+    load_mode: str = "closed"  # closed | constant | poisson
+    request_rate: float = 0.0  # open loop: requests/s
+
+    @property
+    def load_label(self) -> str:
+        return f"c{self.concurrency}" if self.load_mode == "closed" else f"{self.load_mode}-r{self.request_rate:g}"
 
     @property
     def name(self) -> str:
-        """Readable run name, e.g. `rtx4090/triton_onnx/grpc/tensor/b8/c16`."""
-        return (f"{self.tier}/{self.variant}/{self.protocol}/{self.input_format}/"
-                f"b{self.batch_size}/c{self.concurrency}")
+        """Readable run name, e.g. `rtx4090/triton_onnx/grpc/tensor/b8/c16` or `.../b8/poisson-r200`."""
+        return f"{self.tier}/{self.variant}/{self.protocol}/{self.input_format}/b{self.batch_size}/{self.load_label}"
+
+    def at_load(self, load: float) -> Trial:
+        """The same operating point at another load (concurrency or rate): for the SLO search."""
+        if self.load_mode == "closed":
+            return replace(self, concurrency=int(load))
+        return replace(self, request_rate=float(load))
+
+    @property
+    def load(self) -> float:
+        return self.concurrency if self.load_mode == "closed" else self.request_rate
 
     @property
     def slug(self) -> str:
@@ -55,11 +70,13 @@ def plan_trials(cfg: Any) -> list[TrialGroup]:
     for variant in exp.backends:
         backend = cfg.backends[variant].backend
         group = TrialGroup(variant)
-        for protocol, input_format, batch, conc in itertools.product(
-            exp.protocols, exp.input_formats, exp.batch_sizes, exp.concurrency
+        loads = exp.concurrency if exp.load_mode == "closed" else exp.request_rates
+        for protocol, input_format, batch, load in itertools.product(
+            exp.protocols, exp.input_formats, exp.batch_sizes, loads
         ):
-            group.trials.append(Trial(cfg.gpu.name, cfg.model.name, backend, variant, protocol, input_format,
-                                      int(batch), int(conc)))
+            trial = Trial(cfg.gpu.name, cfg.model.name, backend, variant, protocol, input_format, int(batch), 0,
+                          exp.load_mode)
+            group.trials.append(trial.at_load(load))
         groups.append(group)
     return groups
 

@@ -32,13 +32,23 @@ class TrialRecord:
     tags: dict[str, str] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     finished_at: float | None = None
+    run_name: str | None = None  # defaults to the trial's name (SLO summaries name themselves)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. an SLO search's probes
     samples: WindowSamples | None = None
+
+    @property
+    def name(self) -> str:
+        return self.run_name or self.trial.name
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace("/", "_")
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("samples")
         data["trial"] = asdict(self.trial)
-        data["name"] = self.trial.name
+        data["name"] = self.name
         if self.samples is not None:
             data["window"] = {"start": self.samples.window_start, "end": self.samples.window_end,
                               "images_per_request": self.samples.images_per_request}
@@ -57,10 +67,14 @@ def write_record(record: TrialRecord, trial_dir: Path) -> Path:
     if record.samples is not None:
         with open(trial_dir / LATENCIES_FILE, "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(["send_epoch_s", "latency_ms", "client_actor"])
+            writer.writerow(["intended_epoch_s", "send_epoch_s", "latency_ms", "send_latency_ms", "server_ms",
+                             "client_actor"])
             s = record.samples
-            for sent, latency, actor in zip(s.send_s, s.latency_s, s.actor, strict=True):
-                writer.writerow([f"{sent:.6f}", f"{latency * 1e3:.4f}", int(actor)])
+            for row in zip(s.intended_s, s.send_s, s.latency_s, s.send_latency_s, s.server_ms, s.actor, strict=True):
+                intended, sent, latency, send_latency, server_ms, actor = row
+                writer.writerow([f"{intended:.6f}", f"{sent:.6f}", f"{latency * 1e3:.4f}",
+                                 f"{send_latency * 1e3:.4f}", "" if server_ms != server_ms else f"{server_ms:.4f}",
+                                 int(actor)])
     tmp = trial_dir / (RECORD_FILE + ".tmp")
     tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True, default=str))
     tmp.replace(trial_dir / RECORD_FILE)

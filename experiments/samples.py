@@ -8,16 +8,35 @@ import numpy as np
 
 
 @dataclass
+class ClientHealth:
+    """How busy one client actor was during a window: a busy client measures itself, not the server."""
+
+    actor: int
+    cpu_util: float  # process CPU seconds / wall seconds (1.0 = one core saturated)
+    loop_lag_p99_ms: float  # how late the event loop ran a 10 ms ticker
+    late_sends: int = 0  # open loop: requests sent later than scheduled
+
+
+@dataclass
 class WindowSamples:
-    """Requests that completed inside [window_start, window_end] (epoch seconds), from one or more actors."""
+    """Requests *scheduled* inside [window_start, window_end) (epoch seconds), from one or more actors.
+
+    `intended_s` is when a request should have gone out: in closed loop the moment its loop was free (= the
+    send time), in open loop its arrival time in the schedule. Latency from the intended time includes any
+    wait on the client side, so coordinated omission can't hide queueing; latency from the send time is
+    kept beside it to show what it would have hidden.
+    """
 
     window_start: float
     window_end: float
     images_per_request: int
-    send_s: np.ndarray  # epoch seconds each request was sent
-    latency_s: np.ndarray  # completion - send
+    intended_s: np.ndarray
+    send_s: np.ndarray
+    done_s: np.ndarray
+    server_ms: np.ndarray  # server-reported processing time per request (NaN when the server says nothing)
     actor: np.ndarray  # index of the client actor that sent it
     errors: list[str] = field(default_factory=list)
+    clients: list[ClientHealth] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:
@@ -25,26 +44,45 @@ class WindowSamples:
 
     @property
     def requests(self) -> int:
-        return int(self.latency_s.size)
+        return int(self.done_s.size)
+
+    @property
+    def latency_s(self) -> np.ndarray:
+        """From the intended send time (what a user waiting on the request experiences)."""
+        return self.done_s - self.intended_s
+
+    @property
+    def send_latency_s(self) -> np.ndarray:
+        """From the actual send time (what a client that blocks before sending would report)."""
+        return self.done_s - self.send_s
 
     @staticmethod
     def merge(parts: list[WindowSamples]) -> WindowSamples:
-        """Concatenate the raw samples of actors that measured the same window (never average percentiles)."""
+        """Concatenate raw samples (never average percentiles): several actors over the same window, or
+        consecutive windows of the same load into one longer window."""
         if not parts:
             raise ValueError("nothing to merge")
-        first = parts[0]
-        for part in parts[1:]:
-            if (part.window_start, part.window_end, part.images_per_request) != (
-                first.window_start, first.window_end, first.images_per_request
-            ):
-                raise ValueError("client actors measured different windows or batch sizes")
-        order = np.argsort(np.concatenate([p.send_s for p in parts]), kind="stable")
+        if len({p.images_per_request for p in parts}) != 1:
+            raise ValueError("cannot merge windows of different batch sizes")
+        spans = sorted({(p.window_start, p.window_end) for p in parts})
+        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            if start != end:
+                raise ValueError("windows to merge must be the same window or consecutive ones")
+        intended = np.concatenate([p.intended_s for p in parts])
+        order = np.argsort(intended, kind="stable")
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(p, name) for p in parts])[order]
+
         return WindowSamples(
-            window_start=first.window_start,
-            window_end=first.window_end,
-            images_per_request=first.images_per_request,
-            send_s=np.concatenate([p.send_s for p in parts])[order],
-            latency_s=np.concatenate([p.latency_s for p in parts])[order],
-            actor=np.concatenate([p.actor for p in parts])[order],
+            window_start=spans[0][0],
+            window_end=spans[-1][1],
+            images_per_request=parts[0].images_per_request,
+            intended_s=intended[order],
+            send_s=cat("send_s"),
+            done_s=cat("done_s"),
+            server_ms=cat("server_ms"),
+            actor=cat("actor"),
             errors=[e for p in parts for e in p.errors],
+            clients=[c for p in parts for c in p.clients],
         )

@@ -1,7 +1,8 @@
 """A server group: one backend started once on the tier's node, all its trials measured, always stopped.
 
 A failed trial (server crash, client error, timeout) is recorded with the server's log, then the server and
-the client actors are restarted so the next trial starts clean; the rest of the sweep goes on.
+the client actors are restarted so the next trial starts clean; the rest of the sweep goes on. With an SLO
+set (`experiment.slo.p99_ms`), each operating point is then searched for its highest load within it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from experiments.client_actor import ClientPool
-from experiments.plan import Trial, TrialGroup
-from experiments.records import FAILED, SKIPPED, TrialRecord
-from experiments.trial import first_line, new_record, run_trial
+from experiments.plan import Trial, TrialGroup, trial_key
+from experiments.records import FAILED, OK, SKIPPED, TrialRecord
+from experiments.slo import SloProbe, SloResult, search_slo
+from experiments.trial import first_line, measurement_settings, new_record, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.node import NodeInfo
 
@@ -41,15 +43,18 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
 
 class ServerGroup:
     def __init__(self, cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str, Any],
-                 clients: ClientPool, finish: Finish, save_server_file: Callable[[str, str], None]) -> None:
+                 clients: ClientPool, finish: Finish, save_server_file: Callable[[str, str], None],
+                 done_keys: set[str] | None = None) -> None:
         self.cfg = cfg
         self.group = group
         self.node = node
         self.clients = clients
         self.finish = finish
         self.save_server_file = save_server_file
+        self.done_keys = done_keys or set()
         self.backend = build_backend(cfg, group.variant, node, ray_options)
         self.handle: ServerHandle | None = None
+        self.measured: dict[Trial, TrialRecord] = {}
 
     def run(self, trials: list[Trial]) -> None:
         """Skip what the node can't run, start the server, measure the rest; every trial gets a record."""
@@ -60,21 +65,84 @@ class ServerGroup:
                 self.finish(new_record(self.cfg, trial, self.node, status=SKIPPED, reason=reason), {})
             else:
                 runnable.append(trial)
-        if not runnable:
+        slo_points = self._slo_points(runnable)
+        if not runnable and not slo_points:
             return
         try:
             for index, trial in enumerate(runnable):
-                if self.handle is None and not self._start(runnable[index:]):
+                if not self._measure(trial, pending=runnable[index:]):
                     return
-                record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients.actors)
-                if record.status == FAILED:
-                    log.warning("%s failed (%s): restarting %s", trial.name, record.reason, self.group.variant)
-                    self.finish(record, self._stop())
-                    self.clients.restart()
-                else:
-                    self.finish(record, {})
+            for point in slo_points:
+                self._search(point)
         finally:
             self._stop()
+
+    def _measure(self, trial: Trial, pending: list[Trial], phase: str = "grid") -> TrialRecord | None:
+        """Measure one trial (starting the server if needed); None when the server would not start."""
+        if self.handle is None and not self._start(pending):
+            return None
+        record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients)
+        if phase != "grid":
+            record.tags["phase"] = phase
+        if record.status == FAILED:
+            log.warning("%s failed (%s): restarting %s", trial.name, record.reason, self.group.variant)
+            self.finish(record, self._stop())
+            self.clients.restart()
+        else:
+            self.finish(record, {})
+            self.measured[trial] = record
+        return record
+
+    def _slo_points(self, runnable: list[Trial]) -> list[Trial]:
+        """One trial per operating point (protocol, input format, batch) that still needs an SLO search."""
+        if self.cfg.experiment.slo.p99_ms is None:
+            return []
+        points: dict[tuple, Trial] = {}
+        for trial in self.group.trials:
+            if trial in runnable or self.backend.unsupported_reason(trial.protocol, trial.input_format) is None:
+                points.setdefault((trial.protocol, trial.input_format, trial.batch_size), trial)
+        return [p for p in points.values() if self._slo_key(p) not in self.done_keys]
+
+    def _slo_key(self, point: Trial) -> str:
+        slo = OmegaConf.to_container(self.cfg.experiment.slo, resolve=True)
+        settings = OmegaConf.to_container(self.cfg.backends[point.variant], resolve=True)
+        return trial_key(point.at_load(0), {**measurement_settings(self.cfg.experiment), "slo": slo}, settings)
+
+    def _search(self, point: Trial) -> None:
+        exp = self.cfg.experiment
+        closed = point.load_mode == "closed"
+
+        def as_probe(record: TrialRecord | None) -> SloProbe | None:
+            if record is None or record.status != OK:
+                return None
+            m = record.metrics
+            return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"])
+
+        def measure_at(load: float) -> SloProbe | None:
+            trial = point.at_load(load)
+            return as_probe(self._measure(trial, pending=[trial], phase="slo_search"))
+
+        known = {t.load: as_probe(r) for t, r in self.measured.items()
+                 if (t.protocol, t.input_format, t.batch_size) == (point.protocol, point.input_format,
+                                                                   point.batch_size)}
+        lowest = 1 if closed else min(exp.request_rates)
+        limit = exp.slo.max_concurrency if closed else exp.slo.max_rate
+        log.info("SLO search p99 <= %g ms for %s", exp.slo.p99_ms, point.name)
+        result = search_slo(measure_at, exp.slo.p99_ms, lowest, limit, integer=closed, known=known)
+        self.finish(self._slo_record(point, result), {})
+
+    def _slo_record(self, point: Trial, result: SloResult) -> TrialRecord:
+        exp = self.cfg.experiment
+        base = point.at_load(0)
+        record = new_record(self.cfg, base, self.node, self.handle)
+        record.key = self._slo_key(point)
+        record.run_name = f"{base.name.rsplit('/', 1)[0]}/slo-p99-{exp.slo.p99_ms:g}ms"
+        record.params.update(slo_p99_ms=exp.slo.p99_ms, slo_load_limit=exp.slo.max_concurrency
+                             if point.load_mode == "closed" else exp.slo.max_rate)
+        record.metrics = result.metrics(float(self.cfg.gpu.price_per_hour_usd))
+        record.tags["run_level"] = "slo"
+        record.extra = {"slo": result.to_json()}
+        return record
 
     def _start(self, pending: list[Trial]) -> bool:
         """Start the server; if it won't, every pending trial fails with the reason and the server log."""

@@ -67,8 +67,8 @@ class TierSweep:
                     pending = [t for t in group.trials if not self._already_ok(t, node, done_keys)]
                     if pending:
                         ServerGroup(self.cfg, group, node, options, clients, self._finish,
-                                    lambda name, text, v=group.variant: self._save_server_file(v, name, text)
-                                    ).run(pending)
+                                    lambda name, text, v=group.variant: self._save_server_file(v, name, text),
+                                    done_keys).run(pending)
             finally:
                 clients.close()
         self.publisher.finish(FAILED if self.failed else OK)
@@ -124,7 +124,7 @@ class TierSweep:
     def _finish(self, record: TrialRecord, server_logs: dict[str, str]) -> None:
         """Persist first (nothing measured is lost), then publish to MLflow, then report progress."""
         record.finished_at = time.time()
-        trial_dir = self.folder / "trials" / record.trial.slug
+        trial_dir = self.folder / "trials" / record.slug
         if (trial_dir / SERVER_LOGS_DIR).exists():
             for old in (trial_dir / SERVER_LOGS_DIR).iterdir():
                 old.unlink()
@@ -133,13 +133,26 @@ class TierSweep:
             (trial_dir / SERVER_LOGS_DIR / name).write_text(text)
         write_record(record, trial_dir)
         self.publisher.trial(record, trial_dir)
-        self.done += 1
         self.failed += record.status == FAILED
-        m = record.metrics
-        summary = (f"p50 {m['latency_p50_ms']:.1f} ms  p99 {m['latency_p99_ms']:.1f} ms  "
-                   f"{m['throughput_img_s']:.1f} img/s  ${m['cost_per_1k_images_usd']:.4f}/1k img"
-                   if record.status == OK else f"{record.status.upper()}: {record.reason}")
-        log.info("[%d/%d] %s  %s", self.done, self.total, record.trial.name, summary)
+        if record.tags.get("run_level", "trial") != "trial" or "phase" in record.tags:
+            log.info("[slo search] %s  %s", record.name, _summary(record))
+            return
+        self.done += 1
+        log.info("[%d/%d] %s  %s", self.done, self.total, record.name, _summary(record))
+
+
+def _summary(record: TrialRecord) -> str:
+    m = record.metrics
+    if record.status != OK:
+        return f"{record.status.upper()}: {record.reason}"
+    if "slo_p99_ms" in m:
+        if not m["slo_met"]:
+            return f"no load meets p99 <= {m['slo_p99_ms']:g} ms"
+        return (f"highest load within p99 <= {m['slo_p99_ms']:g} ms: {m['slo_max_load']:g} "
+                f"({m['slo_max_throughput_img_s']:.1f} img/s, ${m['cost_per_1k_images_at_slo_usd']:.4f}/1k img)")
+    stable = "" if m.get("stable", 1) else "  (not stable)"
+    return (f"p50 {m['latency_p50_ms']:.1f} ms  p99 {m['latency_p99_ms']:.1f} ms  {m['throughput_img_s']:.1f} img/s"
+            f"  ${m['cost_per_1k_images_usd']:.4f}/1k img{stable}")
 
 
 def run_sweep(cfg: Any) -> int:

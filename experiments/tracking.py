@@ -33,8 +33,9 @@ def tracking_uri(configured: str | None) -> str:
 
 
 def default_artifact_location(uri: str) -> str | None:
-    """Artifacts next to the default SQLite store (else MLflow would write ./mlruns); servers decide their own."""
-    if uri.startswith("sqlite:///") and Path(uri.removeprefix("sqlite:///")).parent.name == DEFAULT_STORE_DIR.name:
+    """Artifacts next to a SQLite store (else MLflow would write ./mlruns wherever the sweep runs); tracking
+    servers decide their own."""
+    if uri.startswith("sqlite:///"):
         return (Path(uri.removeprefix("sqlite:///")).parent / "artifacts").resolve().as_uri()
     return None
 
@@ -110,11 +111,11 @@ class Tracker:
                   config_yaml: str) -> str:
         """One run per trial, nested under the tier run, with the raw samples and resolved config attached."""
         run_tags = {**tags, "run_level": "trial", "status": record.status, "trial_key": record.key,
-                    RUN_NAME_TAG: record.trial.name, PARENT_TAG: parent, **record.tags}
+                    RUN_NAME_TAG: record.name, PARENT_TAG: parent, **record.tags}
         if record.reason:
             run_tags["reason"] = record.reason[:5000]
         run = self.client.create_run(self.experiment_id, start_time=int(record.started_at * 1000), tags=run_tags,
-                                     run_name=record.trial.name)
+                                     run_name=record.name)
         run_id = run.info.run_id
         self._log(run_id, params=record.params, metrics=record.metrics,
                   timestamp=int((record.finished_at or time.time()) * 1000))

@@ -2,25 +2,40 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.measure import measure
-from experiments.metrics import window_metrics
+from experiments.client_actor import ClientPool
+from experiments.measure import Measurement, actors_needed, measure
+from experiments.metrics import (
+    client_metrics,
+    open_loop_metrics,
+    server_reported_metrics,
+    window_metrics,
+)
 from experiments.plan import Trial, trial_key
 from experiments.records import FAILED, OK, TrialRecord
 from serving.backend import Backend, ServerHandle
 from serving.node import NodeInfo
 
-MEASUREMENT_KEYS = ("warmup_requests", "warmup_s", "window_s", "client_actors")
+log = logging.getLogger(__name__)
+MEASUREMENT_KEYS = ("warmup_requests", "warmup_s", "window_s", "client_actors", "max_in_flight")
+
+
+def measurement_settings(exp: Any) -> dict[str, Any]:
+    """How a trial is measured: part of its identity (a change of method re-runs it on resume)."""
+    settings = {k: exp[k] for k in MEASUREMENT_KEYS}
+    settings["stability"] = OmegaConf.to_container(exp.stability, resolve=True)
+    return settings
 
 
 def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | None = None, status: str = OK,
                reason: str | None = None) -> TrialRecord:
     """A record with the trial's params (what ran, where, at what price) and its identity key."""
     exp = cfg.experiment
-    measurement = {k: exp[k] for k in MEASUREMENT_KEYS}
+    measurement = measurement_settings(exp)
     settings = OmegaConf.to_container(cfg.backends[trial.variant], resolve=True)
     params = {
         **trial.params(),
@@ -28,37 +43,66 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         "price_per_hour_usd": cfg.gpu.price_per_hour_usd,
         "server_mode": handle.server_mode if handle else _server_mode_hint(settings),
         "node_hostname": node.hostname,
-        **measurement,
+        **{k: exp[k] for k in MEASUREMENT_KEYS},
+        "stability_percent": exp.stability.percent,
+        "stability_latency_percentile": exp.stability.latency_percentile,
         **(handle.params if handle else {}),
     }
     return TrialRecord(trial=trial, key=trial_key(trial, measurement, settings), status=status, reason=reason,
                        params=params)
 
 
+def _measure_with_enough_clients(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle,
+                                 clients: ClientPool) -> Measurement:
+    """Measure; in automatic mode, add client actors while the busiest one is near a full core."""
+    exp = cfg.experiment
+    spec = backend.client_spec(handle, trial.protocol, trial.input_format, trial.batch_size)
+    actors = actors_needed(trial, exp)
+    while True:
+        result = measure(clients.ensure(actors), spec, trial, exp, probe=lambda: backend.server_counters(handle))
+        busiest = max((c.cpu_util for c in result.samples.clients), default=0.0)
+        if exp.client_actors or busiest <= exp.client_cpu_limit or actors >= exp.max_client_actors:
+            return result
+        log.info("%s: a client actor used %.0f%% of a core; measuring again with %d actors", trial.name,
+                 busiest * 100, min(exp.max_client_actors, actors * 2))
+        actors = min(exp.max_client_actors, actors * 2)
+
+
 def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, node: NodeInfo,
-              actors: list[Any]) -> TrialRecord:
+              clients: ClientPool) -> TrialRecord:
     """Measure `trial`; a client error fails this trial only (status and reason on the record)."""
     record = new_record(cfg, trial, node, handle)
-    spec = backend.client_spec(handle, trial.protocol, trial.input_format, trial.batch_size)
+    exp = cfg.experiment
     try:
-        result = measure(actors, spec, trial.concurrency, cfg.experiment)
+        result = _measure_with_enough_clients(cfg, trial, backend, handle, clients)
     except Exception as exc:  # noqa: BLE001 - any failure of the measurement fails the trial, with why
         record.status, record.reason = FAILED, f"measurement failed: {first_line(exc)}"
         return record
-    record.samples = result.samples
-    if result.samples.requests == 0:
+    samples = record.samples = result.samples
+    if samples.requests == 0:
         record.status, record.reason = FAILED, "no request completed inside the measurement window"
         return record
     record.metrics = {
-        **window_metrics(result.samples, float(cfg.gpu.price_per_hour_usd)),
+        **window_metrics(samples, float(cfg.gpu.price_per_hour_usd)),
         "payload_bytes": float(result.payload_bytes),
         "payload_bytes_per_image": result.payload_bytes / trial.batch_size,
         "warmup_s": max(w.seconds for w in result.warmup),
         "warmup_requests_done": float(sum(w.requests for w in result.warmup)),
         "first_request_ms": result.warmup[0].first_request_ms,
         "server_startup_s": handle.startup_s,
+        "windows": float(result.windows),
+        "stable": float(result.stable),
+        **client_metrics(samples),
+        **server_reported_metrics(samples),
     }
+    if trial.load_mode != "closed":
+        record.metrics.update(open_loop_metrics(samples, trial.request_rate))
+    if result.counters_before and result.counters_after:
+        record.metrics.update(backend.server_breakdown(result.counters_before, result.counters_after))
     record.params["client_actors_used"] = result.actors_used
+    record.tags["stable"] = str(result.stable).lower()
+    if record.metrics.get("client_cpu_util_max", 0.0) > exp.client_cpu_limit:
+        record.tags["client_bound"] = "true"  # even the most client actors allowed were busy: a lower bound
     return record
 
 

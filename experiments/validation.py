@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 BACKENDS = ("pytorch", "triton_onnx", "triton_trt")
 PROTOCOLS = ("http", "grpc")
 INPUT_FORMATS = ("tensor", "jpeg")
+LOAD_MODES = ("closed", "constant", "poisson")
 
 
 class ConfigError(ValueError):
@@ -47,13 +48,32 @@ def validate(cfg: Any) -> None:
     _check_list("experiment.protocols", exp.protocols, PROTOCOLS)
     _check_list("experiment.input_formats", exp.input_formats, INPUT_FORMATS)
     _check_positive_ints("experiment.batch_sizes", exp.batch_sizes, cfg.model.max_batch_size, "model.max_batch_size")
-    _check_positive_ints("experiment.concurrency", exp.concurrency)
+    if exp.load_mode not in LOAD_MODES:
+        _fail("experiment.load_mode", exp.load_mode, f"choose from {list(LOAD_MODES)}")
+    if exp.load_mode == "closed":
+        _check_positive_ints("experiment.concurrency", exp.concurrency)
+    else:
+        if not exp.request_rates:
+            _fail("experiment.request_rates", [], f"open loop ({exp.load_mode}) needs rates in requests/s, e.g. "
+                  "experiment.request_rates=[10,50]")
+        for rate in exp.request_rates:
+            if rate <= 0:
+                _fail("experiment.request_rates", rate, "every rate must be > 0 requests/s")
     for key in ("window_s", "warmup_s", "request_timeout_s", "trial_timeout_s", "client_num_cpus"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be > 0")
-    for key in ("warmup_requests", "client_actors"):
+    for key in ("warmup_requests", "max_client_actors", "client_concurrency_per_actor", "max_in_flight"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be a positive integer")
+    if exp.client_actors < 0:
+        _fail("experiment.client_actors", exp.client_actors, "0 (automatic) or a positive number of actors")
+    stability = exp.stability
+    if stability.percent <= 0 or stability.windows < 1 or stability.max_windows < stability.windows:
+        _fail("experiment.stability", dict(stability), "percent > 0, windows >= 1, max_windows >= windows")
+    if not 0 < stability.latency_percentile < 100:
+        _fail("experiment.stability.latency_percentile", stability.latency_percentile, "between 0 and 100")
+    if exp.slo.p99_ms is not None and exp.slo.p99_ms <= 0:
+        _fail("experiment.slo.p99_ms", exp.slo.p99_ms, "a latency target > 0 ms, or null for no SLO search")
     for name in exp.backends:
         if "_target_" not in cfg.backends[name]:
             _fail(f"backends.{name}._target_", None, "name the class that serves this backend")

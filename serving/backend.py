@@ -60,6 +60,14 @@ class Backend(ABC):
     def stop(self) -> dict[str, str]:
         """Stop everything started (idempotent); returns server logs by file name."""
 
+    def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
+        """Cumulative server-side counters now (e.g. Triton's metrics endpoint); None when there are none."""
+        return None
+
+    def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        """Per-request server-side metrics between two `server_counters` snapshots."""
+        return {}
+
     @abstractmethod
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         """How a client actor reaches this server for one trial."""

@@ -34,3 +34,14 @@ def example_batch(model_cfg: Any, batch_size: int, seed: int = 1) -> torch.Tenso
 
     generator = torch.Generator().manual_seed(seed)
     return torch.randn((batch_size, *model_cfg.input_shape), generator=generator, dtype=torch.float32)
+
+
+def tiny_cnn(weights: None = None, num_classes: int = 1000) -> torch.nn.Module:
+    """A ~1 ms convnet with the ResNet input/output contract: for tests and for measuring the client and the
+    transport, where a real model's compute would hide their costs."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(3, 8, kernel_size=3, stride=4, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(8, num_classes),
+    )

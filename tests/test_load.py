@@ -1,4 +1,5 @@
-"""The closed-loop generator against an in-process asyncio server with a known service time."""
+"""The load generators against servers with a known service time: an in-process asyncio queue for the closed
+loop, and a real HTTP server on loopback for the open loop's coordinated-omission check."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from experiments.load import ClosedLoopLoad, LoadError
+from experiments.load import ClosedLoopLoad, LoadError, OpenLoopLoad
 
 
 class SlowServer:
@@ -20,27 +21,30 @@ class SlowServer:
         self.lock = asyncio.Lock()
         self.served = 0
 
-    async def infer(self) -> None:
+    async def infer(self) -> float:
         async with self.lock:
             extra = self.first_extra_s if self.served == 0 else 0.0
             await asyncio.sleep(self.service_s + extra)
             self.served += 1
             if self.fail_after is not None and self.served > self.fail_after:
                 raise ConnectionError("server went away")
+        return self.service_s * 1e3
 
 
-async def _run(server: SlowServer, concurrency: int, window_s: float = 1.0):
-    load = ClosedLoopLoad(server.infer, concurrency, timeout_s=5, images_per_request=2)
+async def _run(load, window_s: float = 1.0, windows: int = 1):
     load.start()
     warm = await load.wait_warm(min_requests=3, min_seconds=0.2, timeout_s=10)
     start = load.now() + 0.01
-    samples = await load.collect(start, start + window_s)
+    parts = []
+    for i in range(windows):
+        parts.append(await load.collect(start + i * window_s, start + (i + 1) * window_s))
     await load.stop()
-    return warm, samples
+    return warm, parts
 
 
 def test_closed_loop_measures_a_single_server_queue() -> None:
-    warm, samples = asyncio.run(_run(SlowServer(service_s=0.02, first_extra_s=0.3), concurrency=4))
+    server = SlowServer(service_s=0.02, first_extra_s=0.3)
+    warm, (samples,) = asyncio.run(_run(ClosedLoopLoad(server.infer, 4, timeout_s=5, images_per_request=2)))
     # Warm-up saw the slow first request; the window did not.
     assert warm.first_request_ms >= 300
     assert samples.latency_s.max() < 0.25
@@ -49,15 +53,81 @@ def test_closed_loop_measures_a_single_server_queue() -> None:
     assert 35 <= rate <= 52
     assert 0.06 <= float(np.median(samples.latency_s)) <= 0.12
     assert samples.images_per_request == 2
-    assert np.all((samples.send_s >= samples.window_start) & (samples.send_s < samples.window_end))
+    assert np.all((samples.intended_s >= samples.window_start) & (samples.intended_s < samples.window_end))
+    assert np.allclose(samples.server_ms, 20.0)  # the server-reported time travels with each sample
+    (health,) = samples.clients
+    assert 0 <= health.cpu_util < 1.0 and health.loop_lag_p99_ms >= 0
+
+
+def test_consecutive_windows_share_no_request() -> None:
+    server = SlowServer(service_s=0.01)
+    _, parts = asyncio.run(_run(ClosedLoopLoad(server.infer, 2, timeout_s=5, images_per_request=1), 0.5, 3))
+    sent = np.concatenate([p.intended_s for p in parts])
+    assert len(np.unique(sent)) == len(sent) and all(p.requests > 10 for p in parts)
 
 
 def test_a_failed_request_stops_the_load_and_is_reported() -> None:
     with pytest.raises(LoadError, match="server went away"):
-        asyncio.run(_run(SlowServer(service_s=0.005, fail_after=1), concurrency=2))
+        asyncio.run(_run(ClosedLoopLoad(SlowServer(0.005, fail_after=1).infer, 2, 5, 1)))
 
 
 def test_a_failure_inside_the_window_fails_the_window() -> None:
     """Partial samples of a window in which the server failed must never pass for a measurement."""
     with pytest.raises(LoadError, match="server went away"):
-        asyncio.run(_run(SlowServer(service_s=0.01, fail_after=40), concurrency=1, window_s=1.0))
+        asyncio.run(_run(ClosedLoopLoad(SlowServer(0.01, fail_after=40).infer, 1, 5, 1)))
+
+
+@pytest.mark.parametrize("arrival", ["constant", "poisson"])
+def test_open_loop_hits_its_target_rate_on_a_fast_server(arrival: str) -> None:
+    server = SlowServer(service_s=0.001)
+    load = OpenLoopLoad(server.infer, rate=100, arrival=arrival, timeout_s=5, images_per_request=1)
+    _, parts = asyncio.run(_run(load, window_s=1.0, windows=2))
+    achieved = sum(p.requests for p in parts) / 2.0
+    assert 80 <= achieved <= 120
+    for part in parts:  # never negative: a request can't be sent before it is due
+        assert np.all(part.send_s >= part.intended_s - 1e-6)
+        assert np.all(part.latency_s >= part.send_latency_s - 1e-9)
+
+
+def test_open_loop_exposes_queueing_that_send_time_latency_hides() -> None:
+    """Coordinated omission: against a slow server on loopback, a client that can only have one request in
+    flight sends late; from the send time every request looks like one service time, from the intended time
+    the queue behind the slow server shows."""
+    aiohttp = pytest.importorskip("aiohttp")
+    from aiohttp import web
+
+    async def scenario():
+        lock = asyncio.Lock()
+
+        async def handler(request: web.Request) -> web.Response:
+            async with lock:  # one request at a time, 20 ms each: 50 requests/s at most
+                await asyncio.sleep(0.02)
+            return web.Response(body=b"ok")
+
+        app = web.Application()
+        app.router.add_post("/infer", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        async with aiohttp.ClientSession() as session:
+            async def send() -> None:
+                async with session.post(f"http://127.0.0.1:{port}/infer", data=b"x") as response:
+                    await response.read()
+
+            load = OpenLoopLoad(send, rate=45, arrival="poisson", timeout_s=10, images_per_request=1,
+                                max_in_flight=1, seed=3)
+            try:
+                return await _run(load, window_s=2.0)
+            finally:
+                await runner.cleanup()
+
+    _, (samples,) = asyncio.run(scenario())
+    intended_p99 = np.percentile(samples.latency_s, 99)
+    send_p99 = np.percentile(samples.send_latency_s, 99)
+    # Once sent, a request takes about one service time (20 ms; generous bound for a busy machine) ...
+    assert np.median(samples.send_latency_s) < 0.1
+    # ... but the wait before it could be sent is queueing the user saw, and only intended times show it.
+    assert intended_p99 > 2 * send_p99
+    assert sum(c.late_sends for c in samples.clients) > 0

@@ -5,15 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.metrics import cost_metrics, window_metrics
+from experiments.metrics import cost_metrics, is_stable, window_metrics, windows_stable
 from experiments.samples import WindowSamples
 
 
 def _samples(latencies_ms: list[float], start: float = 100.0, end: float = 110.0, batch: int = 4,
              actor: int = 0) -> WindowSamples:
     n = len(latencies_ms)
-    return WindowSamples(start, end, batch, np.linspace(start, end - 1, n), np.asarray(latencies_ms) / 1e3,
-                         np.full(n, actor))
+    sent = np.linspace(start, end - 1, n)
+    return WindowSamples(start, end, batch, intended_s=sent, send_s=sent, done_s=sent + np.asarray(latencies_ms) / 1e3,
+                         server_ms=np.full(n, np.nan), actor=np.full(n, actor))
 
 
 def test_percentiles_throughput_and_cost() -> None:
@@ -42,6 +43,29 @@ def test_merge_keeps_every_raw_sample() -> None:
     assert window_metrics(merged, 1.0)["latency_p50_ms"] == pytest.approx(25.0)
 
 
-def test_merge_refuses_different_windows() -> None:
+def test_merge_refuses_windows_that_are_neither_the_same_nor_consecutive() -> None:
     with pytest.raises(ValueError):
         WindowSamples.merge([_samples([1.0]), _samples([1.0], start=101.0)])
+    with pytest.raises(ValueError):
+        WindowSamples.merge([_samples([1.0], 100, 110), _samples([1.0], 111, 121)])
+
+
+def test_consecutive_windows_merge_into_one_longer_window() -> None:
+    merged = WindowSamples.merge([_samples([1.0, 2.0], 100, 110), _samples([3.0, 4.0], 110, 120)])
+    assert (merged.window_start, merged.window_end, merged.requests) == (100, 120, 4)
+    assert window_metrics(merged, 1.0)["requests_s"] == pytest.approx(0.2)
+
+
+def test_stability_rule_is_every_value_within_percent_of_the_mean() -> None:
+    assert is_stable([100, 105, 95], 10)
+    assert not is_stable([100, 100, 125], 10)  # mean 108.3: 125 is 15 % off
+    assert is_stable([100, 108, 92], 10) and not is_stable([100, 112, 88], 10)
+
+
+def test_windows_are_stable_only_when_throughput_and_latency_agree() -> None:
+    steady = [_samples([10.0] * 50), _samples([10.5] * 50), _samples([9.8] * 50)]
+    assert windows_stable(steady, percent=10, latency_percentile=95)
+    slower = [_samples([10.0] * 50), _samples([10.0] * 50), _samples([14.0] * 50)]  # same rate, latency drifts
+    assert not windows_stable(slower, percent=10, latency_percentile=95)
+    fewer = [_samples([10.0] * 50), _samples([10.0] * 50), _samples([10.0] * 35)]  # same latency, rate drops
+    assert not windows_stable(fewer, percent=10, latency_percentile=95)

@@ -32,7 +32,9 @@ def finished_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Mlflo
         "experiment.input_formats=[tensor,jpeg]",
         "experiment.batch_sizes=[1,2]",
         "experiment.concurrency=[1,2]",
-        "experiment.window_s=1.0",
+        "experiment.window_s=0.75",
+        "experiment.stability.windows=2",
+        "experiment.stability.max_windows=2",
         "experiment.warmup_s=0.3",
         "experiment.warmup_requests=2",
     ])
@@ -92,6 +94,14 @@ def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
         expected_mode = "ray_serve" if params["backend"] == "pytorch" else "triton_python_backend"
         assert params["server_mode"] == expected_mode
         assert params["gpu_name"].startswith("CPU: ")
+        assert m["windows"] == 2 and run.data.tags["stable"] in ("true", "false")
+        assert 0 <= m["client_cpu_util_max"] < 2
+        if params["backend"] == "triton_onnx":  # deltas of Triton's metrics endpoint around the windows
+            assert m["server_requests"] > 0
+            assert 0 < m["server_compute_infer_ms"] <= m["server_request_ms"] < m["latency_p99_ms"]
+            assert m["server_queue_ms"] >= 0 and m["server_batch_avg"] == pytest.approx(int(params["batch_size"]))
+        else:  # the replica's own time, reported per request
+            assert 0 < m["server_replica_p50_ms"] < m["latency_p99_ms"]
 
 
 def test_tensorrt_is_skipped_with_a_reason_without_a_gpu(finished_sweep) -> None:

@@ -54,8 +54,9 @@ class InferenceClient(ABC):
         """Create connections; called inside the event loop that will send the requests."""
 
     @abstractmethod
-    async def infer(self) -> None:
-        """Send one request and check the response; raises on any error."""
+    async def infer(self) -> float | None:
+        """Send one request and check the response; raises on any error. Returns the processing time the
+        server reported for it in ms (e.g. Ray Serve's replica time), or None when it reports none."""
 
     @abstractmethod
     async def close(self) -> None:

@@ -26,7 +26,7 @@ class TritonGrpcClient(InferenceClient):
         self._inputs[0].set_data_from_numpy(self._batch)
         self._outputs = [grpc.InferRequestedOutput(self.spec.output_name)]
 
-    async def infer(self) -> None:
+    async def infer(self) -> None:  # server-side time comes from Triton's metrics endpoint
         result = await self._client.infer(
             self.spec.model_name, self._inputs, outputs=self._outputs, client_timeout=self.spec.timeout_s
         )

@@ -27,7 +27,7 @@ class TritonHttpClient(InferenceClient):
         self._inputs[0].set_data_from_numpy(self._batch, binary_data=True)
         self._outputs = [http.InferRequestedOutput(self.spec.output_name, binary_data=True)]
 
-    async def infer(self) -> None:
+    async def infer(self) -> None:  # server-side time comes from Triton's metrics endpoint
         result = await self._client.infer(self.spec.model_name, self._inputs, outputs=self._outputs)
         self.check_logits(result.as_numpy(self.spec.output_name))
 

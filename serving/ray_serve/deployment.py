@@ -18,9 +18,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 
-from serving.clients.ray_serve_http import JPEG_CONTENT_TYPE, LENGTHS_HEADER, TENSOR_CONTENT_TYPE
-
-TIMING_HEADER = "Server-Timing"
+from serving.clients.ray_serve_http import JPEG_CONTENT_TYPE, LENGTHS_HEADER, TENSOR_CONTENT_TYPE, TIMING_HEADER
 
 
 def split_jpegs(body: bytes, lengths_header: str) -> list[bytes]:

@@ -96,5 +96,16 @@ class TritonBackend(Backend):
         finally:
             ray.kill(actor)
 
+    def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
+        import ray
+
+        # Scraped on the server's node: the metrics port listens on the node's loopback.
+        return ray.get(self._actor.counters.remote(), timeout=30)
+
+    def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        from serving.triton.metrics import breakdown
+
+        return breakdown(before, after)
+
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         return self._spec(CLIENTS[protocol], handle.urls[protocol], self.context.model.name, input_format, batch_size)

@@ -73,5 +73,11 @@ class TritonServerHost:
         shutil.rmtree(self.work_dir, ignore_errors=True)
         return logs
 
+    def counters(self) -> dict[str, float]:
+        from serving.triton.metrics import scrape
+
+        assert self.server is not None and self.server.endpoints is not None
+        return scrape(self.server.endpoints.metrics_url, self.model.name)
+
     def alive(self) -> bool:
         return self.server is not None and self.server.alive()

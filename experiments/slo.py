@@ -1,0 +1,79 @@
+"""SLO search: the highest load (concurrency, or rate in open loop) whose p99 stays within a target.
+
+Doubling from the lowest load until p99 breaks the target (or the load limit is hit), then bisection between
+the last load that met it and the first that didn't. Every probe is a real measured trial; loads already
+measured by the grid are reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+# Bisection stops when the open-loop rate is known to within this fraction.
+RATE_PRECISION = 0.05
+
+
+@dataclass(frozen=True)
+class SloProbe:
+    load: float
+    p99_ms: float
+    throughput_img_s: float
+
+
+@dataclass
+class SloResult:
+    slo_p99_ms: float
+    best: SloProbe | None  # the highest load that met the SLO; None when even the lowest did not
+    probes: list[SloProbe] = field(default_factory=list)
+    limited: bool = False  # the search stopped at the configured load limit, still within the SLO
+
+    def metrics(self, price_per_hour_usd: float) -> dict[str, float]:
+        out = {"slo_p99_ms": self.slo_p99_ms, "slo_probes": float(len(self.probes)),
+               "slo_met": float(self.best is not None), "slo_limited": float(self.limited)}
+        if self.best is not None:
+            out.update(slo_max_load=self.best.load, slo_max_throughput_img_s=self.best.throughput_img_s,
+                       slo_p99_at_max_ms=self.best.p99_ms)
+            if self.best.throughput_img_s > 0:
+                out["cost_per_1k_images_at_slo_usd"] = price_per_hour_usd / 3600 / self.best.throughput_img_s * 1000
+        return out
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float, lowest: float, limit: float,
+               integer: bool, known: dict[float, SloProbe] | None = None) -> SloResult:
+    """`measure_at(load)` measures one load (None when that measurement failed, which counts as a miss)."""
+    probes: dict[float, SloProbe | None] = dict(known or {})
+
+    def probe(load: float) -> SloProbe | None:
+        if load not in probes:
+            probes[load] = measure_at(load)
+        return probes[load]
+
+    def meets(result: SloProbe | None) -> bool:
+        return result is not None and result.p99_ms <= slo_p99_ms
+
+    good: float | None = None
+    bad: float | None = None
+    load = lowest
+    while True:
+        if meets(probe(load)):
+            good = load
+            if load >= limit:
+                break
+            load = min(limit, load * 2)
+        else:
+            bad = load
+            break
+    if good is not None and bad is not None:
+        while (bad - good > 1) if integer else (bad - good > RATE_PRECISION * good):
+            middle = (good + bad) // 2 if integer else (good + bad) / 2
+            if meets(probe(middle)):
+                good = middle
+            else:
+                bad = middle
+    measured = [p for p in probes.values() if p is not None]
+    return SloResult(slo_p99_ms, probes.get(good) if good is not None else None,
+                     sorted(measured, key=lambda p: p.load), limited=good is not None and bad is None)

@@ -1,0 +1,45 @@
+"""Open-loop load and the SLO search on a real Triton, end to end into MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from experiments.sweep import run_sweep
+from tests.conftest import compose_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_poisson_load_and_slo_search_are_logged(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = compose_config([
+        "sweep_id=open-loop", f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store}", "model=tiny",
+        "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
+        "experiment.batch_sizes=[1]", "experiment.load_mode=poisson", "experiment.request_rates=[20]",
+        "experiment.window_s=3", "experiment.stability.windows=1", "experiment.warmup_s=0.3",
+        "experiment.warmup_requests=2", "experiment.slo.p99_ms=10000", "experiment.slo.max_rate=80",
+    ])
+    assert run_sweep(cfg) == 0
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("tierbench")
+    trials = client.search_runs([exp.experiment_id], "tags.run_level = 'trial'")
+    grid = [r for r in trials if "phase" not in r.data.tags]
+    (run,) = grid
+    assert run.info.run_name == "local/triton_onnx/grpc/tensor/b1/poisson-r20"
+    m = run.data.metrics
+    assert run.data.params["load_mode"] == "poisson" and m["target_rate_rps"] == 20
+    assert 10 <= m["achieved_rate_rps"] <= 30  # ~60 Poisson arrivals in the 3 s window
+    assert m["late_requests"] >= 0 and "send_latency_p99_ms" in m
+    assert m["latency_p99_ms"] >= m["send_latency_p99_ms"] - 1e-6  # intended-time latency includes any wait
+
+    probes = sorted(r.data.params["request_rate"] for r in trials if r.data.tags.get("phase") == "slo_search")
+    assert probes == ["40.0", "80.0"]  # doubling from the grid's 20 req/s to the limit (20 is reused)
+    (slo,) = client.search_runs([exp.experiment_id], "tags.run_level = 'slo'")
+    assert slo.info.run_name == "local/triton_onnx/grpc/tensor/b1/slo-p99-10000ms"
+    s = slo.data.metrics
+    assert s["slo_met"] == 1 and s["slo_limited"] == 1 and s["slo_max_load"] == 80
+    assert s["cost_per_1k_images_at_slo_usd"] == pytest.approx(
+        float(slo.data.params["price_per_hour_usd"]) / 3600 / s["slo_max_throughput_img_s"] * 1000)

@@ -1,0 +1,47 @@
+"""The SLO search finds the highest load within the p99 target with few probes, reusing known loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.slo import SloProbe, search_slo
+
+
+def _model(load: float) -> SloProbe:
+    """A server whose p99 grows linearly with load and whose throughput saturates at 400 img/s."""
+    return SloProbe(load, p99_ms=10 + 5 * load, throughput_img_s=min(400.0, 50.0 * load))
+
+
+def test_finds_the_highest_concurrency_within_the_target() -> None:
+    calls = []
+    result = search_slo(lambda c: calls.append(c) or _model(c), slo_p99_ms=50, lowest=1, limit=64, integer=True)
+    assert result.best == _model(8)  # 10 + 5 * 8 = 50 ms; 9 would be 55 ms
+    assert calls == [1, 2, 4, 8, 16, 12, 10, 9]
+    m = result.metrics(price_per_hour_usd=3.6)
+    assert m["slo_max_throughput_img_s"] == 400 and m["slo_max_load"] == 8
+    assert m["cost_per_1k_images_at_slo_usd"] == pytest.approx(3.6 / 3600 / 400 * 1000)
+
+
+def test_reuses_loads_the_grid_already_measured() -> None:
+    calls = []
+    known = {1: _model(1), 2: _model(2), 4: _model(4)}
+    result = search_slo(lambda c: calls.append(c) or _model(c), 50, 1, 64, True, known=known)
+    assert result.best.load == 8 and 1 not in calls and 4 not in calls
+
+
+def test_open_loop_rate_is_bisected_to_five_percent() -> None:
+    result = search_slo(_model, slo_p99_ms=50, lowest=1.0, limit=64.0, integer=False)
+    assert 8 * 0.95 <= result.best.load <= 8
+
+
+def test_a_target_no_load_meets_and_one_every_load_meets() -> None:
+    none = search_slo(_model, slo_p99_ms=5, lowest=1, limit=64, integer=True)
+    assert none.best is None and none.metrics(1.0)["slo_met"] == 0
+    assert "cost_per_1k_images_at_slo_usd" not in none.metrics(1.0)
+    every = search_slo(_model, slo_p99_ms=10_000, lowest=1, limit=64, integer=True)
+    assert every.best.load == 64 and every.limited
+
+
+def test_a_failed_measurement_counts_as_a_miss() -> None:
+    result = search_slo(lambda c: None if c >= 4 else _model(c), 50, 1, 64, True)
+    assert result.best.load == 3
