@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from experiments.plan import TrialGroup
 from experiments.records import FAILED, SKIPPED, TrialRecord
+from experiments.telemetry import GpuTelemetry, start_gpu_telemetry
 from experiments.trial import new_record, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.node import NodeInfo
@@ -25,6 +26,7 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
         name=name, model=cfg.model, node=node, ray_options=ray_options, host=serving.host,
         start_timeout_s=serving.start_timeout_s, stop_timeout_s=serving.stop_timeout_s,
         triton_server=serving.triton_server, request_timeout_s=cfg.experiment.request_timeout_s,
+        warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
     )
     settings = OmegaConf.to_container(cfg.backends[name], resolve=True)
     settings.pop("backend")
@@ -45,18 +47,22 @@ def run_group(cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str
     if not runnable:
         return
     handle: ServerHandle | None = None
+    telemetry: GpuTelemetry | None = None
     try:
         log.info("starting %s on %s for %d trials", group.variant, node.hostname, len(runnable))
         handle = backend.start()
         for name, text in handle.artifacts.items():
             save_server_file(name, text)
+        telemetry = start_gpu_telemetry(cfg.telemetry, handle, node, ray_options)
         while runnable:
-            finish(run_trial(cfg, runnable[0], backend, handle, node, actors))
+            finish(run_trial(cfg, runnable[0], backend, handle, node, actors, telemetry))
             runnable.pop(0)
     except Exception as exc:  # noqa: BLE001 - the server group failed: its remaining trials fail with why
         log.error("%s failed: %s", group.variant, exc)
         for trial in runnable:
             finish(new_record(cfg, trial, node, handle, status=FAILED, reason=f"{group.variant} server failed: {exc}"))
     finally:
+        if telemetry is not None:
+            telemetry.stop()
         for name, text in backend.stop().items():
             save_server_file(name, text)

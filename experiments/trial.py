@@ -10,6 +10,7 @@ from experiments.measure import measure
 from experiments.metrics import window_metrics
 from experiments.plan import Trial, trial_key
 from experiments.records import FAILED, OK, TrialRecord
+from experiments.telemetry import GpuTelemetry, gpu_params
 from serving.backend import Backend, ServerHandle
 from serving.node import NodeInfo
 
@@ -28,6 +29,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         "price_per_hour_usd": cfg.gpu.price_per_hour_usd,
         "server_mode": handle.server_mode if handle else _server_mode_hint(settings),
         "node_hostname": node.hostname,
+        **gpu_params(node),
         **measurement,
         **(handle.params if handle else {}),
     }
@@ -36,8 +38,11 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
 
 
 def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, node: NodeInfo,
-              actors: list[Any]) -> TrialRecord:
-    """Measure `trial`; a client error fails this trial only (status and reason on the record)."""
+              actors: list[Any], telemetry: GpuTelemetry | None = None) -> TrialRecord:
+    """Measure `trial`; a client error fails this trial only (status and reason on the record).
+
+    With `telemetry` (GPU nodes), the GPU's utilisation, memory, power and energy over the same window join
+    the metrics."""
     record = new_record(cfg, trial, node, handle)
     spec = backend.client_spec(handle, trial.protocol, trial.input_format, trial.batch_size)
     try:
@@ -57,7 +62,12 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
         "warmup_requests_done": float(sum(w.requests for w in result.warmup)),
         "first_request_ms": result.warmup[0].first_request_ms,
         "server_startup_s": handle.startup_s,
+        **handle.metrics,
     }
+    if telemetry is not None:
+        window = result.samples
+        record.metrics.update(telemetry.window_metrics(window.window_start, window.window_end,
+                                                       window.requests * window.images_per_request))
     record.params["client_actors_used"] = result.actors_used
     return record
 
