@@ -11,6 +11,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 ENGINE_SUFFIX = ".engine"
@@ -26,11 +27,25 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tierbench"
 
 
-def engine_cache_key(server_kind: str, fp16: bool, profile: tuple[int, int, int], fingerprint: str) -> str:
-    """What an engine depends on beyond the GPU: the server (its TensorRT build), precision, batch profile and
-    the exported model. TensorRT engines are not portable across any of these."""
+def engine_cache_key(runtime: str, fp16: bool, profile: tuple[int, int, int], fingerprint: str) -> str:
+    """What an engine depends on beyond the GPU: the runtime that builds it (`runtime_tag`), precision, batch
+    profile and the exported model. TensorRT engines are not portable across any of these."""
     low, opt, high = profile
-    return f"{server_kind}-{'fp16' if fp16 else 'fp32'}-b{low}-{opt}-{high}-{fingerprint[:8]}"
+    return f"{runtime}-{'fp16' if fp16 else 'fp32'}-b{low}-{opt}-{high}-{fingerprint[:8]}"
+
+
+def runtime_tag(server_kind: str) -> str:
+    """The ONNX Runtime + TensorRT build that serves, as far as this node can tell: NVIDIA's container names
+    its Triton release (which pins both); the bundled server uses the installed onnxruntime-gpu and TensorRT."""
+    if server_kind == "native":
+        return f"native{os.environ.get('TRITON_SERVER_VERSION', '')}"
+    from importlib import metadata
+
+    ort = next((d.version for d in metadata.distributions() if (d.metadata["Name"] or "").lower().startswith(
+        "onnxruntime")), "unknown")
+    trt = next((d.version for d in metadata.distributions() if re.fullmatch(
+        r"tensorrt[-_]cu\d+[-_]libs", (d.metadata["Name"] or "").lower())), "system")
+    return f"ort{ort}-trt{trt}"
 
 
 def engine_cache_dir(root: str | None, model: str, gpu_name: str, key: str) -> Path:
@@ -55,9 +70,11 @@ def cache_status(before: dict[str, int], after: dict[str, int]) -> str:
 
 
 def tensorrt_library_dirs() -> list[str]:
-    """Folders of TensorRT's pip wheels (`tensorrt_libs`), which are not on the loader's path by default."""
-    spec = importlib.util.find_spec("tensorrt_libs")
-    return list(spec.submodule_search_locations or []) if spec else []
+    """Folders of TensorRT's pip wheels (`tensorrt_libs`, in site-packages), which are not on the loader's path
+    by default; matched by the libraries they hold, whatever the CUDA suffix of the package."""
+    found = {str(lib.parent) for entry in sys.path if entry and Path(entry).is_dir()
+             for lib in Path(entry).glob("tensorrt*libs/libnvinfer.so.*")}
+    return sorted(found)
 
 
 def nvidia_library_dirs() -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,9 @@ from serving.accelerators import (
     engine_files,
     missing_libraries,
     ort_tensorrt_missing_libs,
+    runtime_tag,
     slug,
+    tensorrt_library_dirs,
 )
 from serving.backend import BackendContext
 from serving.node import NodeInfo
@@ -160,13 +163,19 @@ def test_gpu_variants_are_entries_of_their_contract_backend() -> None:
 
 def test_engine_cache_is_per_model_gpu_and_engine_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    key = engine_cache_key("bundled", True, (1, 8, 32), "0123456789abcdef")
-    assert key == "bundled-fp16-b1-8-32-01234567"
+    key = engine_cache_key("ort1.31.1-trt10.16.1.11", True, (1, 8, 32), "0123456789abcdef")
+    assert key == "ort1.31.1-trt10.16.1.11-fp16-b1-8-32-01234567"
     assert engine_cache_dir(None, "resnet18", "NVIDIA GeForce RTX 4090", key) == (
         tmp_path / "tierbench" / "trt" / "resnet18" / "nvidia-geforce-rtx-4090" / key)
     assert engine_cache_dir("/data/trt", "resnet18", "NVIDIA A100-SXM4-80GB", key) == Path(
         "/data/trt/resnet18/nvidia-a100-sxm4-80gb") / key
     assert slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def test_engines_of_another_runtime_never_share_a_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_SERVER_VERSION", "2.59.0")
+    assert runtime_tag("native") == "native2.59.0"
+    assert runtime_tag("bundled").startswith("ort") and "-trt" in runtime_tag("bundled")
 
 
 def test_cache_status_tells_a_hit_from_a_build(tmp_path: Path) -> None:
@@ -203,3 +212,11 @@ def test_missing_libraries_names_what_the_loader_cannot_find(tmp_path: Path) -> 
     user = tmp_path / "libtbuser.so"
     assert missing_libraries(user, [str(tmp_path)]) == ()
     assert missing_libraries(user, []) == ("libtbdep.so.7",)
+
+
+def test_tensorrt_wheel_libraries_are_found_on_sys_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    libs = tmp_path / "tensorrt_libs"
+    libs.mkdir()
+    (libs / "libnvinfer.so.10").write_bytes(b"")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    assert str(libs) in tensorrt_library_dirs()

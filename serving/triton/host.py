@@ -7,18 +7,21 @@ which the child's parent-death signal is tied to.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
+from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files, runtime_tag
 from serving.export import ensure_onnx
 from serving.triton.installation import find_installation
 from serving.triton.repository import TritonVariant, render_repository
@@ -33,6 +36,17 @@ def _node_model_repository(preferred: str) -> Path:
     if path.is_dir():
         return path
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tierbench" / "model_repository"
+
+
+@contextmanager
+def _cache_lock(cache_dir: Path | None) -> Iterator[None]:
+    """Hold the engine cache folder while a server builds or loads from it; nothing to hold without a cache."""
+    if cache_dir is None:
+        yield
+        return
+    with open(cache_dir / ".tierbench.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _gpu_name(gpu_ids: list[int]) -> str:
@@ -73,7 +87,7 @@ class TritonServerHost:
         settings["warmup_batch_sizes"] = tuple(settings.get("warmup_batch_sizes") or ())
         cache_dir = None
         if settings["accelerator"] == "tensorrt" and use_cache:
-            key = engine_cache_key(installation.kind, settings.get("fp16", False),
+            key = engine_cache_key(runtime_tag(installation.kind), settings.get("fp16", False),
                                    settings["trt_profile"] or (1, 1, int(self.model.max_batch_size)),
                                    export.fingerprint)
             cache_dir = engine_cache_dir(cache_root, self.model.name, gpu_name, key)
@@ -84,10 +98,12 @@ class TritonServerHost:
                                        variant)
         self.server = TritonServer(installation, repository, self.model.name, self.work_dir / "tritonserver.log",
                                    host=self.host)
-        before = engine_files(cache_dir) if cache_dir else {}
-        server_started = time.monotonic()
-        endpoints = self.server.start(timeout_s)  # ready only after the warm-up requests ran (model_warmup)
-        ready_s = time.monotonic() - server_started
+        with _cache_lock(cache_dir):  # one engine build per cache folder at a time (several tiers, one node)
+            before = engine_files(cache_dir) if cache_dir else {}
+            server_started = time.monotonic()
+            endpoints = self.server.start(timeout_s)  # ready only after the warm-up requests ran (model_warmup)
+            ready_s = time.monotonic() - server_started
+            after = engine_files(cache_dir) if cache_dir else {}
         info: dict[str, Any] = {
             "endpoints": asdict(endpoints),
             "server_mode": installation.server_mode,
@@ -100,7 +116,6 @@ class TritonServerHost:
             "gpu_name": gpu_name,
         }
         if cache_dir is not None:
-            after = engine_files(cache_dir)
             info["engine_cache"] = {"dir": str(cache_dir), "status": cache_status(before, after),
                                     "files": len(after)}
             log.info("TensorRT engine cache %s: %s (%d engine files)", cache_dir, info["engine_cache"]["status"],

@@ -12,9 +12,9 @@ fall back to the CUDA or CPU provider with a warning, and a `triton_trt` trial w
 
 import ctypes
 import glob
-import importlib.util
 import json
 import os
+import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -34,8 +34,9 @@ def _preload_gpu_libraries(providers: list) -> None:
         ort.preload_dlls()
     if "TensorrtExecutionProvider" not in providers:
         return
-    spec = importlib.util.find_spec("tensorrt_libs")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
+    folders = {os.path.dirname(lib) for entry in sys.path if entry and os.path.isdir(entry)
+               for lib in glob.glob(os.path.join(entry, "tensorrt*libs", "libnvinfer.so.*"))}
+    for folder in sorted(folders):
         for pattern in ("libnvinfer.so.*", "libnvinfer_plugin.so.*", "libnvonnxparser.so.*"):
             for path in sorted(glob.glob(os.path.join(folder, pattern))):
                 ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
