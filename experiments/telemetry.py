@@ -12,6 +12,8 @@ trial's window (epoch seconds, the clients' window) and gets back only the summa
   else mean power x window length; `energy_per_image_j` divides it by the images completed in the window.
 
 A node without a GPU (or without NVML) gets no telemetry: the metrics are absent, never zero.
+Ray's GPU ids are taken as NVML indices (Ray detects GPUs through NVML); on nodes mixing GPU models set
+CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers them the same way.
 """
 
 from __future__ import annotations

@@ -52,6 +52,8 @@ def validate(cfg: Any) -> None:
     for key in ("warmup_requests", "client_actors"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be a positive integer")
+    if cfg.telemetry.sample_hz <= 0:
+        _fail("telemetry.sample_hz", cfg.telemetry.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")
     for name in exp.backends:
         if "_target_" not in cfg.backends[name]:
             _fail(f"backends.{name}._target_", None, "name the class that serves this backend")

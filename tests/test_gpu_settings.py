@@ -220,3 +220,20 @@ def test_tensorrt_wheel_libraries_are_found_on_sys_path(monkeypatch: pytest.Monk
     (libs / "libnvinfer.so.10").write_bytes(b"")
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
     assert str(libs) in tensorrt_library_dirs()
+
+
+def test_gpu_only_variants_on_a_cpu_node_are_skipped_with_reasons_before_any_server_starts() -> None:
+    from experiments.plan import plan_trials
+    from experiments.server_group import run_group
+
+    cfg = compose_config(["experiment.backends=[pytorch_fp16,triton_trt,triton_trt_fp16]",
+                          "experiment.protocols=[http]", "experiment.input_formats=[tensor]"])
+    records = []
+    for group in plan_trials(cfg):
+        run_group(cfg, group, CPU_NODE, {}, [], records.append, lambda name, text: None)
+    assert len(records) == 3 * 2 * 2 and all(r.status == "skipped" and not r.metrics for r in records)
+    reasons = {r.trial.variant: r.reason for r in records}
+    assert reasons["pytorch_fp16"].startswith("half precision (fp16) in PyTorch needs a CUDA GPU")
+    assert reasons["triton_trt"] == reasons["triton_trt_fp16"] == (
+        "the TensorRT execution provider needs an NVIDIA GPU; node cpu-box has none (CPU: Some CPU)")
+    assert all("driver_version" not in r.params for r in records)
