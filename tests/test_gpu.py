@@ -58,8 +58,8 @@ def gpu_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, l
         "experiment.input_formats=[tensor]", f"experiment.batch_sizes=[{','.join(map(str, BATCHES))}]",
         "experiment.concurrency=[1,4]", "experiment.window_s=2.0", "experiment.warmup_s=0.5",
         "experiment.warmup_requests=5",
-        f"backends.triton_trt.engine_cache_dir={tmp / 'trt'}",
-        f"backends.triton_trt_fp16.engine_cache_dir={tmp / 'trt'}",
+        f"++backends.triton_trt.engine_cache_dir={tmp / 'trt'}",
+        f"++backends.triton_trt_fp16.engine_cache_dir={tmp / 'trt'}",
     ])
     before = server_processes()
     code = run_sweep(cfg)
@@ -133,7 +133,7 @@ def test_a_restart_with_a_warm_engine_cache_loads_instead_of_rebuilding(tmp_path
     from serving.accelerators import engine_files
     from serving.node import describe_node
 
-    cfg = compose_config(["experiment.batch_sizes=[1,4]", f"backends.triton_trt.engine_cache_dir={tmp_path}"])
+    cfg = compose_config(["experiment.batch_sizes=[1,4]", f"++backends.triton_trt.engine_cache_dir={tmp_path}"])
     before = server_processes()
     with ray_cluster(cfg.cluster, "local"):
         options = placement_options("local")

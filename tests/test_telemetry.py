@@ -71,3 +71,74 @@ def test_telemetry_can_be_turned_off() -> None:
 def test_nvml_says_why_it_is_unavailable_without_a_gpu() -> None:
     reason = nvml_unavailable_reason()
     assert reason is not None and ("NVML" in reason or "pynvml" in reason)
+
+
+class _FakeNvml:
+    """Stands in for pynvml with two GPUs drawing 100 W each, so the sampler's threading, device combination
+    and window logic run without a GPU. No number from it is presented as measured."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self) -> None:
+        import time
+
+        self.time = time.time
+        self.started = time.time()
+
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+        pass
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        return index
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int):  # noqa: N802
+        return type("Util", (), {"gpu": 50 if handle == 0 else 100})()
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int):  # noqa: N802
+        return type("Mem", (), {"used": 2**30})()
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # noqa: N802
+        return 100_000  # mW
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:  # noqa: N802
+        return int((self.time() - self.started) * 100_000)  # mJ at 100 W
+
+    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
+        return f"Fake GPU {handle}"
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        return "580.65.06"
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:  # noqa: N802
+        return 13000
+
+
+def test_sampler_combines_gpus_and_summarizes_a_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import time
+
+    from experiments.telemetry import NvmlSampler
+
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    sampler = NvmlSampler(None, 50.0)
+    try:
+        assert sampler.describe() == {"indices": [0, 1], "names": ["Fake GPU 0", "Fake GPU 1"],
+                                      "driver_version": "580.65.06", "cuda_version": "13.0", "energy_counter": True}
+        time.sleep(0.2)
+        start = time.time()
+        end = start + 0.5
+        metrics = sampler.window(start, end)  # waits for a sample past `end`
+    finally:
+        sampler.stop()
+    assert metrics["gpu_util_pct"] == pytest.approx(75.0)
+    assert metrics["gpu_mem_used_mb"] == pytest.approx(2048.0)
+    assert metrics["gpu_power_w"] == pytest.approx(200.0)
+    assert metrics["gpu_energy_j"] == pytest.approx(100.0, rel=0.1)  # 2 x 100 W x 0.5 s
+    assert metrics["gpu_telemetry_samples"] >= 10
