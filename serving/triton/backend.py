@@ -26,7 +26,7 @@ class TritonBackend(Backend):
     def __init__(self, context: BackendContext, accelerator: str = "cuda", instance_count: int = 1,
                  ort_threads: int | None = None, fp16: bool = False, engine_cache: bool = True,
                  engine_cache_dir: str | None = None, trt_opt_batch_size: int | None = None,
-                 num_gpus: float = 0.5, warmup: bool = True) -> None:
+                 num_gpus: float = 0.5, warmup: bool = True, start_timeout_s: float | None = None) -> None:
         super().__init__(context)
         if accelerator not in PROVIDER_NAMES:
             raise ValueError(f"backends.{context.name}.accelerator={accelerator!r} is not allowed: choose from "
@@ -43,6 +43,8 @@ class TritonBackend(Backend):
         self.trt_opt_batch_size = trt_opt_batch_size
         self.num_gpus = num_gpus
         self.warmup = warmup
+        # A first TensorRT engine build (no cache yet) happens before "ready" and can take minutes.
+        self.start_timeout_s = start_timeout_s or context.start_timeout_s
         self._actor = None
 
     @property
@@ -111,8 +113,8 @@ class TritonBackend(Backend):
         self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text,
                                        self.variant_settings(), ctx.triton_server, ctx.host,
                                        str(Path(ctx.model_repository).resolve()))
-        info: dict[str, Any] = ray.get(self._actor.start.remote(ctx.start_timeout_s),
-                                       timeout=ctx.start_timeout_s + 600)  # + an ONNX export on first use
+        info: dict[str, Any] = ray.get(self._actor.start.remote(self.start_timeout_s),
+                                       timeout=self.start_timeout_s + 600)  # + an ONNX export on first use
         endpoints = info["endpoints"]
         host = endpoints["host"]
         log.info("%s: %s serving %s (%s)", ctx.name, info["server_mode"], ctx.model.name, self.accelerator)
