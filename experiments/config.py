@@ -117,6 +117,14 @@ class ServingConfig:
 
 
 @dataclass
+class TelemetryConfig:
+    """GPU telemetry (NVML on the server's node) during each measurement window; nothing on CPU-only nodes."""
+
+    gpu: bool = True
+    sample_hz: float = 20.0
+
+
+@dataclass
 class TierbenchConfig:
     gpu: GpuTierConfig = MISSING
     model: ModelConfig = MISSING
@@ -129,6 +137,7 @@ class TierbenchConfig:
     quiet: bool = False
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 def register_configs() -> None:

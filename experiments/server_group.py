@@ -18,6 +18,7 @@ from experiments.client_actor import ClientPool
 from experiments.plan import Trial, TrialGroup, trial_key
 from experiments.records import FAILED, OK, SKIPPED, TrialRecord
 from experiments.slo import SloProbe, SloResult, search_slo
+from experiments.telemetry import GpuTelemetry, start_gpu_telemetry
 from experiments.trial import first_line, measurement_settings, new_record, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.node import NodeInfo
@@ -35,6 +36,7 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
         name=name, model=cfg.model, node=node, ray_options=ray_options, host=serving.host,
         start_timeout_s=serving.start_timeout_s, stop_timeout_s=serving.stop_timeout_s,
         triton_server=serving.triton_server, request_timeout_s=cfg.experiment.request_timeout_s,
+        warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
     )
     settings = OmegaConf.to_container(cfg.backends[name], resolve=True)
     settings.pop("backend")
@@ -52,8 +54,10 @@ class ServerGroup:
         self.finish = finish
         self.save_server_file = save_server_file
         self.done_keys = done_keys or set()
+        self.ray_options = ray_options
         self.backend = build_backend(cfg, group.variant, node, ray_options)
         self.handle: ServerHandle | None = None
+        self.telemetry: GpuTelemetry | None = None
         self.measured: dict[Trial, TrialRecord] = {}
 
     def run(self, trials: list[Trial]) -> None:
@@ -81,7 +85,7 @@ class ServerGroup:
         """Measure one trial (starting the server if needed); None when the server would not start."""
         if self.handle is None and not self._start(pending):
             return None
-        record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients)
+        record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients, self.telemetry)
         if phase != "grid":
             record.tags["phase"] = phase
         if record.status == FAILED:
@@ -158,11 +162,15 @@ class ServerGroup:
             return False
         for name, text in self.handle.artifacts.items():
             self.save_server_file(name, text)
+        self.telemetry = start_gpu_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
         return True
 
     def _stop(self) -> dict[str, str]:
         """Stop the server (idempotent); its logs are saved with the group and returned."""
         self.handle = None
+        if self.telemetry is not None:
+            self.telemetry.stop()
+            self.telemetry = None
         try:
             logs = self.backend.stop()
         except Exception as exc:  # noqa: BLE001 - a crashed server may not stop cleanly; its owner is gone

@@ -17,6 +17,7 @@ from experiments.metrics import (
 )
 from experiments.plan import Trial, trial_key
 from experiments.records import FAILED, OK, TrialRecord
+from experiments.telemetry import GpuTelemetry, gpu_params
 from serving.backend import Backend, ServerHandle
 from serving.node import NodeInfo
 
@@ -43,6 +44,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         "price_per_hour_usd": cfg.gpu.price_per_hour_usd,
         "server_mode": handle.server_mode if handle else _server_mode_hint(settings),
         "node_hostname": node.hostname,
+        **gpu_params(node),
         **{k: exp[k] for k in MEASUREMENT_KEYS},
         "stability_percent": exp.stability.percent,
         "stability_latency_percentile": exp.stability.latency_percentile,
@@ -69,8 +71,11 @@ def _measure_with_enough_clients(cfg: Any, trial: Trial, backend: Backend, handl
 
 
 def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, node: NodeInfo,
-              clients: ClientPool) -> TrialRecord:
-    """Measure `trial`; a client error fails this trial only (status and reason on the record)."""
+              clients: ClientPool, telemetry: GpuTelemetry | None = None) -> TrialRecord:
+    """Measure `trial`; a client error fails this trial only (status and reason on the record).
+
+    With `telemetry` (GPU nodes), the GPU's utilisation, memory, power and energy over the same window join
+    the metrics."""
     record = new_record(cfg, trial, node, handle)
     exp = cfg.experiment
     try:
@@ -90,6 +95,7 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
         "warmup_requests_done": float(sum(w.requests for w in result.warmup)),
         "first_request_ms": result.warmup[0].first_request_ms,
         "server_startup_s": handle.startup_s,
+        **handle.metrics,
         "windows": float(result.windows),
         "stable": float(result.stable),
         **client_metrics(samples),
@@ -97,6 +103,9 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
     }
     if trial.load_mode != "closed":
         record.metrics.update(open_loop_metrics(samples, trial.request_rate))
+    if telemetry is not None:
+        record.metrics.update(telemetry.window_metrics(samples.window_start, samples.window_end,
+                                                       samples.requests * samples.images_per_request))
     if result.counters_before and result.counters_after:
         record.metrics.update(backend.server_breakdown(result.counters_before, result.counters_after))
     record.params["client_actors_used"] = result.actors_used

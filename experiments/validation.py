@@ -74,6 +74,8 @@ def validate(cfg: Any) -> None:
         _fail("experiment.stability.latency_percentile", stability.latency_percentile, "between 0 and 100")
     if exp.slo.p99_ms is not None and exp.slo.p99_ms <= 0:
         _fail("experiment.slo.p99_ms", exp.slo.p99_ms, "a latency target > 0 ms, or null for no SLO search")
+    if cfg.telemetry.sample_hz <= 0:
+        _fail("telemetry.sample_hz", cfg.telemetry.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")
     for name in exp.backends:
         if "_target_" not in cfg.backends[name]:
             _fail(f"backends.{name}._target_", None, "name the class that serves this backend")

@@ -23,7 +23,10 @@ class ServerHandle:
     urls: dict[str, str]  # protocol -> URL the clients use
     params: dict[str, Any] = field(default_factory=dict)  # e.g. execution_provider, device
     startup_s: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)  # measured at start, e.g. trt_engine_build_s
     artifacts: dict[str, str] = field(default_factory=dict)  # e.g. the rendered config.pbtxt
+    node_id: str | None = None  # Ray node the server runs on: GPU telemetry samples there
+    gpu_ids: tuple[int, ...] = ()  # GPUs Ray gave the server (empty: it may use every GPU of its node)
 
 
 @dataclass
@@ -40,6 +43,8 @@ class BackendContext:
     model_repository: str = "model_repository"
     triton_server: str = "auto"
     request_timeout_s: float = 60.0
+    # The experiment's batch sizes: servers warm up (build engines, compile) for each before measurement.
+    warmup_batch_sizes: tuple[int, ...] = ()
 
 
 class Backend(ABC):

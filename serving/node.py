@@ -27,6 +27,9 @@ class NodeInfo:
     ort_providers: tuple[str, ...] = ()
     native_triton: bool = False
     torch_cuda: bool = False
+    ray_gpus: float = 0.0  # GPUs Ray schedules on this node (fractional `num_gpus` asks need them)
+    # Libraries ONNX Runtime's TensorRT provider cannot load here (checked when onnxruntime lists the provider)
+    trt_missing_libs: tuple[str, ...] = ()
 
     @property
     def has_gpu(self) -> bool:
@@ -75,7 +78,21 @@ def ort_providers() -> tuple[str, ...]:
     return tuple(onnxruntime.get_available_providers())
 
 
+def ray_node_gpus(node_id: str) -> float:
+    """The `GPU` resource Ray gives this node (0 outside Ray or where Ray detected none)."""
+    try:
+        import ray
+
+        if not node_id or not ray.is_initialized():
+            return 0.0
+        return float(next((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == node_id), 0.0))
+    except Exception:  # noqa: BLE001 - a fact for scheduling, not worth failing a sweep over
+        return 0.0
+
+
 def describe_node() -> NodeInfo:
+    from serving.accelerators import ort_tensorrt_missing_libs
+
     gpus, driver, cuda = nvidia_smi()
     try:
         import ray
@@ -90,6 +107,8 @@ def describe_node() -> NodeInfo:
     except ImportError:  # pragma: no cover
         torch_cuda = False
     hostname = socket.gethostname()
+    providers = ort_providers()
+    trt_missing = ort_tensorrt_missing_libs() if "TensorrtExecutionProvider" in providers else ()
     try:
         import ray.util
 
@@ -105,7 +124,9 @@ def describe_node() -> NodeInfo:
         gpu_names=gpus,
         driver_version=driver,
         cuda_version=cuda,
-        ort_providers=ort_providers(),
+        ort_providers=providers,
         native_triton=shutil.which("tritonserver") is not None,
         torch_cuda=torch_cuda,
+        ray_gpus=ray_node_gpus(node_id),
+        trt_missing_libs=trt_missing,
     )

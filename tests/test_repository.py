@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.triton.repository import TritonVariant, read_config, render_repository
@@ -45,3 +46,75 @@ def test_native_cpu_variant_has_no_accelerator(tmp_path: Path) -> None:
     config = _render(tmp_path, TritonVariant("native", "cpu"))
     assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
     assert not config.optimization.execution_accelerators.gpu_execution_accelerator
+
+
+def _parameters(accelerator: mc.ModelOptimizationPolicy.ExecutionAccelerators.Accelerator) -> dict[str, str]:
+    return dict(accelerator.parameters)
+
+
+def test_native_cuda_variant_is_a_gpu_instance_with_the_cuda_ep(tmp_path: Path) -> None:
+    config = _render(tmp_path, TritonVariant("native", "cuda", instance_count=2))
+    assert config.platform == "onnxruntime_onnx"
+    assert [(g.kind, g.count) for g in config.instance_group] == [(mc.ModelInstanceGroup.KIND_GPU, 2)]
+    # The onnxruntime backend runs KIND_GPU instances on the CUDA EP; TensorRT would be an accelerator entry.
+    assert not config.optimization.execution_accelerators.gpu_execution_accelerator
+
+
+def test_native_tensorrt_fp32_has_cache_timing_cache_and_one_profile(tmp_path: Path) -> None:
+    variant = TritonVariant("native", "tensorrt", engine_cache_dir="/c/trt/resnet18/gpu/key", trt_profile=(1, 8, 32))
+    (accelerator,) = _render(tmp_path, variant).optimization.execution_accelerators.gpu_execution_accelerator
+    assert _parameters(accelerator) == {
+        "precision_mode": "FP32",
+        "max_workspace_size_bytes": str(1 << 30),
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": "/c/trt/resnet18/gpu/key",
+        "trt_timing_cache_enable": "1",
+        "trt_timing_cache_path": "/c/trt/resnet18/gpu/key",
+        "trt_profile_min_shapes": "input:1x3x224x224",
+        "trt_profile_opt_shapes": "input:8x3x224x224",
+        "trt_profile_max_shapes": "input:32x3x224x224",
+    }
+
+
+def test_tensorrt_without_a_cache_dir_leaves_the_cache_off(tmp_path: Path) -> None:
+    (accelerator,) = _render(tmp_path, TritonVariant("native", "tensorrt")).optimization \
+        .execution_accelerators.gpu_execution_accelerator
+    assert not any(key.startswith(("trt_engine_cache", "trt_timing_cache")) for key in accelerator.parameters)
+
+
+def test_bundled_tensorrt_passes_the_same_options_to_ort_in_the_python_backend(tmp_path: Path) -> None:
+    variant = TritonVariant("bundled", "tensorrt", fp16=True, engine_cache_dir="/c/key", trt_profile=(1, 4, 32))
+    config = _render(tmp_path, variant)
+    assert config.backend == "python"
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    assert json.loads(config.parameters["ort_providers"].string_value) == [
+        "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    options = json.loads(config.parameters["ort_provider_options"].string_value)
+    assert options == {"TensorrtExecutionProvider": {
+        "trt_fp16_enable": True,
+        "trt_max_workspace_size": 1 << 30,
+        "trt_engine_cache_enable": True,
+        "trt_engine_cache_path": "/c/key",
+        "trt_timing_cache_enable": True,
+        "trt_timing_cache_path": "/c/key",
+        "trt_profile_min_shapes": "input:1x3x224x224",
+        "trt_profile_opt_shapes": "input:4x3x224x224",
+        "trt_profile_max_shapes": "input:32x3x224x224",
+    }}
+
+
+def test_bundled_cuda_variant_runs_gpu_instances_on_the_cuda_ep(tmp_path: Path) -> None:
+    config = _render(tmp_path, TritonVariant("bundled", "cuda"))
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    assert json.loads(config.parameters["ort_providers"].string_value) == ["CUDAExecutionProvider",
+                                                                           "CPUExecutionProvider"]
+    assert json.loads(config.parameters["ort_provider_options"].string_value) == {}
+
+
+@pytest.mark.parametrize("server_kind", ["native", "bundled"])
+def test_warmup_runs_each_batch_size_once_before_ready(tmp_path: Path, server_kind: str) -> None:
+    config = _render(tmp_path, TritonVariant(server_kind, "tensorrt", warmup_batch_sizes=(8, 1, 8, 64)))
+    warmups = [(w.name, w.batch_size) for w in config.model_warmup]
+    assert warmups == [("batch1", 1), ("batch8", 8)]  # deduplicated, sorted, none above max_batch_size (32)
+    sample = config.model_warmup[0].inputs["input"]
+    assert (sample.data_type, list(sample.dims), sample.zero_data) == (mc.TYPE_FP32, [3, 224, 224], True)

@@ -141,3 +141,30 @@ def test_relog_of_the_run_folder_gives_the_same_runs(finished_sweep, tmp_path: P
                 for r in _trial_runs(c, sweep_id)}
 
     assert comparable(MlflowClient(store)) == comparable(client)
+
+
+GPU_METRICS = {"gpu_util_pct", "gpu_mem_used_mb", "gpu_power_w", "gpu_energy_j", "energy_per_image_j"}
+
+
+def test_without_a_gpu_gpu_telemetry_is_absent_not_zero(finished_sweep) -> None:
+    _, client, sweep_id, _ = finished_sweep
+    for run in _trial_runs(client, sweep_id):
+        assert not GPU_METRICS & run.data.metrics.keys(), run.info.run_name
+        assert not {"driver_version", "cuda_version"} & run.data.params.keys(), run.info.run_name
+
+
+def test_servers_warm_up_every_batch_size_before_the_first_trial(finished_sweep) -> None:
+    _, client, sweep_id, runs_dir = finished_sweep
+    from serving.triton.repository import read_config
+
+    config = read_config(runs_dir / sweep_id / "local" / "servers" / "triton_onnx" / "config.pbtxt")
+    assert [(w.name, w.batch_size) for w in config.model_warmup] == [("batch1", 1), ("batch2", 2)]
+    for run in _trial_runs(client, sweep_id):
+        if run.data.tags["status"] != "ok":
+            continue
+        params, metrics = run.data.params, run.data.metrics
+        assert params["server_warmup_batch_sizes"] == "1,2"
+        if params["backend"] == "pytorch":
+            assert params["torch_dtype"] == "float32" and metrics["server_warmup_s"] > 0
+        else:
+            assert metrics["server_ready_s"] > 0 and "trt_engine_build_s" not in metrics

@@ -20,6 +20,7 @@ CASES = [
     (["experiment.window_s=0"], "experiment.window_s=0"),
     (["experiment.warmup_s=0"], "experiment.warmup_s=0"),
     (["experiment.warmup_requests=0"], "experiment.warmup_requests=0"),
+    (["telemetry.sample_hz=0"], "telemetry.sample_hz=0"),
 ]
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
+from typing import Any
 
 from omegaconf import OmegaConf
 
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.process import free_ports
+from serving.ray_serve.torch_runner import TorchOptions
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +36,21 @@ def _serve_http_port(host: str) -> int:
 
 class RayServeTorchBackend(Backend):
     def __init__(self, context: BackendContext, num_replicas: int = 1, replica_num_cpus: float = 0.1,
-                 max_ongoing_requests: int = 32, torch_threads: int | None = None) -> None:
+                 max_ongoing_requests: int = 32, torch_threads: int | None = None, replica_num_gpus: float = 0.5,
+                 half: bool = False, compile: bool = False, compile_mode: str | None = None,
+                 compile_dynamic: bool | None = None, compile_backend: str = "inductor", cudnn_benchmark: bool = True,
+                 start_timeout_s: float | None = None) -> None:
         super().__init__(context)
         self.num_replicas = num_replicas
         self.replica_num_cpus = replica_num_cpus
+        self.replica_num_gpus = replica_num_gpus
         self.max_ongoing_requests = max_ongoing_requests
         self.torch_threads = torch_threads
+        self.options = TorchOptions(half=half, compile=compile, compile_mode=compile_mode,
+                                    compile_dynamic=compile_dynamic, compile_backend=compile_backend,
+                                    cudnn_benchmark=cudnn_benchmark)
+        # torch.compile warms up inside the replica's constructor: give it longer than a plain start.
+        self.start_timeout_s = start_timeout_s or context.start_timeout_s
         self.app_name = f"tierbench-{context.name}-{context.model.name}"
         self._running = False
 
@@ -46,7 +58,19 @@ class RayServeTorchBackend(Backend):
     def device(self) -> str:
         return "cuda" if self.context.node.torch_cuda else "cpu"
 
+    def actor_options(self) -> dict[str, Any]:
+        """Replica placement: the tier's node, and a GPU fraction where Ray schedules GPUs (Ray then pins the
+        replica to that GPU with CUDA_VISIBLE_DEVICES; replicas of one app can share it)."""
+        options: dict[str, Any] = {"num_cpus": self.replica_num_cpus, **self.context.ray_options}
+        if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.replica_num_gpus > 0:
+            options["num_gpus"] = self.replica_num_gpus
+        return options
+
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
+        reason = self.options.unsupported_reason(self.device)
+        if reason:
+            node = self.context.node
+            return f"{reason}; node {node.hostname} has none ({node.gpu_name})"
         if protocol not in CLIENTS:
             return f"the Ray Serve deployment has an HTTP ingress only ({protocol!r} not supported yet)"
         if input_format not in INPUT_FORMATS:
@@ -61,24 +85,46 @@ class RayServeTorchBackend(Backend):
         ctx = self.context
         started = time.monotonic()
         port = _serve_http_port(ctx.host)
-        actor_options = {"num_cpus": self.replica_num_cpus, **ctx.ray_options}
         app = TorchImageClassifier.options(
             num_replicas=self.num_replicas,
             max_ongoing_requests=self.max_ongoing_requests,
-            ray_actor_options=actor_options,
-        ).bind(OmegaConf.to_container(ctx.model, resolve=True), self.device, self.torch_threads)
+            ray_actor_options=self.actor_options(),
+        ).bind(OmegaConf.to_container(ctx.model, resolve=True), self.device, self.torch_threads,
+               asdict(self.options), tuple(ctx.warmup_batch_sizes))
         route = f"/{ctx.model.name}"
         self._running = True
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
-        self._wait_running(ctx.start_timeout_s)
+        self._wait_running(self.start_timeout_s)
         log.info("%s: Ray Serve app %s running at http://%s:%d%s", ctx.name, self.app_name, ctx.host, port, route)
+        info = serve.get_app_handle(self.app_name).info.remote().result(timeout_s=ctx.request_timeout_s)
+        params, metrics = self._start_facts(info)
         return ServerHandle(
             server_mode="ray_serve",
             urls={"http": f"http://{ctx.host}:{port}{route}"},
-            params={"device": self.device, "num_replicas": self.num_replicas},
+            params=params,
             startup_s=time.monotonic() - started,
+            metrics=metrics,
+            node_id=info.get("node_id"),
+            gpu_ids=tuple(info.get("gpu_ids") or ()),
         )
+
+    def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+        """Trial params (device, dtype, compile) and what the replica's warm-up cost (compile included)."""
+        batches = ",".join(str(b) for b in self.context.warmup_batch_sizes)
+        params: dict[str, Any] = {"device": self.device, "num_replicas": self.num_replicas,
+                                  "torch_dtype": info["dtype"], "torch_compile": info["torch_compile"],
+                                  "server_warmup_batch_sizes": batches}
+        if self.options.compile:
+            params["torch_compile_mode"] = self.options.compile_mode or "default"
+            params["torch_compile_backend"] = self.options.compile_backend
+        if "num_gpus" in self.actor_options():
+            params["replica_num_gpus"] = self.replica_num_gpus
+        if info.get("gpu_ids"):
+            params["server_gpu_ids"] = ",".join(str(i) for i in info["gpu_ids"])
+        metrics = {f"server_{k}" if k.startswith("warmup") else k: float(info[k])
+                   for k in ("warmup_s", "warmup_first_call_s", "torch_compile_s") if k in info}
+        return params, metrics
 
     def _wait_running(self, timeout_s: float) -> None:
         from ray import serve
@@ -94,8 +140,9 @@ class RayServeTorchBackend(Backend):
             if time.monotonic() > deadline:
                 detail = status.deployments if status is not None else "no status"
                 raise TimeoutError(
-                    f"Ray Serve app {self.app_name} not running after {timeout_s:.0f} s (replicas pending? "
-                    f"a tier node must have {self.replica_num_cpus} free CPU and the tier resource): {detail}")
+                    f"Ray Serve app {self.app_name} not running after {timeout_s:.0f} s (replicas pending? a tier "
+                    f"node must have the resources {self.actor_options()}; or a slow warm-up: raise "
+                    f"backends.{self.context.name}.start_timeout_s): {detail}")
             time.sleep(0.5)
 
     def stop(self) -> dict[str, str]:

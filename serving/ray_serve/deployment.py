@@ -31,27 +31,33 @@ def split_jpegs(body: bytes, lengths_header: str) -> list[bytes]:
 
 @serve.deployment
 class TorchImageClassifier:
-    def __init__(self, model: dict[str, Any], device: str = "cpu", torch_threads: int | None = None) -> None:
+    def __init__(self, model: dict[str, Any], device: str = "cpu", torch_threads: int | None = None,
+                 options: dict[str, Any] | None = None, warmup_batch_sizes: tuple[int, ...] = ()) -> None:
         import torch
         from omegaconf import OmegaConf
 
-        from serving.models import build_model
+        from serving.ray_serve.torch_runner import TorchOptions, TorchRunner
 
         # Ray sets OMP_NUM_THREADS=1 in workers with fractional CPUs; a replica owns the node's cores like a
         # Triton instance does, unless torch_threads says otherwise.
         torch.set_num_threads(torch_threads or os.cpu_count() or 1)
         self.model_cfg = OmegaConf.create(model)
-        self.device = torch.device(device)
-        self.model = build_model(self.model_cfg).to(self.device)
+        self.runner = TorchRunner(self.model_cfg, device, TorchOptions(**(options or {})))
         self.input_shape = tuple(self.model_cfg.input_shape)
         self._infer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer")
+        # Compiled and warmed up for every measured batch size, on the serving thread, before the replica is ready.
+        self._infer_thread.submit(self.runner.warm_up, tuple(warmup_batch_sizes)).result()
+
+    def info(self) -> dict[str, Any]:
+        """How this replica runs (device, dtype, compile) and what its warm-up cost; where it runs."""
+        import ray
+
+        context = ray.get_runtime_context()
+        gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
+        return {**self.runner.info, "node_id": context.get_node_id(), "gpu_ids": gpu_ids}
 
     def _infer(self, batch: np.ndarray) -> np.ndarray:
-        import torch
-
-        with torch.inference_mode():
-            logits = self.model(torch.from_numpy(batch).to(self.device))
-        return logits.float().cpu().numpy()
+        return self.runner.infer(batch)
 
     async def __call__(self, request: Request) -> Response:
         from serving.images import decode_and_preprocess

@@ -24,12 +24,27 @@ PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"
 
 class TritonBackend(Backend):
     def __init__(self, context: BackendContext, accelerator: str = "cuda", instance_count: int = 1,
-                 ort_threads: int | None = None, fp16: bool = False) -> None:
+                 ort_threads: int | None = None, fp16: bool = False, engine_cache: bool = True,
+                 engine_cache_dir: str | None = None, trt_opt_batch_size: int | None = None,
+                 num_gpus: float = 0.5, warmup: bool = True, start_timeout_s: float | None = None) -> None:
         super().__init__(context)
+        if accelerator not in PROVIDER_NAMES:
+            raise ValueError(f"backends.{context.name}.accelerator={accelerator!r} is not allowed: choose from "
+                             f"{sorted(PROVIDER_NAMES)}")
+        if fp16 and accelerator != "tensorrt":
+            raise ValueError(f"backends.{context.name}.fp16=true needs accelerator: tensorrt (the {accelerator} "
+                             "provider runs the exported FP32 model as it is)")
         self.requested_accelerator = accelerator
         self.instance_count = instance_count
         self.ort_threads = ort_threads
         self.fp16 = fp16
+        self.engine_cache = engine_cache
+        self.engine_cache_dir = engine_cache_dir
+        self.trt_opt_batch_size = trt_opt_batch_size
+        self.num_gpus = num_gpus
+        self.warmup = warmup
+        # A first TensorRT engine build (no cache yet) happens before "ready" and can take minutes.
+        self.start_timeout_s = start_timeout_s or context.start_timeout_s
         self._actor = None
 
     @property
@@ -39,6 +54,34 @@ class TritonBackend(Backend):
             return "cpu"
         return self.requested_accelerator
 
+    @property
+    def native(self) -> bool:
+        """Whether the node's own `tritonserver` (NVIDIA's container, native ORT backend) will serve."""
+        return self.context.node.native_triton and self.context.triton_server in ("auto", "native")
+
+    def trt_profile(self) -> tuple[int, int, int]:
+        """TensorRT's batch profile: 1 .. model.max_batch_size, tuned for the largest batch measured."""
+        high = int(self.context.model.max_batch_size)
+        opt = self.trt_opt_batch_size or max(self.context.warmup_batch_sizes or (1,))
+        return 1, min(max(1, opt), high), high
+
+    def variant_settings(self) -> dict[str, Any]:
+        """What the host actor renders; the engine cache folder is resolved there, on the server's node."""
+        return {"accelerator": self.accelerator, "instance_count": self.instance_count,
+                "ort_threads": self.ort_threads, "fp16": self.fp16,
+                "engine_cache": self.engine_cache and self.accelerator == "tensorrt",
+                "engine_cache_dir": self.engine_cache_dir,
+                "trt_profile": list(self.trt_profile()) if self.accelerator == "tensorrt" else None,
+                "warmup_batch_sizes": list(self.context.warmup_batch_sizes) if self.warmup else []}
+
+    def actor_options(self) -> dict[str, Any]:
+        """Ray options for the host actor: on the tier's node, holding a GPU fraction where Ray has GPUs (Ray then
+        pins the server to that GPU with CUDA_VISIBLE_DEVICES)."""
+        options: dict[str, Any] = {"num_cpus": 0.01, **self.context.ray_options}
+        if self.accelerator != "cpu" and self.context.node.ray_gpus > 0 and self.num_gpus > 0:
+            options["num_gpus"] = self.num_gpus
+        return options
+
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         node = self.context.node
         if protocol not in CLIENTS:
@@ -47,9 +90,13 @@ class TritonBackend(Backend):
             return (f"the TensorRT execution provider needs an NVIDIA GPU; node {node.hostname} has none "
                     f"({node.gpu_name})")
         provider = PROVIDER_NAMES[self.accelerator]
-        if self.accelerator != "cpu" and not node.native_triton and provider not in node.ort_providers:
+        if self.accelerator != "cpu" and not self.native and provider not in node.ort_providers:
             return (f"onnxruntime on node {node.hostname} lacks {provider} (has {list(node.ort_providers)}): "
                     "install tierbench[gpu] there, or run NVIDIA's Triton container")
+        if self.accelerator == "tensorrt" and not self.native and node.trt_missing_libs:
+            return (f"ONNX Runtime's TensorRT provider on node {node.hostname} cannot load "
+                    f"{', '.join(node.trt_missing_libs)}: install tierbench[gpu] there (TensorRT 10 for CUDA 13), "
+                    "or run NVIDIA's Triton container")
         if input_format != "tensor":
             return ("Triton receives float32 tensors only: server-side JPEG decoding (a preprocessing "
                     "ensemble) is not built yet")
@@ -62,25 +109,54 @@ class TritonBackend(Backend):
 
         ctx = self.context
         config_text = (Path(ctx.model_repository) / ctx.model.name / "config.pbtxt").read_text()
-        variant = {"accelerator": self.accelerator, "instance_count": self.instance_count,
-                   "ort_threads": self.ort_threads, "fp16": self.fp16}
-        actor_cls = ray.remote(TritonServerHost).options(num_cpus=0.01, **ctx.ray_options)
-        self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text, variant,
-                                       ctx.triton_server, ctx.host, str(Path(ctx.model_repository).resolve()))
-        info: dict[str, Any] = ray.get(self._actor.start.remote(ctx.start_timeout_s),
-                                       timeout=ctx.start_timeout_s + 600)  # + an ONNX export on first use
+        actor_cls = ray.remote(TritonServerHost).options(**self.actor_options())
+        self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text,
+                                       self.variant_settings(), ctx.triton_server, ctx.host,
+                                       str(Path(ctx.model_repository).resolve()))
+        info: dict[str, Any] = ray.get(self._actor.start.remote(self.start_timeout_s),
+                                       timeout=self.start_timeout_s + 600)  # + an ONNX export on first use
         endpoints = info["endpoints"]
         host = endpoints["host"]
         log.info("%s: %s serving %s (%s)", ctx.name, info["server_mode"], ctx.model.name, self.accelerator)
+        params, metrics = self._start_facts(info)
         return ServerHandle(
             server_mode=info["server_mode"],
             urls={"http": f"{host}:{endpoints['http_port']}", "grpc": f"{host}:{endpoints['grpc_port']}",
                   "metrics": f"http://{host}:{endpoints['metrics_port']}/metrics"},
-            params={"execution_provider": PROVIDER_NAMES[self.accelerator], "instance_count": self.instance_count,
-                    "onnx_max_abs_diff": info["export"]["max_abs_diff"]},
+            params=params,
             startup_s=info["startup_s"],
+            metrics=metrics,
             artifacts={"config.pbtxt": info["config_pbtxt"]},
+            node_id=info.get("node_id"),
+            gpu_ids=tuple(info.get("gpu_ids") or ()),
         )
+
+    def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+        """Trial params and start-up metrics: provider, precision, and whether TensorRT built or reused engines.
+
+        `server_ready_s` runs from the server process's start to the model answering, warm-up requests (one per
+        batch size) included, so with the TensorRT EP it holds the engine build (cache miss) or load (hit).
+        """
+        params: dict[str, Any] = {"execution_provider": PROVIDER_NAMES[self.accelerator],
+                                  "instance_count": self.instance_count,
+                                  "onnx_max_abs_diff": info["export"]["max_abs_diff"],
+                                  "server_warmup_batch_sizes": ",".join(str(b) for b in
+                                                                        self.variant_settings()["warmup_batch_sizes"])}
+        metrics = {"server_ready_s": float(info["ready_s"])}
+        if info.get("gpu_ids"):
+            params["server_gpu_ids"] = ",".join(str(i) for i in info["gpu_ids"])
+        if self.accelerator == "tensorrt":
+            params["trt_precision"] = "fp16" if self.fp16 else "fp32"
+            params["trt_profile_batch"] = "-".join(str(b) for b in self.trt_profile())
+            cache = info.get("engine_cache")
+            params["trt_engine_cache"] = cache["status"] if cache else "off"
+            if cache:
+                params["trt_engine_cache_dir"] = cache["dir"]
+            if cache is None or cache["status"] == "built":
+                metrics["trt_engine_build_s"] = float(info["ready_s"])
+            elif cache["status"] == "hit":
+                metrics["trt_engine_load_s"] = float(info["ready_s"])
+        return params, metrics
 
     def stop(self) -> dict[str, str]:
         import ray

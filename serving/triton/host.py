@@ -7,17 +7,21 @@ which the child's parent-death signal is tied to.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files, runtime_tag
 from serving.export import ensure_onnx
 from serving.triton.installation import find_installation
 from serving.triton.repository import TritonVariant, render_repository
@@ -34,6 +38,28 @@ def _node_model_repository(preferred: str) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tierbench" / "model_repository"
 
 
+@contextmanager
+def _cache_lock(cache_dir: Path | None) -> Iterator[None]:
+    """Hold the engine cache folder while a server builds or loads from it; nothing to hold without a cache."""
+    if cache_dir is None:
+        yield
+        return
+    with open(cache_dir / ".tierbench.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _gpu_name(gpu_ids: list[int]) -> str:
+    """The name of the GPU this actor was given (the node's first GPU when Ray gave none)."""
+    from serving.node import nvidia_smi
+
+    names, _, _ = nvidia_smi()
+    if not names:
+        return "cpu"
+    index = gpu_ids[0] if gpu_ids and gpu_ids[0] < len(names) else 0
+    return names[index]
+
+
 class TritonServerHost:
     def __init__(self, model: dict[str, Any], config_text: str, variant: dict[str, Any], preference: str,
                  host: str, model_repository: str) -> None:
@@ -47,22 +73,54 @@ class TritonServerHost:
         self.server: TritonServer | None = None
 
     def start(self, timeout_s: float) -> dict[str, Any]:
+        import ray
+
         started = time.monotonic()
         export = ensure_onnx(self.model, _node_model_repository(self.model_repository))
         installation = find_installation(self.preference)
-        variant = TritonVariant(server_kind=installation.kind, **self.variant_settings)
+        settings = dict(self.variant_settings)
+        cache_root = settings.pop("engine_cache_dir", None)
+        use_cache = settings.pop("engine_cache", False)
+        gpu_ids = [int(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+        gpu_name = _gpu_name(gpu_ids)
+        settings["trt_profile"] = tuple(settings["trt_profile"]) if settings.get("trt_profile") else None
+        settings["warmup_batch_sizes"] = tuple(settings.get("warmup_batch_sizes") or ())
+        cache_dir = None
+        if settings["accelerator"] == "tensorrt" and use_cache:
+            key = engine_cache_key(runtime_tag(installation.kind), settings.get("fp16", False),
+                                   settings["trt_profile"] or (1, 1, int(self.model.max_batch_size)),
+                                   export.fingerprint)
+            cache_dir = engine_cache_dir(cache_root, self.model.name, gpu_name, key)
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            settings["engine_cache_dir"] = str(cache_dir)
+        variant = TritonVariant(server_kind=installation.kind, **settings)
         repository = render_repository(self.config_text, Path(export.onnx_path), self.work_dir / "repository",
                                        variant)
         self.server = TritonServer(installation, repository, self.model.name, self.work_dir / "tritonserver.log",
                                    host=self.host)
-        endpoints = self.server.start(timeout_s)
-        return {
+        with _cache_lock(cache_dir):  # one engine build per cache folder at a time (several tiers, one node)
+            before = engine_files(cache_dir) if cache_dir else {}
+            server_started = time.monotonic()
+            endpoints = self.server.start(timeout_s)  # ready only after the warm-up requests ran (model_warmup)
+            ready_s = time.monotonic() - server_started
+            after = engine_files(cache_dir) if cache_dir else {}
+        info: dict[str, Any] = {
             "endpoints": asdict(endpoints),
             "server_mode": installation.server_mode,
             "export": asdict(export),
             "startup_s": time.monotonic() - started,
+            "ready_s": ready_s,
             "config_pbtxt": (repository / self.model.name / "config.pbtxt").read_text(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "gpu_ids": gpu_ids,
+            "gpu_name": gpu_name,
         }
+        if cache_dir is not None:
+            info["engine_cache"] = {"dir": str(cache_dir), "status": cache_status(before, after),
+                                    "files": len(after)}
+            log.info("TensorRT engine cache %s: %s (%d engine files)", cache_dir, info["engine_cache"]["status"],
+                     len(after))
+        return info
 
     def stop(self, timeout_s: float) -> dict[str, str]:
         logs = {}

@@ -34,7 +34,16 @@ class TritonVariant:
     instance_count: int = 1
     ort_threads: int | None = None
     fp16: bool = False
+    # TensorRT engine and timing caches live here (per model, GPU and engine key: serving.accelerators);
+    # None turns the cache off, and every server start rebuilds the engine.
     engine_cache_dir: str | None = None
+    # Batch sizes (min, opt, max) of TensorRT's optimisation profile: one engine serves every batch size, and
+    # it is built when the session is created rather than when an unseen batch size first arrives.
+    trt_profile: tuple[int, int, int] | None = None
+    trt_workspace_bytes: int = 1 << 30
+    # Triton runs one zero-filled request per batch size before it reports the model ready, so engine builds,
+    # cuDNN algorithm searches and lazy allocations happen before any measurement.
+    warmup_batch_sizes: tuple[int, ...] = ()
 
 
 def read_config(path: Path) -> mc.ModelConfig:
@@ -45,28 +54,75 @@ def write_config(config: mc.ModelConfig, path: Path) -> None:
     path.write_text(text_format.MessageToString(config))
 
 
+def _instance_kind(variant: TritonVariant) -> int:
+    return mc.ModelInstanceGroup.KIND_CPU if variant.accelerator == "cpu" else mc.ModelInstanceGroup.KIND_GPU
+
+
+def _profile_shapes(config: mc.ModelConfig, profile: tuple[int, int, int]) -> dict[str, str]:
+    """`input:1x3x224x224`-style shapes for TensorRT's profile options (same keys in Triton and ORT)."""
+    tensor = config.input[0]
+    dims = "x".join(str(d) for d in tensor.dims)
+    return {f"trt_profile_{which}_shapes": f"{tensor.name}:{batch}x{dims}"
+            for which, batch in zip(("min", "opt", "max"), profile, strict=True)}
+
+
+def _tensorrt_options(config: mc.ModelConfig, variant: TritonVariant) -> dict[str, str]:
+    """TensorRT settings under the keys ORT's TensorRT provider and Triton's onnxruntime backend share."""
+    options: dict[str, str] = {}
+    if variant.engine_cache_dir:
+        options.update(trt_engine_cache_enable="1", trt_engine_cache_path=variant.engine_cache_dir,
+                       trt_timing_cache_enable="1", trt_timing_cache_path=variant.engine_cache_dir)
+    if variant.trt_profile:
+        options.update(_profile_shapes(config, variant.trt_profile))
+    return options
+
+
 def _native(config: mc.ModelConfig, variant: TritonVariant) -> None:
-    kind = mc.ModelInstanceGroup.KIND_CPU if variant.accelerator == "cpu" else mc.ModelInstanceGroup.KIND_GPU
-    config.instance_group.add(count=variant.instance_count, kind=kind)
+    config.instance_group.add(count=variant.instance_count, kind=_instance_kind(variant))
     if variant.ort_threads:
         config.parameters["intra_op_thread_count"].string_value = str(variant.ort_threads)
     if variant.accelerator == "tensorrt":
+        # KIND_GPU alone gives the CUDA EP; the TensorRT EP is an execution accelerator (onnxruntime_backend).
         accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
         accelerator.parameters["precision_mode"] = "FP16" if variant.fp16 else "FP32"
-        accelerator.parameters["max_workspace_size_bytes"] = str(1 << 30)
-        if variant.engine_cache_dir:
-            accelerator.parameters["trt_engine_cache_enable"] = "1"
-            accelerator.parameters["trt_engine_cache_path"] = variant.engine_cache_dir
+        accelerator.parameters["max_workspace_size_bytes"] = str(variant.trt_workspace_bytes)
+        for key, value in _tensorrt_options(config, variant).items():
+            accelerator.parameters[key] = value
+
+
+def ort_provider_options(config: mc.ModelConfig, variant: TritonVariant) -> dict[str, dict[str, object]]:
+    """Options per ONNX Runtime provider for the Python backend (the model adds each instance's device_id)."""
+    if variant.accelerator != "tensorrt":
+        return {}
+    trt: dict[str, object] = {"trt_fp16_enable": variant.fp16, "trt_max_workspace_size": variant.trt_workspace_bytes}
+    trt.update(_tensorrt_options(config, variant))
+    for key in ("trt_engine_cache_enable", "trt_timing_cache_enable"):
+        if key in trt:
+            trt[key] = True
+    return {"TensorrtExecutionProvider": trt}
 
 
 def _python_backend(config: mc.ModelConfig, variant: TritonVariant, onnx_path: Path) -> None:
     config.ClearField("platform")
     config.backend = "python"
-    kind = mc.ModelInstanceGroup.KIND_CPU if variant.accelerator == "cpu" else mc.ModelInstanceGroup.KIND_GPU
-    config.instance_group.add(count=variant.instance_count, kind=kind)
+    config.instance_group.add(count=variant.instance_count, kind=_instance_kind(variant))
     config.parameters["onnx_path"].string_value = str(onnx_path.resolve())
     config.parameters["ort_providers"].string_value = json.dumps(ORT_PROVIDERS[variant.accelerator])
+    config.parameters["ort_provider_options"].string_value = json.dumps(ort_provider_options(config, variant))
     config.parameters["ort_threads"].string_value = str(variant.ort_threads or 0)
+
+
+def _warmup(config: mc.ModelConfig, batch_sizes: tuple[int, ...]) -> None:
+    """One zero-filled warm-up request per batch size (Triton's `model_warmup`, run before the model is ready)."""
+    config.ClearField("model_warmup")
+    limit = config.max_batch_size or 1
+    for batch in sorted({b for b in batch_sizes if 0 < b <= limit}):
+        sample = config.model_warmup.add(name=f"batch{batch}", batch_size=batch)
+        for tensor in config.input:
+            value = sample.inputs[tensor.name]
+            value.data_type = tensor.data_type
+            value.dims.extend(tensor.dims)
+            value.zero_data = True
 
 
 def render_repository(config_text: str, onnx_path: Path, dest: Path, variant: TritonVariant) -> Path:
@@ -78,6 +134,7 @@ def render_repository(config_text: str, onnx_path: Path, dest: Path, variant: Tr
     if version_dir.parent.exists():
         shutil.rmtree(version_dir.parent)
     version_dir.mkdir(parents=True)
+    _warmup(config, variant.warmup_batch_sizes)
     if variant.server_kind == "native":
         _native(config, variant)
         (version_dir / "model.onnx").symlink_to(onnx_path.resolve())

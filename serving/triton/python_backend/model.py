@@ -1,19 +1,56 @@
 """Triton Python-backend model: serves an ONNX file with ONNX Runtime.
 
 Used with the `tritonserver` bundled in nvidia-pytriton, which has only the Python backend. The ONNX file,
-execution providers and thread count come from the model config's `parameters`, written by
-`serving.triton.repository`. Runs inside Triton's stub process: standard library, numpy and onnxruntime only.
+execution providers (with their options) and thread count come from the model config's `parameters`,
+written by `serving.triton.repository`. Runs inside Triton's stub process: standard library, numpy and
+onnxruntime only (PYTHONPATH is ignored there, so nothing from this project can be imported).
+
+On a GPU node (onnxruntime-gpu) each instance runs on the device Triton gave it (KIND_GPU), and loading
+fails loudly when the first provider asked for is not the one the session got: ONNX Runtime would otherwise
+fall back to the CUDA or CPU provider with a warning, and a `triton_trt` trial would measure something else.
 """
 
+import ctypes
+import glob
 import json
+import os
+import sys
 
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+
 
 def _param(model_config: dict, key: str, default: str = "") -> str:
     return model_config.get("parameters", {}).get(key, {}).get("string_value", default)
+
+
+def _preload_gpu_libraries(providers: list) -> None:
+    """Load CUDA/cuDNN from NVIDIA's pip wheels and TensorRT from `tensorrt_libs`: none is on the loader's
+    path by default, and ONNX Runtime loads its GPU providers with plain dlopen."""
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+    if "TensorrtExecutionProvider" not in providers:
+        return
+    folders = {os.path.dirname(lib) for entry in sys.path if entry and os.path.isdir(entry)
+               for lib in glob.glob(os.path.join(entry, "tensorrt*libs", "libnvinfer.so.*"))}
+    for folder in sorted(folders):
+        for pattern in ("libnvinfer.so.*", "libnvinfer_plugin.so.*", "libnvonnxparser.so.*"):
+            for path in sorted(glob.glob(os.path.join(folder, pattern))):
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def session_providers(names: list, options: dict, device_id: int) -> list:
+    """(name, options) pairs for InferenceSession; GPU providers run on this instance's device."""
+    providers = []
+    for name in names:
+        opts = dict(options.get(name, {}))
+        if name in GPU_PROVIDERS:
+            opts["device_id"] = device_id
+        providers.append((name, opts) if opts else name)
+    return providers
 
 
 class TritonPythonModel:
@@ -25,9 +62,19 @@ class TritonPythonModel:
         threads = int(_param(config, "ort_threads", "0") or 0)
         if threads > 0:
             options.intra_op_num_threads = threads
-        providers = json.loads(_param(config, "ort_providers", '["CPUExecutionProvider"]'))
-        self.session = ort.InferenceSession(_param(config, "onnx_path"), options, providers=providers)
+        names = json.loads(_param(config, "ort_providers", '["CPUExecutionProvider"]'))
+        provider_options = json.loads(_param(config, "ort_provider_options", "{}") or "{}")
+        device_id = int(args.get("model_instance_device_id", 0) or 0)
+        if any(name in GPU_PROVIDERS for name in names):
+            _preload_gpu_libraries(names)
+        self.session = ort.InferenceSession(_param(config, "onnx_path"), options,
+                                            providers=session_providers(names, provider_options, device_id))
         self.providers = self.session.get_providers()
+        if self.providers[0] != names[0]:
+            raise RuntimeError(
+                f"ONNX Runtime {ort.__version__} could not use {names[0]} (session got {self.providers}; "
+                f"available here: {ort.get_available_providers()}). On a GPU node install tierbench[gpu] "
+                "(onnxruntime-gpu with CUDA 13, TensorRT 10 for CUDA 13), or serve from NVIDIA's Triton container.")
 
     def execute(self, requests: list) -> list:
         responses = []

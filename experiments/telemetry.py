@@ -1,0 +1,219 @@
+"""GPU telemetry of a measurement window: NVML sampled on the server's node while the trial runs.
+
+A small Ray actor, placed on the node the server runs on, samples utilisation, memory, power and the
+energy counter of the server's GPUs (every GPU of the node when Ray pinned none) at `telemetry.sample_hz`
+in a background thread for as long as the server group lives. After each trial the driver asks it for the
+trial's window (epoch seconds, the clients' window) and gets back only the summary:
+
+- `gpu_util_pct`: mean NVML utilisation (share of time a kernel ran), averaged over the sampled GPUs;
+- `gpu_mem_used_mb`: peak memory used (MiB, summed over the sampled GPUs);
+- `gpu_power_w`: mean board power (W, summed);
+- `gpu_energy_j`: energy in the window, from NVML's energy counter when the GPU has one (Volta and later),
+  else mean power x window length; `energy_per_image_j` divides it by the images completed in the window.
+
+A node without a GPU (or without NVML) gets no telemetry: the metrics are absent, never zero.
+Ray's GPU ids are taken as NVML indices (Ray detects GPUs through NVML); on nodes mixing GPU models set
+CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers them the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from serving.backend import ServerHandle
+from serving.node import NodeInfo
+
+log = logging.getLogger(__name__)
+
+MAX_SAMPLES = 200_000  # ~2.8 h at 20 Hz: a server group's lifetime, memory bounded
+COVERAGE_SLACK_S = 0.5  # a window counts as covered when samples reach this close to both of its ends
+
+
+def nvml_unavailable_reason() -> str | None:
+    """Why NVML cannot be used here (no library, no driver, no GPU); None when it can."""
+    try:
+        import pynvml
+    except ImportError:
+        return "nvidia-ml-py (module pynvml) is not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return f"NVML unavailable: {exc}"
+    try:
+        if pynvml.nvmlDeviceGetCount() == 0:
+            return "NVML finds no GPU"
+    finally:
+        pynvml.nvmlShutdown()
+    return None
+
+
+def gpu_params(node: NodeInfo) -> dict[str, str]:
+    """Trial params that identify the GPU stack; absent on a node without a GPU."""
+    if not node.has_gpu:
+        return {}
+    return {"driver_version": node.driver_version or "unknown", "cuda_version": node.cuda_version or "unknown"}
+
+
+def summarize(times: np.ndarray, util: np.ndarray, mem_mb: np.ndarray, power_w: np.ndarray,
+              energy_j: np.ndarray | None, start: float, end: float) -> dict[str, float]:
+    """Window metrics from samples (rows in time order; columns already combined across GPUs).
+
+    Empty when the samples do not cover [start, end]: a partial window would understate energy.
+    """
+    if end <= start or times.size < 2 or times[0] > start + COVERAGE_SLACK_S or times[-1] < end - COVERAGE_SLACK_S:
+        return {}
+    inside = (times >= start) & (times <= end)
+    if not inside.any():
+        return {}
+    mean_power = float(power_w[inside].mean())
+    if energy_j is not None:
+        energy = float(np.interp(end, times, energy_j) - np.interp(start, times, energy_j))
+    else:
+        energy = mean_power * (end - start)
+    return {"gpu_util_pct": float(util[inside].mean()), "gpu_mem_used_mb": float(mem_mb[inside].max()),
+            "gpu_power_w": mean_power, "gpu_energy_j": energy, "gpu_telemetry_samples": float(inside.sum())}
+
+
+def energy_per_image(metrics: dict[str, float], images: int) -> dict[str, float]:
+    if "gpu_energy_j" not in metrics or images <= 0:
+        return {}
+    return {"energy_per_image_j": metrics["gpu_energy_j"] / images}
+
+
+class NvmlSampler:
+    """Samples NVML in a thread from construction until `stop`; runs on the server's node (as a Ray actor)."""
+
+    def __init__(self, gpu_ids: list[int] | None, sample_hz: float) -> None:
+        import pynvml
+
+        self._nvml = pynvml
+        pynvml.nvmlInit()
+        indices = gpu_ids or list(range(pynvml.nvmlDeviceGetCount()))
+        self.indices = indices
+        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        self._energy_supported = all(self._energy_mj(h) is not None for h in self._handles)
+        self._interval = 1.0 / sample_hz
+        self._rows: deque[tuple[float, float, float, float, float]] = deque(maxlen=MAX_SAMPLES)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+        self._thread.start()
+
+    def _energy_mj(self, handle: Any) -> float | None:
+        try:
+            return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        except self._nvml.NVMLError:
+            return None
+
+    def _sample(self) -> tuple[float, float, float, float, float]:
+        nvml = self._nvml
+        util = [nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self._handles]
+        mem = [nvml.nvmlDeviceGetMemoryInfo(h).used for h in self._handles]
+        power = [nvml.nvmlDeviceGetPowerUsage(h) for h in self._handles]  # mW
+        energy = sum(self._energy_mj(h) or 0.0 for h in self._handles) if self._energy_supported else float("nan")
+        return (time.time(), float(np.mean(util)), sum(mem) / 2**20, sum(power) / 1e3, energy / 1e3)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                row = self._sample()
+            except self._nvml.NVMLError as exc:  # e.g. the GPU fell off the bus: stop, windows come back empty
+                log.warning("NVML sampling stopped: %s", exc)
+                return
+            with self._lock:
+                self._rows.append(row)
+            self._stop.wait(self._interval)
+
+    def describe(self) -> dict[str, Any]:
+        """What is sampled: GPU indices and names, driver and CUDA versions as NVML reports them."""
+        nvml = self._nvml
+        cuda = nvml.nvmlSystemGetCudaDriverVersion_v2()
+        return {"indices": self.indices, "names": [nvml.nvmlDeviceGetName(h) for h in self._handles],
+                "driver_version": nvml.nvmlSystemGetDriverVersion(),
+                "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}", "energy_counter": self._energy_supported}
+
+    def window(self, start: float, end: float, timeout_s: float = 5.0) -> dict[str, float]:
+        """Summary of [start, end]; waits (up to `timeout_s`) for the first sample after `end`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._thread.is_alive():
+            with self._lock:
+                if self._rows and self._rows[-1][0] >= end:
+                    break
+            time.sleep(self._interval)
+        with self._lock:
+            rows = np.array([r for r in self._rows if start - 2 <= r[0] <= end + 2], dtype=float)
+        if rows.size == 0:
+            return {}
+        energy = rows[:, 4] if self._energy_supported else None
+        return summarize(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], energy, start, end)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._nvml.nvmlShutdown()
+
+
+class GpuTelemetry:
+    """Driver-side handle of one server group's sampler actor."""
+
+    def __init__(self, actor: Any, description: dict[str, Any]) -> None:
+        self.actor = actor
+        self.description = description
+
+    def window_metrics(self, start: float, end: float, images: int, timeout_s: float = 30.0) -> dict[str, float]:
+        """The window's GPU metrics; empty (logged why) when the sampler could not cover it."""
+        import ray
+
+        try:
+            metrics = ray.get(self.actor.window.remote(start, end), timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - telemetry must not fail a trial that was measured
+            log.warning("GPU telemetry failed for the window %.3f-%.3f: %s", start, end, exc)
+            return {}
+        if not metrics:
+            log.warning("GPU telemetry did not cover the window %.3f-%.3f: no GPU metrics for this trial", start, end)
+            return {}
+        return {**metrics, **energy_per_image(metrics, images)}
+
+    def stop(self) -> None:
+        import ray
+
+        try:
+            ray.get(self.actor.stop.remote(), timeout=10)
+        except Exception as exc:  # noqa: BLE001 - the actor goes away either way
+            log.debug("stopping the GPU sampler: %s", exc)
+        finally:
+            ray.kill(self.actor)
+
+
+def start_gpu_telemetry(telemetry_cfg: Any, handle: ServerHandle, node: NodeInfo,
+                        ray_options: dict[str, Any], timeout_s: float = 60.0) -> GpuTelemetry | None:
+    """A sampler on the server's node for a server group; None (logged why) where there is nothing to sample."""
+    import ray
+
+    if not telemetry_cfg.gpu:
+        return None
+    if not node.has_gpu:
+        log.info("no GPU telemetry: node %s has no NVIDIA GPU (nvidia-smi finds none)", node.hostname)
+        return None
+    if handle.node_id:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        placement: dict[str, Any] = {"scheduling_strategy": NodeAffinitySchedulingStrategy(handle.node_id, soft=False)}
+    else:
+        placement = dict(ray_options)
+    actor = ray.remote(NvmlSampler).options(num_cpus=0.01, max_concurrency=4, **placement).remote(
+        list(handle.gpu_ids) or None, float(telemetry_cfg.sample_hz))
+    try:
+        description = ray.get(actor.describe.remote(), timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - telemetry is an extra: the trials still run, without GPU metrics
+        log.warning("no GPU telemetry on node %s: %s", node.hostname, exc)
+        ray.kill(actor)
+        return None
+    log.info("GPU telemetry: sampling %s at %.0f Hz", description["names"], telemetry_cfg.sample_hz)
+    return GpuTelemetry(actor, description)

@@ -1,0 +1,241 @@
+"""GPU settings checked without a GPU: what each backend asks of Ray, which trials a node skips and why,
+what a server start reports about TensorRT engines, where engines are cached and how a cache hit is told."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serving.accelerators import (
+    BUILT,
+    HIT,
+    NO_ENGINE,
+    cache_status,
+    engine_cache_dir,
+    engine_cache_key,
+    engine_files,
+    missing_libraries,
+    ort_tensorrt_missing_libs,
+    runtime_tag,
+    slug,
+    tensorrt_library_dirs,
+)
+from serving.backend import BackendContext
+from serving.node import NodeInfo
+from serving.ray_serve.backend import RayServeTorchBackend
+from serving.triton.backend import TritonBackend
+from tests.conftest import compose_config
+
+CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
+GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVIDIA GeForce RTX 4090",),
+                    driver_version="580.65", cuda_version="13.0", torch_cuda=True, ray_gpus=1.0,
+                    ort_providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"))
+
+
+def _context(node: NodeInfo, name: str = "triton_trt", batches: tuple[int, ...] = (1, 8)) -> BackendContext:
+    return BackendContext(name=name, model=compose_config().model, node=node,
+                          ray_options={"resources": {"tier_rtx4090": 0.001}}, warmup_batch_sizes=batches)
+
+
+def _triton(node: NodeInfo, **settings) -> TritonBackend:
+    return TritonBackend(_context(node), **settings)
+
+
+# --- Triton -------------------------------------------------------------------------------------------------
+
+def test_tensorrt_on_a_cpu_node_is_skipped_because_there_is_no_gpu() -> None:
+    reason = _triton(CPU_NODE, accelerator="tensorrt").unsupported_reason("grpc", "tensor")
+    assert "needs an NVIDIA GPU" in reason and "cpu-box" in reason
+
+
+def test_tensorrt_without_the_provider_names_what_to_install() -> None:
+    node = NodeInfo(**{**GPU_NODE.__dict__, "ort_providers": ("CPUExecutionProvider",)})
+    reason = _triton(node, accelerator="tensorrt").unsupported_reason("http", "tensor")
+    assert "lacks TensorrtExecutionProvider" in reason and "tierbench[gpu]" in reason
+
+
+def test_tensorrt_with_its_libraries_missing_names_them() -> None:
+    node = NodeInfo(**{**GPU_NODE.__dict__, "trt_missing_libs": ("libnvinfer.so.10", "libnvonnxparser.so.10")})
+    reason = _triton(node, accelerator="tensorrt").unsupported_reason("http", "tensor")
+    assert "libnvinfer.so.10, libnvonnxparser.so.10" in reason and "TensorRT 10 for CUDA 13" in reason
+
+
+def test_native_triton_brings_its_own_tensorrt() -> None:
+    node = NodeInfo(**{**GPU_NODE.__dict__, "ort_providers": (), "trt_missing_libs": ("libnvinfer.so.10",),
+                       "native_triton": True})
+    assert _triton(node, accelerator="tensorrt").unsupported_reason("grpc", "tensor") is None
+
+
+def test_gpu_node_with_everything_runs_tensorrt_and_cuda() -> None:
+    for accelerator in ("tensorrt", "cuda"):
+        assert _triton(GPU_NODE, accelerator=accelerator).unsupported_reason("grpc", "tensor") is None
+
+
+def test_cuda_ep_falls_back_to_cpu_without_a_gpu_and_asks_no_gpu_of_ray() -> None:
+    backend = _triton(CPU_NODE, accelerator="cuda")
+    assert backend.accelerator == "cpu" and backend.unsupported_reason("http", "tensor") is None
+    assert "num_gpus" not in backend.actor_options()
+
+
+def test_host_actor_holds_a_gpu_fraction_only_where_ray_schedules_gpus() -> None:
+    assert _triton(GPU_NODE, accelerator="tensorrt", num_gpus=0.25).actor_options() == {
+        "num_cpus": 0.01, "resources": {"tier_rtx4090": 0.001}, "num_gpus": 0.25}
+    no_ray_gpus = NodeInfo(**{**GPU_NODE.__dict__, "ray_gpus": 0.0})
+    assert "num_gpus" not in _triton(no_ray_gpus, accelerator="tensorrt").actor_options()
+
+
+def test_tensorrt_profile_covers_every_batch_and_is_tuned_for_the_largest_measured() -> None:
+    assert _triton(GPU_NODE, accelerator="tensorrt").trt_profile() == (1, 8, 32)
+    assert _triton(GPU_NODE, accelerator="tensorrt", trt_opt_batch_size=4).trt_profile() == (1, 4, 32)
+    settings = _triton(GPU_NODE, accelerator="tensorrt", fp16=True).variant_settings()
+    assert settings["engine_cache"] and settings["fp16"] and settings["warmup_batch_sizes"] == [1, 8]
+    assert _triton(GPU_NODE, accelerator="tensorrt", warmup=False).variant_settings()["warmup_batch_sizes"] == []
+    assert _triton(GPU_NODE, accelerator="cuda").variant_settings()["engine_cache"] is False
+
+
+def test_fp16_without_tensorrt_is_refused_with_the_key() -> None:
+    with pytest.raises(ValueError, match=r"backends.triton_trt.fp16=true needs accelerator: tensorrt"):
+        _triton(GPU_NODE, accelerator="cuda", fp16=True)
+
+
+def _start_info(cache: dict | None) -> dict:
+    info = {"export": {"max_abs_diff": 1e-5}, "ready_s": 42.0, "gpu_ids": [0]}
+    if cache is not None:
+        info["engine_cache"] = cache
+    return info
+
+
+@pytest.mark.parametrize("status,metric", [(BUILT, "trt_engine_build_s"), (HIT, "trt_engine_load_s")])
+def test_start_reports_whether_the_engine_was_built_or_loaded(status: str, metric: str) -> None:
+    backend = _triton(GPU_NODE, accelerator="tensorrt", fp16=True)
+    params, metrics = backend._start_facts(_start_info({"dir": "/c/k", "status": status, "files": 1}))
+    assert params["trt_engine_cache"] == status and params["trt_precision"] == "fp16"
+    assert params["execution_provider"] == "TensorrtExecutionProvider" and params["server_gpu_ids"] == "0"
+    assert metrics == {"server_ready_s": 42.0, metric: 42.0}
+
+
+def test_without_a_cache_every_start_counts_as_a_build() -> None:
+    params, metrics = _triton(GPU_NODE, accelerator="tensorrt", engine_cache=False)._start_facts(_start_info(None))
+    assert params["trt_engine_cache"] == "off" and metrics["trt_engine_build_s"] == 42.0
+
+
+# --- Ray Serve PyTorch --------------------------------------------------------------------------------------
+
+def _torch(node: NodeInfo, **settings) -> RayServeTorchBackend:
+    return RayServeTorchBackend(_context(node, name="pytorch_fp16"), **settings)
+
+
+def test_half_precision_is_skipped_on_a_node_without_cuda() -> None:
+    reason = _torch(CPU_NODE, half=True).unsupported_reason("http", "tensor")
+    assert "half precision (fp16)" in reason and "needs a CUDA GPU" in reason and "cpu-box" in reason
+    assert _torch(GPU_NODE, half=True).unsupported_reason("http", "tensor") is None
+
+
+def test_replicas_hold_a_gpu_fraction_on_gpu_nodes_only() -> None:
+    assert _torch(GPU_NODE, replica_num_gpus=0.25).actor_options()["num_gpus"] == 0.25
+    assert _torch(GPU_NODE).device == "cuda"
+    assert "num_gpus" not in _torch(CPU_NODE).actor_options()
+    assert _torch(CPU_NODE).device == "cpu"
+
+
+def test_compile_variant_reports_its_compile_cost_as_a_metric() -> None:
+    backend = _torch(GPU_NODE, compile=True)
+    params, metrics = backend._start_facts({"dtype": "float32", "torch_compile": True, "gpu_ids": [0],
+                                            "warmup_s": 30.0, "warmup_first_call_s": 20.0, "torch_compile_s": 25.0})
+    assert params["torch_compile"] and params["torch_compile_mode"] == "default" and params["replica_num_gpus"] == 0.5
+    assert metrics == {"server_warmup_s": 30.0, "server_warmup_first_call_s": 20.0, "torch_compile_s": 25.0}
+
+
+def test_gpu_variants_are_entries_of_their_contract_backend() -> None:
+    backends = compose_config().backends
+    assert backends.pytorch_fp16.backend == "pytorch" and backends.pytorch_fp16.half
+    assert backends.pytorch_compile.backend == "pytorch" and backends.pytorch_compile.compile
+    assert backends.triton_trt_fp16.backend == "triton_trt" and backends.triton_trt_fp16.fp16
+    assert backends.triton_trt.engine_cache and backends.triton_onnx.accelerator == "cuda"
+
+
+# --- engine cache ------------------------------------------------------------------------------------------
+
+def test_engine_cache_is_per_model_gpu_and_engine_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    key = engine_cache_key("ort1.31.1-trt10.16.1.11", True, (1, 8, 32), "0123456789abcdef")
+    assert key == "ort1.31.1-trt10.16.1.11-fp16-b1-8-32-01234567"
+    assert engine_cache_dir(None, "resnet18", "NVIDIA GeForce RTX 4090", key) == (
+        tmp_path / "tierbench" / "trt" / "resnet18" / "nvidia-geforce-rtx-4090" / key)
+    assert engine_cache_dir("/data/trt", "resnet18", "NVIDIA A100-SXM4-80GB", key) == Path(
+        "/data/trt/resnet18/nvidia-a100-sxm4-80gb") / key
+    assert slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def test_engines_of_another_runtime_never_share_a_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_SERVER_VERSION", "2.59.0")
+    assert runtime_tag("native") == "native2.59.0"
+    assert runtime_tag("bundled").startswith("ort") and "-trt" in runtime_tag("bundled")
+
+
+def test_cache_status_tells_a_hit_from_a_build(tmp_path: Path) -> None:
+    assert cache_status({}, engine_files(tmp_path)) == NO_ENGINE
+    engine = tmp_path / "TensorrtExecutionProvider_TRTKernel_graph_main_123_0_sm89.engine"
+    engine.write_bytes(b"x")
+    built = engine_files(tmp_path)
+    assert cache_status({}, built) == BUILT
+    assert cache_status(built, engine_files(tmp_path)) == HIT
+    engine.write_bytes(b"rebuilt")
+    os.utime(engine, ns=(built[engine.name] + 10**9, built[engine.name] + 10**9))
+    assert cache_status(built, engine_files(tmp_path)) == BUILT
+
+
+# --- TensorRT libraries ------------------------------------------------------------------------------------
+
+def test_cpu_onnxruntime_has_no_tensorrt_provider_library() -> None:
+    import onnxruntime
+
+    if "TensorrtExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("onnxruntime-gpu is installed here: its TensorRT provider library exists")
+    assert ort_tensorrt_missing_libs() == ("libonnxruntime_providers_tensorrt.so",)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build two tiny shared libraries")
+def test_missing_libraries_names_what_the_loader_cannot_find(tmp_path: Path) -> None:
+    (tmp_path / "dep.c").write_text("int dep(void) { return 1; }\n")
+    (tmp_path / "user.c").write_text("int dep(void); int user(void) { return dep(); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libtbdep.so.7", "-o", "libtbdep.so.7", "dep.c"],
+                   cwd=tmp_path, check=True)
+    (tmp_path / "libtbdep.so").symlink_to("libtbdep.so.7")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", "libtbuser.so", "user.c", "-L.", "-ltbdep"], cwd=tmp_path,
+                   check=True)
+    user = tmp_path / "libtbuser.so"
+    assert missing_libraries(user, [str(tmp_path)]) == ()
+    assert missing_libraries(user, []) == ("libtbdep.so.7",)
+
+
+def test_tensorrt_wheel_libraries_are_found_on_sys_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    libs = tmp_path / "tensorrt_libs"
+    libs.mkdir()
+    (libs / "libnvinfer.so.10").write_bytes(b"")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    assert str(libs) in tensorrt_library_dirs()
+
+
+def test_gpu_only_variants_on_a_cpu_node_are_skipped_with_reasons_before_any_server_starts() -> None:
+    from experiments.plan import plan_trials
+    from experiments.server_group import ServerGroup
+
+    cfg = compose_config(["experiment.backends=[pytorch_fp16,triton_trt,triton_trt_fp16]",
+                          "experiment.protocols=[http]", "experiment.input_formats=[tensor]"])
+    records = []
+    for group in plan_trials(cfg):
+        # No client pool: nothing may be measured (or started) for trials the node can't run.
+        ServerGroup(cfg, group, CPU_NODE, {}, None, lambda record, logs: records.append(record),
+                    lambda name, text: None).run(group.trials)
+    assert len(records) == 3 * 2 * 2 and all(r.status == "skipped" and not r.metrics for r in records)
+    reasons = {r.trial.variant: r.reason for r in records}
+    assert reasons["pytorch_fp16"].startswith("half precision (fp16) in PyTorch needs a CUDA GPU")
+    assert reasons["triton_trt"] == reasons["triton_trt_fp16"] == (
+        "the TensorRT execution provider needs an NVIDIA GPU; node cpu-box has none (CPU: Some CPU)")
+    assert all("driver_version" not in r.params for r in records)

@@ -1,0 +1,91 @@
+"""The Python-backend model (what the bundled Triton runs) outside Triton, with a stand-in for Triton's utils
+module: the providers it asks ONNX Runtime for, and its refusal to serve on a provider it did not ask for."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from serving.triton.repository import PYTHON_MODEL_FILE
+
+
+class _Tensor:
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        self.name, self.array = name, array
+
+    def as_numpy(self) -> np.ndarray:
+        return self.array
+
+
+class _Response:
+    def __init__(self, output_tensors: list[_Tensor]) -> None:
+        self.output_tensors = output_tensors
+
+
+@pytest.fixture
+def model_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    utils = types.ModuleType("triton_python_backend_utils")
+    utils.Tensor = _Tensor
+    utils.InferenceResponse = _Response
+    utils.get_input_tensor_by_name = lambda request, name: request[name]
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
+    spec = importlib.util.spec_from_file_location("tierbench_python_backend_model", PYTHON_MODEL_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def doubling_onnx(tmp_path: Path) -> Path:
+    """y = 2x over a dynamic batch: the smallest real model with the project's tensor names."""
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])
+    graph = helper.make_graph([helper.make_node("Mul", ["input", "two"], ["logits"])], "double", [x], [y], [two])
+    path = tmp_path / "double.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _args(onnx_path: Path, providers: list[str], options: dict | None = None, device: str = "0") -> dict:
+    config = {"input": [{"name": "input"}], "output": [{"name": "logits"}], "parameters": {
+        "onnx_path": {"string_value": str(onnx_path)},
+        "ort_providers": {"string_value": json.dumps(providers)},
+        "ort_provider_options": {"string_value": json.dumps(options or {})},
+        "ort_threads": {"string_value": "1"}}}
+    return {"model_config": json.dumps(config), "model_instance_device_id": device}
+
+
+def test_cpu_provider_serves_the_onnx_model(model_module: types.ModuleType, doubling_onnx: Path) -> None:
+    model = model_module.TritonPythonModel()
+    model.initialize(_args(doubling_onnx, ["CPUExecutionProvider"]))
+    (response,) = model.execute([{"input": _Tensor("input", np.ones((2, 3), dtype=np.float32))}])
+    np.testing.assert_array_equal(response.output_tensors[0].as_numpy(), np.full((2, 3), 2.0, dtype=np.float32))
+
+
+def test_gpu_providers_run_on_the_instance_device(model_module: types.ModuleType) -> None:
+    providers = model_module.session_providers(
+        ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
+        {"TensorrtExecutionProvider": {"trt_fp16_enable": True}}, device_id=3)
+    assert providers == [("TensorrtExecutionProvider", {"trt_fp16_enable": True, "device_id": 3}),
+                         ("CUDAExecutionProvider", {"device_id": 3}), "CPUExecutionProvider"]
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider")
+@pytest.mark.skipif("TensorrtExecutionProvider" in ort.get_available_providers(),
+                    reason="onnxruntime-gpu here has the TensorRT provider: no fallback to provoke")
+def test_a_provider_onnxruntime_cannot_use_fails_the_load_instead_of_falling_back(
+        model_module: types.ModuleType, doubling_onnx: Path) -> None:
+    model = model_module.TritonPythonModel()
+    names = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    with pytest.raises(RuntimeError, match="could not use TensorrtExecutionProvider"):
+        model.initialize(_args(doubling_onnx, names, {"TensorrtExecutionProvider": {"trt_fp16_enable": True}}))

@@ -1,0 +1,144 @@
+"""GPU telemetry's arithmetic on known samples, and its absence (never zeros) where there is no GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiments.telemetry import energy_per_image, gpu_params, nvml_unavailable_reason, start_gpu_telemetry, summarize
+from serving.backend import ServerHandle
+from serving.node import NodeInfo
+from tests.conftest import compose_config, has_gpu
+
+CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
+GPU_NODE = NodeInfo("gpu-box", "127.0.0.1", "n1", "Some CPU", 16, gpu_names=("NVIDIA A100-SXM4-80GB",),
+                    driver_version="580.65", cuda_version="13.0")
+
+
+def _samples(start: float, seconds: float, hz: float = 20.0) -> tuple[np.ndarray, ...]:
+    times = start + np.arange(0, seconds, 1 / hz)
+    util = np.where(times < start + seconds / 2, 50.0, 100.0)
+    mem = 1000.0 + 10 * np.arange(times.size)
+    power = np.full(times.size, 200.0)
+    energy = 5_000.0 + 200.0 * (times - start)  # a counter in J: 200 W
+    return times, util, mem, power, energy
+
+
+def test_window_metrics_from_the_energy_counter() -> None:
+    times, util, mem, power, energy = _samples(1000.0, 10.0)
+    m = summarize(times, util, mem, power, energy, 1002.0, 1006.0)
+    assert m["gpu_energy_j"] == pytest.approx(800.0)  # 4 s x 200 W
+    assert m["gpu_power_w"] == pytest.approx(200.0)
+    assert 50.0 < m["gpu_util_pct"] < 100.0
+    assert m["gpu_mem_used_mb"] == mem[(times >= 1002.0) & (times <= 1006.0)].max()
+    assert m["gpu_telemetry_samples"] == pytest.approx(81, abs=1)
+
+
+def test_without_an_energy_counter_energy_is_mean_power_times_window() -> None:
+    times, util, mem, power, _ = _samples(1000.0, 10.0)
+    assert summarize(times, util, mem, power, None, 1001.0, 1004.0)["gpu_energy_j"] == pytest.approx(600.0)
+
+
+def test_a_window_the_samples_do_not_cover_gets_no_metrics() -> None:
+    times, util, mem, power, energy = _samples(1000.0, 10.0)
+    assert summarize(times, util, mem, power, energy, 1008.0, 1015.0) == {}  # sampling stopped at ~1010
+    assert summarize(times, util, mem, power, energy, 990.0, 1003.0) == {}  # started at 1000
+    assert summarize(times[:1], util[:1], mem[:1], power[:1], energy[:1], 1000.0, 1000.04) == {}
+
+
+def test_energy_per_image() -> None:
+    assert energy_per_image({"gpu_energy_j": 800.0}, 400) == {"energy_per_image_j": 2.0}
+    assert energy_per_image({"gpu_energy_j": 800.0}, 0) == {}
+    assert energy_per_image({}, 400) == {}
+
+
+def test_gpu_params_only_on_gpu_nodes() -> None:
+    assert gpu_params(CPU_NODE) == {}
+    assert gpu_params(GPU_NODE) == {"driver_version": "580.65", "cuda_version": "13.0"}
+
+
+def test_no_sampler_on_a_node_without_a_gpu() -> None:
+    handle = ServerHandle("triton_python_backend", {}, node_id="n0")
+    assert start_gpu_telemetry(compose_config().telemetry, handle, CPU_NODE, {}) is None
+
+
+def test_telemetry_can_be_turned_off() -> None:
+    cfg = compose_config(["telemetry.gpu=false"]).telemetry
+    assert start_gpu_telemetry(cfg, ServerHandle("ray_serve", {}), GPU_NODE, {}) is None
+
+
+@pytest.mark.skipif(has_gpu(), reason="this machine has a GPU: NVML is expected to work here")
+def test_nvml_says_why_it_is_unavailable_without_a_gpu() -> None:
+    reason = nvml_unavailable_reason()
+    assert reason is not None and ("NVML" in reason or "pynvml" in reason)
+
+
+class _FakeNvml:
+    """Stands in for pynvml with two GPUs drawing 100 W each, so the sampler's threading, device combination
+    and window logic run without a GPU. No number from it is presented as measured."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self) -> None:
+        import time
+
+        self.time = time.time
+        self.started = time.time()
+
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+        pass
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        return index
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int):  # noqa: N802
+        return type("Util", (), {"gpu": 50 if handle == 0 else 100})()
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int):  # noqa: N802
+        return type("Mem", (), {"used": 2**30})()
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # noqa: N802
+        return 100_000  # mW
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:  # noqa: N802
+        return int((self.time() - self.started) * 100_000)  # mJ at 100 W
+
+    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
+        return f"Fake GPU {handle}"
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        return "580.65.06"
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:  # noqa: N802
+        return 13000
+
+
+def test_sampler_combines_gpus_and_summarizes_a_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import time
+
+    from experiments.telemetry import NvmlSampler
+
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    sampler = NvmlSampler(None, 50.0)
+    try:
+        assert sampler.describe() == {"indices": [0, 1], "names": ["Fake GPU 0", "Fake GPU 1"],
+                                      "driver_version": "580.65.06", "cuda_version": "13.0", "energy_counter": True}
+        time.sleep(0.2)
+        start = time.time()
+        end = start + 0.5
+        metrics = sampler.window(start, end)  # waits for a sample past `end`
+    finally:
+        sampler.stop()
+    assert metrics["gpu_util_pct"] == pytest.approx(75.0)
+    assert metrics["gpu_mem_used_mb"] == pytest.approx(2048.0)
+    assert metrics["gpu_power_w"] == pytest.approx(200.0)
+    assert metrics["gpu_energy_j"] == pytest.approx(100.0, rel=0.1)  # 2 x 100 W x 0.5 s
+    assert metrics["gpu_telemetry_samples"] >= 10
