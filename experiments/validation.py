@@ -81,6 +81,24 @@ def validate(cfg: Any) -> None:
             _fail(f"backends.{name}._target_", None, "name the class that serves this backend")
         if cfg.backends[name].get("backend") not in BACKENDS:
             _fail(f"backends.{name}.backend", cfg.backends[name].get("backend"), f"choose from {list(BACKENDS)}")
+        _check_backend_settings(name, cfg.backends[name])
+
+
+def _check_backend_settings(name: str, entry: Any) -> None:
+    """Every setting must be a parameter of the `_target_` class: a typo fails here, not at server start."""
+    import inspect
+
+    from hydra.utils import get_class
+
+    try:
+        cls = get_class(entry["_target_"])
+    except Exception:  # noqa: BLE001 - hydra raises several types for a bad path
+        _fail(f"backends.{name}._target_", entry["_target_"], "an importable class, e.g. "
+              "serving.triton.backend.TritonBackend")
+    accepted = [p for p in inspect.signature(cls).parameters if p != "context"]
+    for key in entry:
+        if key not in ("_target_", "backend") and key not in accepted:
+            _fail(f"backends.{name}.{key}", entry[key], f"{cls.__name__} takes {accepted}")
 
 
 def check_overrides(args: list[str], conf_dir: str) -> None:

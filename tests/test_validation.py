@@ -10,6 +10,11 @@ from tests.conftest import compose_config
 CASES = [
     (["experiment.backends=[tensorflow]"], "experiment.backends='tensorflow'"),
     (["backends.pytorch.backend=torchserve"], "backends.pytorch.backend='torchserve'"),
+    (["+backends.triton_onnx.instance_cnt=2"], "backends.triton_onnx.instance_cnt=2"),
+    (["experiment.load_mode=bursty"], "experiment.load_mode='bursty'"),
+    (["experiment.load_mode=poisson", "experiment.request_rates=[10,0]"], "experiment.request_rates=0"),
+    (["experiment.load_mode=poisson"], "experiment.request_rates=[]"),
+    (["experiment.slo.p99_ms=0"], "experiment.slo.p99_ms=0"),
     (["experiment.protocols=[websocket]"], "experiment.protocols='websocket'"),
     (["experiment.input_formats=[png]"], "experiment.input_formats='png'"),
     (["experiment.batch_sizes=[0]"], "experiment.batch_sizes=0"),

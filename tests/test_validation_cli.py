@@ -21,6 +21,8 @@ ROWS = [
     ("batch <= 0", ["experiment.batch_sizes=[0]"], "experiment.batch_sizes=0"),
     ("batch above the model's max", ["experiment.batch_sizes=[1,64]"], "experiment.batch_sizes=64"),
     ("concurrency <= 0", ["experiment.concurrency=[0]"], "experiment.concurrency=0"),
+    ("rate <= 0", ["experiment.load_mode=poisson", "experiment.request_rates=[-5]"], "experiment.request_rates=-5"),
+    ("unknown backend setting", ["+backends.pytorch.num_replica=2"], "backends.pytorch.num_replica=2"),
     ("negative price", ["gpu.price_per_hour_usd=-0.5"], "gpu.price_per_hour_usd=-0.5"),
     ("missing price", ["gpu.price_per_hour_usd=???"], "gpu.price_per_hour_usd=None"),
     ("window <= 0", ["experiment.window_s=0"], "experiment.window_s=0"),
