@@ -98,7 +98,10 @@ def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
         assert 0 <= m["client_cpu_util_max"] < 2
         if params["backend"] == "triton_onnx":  # deltas of Triton's metrics endpoint around the windows
             assert m["server_requests"] > 0
-            assert 0 < m["server_compute_infer_ms"] <= m["server_request_ms"] < m["latency_p99_ms"]
+            assert 0 < m["server_compute_infer_ms"] <= m["server_request_ms"]
+            # Counter snapshots bracket the windows only approximately (a request in flight at a boundary is
+            # counted by the server, not the window): the server's mean is within the clients' latencies.
+            assert m["server_request_ms"] <= 1.5 * m["latency_mean_ms"]
             assert m["server_queue_ms"] >= 0 and m["server_batch_avg"] == pytest.approx(int(params["batch_size"]))
         else:  # the replica's own time, reported per request
             assert 0 < m["server_replica_p50_ms"] < m["latency_p99_ms"]
