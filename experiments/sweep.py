@@ -13,7 +13,9 @@ from omegaconf import OmegaConf
 from experiments.client_actor import start_client_actors
 from experiments.cluster import ray_cluster
 from experiments.plan import plan_trials
-from experiments.records import FAILED, OK, TrialRecord, write_record
+from experiments.prices import tier_price_params
+from experiments.progress import SweepProgress, sweep_progress
+from experiments.records import FAILED, OK, SKIPPED, TrialRecord, write_record
 from experiments.server_group import run_group
 from experiments.tiers import placement_options
 from experiments.tracking import Tracker, tracking_uri
@@ -35,6 +37,7 @@ class TierSweep:
         self.total = sum(len(g.trials) for g in self.groups)
         self.done = 0
         self.failed = 0
+        self.progress: SweepProgress | None = None
         self.config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
 
@@ -53,10 +56,12 @@ class TierSweep:
             self.tier_run = self.tracker.tier_run(self.sweep_id, self.tier, self.sweep_run,
                                                   self._tier_params(node), self.common_tags)
             actors = start_client_actors(self.cfg.experiment, options, self.cfg.serving.start_timeout_s)
+            trials = [t for g in self.groups for t in g.trials]
             try:
-                for group in self.groups:
-                    run_group(self.cfg, group, node, options, actors, self._finish,
-                              lambda name, text, variant=group.variant: self._save_server_file(variant, name, text))
+                with sweep_progress(trials, f"{self.tier}", bool(self.cfg.get("quiet"))) as self.progress:
+                    for group in self.groups:
+                        run_group(self.cfg, group, node, options, actors, self._finish,
+                                  lambda name, text, v=group.variant: self._save_server_file(v, name, text))
             finally:
                 for actor in actors:
                     ray.kill(actor)
@@ -71,6 +76,7 @@ class TierSweep:
         log.info("done: %d trials, %d failed. Raw results: %s", self.done, self.failed, self.folder.resolve())
         log.info("MLflow: experiment '%s' in %s, runs tagged sweep_id=%s", self.cfg.mlflow.experiment, uri,
                  self.sweep_id)
+        log.info("cost-per-image report: python -m runners.report %s [--slo-p99-ms MS]", self.sweep_id)
         if uri.startswith("sqlite:"):
             log.info("open the UI with: mlflow ui --backend-store-uri %s --host 127.0.0.1 --port 5000  "
                      "(then http://127.0.0.1:5000)", uri)
@@ -81,7 +87,7 @@ class TierSweep:
                 "price_per_hour_usd": gpu.price_per_hour_usd, "price_source": gpu.price_source,
                 "price_seen": gpu.price_seen, "model": self.cfg.model.name, "experiment": self.cfg.experiment.name,
                 "node_hostname": node.hostname, "driver_version": node.driver_version or "",
-                "cuda_version": node.cuda_version or ""}
+                "cuda_version": node.cuda_version or "", **tier_price_params(gpu)}
 
     def _save_server_file(self, variant: str, name: str, text: str) -> None:
         """Server logs and rendered configs: into the run folder, and onto the tier run."""
@@ -102,6 +108,8 @@ class TierSweep:
                    f"{m['throughput_img_s']:.1f} img/s  ${m['cost_per_1k_images_usd']:.4f}/1k img"
                    if record.status == OK else f"{record.status.upper()}: {record.reason}")
         log.info("[%d/%d] %s  %s", self.done, self.total, record.trial.name, summary)
+        if self.progress is not None:
+            self.progress.finished(record.trial, skipped=record.status == SKIPPED)
 
 
 def run_sweep(cfg: Any) -> int:

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from experiments.measure import measure
 from experiments.metrics import window_metrics
 from experiments.plan import Trial, trial_key
+from experiments.prices import trial_price_params
 from experiments.records import FAILED, OK, TrialRecord
 from serving.backend import Backend, ServerHandle
 from serving.node import NodeInfo
@@ -26,6 +27,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         **trial.params(),
         "gpu_name": node.gpu_name,
         "price_per_hour_usd": cfg.gpu.price_per_hour_usd,
+        **trial_price_params(cfg.gpu),
         "server_mode": handle.server_mode if handle else _server_mode_hint(settings),
         "node_hostname": node.hostname,
         **measurement,
