@@ -78,8 +78,9 @@ class TierSweep:
                  self.sweep_id)
         log.info("cost-per-image report: python -m runners.report %s [--slo-p99-ms MS]", self.sweep_id)
         if uri.startswith("sqlite:"):
-            log.info("open the UI with: mlflow ui --backend-store-uri %s --host 127.0.0.1 --port 5000  "
-                     "(then http://127.0.0.1:5000)", uri)
+            log.info("open the UI with: mlflow ui --backend-store-uri %s --host 127.0.0.1 --port 5000  (then "
+                     "http://127.0.0.1:5000/#/experiments/%s/runs?workflowType=machine_learning)", uri,
+                     self.tracker.experiment_id)
 
     def _tier_params(self, node: NodeInfo) -> dict[str, Any]:
         gpu = self.cfg.gpu

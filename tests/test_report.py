@@ -187,6 +187,8 @@ def test_report_is_attached_to_the_sweep_run(store, published) -> None:
     note = run.data.tags["mlflow.note.content"]
     assert f"runs/{ids['sweep_run']}/artifactPath/report/report.html" in note
     assert "rtx4090 (emulated) · triton_onnx/grpc/tensor · b1 · c1" in note
+    assert run.data.metrics["min_cost_per_1k_images_usd"] == pytest.approx(0.18 / 3.6 / 300)  # rtx4090 grpc b8c4
+    assert (run.data.metrics["trials_ok"], run.data.metrics["trials_failed"]) == (24, 1)
     names = {a.path for a in client.list_artifacts(ids["sweep_run"], "report")}
     assert {"report/report.md", "report/report.html", "report/pareto.png"} <= names
 
