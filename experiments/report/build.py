@@ -11,7 +11,7 @@ import pandas as pd
 
 from experiments.report import plots, tables
 from experiments.report.data import SweepData
-from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd
+from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd, usd_per_hour
 from experiments.report.tables import P50, P99, THROUGHPUT
 
 STACK_NOTE = "A stack is `backend variant/protocol/input format`; `b` is the batch size, `c` the concurrency."
@@ -83,7 +83,7 @@ def _answer(doc: Document, report: Report, data: SweepData, ok: pd.DataFrame, la
             prices: dict, options: ReportOptions) -> None:
     doc.h(1, "Answer")
     if ok.empty:
-        doc.p("No trial succeeded, so there is nothing to compare: see *Failed and skipped trials* below.")
+        doc.p("No trial succeeded, so there is nothing to compare: see “Failed and skipped trials” below.")
         report.summary.append("no successful trial")
         return
     priced = tables.priced_points(ok, prices)
@@ -133,7 +133,7 @@ def _prices(doc: Document, data: SweepData) -> None:
     rows = [{"tier": info.label, "price": p.name, "$/h": p.usd_per_hour, "kind": p.kind or "—",
              "provider": p.provider or "—", "source": p.source or "—", "seen": p.seen or "—"}
             for info in data.tiers.values() for p in info.prices]
-    frame = format_frame(pd.DataFrame(rows), {"$/h": usd})
+    frame = format_frame(pd.DataFrame(rows), {"$/h": usd_per_hour})
     doc.table(frame, [False, False, True, False, False, False, False])
 
 
@@ -169,7 +169,12 @@ def _across_tiers(doc: Document, report: Report, folder: Path, ok: pd.DataFrame,
                                          THROUGHPUT: "img/s", "cost_per_1k_images_usd": "$/1k img"}),
                        {"p99 ms": ms, "p50 ms": ms, "img/s": rate, "$/1k img": usd})
     doc.table(out, _numeric(out, 2))
-    report.images["pareto.png"] = plots.pareto(ok, frontier, labels, folder / "pareto.png", options.slo_p99_ms)
+    pick = None
+    if options.slo_p99_ms is not None:
+        chosen = tables.slo_pick(tables.priced_points(ok, prices), options.slo_p99_ms)
+        if chosen is not None:
+            pick = chosen.rename({"cost_per_1k_usd": "cost_per_1k_images_usd"})
+    report.images["pareto.png"] = plots.pareto(ok, frontier, labels, folder / "pareto.png", options.slo_p99_ms, pick)
     doc.image("pareto.png", "p99 latency vs $ per 1k images (primary prices), Pareto frontier in black")
     report.images["cost_per_1k.png"] = plots.cost_bars(ok, prices, labels, folder / "cost_per_1k.png")
     doc.image("cost_per_1k.png", "Lowest $ per 1k images per backend stack and tier; ticks: other listed prices")
@@ -204,7 +209,7 @@ def _slo_table(doc: Document, priced: pd.DataFrame, labels: dict[str, str], slo:
     out = format_frame(out.rename(columns={"batch_size": "b", "concurrency": "c", P99: "p99 ms",
                                            THROUGHPUT: "img/s", "usd_per_hour": "$/h",
                                            "cost_per_1k_usd": "$/1k img"}),
-                       {"p99 ms": ms, "img/s": rate, "$/h": usd, "$/1k img": usd})
+                       {"p99 ms": ms, "img/s": rate, "$/h": usd_per_hour, "$/1k img": usd})
     doc.table(out, [False, False, True, True, True, True, False, True, True])
 
 

@@ -26,9 +26,16 @@ def _pyplot() -> Any:
 
 def _log_if_wide(ax: Any, values: pd.Series, axis: str) -> None:
     """Log scale when values span more than 20x, so small and large ones both stay readable."""
+    from matplotlib.ticker import FuncFormatter
+
     v = values[values > 0].dropna()
     if len(v) > 1 and v.max() / v.min() > 20:
         (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+        target = ax.yaxis if axis == "y" else ax.xaxis
+        plain = FuncFormatter(lambda x, _: f"{x:g}")  # 200, not 2×10²
+        target.set_major_formatter(plain)
+        sparse = FuncFormatter(lambda x, _: f"{x:g}" if f"{x:g}"[0] in "25" else "")  # 20, 50: not every minor
+        target.set_minor_formatter(sparse if v.max() / v.min() < 200 else FuncFormatter(lambda x, _: ""))
 
 
 def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path:
@@ -69,7 +76,7 @@ def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path
 
 
 def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], path: Path,
-           slo_p99_ms: float | None = None) -> Path:
+           slo_p99_ms: float | None = None, pick: pd.Series | None = None) -> Path:
     """Every operating point: p99 (x) vs $ per 1k images at its tier's primary price (y); colour = tier,
     marker = backend variant; the frontier as a step line with its points named."""
     plt = _pyplot()
@@ -83,11 +90,14 @@ def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], pat
     if not frontier.empty:
         ax.step(frontier[P99], frontier["cost_per_1k_images_usd"], where="post", color="black", lw=1.2,
                 label="Pareto frontier")
-        for _, row in frontier.iterrows():
+        for i, (_, row) in enumerate(frontier.iterrows()):
             name = f"{labels.get(row['tier'], row['tier'])}/{row['stack']}/b{row['batch_size']}/c{row['concurrency']}"
-            ax.annotate(name,
-                        (row[P99], row["cost_per_1k_images_usd"]), textcoords="offset points", xytext=(5, 4),
-                        fontsize=7)
+            last = i == len(frontier) - 1  # the rightmost label goes to the left of its point, inside the axes
+            ax.annotate(name, (row[P99], row["cost_per_1k_images_usd"]), textcoords="offset points",
+                        xytext=(-5, 4) if last else (5, 4), ha="right" if last else "left", fontsize=7)
+    if pick is not None:
+        ax.scatter([pick[P99]], [pick["cost_per_1k_images_usd"]], s=220, facecolors="none", edgecolors="crimson",
+                   lw=1.8, label="SLO pick (primary price)", zorder=5)
     if slo_p99_ms is not None:
         ax.axvline(slo_p99_ms, color="crimson", ls="--", lw=1, label=f"SLO p99 ≤ {slo_p99_ms:g} ms")
     _log_if_wide(ax, ok[P99], "x")

@@ -130,6 +130,7 @@ ms = _safe(lambda v: f"{v:.1f}" if v >= 10 else f"{v:.2f}")
 rate = _safe(lambda v: f"{v:,.1f}" if v >= 10 else f"{v:.2f}")
 ratio = _safe(lambda v: f"{v:.2f}×")
 usd = _safe(lambda v: f"${v:.3g}" if v < 1000 else f"${v:,.0f}")
+usd_per_hour = _safe(lambda v: f"${v:g}")  # prices exactly as configured
 count = _safe(lambda v: f"{v:,.0f}")
 plain = _safe(lambda v: f"{v:g}")
 
