@@ -145,7 +145,7 @@ def _across_tiers(doc: Document, report: Report, folder: Path, ok: pd.DataFrame,
     tiers = sorted(ok["tier"].unique())
     if len(tiers) == 1:
         doc.p(f"One tier in this sweep: its cost per operating point at each of its prices is in the section "
-              f"*Tier {labels[tiers[0]]}* below.")
+              f"“Tier {labels[tiers[0]]}” below.")
     for metric, fmt, best, title in (("cost_per_1k_images_usd", usd, "min", "$ per 1k images (primary price)"),
                                      ("images_per_usd", count, "max", "Images per $ (primary price)")):
         if len(tiers) == 1:
