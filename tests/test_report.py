@@ -227,3 +227,25 @@ def test_by_batch_has_a_cell_per_measured_point_only() -> None:
     rows.append({"stack": "y/http/tensor", "batch_size": 1, "concurrency": 1, tables.P50: 3.0})
     pivot = tables.by_batch(pd.DataFrame(rows), tables.P50)[1]
     assert pivot.loc["x/http/tensor", 8] == 8.0 and pd.isna(pivot.loc["y/http/tensor", 8])
+
+
+def test_a_sweep_with_nothing_measured_still_reports_why(tmp_path: Path) -> None:
+    from experiments.plan import Trial
+    from experiments.records import SKIPPED
+    from experiments.tracking import Tracker
+    from experiments.trial import new_record
+    from serving.node import NodeInfo
+    from tests.conftest import compose_config
+
+    uri = f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
+    tracker = Tracker(uri, "tierbench")
+    sweep = tracker.sweep_run("synthetic-empty", {"synthetic": "true"})
+    tier = tracker.tier_run("synthetic-empty", "local", sweep, {"gpu_tier": "local", "price_per_hour_usd": 0.0}, {})
+    cfg = compose_config(["gpu.price_per_hour_usd=0"])
+    record = new_record(cfg, Trial("local", "resnet18", "triton_trt", "triton_trt", "http", "tensor", 1, 1),
+                        NodeInfo("h", "127.0.0.1", "n", "cpu", 2), status=SKIPPED, reason="needs an NVIDIA GPU")
+    tracker.log_trial(tier, record, tmp_path / "none", {"sweep_id": "synthetic-empty", "emulated": "false"}, "")
+    published = make_report(uri, "tierbench", "synthetic-empty", tmp_path / "runs", ReportOptions(slo_p99_ms=10))
+    md = published.markdown.read_text()
+    assert "No trial succeeded" in md and "needs an NVIDIA GPU" in md
+    assert published.report.summary == ["no successful trial"]

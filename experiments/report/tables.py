@@ -91,7 +91,10 @@ def costs_at_prices(ok: pd.DataFrame, prices: list[Price]) -> pd.DataFrame:
 
 
 def cost_by_tier(ok: pd.DataFrame, metric: str = "cost_per_1k_images_usd") -> pd.DataFrame:
-    """Operating points (rows) x tiers (columns) of a cost metric at each tier's primary price."""
+    """Operating points (rows) x tiers (columns) of a cost metric at each tier's primary price (empty when no
+    trial has it: images per $ is not logged for a free tier)."""
+    if metric not in ok.columns:
+        return pd.DataFrame()
     return ok.pivot_table(index=POINT, columns="tier", values=metric, aggfunc="first")
 
 
