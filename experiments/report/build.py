@@ -4,6 +4,7 @@ tables, per-tier tables in the study's shape, problems, and how the numbers were
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def _numeric(frame: pd.DataFrame, first_text: int) -> list[bool]:
     return [False] * first_text + [True] * (frame.shape[1] - first_text)
 
 
-def _by_batch_table(pivot: pd.DataFrame, fmt, best: str) -> tuple[pd.DataFrame, list[bool]]:
+def _by_batch_table(pivot: pd.DataFrame, fmt: Callable[[object], str], best: str) -> tuple[pd.DataFrame, list[bool]]:
     pivot = pivot.copy()
     pivot.columns = [f"b={c}" if c != "scaling" else "scaling" for c in pivot.columns]
     formats = {c: fmt for c in pivot.columns} | {"scaling": ratio}
@@ -72,8 +73,12 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     _prices(doc, data)
     if not ok.empty:
         _across_tiers(doc, report, folder, ok, labels, prices, options)
-        for tier in sorted(ok["tier"].unique()):
-            _tier_section(doc, report, folder, data, ok[ok["tier"] == tier], str(tier), labels)
+    for tier in sorted(data.tiers):
+        if (ok["tier"] == tier).any():
+            _tier_section(doc, report, folder, data, ok[ok["tier"] == tier], tier, labels)
+        else:
+            doc.h(1, f"Tier {labels[tier]}")
+            doc.p("No trial succeeded on this tier: see “Failed and skipped trials” below.")
     _problems(doc, data)
     _method(doc, data)
     return report
