@@ -31,8 +31,9 @@ def tracking_uri(configured: str | None) -> str:
 
 
 def default_artifact_location(uri: str) -> str | None:
-    """Artifacts next to the default SQLite store (else MLflow would write ./mlruns); servers decide their own."""
-    if uri.startswith("sqlite:///") and Path(uri.removeprefix("sqlite:///")).parent.name == DEFAULT_STORE_DIR.name:
+    """Artifacts in `artifacts/` next to any SQLite store (else MLflow writes ./mlruns under the current
+    folder, e.g. the repository when tests use a temporary store); servers decide their own."""
+    if uri.startswith("sqlite:///"):
         return (Path(uri.removeprefix("sqlite:///")).parent / "artifacts").resolve().as_uri()
     return None
 
