@@ -20,9 +20,13 @@ class GpuTierConfig:
 
     name: str = MISSING
     display_name: str = MISSING
+    # The primary price: trial param `price_per_hour_usd` and the cost metrics use it.
     price_per_hour_usd: float = MISSING
     price_source: str = ""
     price_seen: str = ""
+    # Alternative prices by name, each {usd_per_hour, kind, provider, source, seen} (see experiments.prices; an
+    # untyped dict so `+gpu.prices.mine={usd_per_hour:0.2}` works on the command line; checked by validate()).
+    prices: dict[str, Any] = field(default_factory=dict)
     requires_gpu: bool = True
     # Substrings matched against the NVML GPU name to recognise a node of this tier.
     gpu_name_patterns: list[str] = field(default_factory=list)

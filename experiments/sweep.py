@@ -17,8 +17,10 @@ from omegaconf import OmegaConf
 from experiments.client_actor import ClientPool
 from experiments.cluster import ray_cluster
 from experiments.plan import Trial, plan_trials
+from experiments.prices import tier_price_params
+from experiments.progress import SweepProgress, sweep_progress
 from experiments.publish import Publisher, TierInfo, relog_command
-from experiments.records import FAILED, OK, TrialRecord, read_record, write_record
+from experiments.records import FAILED, OK, SKIPPED, TrialRecord, read_record, write_record
 from experiments.redaction import redact
 from experiments.server_group import ServerGroup
 from experiments.tiers import placement_options
@@ -43,6 +45,7 @@ class TierSweep:
         self.done = 0
         self.failed = 0
         self.resumed = 0
+        self.progress: SweepProgress | None = None
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
 
     def run(self) -> int:
@@ -62,13 +65,15 @@ class TierSweep:
             self.publisher.open()
             done_keys = self._ok_keys()
             clients = ClientPool(self.cfg.experiment, options, self.cfg.serving.start_timeout_s).start()
+            trials = [t for g in self.groups for t in g.trials]
             try:
-                for group in self.groups:
-                    pending = [t for t in group.trials if not self._already_ok(t, node, done_keys)]
-                    if pending:
-                        ServerGroup(self.cfg, group, node, options, clients, self._finish,
-                                    lambda name, text, v=group.variant: self._save_server_file(v, name, text),
-                                    done_keys).run(pending)
+                with sweep_progress(trials, self.tier, bool(self.cfg.quiet)) as self.progress:
+                    for group in self.groups:
+                        pending = [t for t in group.trials if not self._already_ok(t, node, done_keys)]
+                        if pending:
+                            ServerGroup(self.cfg, group, node, options, clients, self._finish,
+                                        lambda name, text, v=group.variant: self._save_server_file(v, name, text),
+                                        done_keys).run(pending)
             finally:
                 clients.close()
         self.publisher.finish(FAILED if self.failed else OK)
@@ -90,6 +95,7 @@ class TierSweep:
         self.done += 1
         self.resumed += 1
         log.info("[%d/%d] %s  already ok in sweep %s", self.done, self.total, trial.name, self.sweep_id)
+        self.progress.finished(trial, skipped=True)
         return True
 
     def _print_where_results_are(self) -> None:
@@ -102,9 +108,11 @@ class TierSweep:
             return
         log.info("MLflow: experiment '%s' in %s, runs tagged sweep_id=%s", self.cfg.mlflow.experiment, uri,
                  self.sweep_id)
+        log.info("cost-per-image report: python -m runners.report %s [--slo-p99-ms MS]", self.sweep_id)
         if uri.startswith("sqlite:"):
-            log.info("open the UI with: mlflow ui --backend-store-uri %s --host 127.0.0.1 --port 5000  "
-                     "(then http://127.0.0.1:5000)", uri)
+            log.info("open the UI with: mlflow ui --backend-store-uri %s --host 127.0.0.1 --port 5000  (then "
+                     "http://127.0.0.1:5000/#/experiments/%s/runs?workflowType=machine_learning)", uri,
+                     self.publisher.tracker.experiment_id)
 
     def _tier_params(self, node: NodeInfo) -> dict[str, Any]:
         gpu = self.cfg.gpu
@@ -112,7 +120,7 @@ class TierSweep:
                 "price_per_hour_usd": gpu.price_per_hour_usd, "price_source": gpu.price_source,
                 "price_seen": gpu.price_seen, "model": self.cfg.model.name, "experiment": self.cfg.experiment.name,
                 "node_hostname": node.hostname, "driver_version": node.driver_version or "",
-                "cuda_version": node.cuda_version or ""}
+                "cuda_version": node.cuda_version or "", **tier_price_params(gpu)}
 
     def _save_server_file(self, variant: str, name: str, text: str) -> None:
         """Server logs and rendered configs: into the run folder, then onto the tier run."""
@@ -139,6 +147,8 @@ class TierSweep:
             return
         self.done += 1
         log.info("[%d/%d] %s  %s", self.done, self.total, record.name, _summary(record))
+        if self.progress is not None:
+            self.progress.finished(record.trial, skipped=record.status == SKIPPED)
 
 
 def _summary(record: TrialRecord) -> str:

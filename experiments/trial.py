@@ -16,6 +16,7 @@ from experiments.metrics import (
     window_metrics,
 )
 from experiments.plan import Trial, trial_key
+from experiments.prices import trial_price_params
 from experiments.records import FAILED, OK, TrialRecord
 from experiments.telemetry import GpuTelemetry, gpu_params
 from serving.backend import Backend, ServerHandle
@@ -42,6 +43,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         **trial.params(),
         "gpu_name": node.gpu_name,
         "price_per_hour_usd": cfg.gpu.price_per_hour_usd,
+        **trial_price_params(cfg.gpu),
         "server_mode": handle.server_mode if handle else _server_mode_hint(settings),
         "node_hostname": node.hostname,
         **gpu_params(node),

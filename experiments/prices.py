@@ -1,0 +1,101 @@
+"""The prices of a tier: the primary one (`gpu.price_per_hour_usd`, which the cost metrics use) and any number
+of alternatives under `gpu.prices` (spot, other providers). Every price is logged as a param so the report
+can give cost figures at each and say which price a figure uses."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from experiments.validation import ConfigError
+
+PRIMARY = "primary"
+PRICE_KEYS = ("usd_per_hour", "kind", "provider", "source", "seen")
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Price:
+    """One way to pay for a tier, with where and when it was seen."""
+
+    name: str
+    usd_per_hour: float
+    kind: str = "on_demand"  # on_demand | spot | interruptible | reserved | ...
+    provider: str = ""
+    source: str = ""
+    seen: str = ""
+
+    @property
+    def param(self) -> str:
+        """The trial/tier param holding this price: `price_per_hour_usd` for the primary one."""
+        return "price_per_hour_usd" if self.name == PRIMARY else f"price_{self.name}_per_hour_usd"
+
+    def label(self) -> str:
+        """How the report names it, e.g. `runpod_spot $0.34/h (spot, RunPod, seen 2026-03-10)`."""
+        kind = self.kind.replace("_", "-") if self.name != PRIMARY else ""
+        details = [d for d in (kind, self.provider, f"seen {self.seen}" if self.seen else "") if d]
+        return f"{self.name} ${self.usd_per_hour:g}/h" + (f" ({', '.join(details)})" if details else "")
+
+
+def validate_prices(gpu: Any) -> None:
+    """Each alternative price: a lower-case identifier (it becomes a param name) with usd_per_hour >= 0."""
+    for name, entry in (gpu.get("prices") or {}).items():
+        key = f"gpu.prices.{name}"
+        if not NAME_RE.match(str(name)) or name == PRIMARY:
+            raise ConfigError(f"{key}: the name {name!r} is not allowed: use lower-case letters, digits and _ "
+                              f"(not 'primary'), e.g. gpu.prices.runpod_spot")
+        if not hasattr(entry, "keys"):
+            raise ConfigError(f"{key}={entry!r} is not allowed: give a mapping, e.g. "
+                              f"{key}={{usd_per_hour:0.34,kind:spot,source:URL,seen:2026-03-10}}")
+        unknown = sorted(set(entry.keys()) - set(PRICE_KEYS))
+        if unknown:
+            raise ConfigError(f"{key}.{unknown[0]} is not a price key: use {list(PRICE_KEYS)}")
+        usd = entry.get("usd_per_hour")
+        if not isinstance(usd, int | float) or isinstance(usd, bool) or usd < 0:
+            raise ConfigError(f"{key}.usd_per_hour={usd!r} is not allowed: set a price >= 0 in USD per hour")
+
+
+def tier_prices(gpu: Any) -> list[Price]:
+    """The primary price first, then the alternatives in config order."""
+    prices = [Price(PRIMARY, float(gpu.price_per_hour_usd), "", "", str(gpu.get("price_source") or ""),
+                    str(gpu.get("price_seen") or ""))]
+    for name, entry in (gpu.get("prices") or {}).items():
+        prices.append(Price(str(name), float(entry["usd_per_hour"]), str(entry.get("kind") or "on_demand"),
+                            str(entry.get("provider") or ""), str(entry.get("source") or ""),
+                            str(entry.get("seen") or "")))
+    return prices
+
+
+def trial_price_params(gpu: Any) -> dict[str, float]:
+    """The alternative prices as trial params (`price_<name>_per_hour_usd`); the primary is logged already."""
+    return {p.param: p.usd_per_hour for p in tier_prices(gpu) if p.name != PRIMARY}
+
+
+def tier_price_params(gpu: Any) -> dict[str, Any]:
+    """Alternative prices with their details, for the tier run (`price_<name>_{per_hour_usd,kind,...}`)."""
+    out: dict[str, Any] = {}
+    for p in tier_prices(gpu):
+        if p.name == PRIMARY:
+            continue
+        out[p.param] = p.usd_per_hour
+        for key in ("kind", "provider", "source", "seen"):
+            out[f"price_{p.name}_{key}"] = getattr(p, key)
+    return out
+
+
+def prices_from_params(params: dict[str, Any]) -> list[Price]:
+    """Rebuild a tier's prices from its tier-run params (the inverse of the two functions above)."""
+    prices = []
+    if params.get("price_per_hour_usd") not in (None, ""):
+        prices.append(Price(PRIMARY, float(params["price_per_hour_usd"]), "", "",
+                            str(params.get("price_source") or ""), str(params.get("price_seen") or "")))
+    for key, value in params.items():
+        match = re.fullmatch(r"price_([a-z][a-z0-9_]*)_per_hour_usd", key)
+        if match and value not in (None, ""):
+            name = match.group(1)
+            prices.append(Price(name, float(value), str(params.get(f"price_{name}_kind") or "on_demand"),
+                                str(params.get(f"price_{name}_provider") or ""),
+                                str(params.get(f"price_{name}_source") or ""),
+                                str(params.get(f"price_{name}_seen") or "")))
+    return prices

@@ -1,0 +1,176 @@
+"""A sweep's runs, read from MLflow with `mlflow.search_runs` into one tidy pandas frame (one row per trial)
+plus what the report needs about each tier (display name, GPU, prices, emulated or not)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from experiments.prices import Price, prices_from_params
+
+OK = "ok"
+# Trial params that identify an operating point; batch and concurrency become integers.
+KEY_PARAMS = ("gpu_tier", "backend", "backend_variant", "protocol", "input_format", "batch_size", "concurrency")
+# Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
+INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors")
+
+
+class ReportError(RuntimeError):
+    """The sweep can't be reported (unknown id, empty store); the message says what to do."""
+
+
+@dataclass
+class TierInfo:
+    name: str
+    display_name: str = ""
+    gpu_name: str = ""
+    emulated: bool = False
+    prices: list[Price] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The tier as every table shows it: emulated tiers are marked wherever they appear."""
+        return f"{self.name} (emulated)" if self.emulated else self.name
+
+
+@dataclass
+class SweepData:
+    sweep_id: str
+    experiment_id: str
+    sweep_run_id: str | None
+    trials: pd.DataFrame  # one row per trial run (latest per trial), all statuses
+    tiers: dict[str, TierInfo]
+    superseded: int = 0  # older runs of a trial that was run again (resumed sweeps)
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        return self.trials[self.trials["status"] == OK]
+
+
+@contextlib.contextmanager
+def _tracking(uri: str) -> Iterator[None]:
+    """`mlflow.search_runs` reads the global tracking URI (and setting it writes $MLFLOW_TRACKING_URI): set it
+    for the call, then put both back as they were."""
+    from mlflow.tracking._tracking_service import utils
+
+    import mlflow
+
+    before_uri, before_env = utils._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before_uri)
+        if before_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before_env
+
+
+def _search(experiment_id: str, filter_string: str, order_by: list[str] | None = None) -> pd.DataFrame:
+    import mlflow
+
+    return mlflow.search_runs(experiment_ids=[experiment_id], filter_string=filter_string, order_by=order_by,
+                              output_format="pandas")
+
+
+def resolve_sweep_id(experiment_id: str, sweep_id: str) -> str:
+    """`latest` is the sweep whose sweep run started last."""
+    if sweep_id != "latest":
+        return sweep_id
+    runs = _search(experiment_id, "tags.run_level = 'sweep'", ["attributes.start_time DESC"])
+    if runs.empty:
+        raise ReportError("no sweep in this experiment yet: run `python -m runners.sweep` first")
+    return str(runs.iloc[0]["tags.sweep_id"])
+
+
+def load_sweep(uri: str, experiment: str, sweep_id: str = "latest") -> SweepData:
+    """Read the sweep's sweep, tier and trial runs; raise ReportError when there is nothing to report."""
+    import mlflow
+
+    with _tracking(uri):
+        exp = mlflow.get_experiment_by_name(experiment)
+        if exp is None:
+            raise ReportError(f"no experiment {experiment!r} in {uri}: run `python -m runners.sweep` first, or "
+                              "pass --tracking-uri / --experiment of the store the sweep logged to")
+        sweep_id = resolve_sweep_id(exp.experiment_id, sweep_id)
+        runs = _search(exp.experiment_id, f"tags.sweep_id = '{sweep_id}'")
+    if runs.empty:
+        raise ReportError(f"no runs tagged sweep_id={sweep_id!r} in experiment {experiment!r} ({uri}); "
+                          "`python -m runners.report latest` reports the last sweep")
+    level = runs.get("tags.run_level", pd.Series("", index=runs.index))
+    sweep_runs = runs[level == "sweep"].sort_values("start_time")
+    tier_runs = runs[level == "tier"]
+    trials, superseded = tidy_trials(runs[level == "trial"])
+    if trials.empty:
+        raise ReportError(f"sweep {sweep_id!r} has no trial runs yet")
+    return SweepData(sweep_id=sweep_id, experiment_id=exp.experiment_id,
+                     sweep_run_id=str(sweep_runs.iloc[0]["run_id"]) if not sweep_runs.empty else None,
+                     trials=trials, tiers=tier_infos(tier_runs, trials), superseded=superseded)
+
+
+def _column(runs: pd.DataFrame, name: str, default: Any = None) -> pd.Series:
+    return runs[name] if name in runs.columns else pd.Series(default, index=runs.index, dtype=object)
+
+
+def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Trial runs -> one row per trial: params and tags without prefixes, metrics under their MLflow names.
+
+    A trial run again (a resumed sweep) keeps its latest `ok` run, else its latest run."""
+    if runs.empty:
+        return pd.DataFrame(), 0
+    out = pd.DataFrame({
+        "run_id": runs["run_id"],
+        "run_name": _column(runs, "tags.mlflow.runName", ""),
+        "start_time": runs["start_time"],
+        "tier": _column(runs, "params.gpu_tier").fillna(_column(runs, "tags.gpu_tier")),
+        "status": _column(runs, "tags.status", "").fillna(""),
+        "reason": _column(runs, "tags.reason", "").fillna(""),
+        "emulated": _column(runs, "tags.emulated", "false").fillna("false").astype(str).str.lower() == "true",
+        "trial_key": _column(runs, "tags.trial_key").fillna(runs["run_id"]),
+    })
+    for key in (*KEY_PARAMS[1:], *INFO_PARAMS):
+        out[key] = _column(runs, f"params.{key}")
+    out["variant"] = out.pop("backend_variant").fillna(out["backend"])
+    for key in ("batch_size", "concurrency"):
+        out[key] = pd.to_numeric(out[key], errors="coerce").astype("Int64")
+    for col in runs.columns:
+        if col.startswith("metrics."):
+            out[col.removeprefix("metrics.")] = runs[col].astype(float)
+        elif col.startswith("params.price_") and col.endswith("_per_hour_usd"):
+            out[col.removeprefix("params.")] = pd.to_numeric(runs[col], errors="coerce")
+    out["stack"] = out["variant"] + "/" + out["protocol"] + "/" + out["input_format"]
+    out["point"] = "b" + out["batch_size"].astype(str) + "/c" + out["concurrency"].astype(str)
+    out["_ok"] = out["status"] == OK
+    out = out.sort_values(["_ok", "start_time"]).drop_duplicates(["tier", "trial_key"], keep="last")
+    superseded = len(runs) - len(out)
+    out = out.drop(columns="_ok").sort_values(["tier", "variant", "protocol", "input_format", "batch_size",
+                                               "concurrency"]).reset_index(drop=True)
+    return out, superseded
+
+
+def tier_infos(tier_runs: pd.DataFrame, trials: pd.DataFrame) -> dict[str, TierInfo]:
+    """Per tier: from its tier run's params (prices with their sources), else from its trials' params."""
+    infos: dict[str, TierInfo] = {}
+    for tier, rows in trials.groupby("tier", sort=True):
+        info = TierInfo(str(tier), emulated=bool(rows["emulated"].any()))
+        match = tier_runs[_column(tier_runs, "params.gpu_tier") == tier] if not tier_runs.empty else tier_runs
+        if not match.empty:
+            row = match.iloc[0]
+            params = {c.removeprefix("params."): row[c] for c in match.columns
+                      if c.startswith("params.") and pd.notna(row[c])}
+            info.display_name = str(params.get("gpu_display_name", ""))
+            info.gpu_name = str(params.get("gpu_name", ""))
+            info.emulated = info.emulated or str(row.get("tags.emulated", "false")).lower() == "true"
+            info.prices = prices_from_params(params)
+        if not info.prices:  # no tier run: the trial params still carry every price, without sources
+            first = rows.iloc[0]
+            info.prices = prices_from_params({c: first[c] for c in rows.columns
+                                              if c.startswith("price_") and pd.notna(first[c])})
+        infos[str(tier)] = info
+    return infos

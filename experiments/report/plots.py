@@ -1,0 +1,158 @@
+"""The report's plots (matplotlib, Agg backend, PNG): latency vs throughput per backend for each tier, p99 vs
+$ per 1k images with the Pareto frontier, and cost per 1k images by tier and backend."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from experiments.prices import Price
+from experiments.report.tables import P50, P99, THROUGHPUT, cost_per_1k
+
+DPI = 110
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _log_if_wide(ax: Any, values: pd.Series, axis: str) -> None:
+    """Log scale when values span more than 20x, so small and large ones both stay readable."""
+    from matplotlib.ticker import FuncFormatter
+
+    v = values[values > 0].dropna()
+    if len(v) > 1 and v.max() / v.min() > 20:
+        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+        target = ax.yaxis if axis == "y" else ax.xaxis
+        plain = FuncFormatter(lambda x, _: f"{x:g}")  # 200, not 2×10²
+        target.set_major_formatter(plain)
+        sparse = FuncFormatter(lambda x, _: f"{x:g}" if f"{x:g}"[0] in "25" else "")  # 20, 50: not every minor
+        target.set_minor_formatter(sparse if v.max() / v.min() < 200 else FuncFormatter(lambda x, _: ""))
+
+
+def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path:
+    """One panel per backend variant; a line per (protocol, format, batch) through its concurrency levels:
+    p50 solid, p99 dotted, each point labelled with its concurrency."""
+    plt = _pyplot()
+    variants = sorted(ok["variant"].unique())
+    ncols = min(len(variants), 3)
+    nrows = math.ceil(len(variants) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.2 * nrows), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    for ax, variant in zip(axes.flat, variants, strict=False):
+        rows = ok[ok["variant"] == variant]
+        groups = rows.groupby(["protocol", "input_format", "batch_size"], sort=True)
+        for i, ((protocol, fmt, batch), line) in enumerate(groups):
+            line = line.sort_values("concurrency")
+            color = cmap(i % 10)
+            ax.plot(line[THROUGHPUT], line[P50], "o-", color=color, label=f"{protocol}/{fmt} b{batch}")
+            ax.plot(line[THROUGHPUT], line[P99], "x:", color=color, alpha=0.8)
+            for x, y, c in zip(line[THROUGHPUT], line[P50], line["concurrency"], strict=True):
+                ax.annotate(f"c{c}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7,
+                            color=color)
+        _log_if_wide(ax, pd.concat([rows[P50], rows[P99]]), "y")
+        ax.set_title(variant)
+        ax.set_xlabel("throughput (img/s)")
+        ax.set_ylabel("latency (ms)")
+        ax.plot([], [], "o-", color="gray", label="p50 (solid)")
+        ax.plot([], [], "x:", color="gray", label="p99 (dotted)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    for ax in list(axes.flat)[len(variants):]:
+        ax.set_visible(False)
+    fig.suptitle(f"Latency vs throughput, tier {tier_label} (points: concurrency levels)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], path: Path,
+           slo_p99_ms: float | None = None, pick: pd.Series | None = None) -> Path:
+    """Every operating point: p99 (x) vs $ per 1k images at its tier's primary price (y); colour = tier,
+    marker = backend variant; the frontier as a step line with its points named."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 6.2))
+    markers = dict(zip(sorted(ok["variant"].unique()), "osD^v<>Pp*", strict=False))
+    cmap = plt.get_cmap("tab10")
+    for i, (tier, rows) in enumerate(ok.groupby("tier", sort=True)):
+        for variant, vrows in rows.groupby("variant", sort=True):
+            ax.scatter(vrows[P99], vrows["cost_per_1k_images_usd"], color=cmap(i % 10), alpha=0.55,
+                       marker=markers.get(variant, "o"), label=f"{labels.get(str(tier), tier)} · {variant}")
+    if not frontier.empty:
+        ax.step(frontier[P99], frontier["cost_per_1k_images_usd"], where="post", color="black", lw=1.2,
+                label="Pareto frontier")
+        for i, (_, row) in enumerate(frontier.iterrows()):
+            name = f"{labels.get(row['tier'], row['tier'])}/{row['stack']}/b{row['batch_size']}/c{row['concurrency']}"
+            last = i == len(frontier) - 1  # the rightmost label goes to the left of its point, inside the axes
+            ax.annotate(name, (row[P99], row["cost_per_1k_images_usd"]), textcoords="offset points",
+                        xytext=(-5, 4) if last else (5, 4), ha="right" if last else "left", fontsize=7)
+    if pick is not None:
+        ax.scatter([pick[P99]], [pick["cost_per_1k_images_usd"]], s=220, facecolors="none", edgecolors="crimson",
+                   lw=1.8, label="SLO pick (primary price)", zorder=5)
+    if slo_p99_ms is not None:
+        ax.axvline(slo_p99_ms, color="crimson", ls="--", lw=1, label=f"SLO p99 ≤ {slo_p99_ms:g} ms")
+    _log_if_wide(ax, ok[P99], "x")
+    _log_if_wide(ax, ok["cost_per_1k_images_usd"], "y")
+    ax.set_xlabel("p99 latency (ms)")
+    ax.set_ylabel("$ per 1k images (each tier's primary price)")
+    ax.set_title("Latency vs cost: lower-left is better; the frontier holds the only sensible choices")
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def cost_bars(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]], labels: dict[str, str],
+              path: Path) -> Path:
+    """Per backend stack (variant/protocol/format) and tier: the lowest $ per 1k images over its operating
+    points at the tier's primary price (bar, labelled with its batch/concurrency), and at each other listed
+    price of the tier (black ticks)."""
+    plt = _pyplot()
+    best = ok.loc[ok.groupby(["stack", "tier"])["cost_per_1k_images_usd"].idxmin()]
+    stacks = sorted(best["stack"].unique())
+    tiers = sorted(best["tier"].unique())
+    width = 0.8 / max(len(tiers), 1)
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(stacks) * max(len(tiers), 1)), 5.5))
+    cmap = plt.get_cmap("tab10")
+    ticks_labelled = False
+    for i, tier in enumerate(tiers):
+        rows = best[best["tier"] == tier].set_index("stack")
+        xs = [k + (i - (len(tiers) - 1) / 2) * width for k, s in enumerate(stacks) if s in rows.index]
+        present = [s for s in stacks if s in rows.index]
+        values = rows.loc[present, "cost_per_1k_images_usd"]
+        bars = ax.bar(xs, values, width=width * 0.92, color=cmap(i % 10), label=f"{labels.get(tier, tier)} "
+                      f"(primary ${prices_by_tier[tier][0].usd_per_hour:g}/h)" if prices_by_tier.get(tier)
+                      else labels.get(tier, tier))
+        for bar, stack in zip(bars, present, strict=True):
+            r = rows.loc[stack]
+            ax.annotate(f"b{r['batch_size']}/c{r['concurrency']}", (bar.get_x() + bar.get_width() / 2,
+                        bar.get_height()), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7)
+            for price in prices_by_tier.get(tier, [])[1:]:
+                y = float(cost_per_1k(price.usd_per_hour, pd.Series([r[THROUGHPUT]])).iloc[0])
+                ax.plot([bar.get_x(), bar.get_x() + bar.get_width()], [y, y], color="black", lw=1.5,
+                        label=None if ticks_labelled else "other listed prices of the tier")
+                ax.annotate(price.name, (bar.get_x() + bar.get_width(), y), fontsize=6, va="center",
+                            xytext=(2, 0), textcoords="offset points")
+                ticks_labelled = True
+    ax.set_xticks(range(len(stacks)))
+    ax.set_xticklabels(stacks, rotation=20, ha="right")
+    _log_if_wide(ax, best["cost_per_1k_images_usd"], "y")
+    ax.set_ylabel("$ per 1k images (lowest over batch/concurrency)")
+    ax.set_title("Cheapest operating point per backend stack and tier")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path

@@ -1,0 +1,105 @@
+"""Write a built report to its folder (report.md + PNGs, report.html self-contained) and attach it to the
+sweep's MLflow run: artifacts under `report/`, a `report` tag and a run description linking to it."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.report.build import Report, ReportOptions, build_report
+from experiments.report.data import SweepData, load_sweep
+
+log = logging.getLogger(__name__)
+
+ARTIFACT_DIR = "report"
+NOTE_TAG = "mlflow.note.content"  # the run description the MLflow UI shows
+
+
+@dataclass
+class Published:
+    folder: Path
+    markdown: Path
+    html: Path
+    data: SweepData
+    report: Report
+    logged_to: str | None = None  # the sweep run id the report was attached to
+
+
+def write_report(report: Report, folder: Path) -> tuple[Path, Path]:
+    """report.md refers to the PNGs beside it; report.html embeds them so it reads on its own, anywhere
+    (also inside the MLflow UI's artifact viewer, which shows HTML in a sandboxed frame)."""
+    md = folder / "report.md"
+    md.write_text(report.document.to_markdown())
+    page = report.document.to_html()
+    for name, path in report.images.items():
+        data = base64.b64encode(path.read_bytes()).decode()
+        page = page.replace(f'src="{name}"', f'src="data:image/png;base64,{data}"')
+    html = folder / "report.html"
+    html.write_text(page)
+    return md, html
+
+
+def log_report(uri: str, data: SweepData, folder: Path, summary: list[str]) -> str | None:
+    """Attach the folder to the sweep run and describe it there; returns the run id (None: no sweep run)."""
+    from mlflow.tracking import MlflowClient
+
+    if data.sweep_run_id is None:
+        log.warning("sweep %s has no sweep run in MLflow: the report is only in %s", data.sweep_id, folder)
+        return None
+    client = MlflowClient(tracking_uri=uri)
+    run_id = data.sweep_run_id
+    client.log_artifacts(run_id, str(folder), ARTIFACT_DIR)
+    link = (f"#/experiments/{data.experiment_id}/runs/{run_id}/artifactPath/{ARTIFACT_DIR}/report.html"
+            "?workflowType=machine_learning")  # the UI opens in its GenAI mode otherwise
+    note = "\n".join([
+        f"**tierbench report** of sweep `{data.sweep_id}`: [open report.html]({link}) "
+        f"(artifacts → `{ARTIFACT_DIR}/`; also `report.md` and the PNG plots).",
+        "",
+        *[f"- {line}" for line in summary],
+        "",
+        f"Regenerate: `python -m runners.report {data.sweep_id}`",
+    ])
+    client.set_tag(run_id, "report", f"{ARTIFACT_DIR}/report.html")
+    client.set_tag(run_id, NOTE_TAG, note)
+    _log_headline_metrics(client, run_id, data)
+    return run_id
+
+
+def _log_headline_metrics(client: Any, run_id: str, data: SweepData) -> None:
+    """A few figures on the sweep run, so the UI's run list and compare view line sweeps up side by side."""
+    from mlflow.entities import Metric
+
+    ok, now = data.ok, int(time.time() * 1000)
+    counts = data.trials["status"].value_counts()
+    values = {f"trials_{s}": float(counts.get(s, 0)) for s in ("ok", "failed", "skipped")}
+    if not ok.empty:
+        values |= {"min_cost_per_1k_images_usd": float(ok["cost_per_1k_images_usd"].min()),
+                   "min_latency_p99_ms": float(ok["latency_p99_ms"].min()),
+                   "max_throughput_img_s": float(ok["throughput_img_s"].max())}
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in values.items()])
+
+
+def make_report(uri: str, experiment: str, sweep_id: str, results_dir: Path, options: ReportOptions,
+                out: Path | None = None, log_to_mlflow: bool = True) -> Published:
+    """Load the sweep, build and write its report (default folder `<results_dir>/<sweep_id>/report/`), and
+    attach it to the sweep run unless told not to."""
+    data = load_sweep(uri, experiment, sweep_id)
+    folder = out or results_dir / data.sweep_id / ARTIFACT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.png"):  # plots of tiers no longer in the sweep must not linger
+        stale.unlink()
+    options.source = options.source or f"experiment `{experiment}` in `{_redact(uri)}`"
+    report = build_report(data, folder, options)
+    md, html = write_report(report, folder)
+    logged = log_report(uri, data, folder, report.summary) if log_to_mlflow else None
+    return Published(folder, md, html, data, report, logged)
+
+
+def _redact(uri: str) -> str:
+    """Never print a password from a tracking URI (http://user:secret@host)."""
+    return re.sub(r"//([^:/@]+):[^@/]+@", r"//\1:***@", uri)

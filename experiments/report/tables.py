@@ -1,0 +1,159 @@
+"""The report's tables as numbers (pandas frames of floats): the study's tables generalised to any sweep.
+
+Everything here takes the tidy trial frame of `experiments.report.data` restricted to `ok` trials, so tests
+can check exact values; formatting lives in `render`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from experiments.prices import Price
+
+P50, P99, THROUGHPUT = "latency_p50_ms", "latency_p99_ms", "throughput_img_s"
+POINT = ["stack", "batch_size", "concurrency"]
+# Server-side breakdown and SLO-search metrics (issue 4): shown when the trials carry them.
+SERVER_METRICS = ("server_queue_ms", "server_compute_input_ms", "server_compute_infer_ms",
+                  "server_compute_output_ms", "server_request_ms")
+SLO_SEARCH_METRICS = ("slo_max_throughput_img_s", "cost_per_1k_images_at_slo_usd")
+
+
+def cost_per_1k(usd_per_hour: float | pd.Series, throughput_img_s: pd.Series) -> pd.Series:
+    """$ per 1k images = price / 3600 / throughput x 1000 (the formula of `experiments.metrics.cost_metrics`)."""
+    return usd_per_hour / 3600.0 / throughput_img_s * 1000.0
+
+
+def images_per_usd(usd_per_hour: float, throughput_img_s: pd.Series) -> pd.Series:
+    return throughput_img_s * 3600.0 / usd_per_hour if usd_per_hour > 0 else throughput_img_s * np.nan
+
+
+def by_batch(ok: pd.DataFrame, metric: str) -> dict[int, pd.DataFrame]:
+    """For one tier: `metric` by stack (rows) x batch size (columns), one table per concurrency."""
+    return {int(conc): rows.pivot_table(index="stack", columns="batch_size", values=metric, aggfunc="first")
+            for conc, rows in ok.groupby("concurrency", sort=True)}
+
+
+def grpc_speedup(ok: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """For one tier: p50 over HTTP / p50 over gRPC (> 1: gRPC faster) per backend variant and input format
+    (rows) x batch size (columns), one table per concurrency. Pairs hit the same server: the ratio is pure
+    transport."""
+    out = {}
+    for conc, rows in ok.groupby("concurrency", sort=True):
+        pivot = rows.pivot_table(index=["variant", "input_format", "batch_size"], columns="protocol", values=P50,
+                                 aggfunc="first")
+        if not {"http", "grpc"} <= set(pivot.columns):
+            continue
+        ratio = (pivot["http"] / pivot["grpc"]).dropna()
+        if ratio.empty:
+            continue
+        table = ratio.rename("speedup").reset_index()
+        table["pair"] = table["variant"] + "/" + table["input_format"]
+        out[int(conc)] = table.pivot_table(index="pair", columns="batch_size", values="speedup", aggfunc="first")
+    return out
+
+
+def concurrency_scaling(ok: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """For one tier: throughput by stack (rows) x concurrency (columns), one table per batch size, with
+    `scaling` = throughput at the highest concurrency / at the lowest."""
+    out = {}
+    for batch, rows in ok.groupby("batch_size", sort=True):
+        table = rows.pivot_table(index="stack", columns="concurrency", values=THROUGHPUT, aggfunc="first")
+        if table.shape[1] > 1:
+            table["scaling"] = table[table.columns[-1]] / table[table.columns[0]]
+        out[int(batch)] = table
+    return out
+
+
+def cross_tier(ok: pd.DataFrame, base: str, other: str) -> pd.DataFrame:
+    """`other` over `base` at every operating point both measured: p50, throughput and $/1k (primary prices)."""
+    cols = [P50, THROUGHPUT, "cost_per_1k_images_usd"]
+    a = ok[ok["tier"] == base].set_index(POINT)[cols]
+    b = ok[ok["tier"] == other].set_index(POINT)[cols]
+    both = a.join(b, how="inner", lsuffix="_a", rsuffix="_b")
+    out = pd.DataFrame(index=both.index)
+    for col, short in zip(cols, ("p50", "throughput", "cost"), strict=True):
+        out[f"{short}_{base}"] = both[f"{col}_a"]
+        out[f"{short}_{other}"] = both[f"{col}_b"]
+        out[f"{short}_ratio"] = both[f"{col}_b"] / both[f"{col}_a"]
+    return out.sort_index()
+
+
+def costs_at_prices(ok: pd.DataFrame, prices: list[Price]) -> pd.DataFrame:
+    """For one tier: every operating point's throughput, p99 and $/1k at each of the tier's prices (columns
+    named by price), with images per $ at the primary price."""
+    out = ok.set_index(POINT)[[THROUGHPUT, P99]].copy()
+    for price in prices:
+        out[price.name] = cost_per_1k(price.usd_per_hour, out[THROUGHPUT])
+    if prices:
+        out["images_per_usd"] = images_per_usd(prices[0].usd_per_hour, out[THROUGHPUT])
+    return out.sort_index()
+
+
+def cost_by_tier(ok: pd.DataFrame, metric: str = "cost_per_1k_images_usd") -> pd.DataFrame:
+    """Operating points (rows) x tiers (columns) of a cost metric at each tier's primary price (empty when no
+    trial has it: images per $ is not logged for a free tier)."""
+    if metric not in ok.columns:
+        return pd.DataFrame()
+    return ok.pivot_table(index=POINT, columns="tier", values=metric, aggfunc="first")
+
+
+def priced_points(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]]) -> pd.DataFrame:
+    """Long table: every ok operating point at every price of its tier, with its $/1k at that price."""
+    frames = []
+    for tier, rows in ok.groupby("tier", sort=True):
+        for price in prices_by_tier.get(str(tier), []):
+            f = rows[["tier", *POINT, "variant", "protocol", P50, P99, THROUGHPUT]].copy()
+            f["price"] = price.name
+            f["usd_per_hour"] = price.usd_per_hour
+            f["cost_per_1k_usd"] = cost_per_1k(price.usd_per_hour, f[THROUGHPUT])
+            frames.append(f)
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True).sort_values(["cost_per_1k_usd", P99]).reset_index(drop=True)
+
+
+def slo_candidates(priced: pd.DataFrame, slo_p99_ms: float) -> pd.DataFrame:
+    """Operating points whose p99 meets the SLO, cheapest first (at every listed price)."""
+    if priced.empty:
+        return priced
+    return priced[priced[P99] <= slo_p99_ms].reset_index(drop=True)
+
+
+def slo_pick(priced: pd.DataFrame, slo_p99_ms: float, price: str | None = "primary") -> pd.Series | None:
+    """The cheapest (tier, stack, batch, concurrency) whose p99 meets the SLO: at each tier's primary price,
+    or at any listed price with `price=None`. None when nothing meets it."""
+    rows = slo_candidates(priced, slo_p99_ms)
+    if price is not None and not rows.empty:
+        rows = rows[rows["price"] == price]
+    return None if rows.empty else rows.iloc[0]
+
+
+def pareto_frontier(ok: pd.DataFrame, x: str = P99, y: str = "cost_per_1k_images_usd") -> pd.DataFrame:
+    """Points no other point beats on both latency and cost (lower is better on both), by increasing latency.
+    For any p99 target, the cheapest option is the frontier point with the largest p99 within it."""
+    pts = ok.dropna(subset=[x, y]).sort_values([x, y])
+    keep, best = [], np.inf
+    for idx, cost in zip(pts.index, pts[y], strict=True):
+        if cost < best:
+            keep.append(idx)
+            best = cost
+    return pts.loc[keep]
+
+
+def problems(trials: pd.DataFrame) -> pd.DataFrame:
+    """Failed and skipped trials grouped by tier, status and reason: how many, and which (run names without
+    the tier). Failed ones first."""
+    bad = trials[trials["status"] != "ok"]
+    if bad.empty:
+        return pd.DataFrame(columns=["tier", "status", "reason", "count", "trials"])
+    bad = bad.assign(short=bad["run_name"].str.split("/", n=1).str[-1])
+    out = (bad.groupby(["tier", "status", "reason"], sort=False)["short"]
+           .agg(count="size", trials=lambda names: ", ".join(sorted(names))).reset_index())
+    order = out["status"].map({"failed": 0}).fillna(1)
+    return out.assign(_o=order).sort_values(["_o", "tier", "status", "reason"]).drop(columns="_o")
+
+
+def present(ok: pd.DataFrame, metrics: tuple[str, ...]) -> list[str]:
+    """Those of `metrics` that some trial carries (metrics other issues add appear once they exist)."""
+    return [m for m in metrics if m in ok.columns and ok[m].notna().any()]

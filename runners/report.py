@@ -1,0 +1,86 @@
+"""`python -m runners.report [SWEEP_ID | latest] [--slo-p99-ms MS]`: the cost-per-image report of a sweep.
+
+Reads the sweep's runs from MLflow, writes report.md, report.html and PNG plots to
+`<results_dir>/<sweep_id>/report/`, attaches them to the sweep run and prints the answer with the path.
+The store and experiment default to the sweep's own config (`mlflow.tracking_uri`, else $MLFLOW_TRACKING_URI,
+else sqlite under ./mlflow/; `mlflow.experiment`; `results_dir`), so a plain `python -m runners.report`
+after `python -m runners.sweep` reports that sweep. argparse rather than Hydra: the sweep id is positional.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+log = logging.getLogger("tierbench.report")
+
+
+def _config_defaults() -> tuple[str | None, str, str]:
+    """`mlflow.tracking_uri`, `mlflow.experiment` and `results_dir` as the sweep composes them."""
+    from hydra import compose, initialize_config_dir
+
+    import experiments.config  # noqa: F401 - registers the schemas
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config")
+    return cfg.mlflow.tracking_uri, cfg.mlflow.experiment, cfg.results_dir
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m runners.report", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep_id", nargs="?", default="latest",
+                        help="the sweep's id (its runs' sweep_id tag), or `latest` (default)")
+    parser.add_argument("--slo-p99-ms", type=float, default=None,
+                        help="latency target: pick the cheapest (tier, backend, protocol, batch, concurrency) "
+                             "whose p99 is within it")
+    parser.add_argument("--baseline-tier", default=None,
+                        help="tier the cross-tier ratios divide by (default: the first tier by name)")
+    parser.add_argument("--tracking-uri", default=None, help="MLflow store (default: as the sweep resolves it)")
+    parser.add_argument("--experiment", default=None, help="MLflow experiment (default: mlflow.experiment)")
+    parser.add_argument("--results-dir", default=None, help="where sweeps keep their folders (default: results_dir)")
+    parser.add_argument("--out", default=None, help="report folder (default: <results_dir>/<sweep_id>/report)")
+    parser.add_argument("--no-log", action="store_true", help="don't attach the report to the sweep's MLflow run")
+    args = parser.parse_args(argv)
+    if args.slo_p99_ms is not None and args.slo_p99_ms <= 0:
+        parser.error(f"--slo-p99-ms={args.slo_p99_ms:g} is not allowed: give a latency target > 0 in ms")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from experiments.report.build import ReportOptions
+    from experiments.report.data import ReportError
+    from experiments.report.publish import make_report
+    from experiments.tracking import tracking_uri
+
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configured_uri, experiment, results_dir = _config_defaults()
+    uri = tracking_uri(args.tracking_uri or configured_uri)
+    options = ReportOptions(slo_p99_ms=args.slo_p99_ms, baseline_tier=args.baseline_tier)
+    try:
+        published = make_report(uri, args.experiment or experiment, args.sweep_id,
+                                Path(args.results_dir or results_dir), options,
+                                out=Path(args.out) if args.out else None, log_to_mlflow=not args.no_log)
+    except ReportError as exc:
+        log.error("%s", exc)
+        return 2
+    data = published.data
+    counts = data.trials["status"].value_counts()
+    print(f"tierbench report, sweep {data.sweep_id}: {len(data.trials)} trials "
+          f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped) "
+          f"on {', '.join(info.label for info in data.tiers.values())}")
+    for line in published.report.summary:
+        print(f"  - {line}")
+    print(f"report: {published.html.resolve()}")
+    print(f"        {published.markdown.resolve()} (+ {len(published.report.images)} PNG plots beside it)")
+    if published.logged_to:
+        print(f"MLflow: attached to the sweep run {published.logged_to} (artifacts report/, tag `report`)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

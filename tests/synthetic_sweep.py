@@ -1,0 +1,100 @@
+"""A SYNTHETIC sweep for tests: runs with made-up, round numbers logged through the sweep's own Tracker into a
+temporary MLflow store, so report tables can be checked exactly. Never measured, never shown as measured:
+every run carries the tag `synthetic=true` and the sweep id says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from experiments.metrics import cost_metrics
+from experiments.plan import Trial
+from experiments.prices import tier_price_params
+from experiments.records import FAILED, OK, SKIPPED
+from experiments.tracking import Tracker
+from experiments.trial import new_record
+from serving.node import NodeInfo
+from tests.conftest import compose_config
+
+SWEEP_ID = "synthetic-fixture"
+TAGS = {"synthetic": "true"}
+# Tier a100: primary $0.36/h ($ per 1k images = 0.1 / throughput), spot $0.18/h (= 0.05 / throughput).
+# Tier rtx4090 (tagged emulated): primary $0.18/h; p50 and p99 x2, throughput x0.75 of a100's.
+PRICES = {"a100": 0.36, "rtx4090": 0.18}
+A100_SPOT = 0.18
+# (variant, protocol, batch, concurrency) -> (p50 ms, p99 ms, throughput img/s) on a100
+A100 = {
+    ("triton_onnx", "http", 1, 1): (10.0, 20.0, 100.0),
+    ("triton_onnx", "http", 8, 1): (40.0, 60.0, 200.0),
+    ("triton_onnx", "http", 1, 4): (30.0, 50.0, 130.0),
+    ("triton_onnx", "http", 8, 4): (100.0, 150.0, 320.0),
+    ("triton_onnx", "grpc", 1, 1): (8.0, 16.0, 125.0),
+    ("triton_onnx", "grpc", 8, 1): (50.0, 70.0, 160.0),
+    ("triton_onnx", "grpc", 1, 4): (20.0, 40.0, 200.0),
+    ("triton_onnx", "grpc", 8, 4): (80.0, 120.0, 400.0),
+    ("pytorch", "http", 1, 1): (25.0, 45.0, 40.0),
+    ("pytorch", "http", 8, 1): (100.0, 160.0, 80.0),
+    ("pytorch", "http", 1, 4): (50.0, 90.0, 80.0),
+    ("pytorch", "http", 8, 4): (200.0, 300.0, 160.0),
+}
+
+
+def numbers(tier: str, key: tuple[str, str, int, int]) -> tuple[float, float, float]:
+    p50, p99, thr = A100[key]
+    return (p50, p99, thr) if tier == "a100" else (2 * p50, 2 * p99, 0.75 * thr)
+
+
+def _cfg(tier: str) -> Any:
+    overrides = [f"gpu={tier}", f"gpu.price_per_hour_usd={PRICES[tier]}", f"sweep_id={SWEEP_ID}"]
+    cfg = compose_config(overrides)
+    # Only the prices this fixture states (the tier files' real alternatives would blur exact checks).
+    cfg.gpu.prices = {"spot": {"usd_per_hour": A100_SPOT, "kind": "spot", "provider": "Synthetic",
+                               "source": "test fixture", "seen": "2026-01-01"}} if tier == "a100" else {}
+    return cfg
+
+
+def _metrics(p50: float, p99: float, thr: float, price: float, batch: int) -> dict[str, float]:
+    return {"latency_p50_ms": p50, "latency_p90_ms": (p50 + p99) / 2, "latency_p95_ms": (p50 + p99) / 2,
+            "latency_p99_ms": p99, "latency_mean_ms": p50, "throughput_img_s": thr, "requests_s": thr / batch,
+            "payload_bytes": 602_112.0 * batch, **cost_metrics(price, thr)}
+
+
+def build(uri: str, superseded_failure: bool = True) -> dict[str, str]:
+    """Log the synthetic sweep into `uri`; returns {"sweep_run": id, "experiment_id": id}."""
+    tracker = Tracker(uri, "tierbench")
+    sweep_run = tracker.sweep_run(SWEEP_ID, TAGS)
+    node = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
+    for tier in ("a100", "rtx4090"):
+        cfg = _cfg(tier)
+        emulated = "true" if tier == "rtx4090" else "false"
+        common = {"sweep_id": SWEEP_ID, "gpu_tier": tier, "emulated": emulated, **TAGS}
+        tier_params = {"gpu_tier": tier, "gpu_display_name": cfg.gpu.display_name, "gpu_name": "synthetic GPU",
+                       "price_per_hour_usd": PRICES[tier], "price_source": "test fixture",
+                       "price_seen": "2026-01-01", **tier_price_params(cfg.gpu)}
+        tier_run = tracker.tier_run(SWEEP_ID, tier, sweep_run, tier_params, common)
+        for key in A100:
+            variant, protocol, batch, conc = key
+            trial = Trial(tier, "resnet18", variant, variant, protocol, "tensor", batch, conc)
+            if superseded_failure and tier == "a100" and key == ("pytorch", "http", 1, 1):
+                failed = new_record(cfg, trial, node, status=FAILED, reason="earlier attempt: server crashed")
+                tracker.log_trial(tier_run, failed, _no_dir(), common, "synthetic: true\n")
+            record = new_record(cfg, trial, node)
+            record.metrics = _metrics(*numbers(tier, key), PRICES[tier], batch)
+            tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
+        for protocol in ("http", "grpc"):
+            trial = Trial(tier, "resnet18", "triton_trt", "triton_trt", protocol, "tensor", 1, 1)
+            record = new_record(cfg, trial, node, status=SKIPPED, reason="needs an NVIDIA GPU (synthetic)")
+            tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
+        tracker.finish(tier_run, OK)
+    jpeg = Trial("a100", "resnet18", "pytorch", "pytorch", "http", "jpeg", 1, 1)
+    bad = new_record(_cfg("a100"), jpeg, node, status=FAILED, reason="measurement failed: synthetic failure")
+    tier_run = tracker.tier_run(SWEEP_ID, "a100", sweep_run, {}, {})
+    tracker.log_trial(tier_run, bad, _no_dir(), {"sweep_id": SWEEP_ID, "gpu_tier": "a100", "emulated": "false",
+                                                 **TAGS}, "synthetic: true\n")
+    tracker.finish(sweep_run, FAILED)
+    return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
+
+
+def _no_dir() -> Path:
+    """No raw-result folder: a synthetic trial has no latencies.csv to attach."""
+    return Path("/nonexistent-synthetic-trial-dir")

@@ -1,0 +1,251 @@
+"""The report on a SYNTHETIC sweep (tests/synthetic_sweep.py: round made-up numbers in a temp MLflow store):
+exact table values, the SLO pick, prices, emulated marking, problems, files and the MLflow attachment."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from experiments.report import tables
+from experiments.report.build import ReportOptions
+from experiments.report.data import ReportError, load_sweep
+from experiments.report.publish import make_report
+from runners import report as report_cli
+from tests import synthetic_sweep as syn
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
+    folder = tmp_path_factory.mktemp("report") / "mlflow"
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    return uri, syn.build(uri)
+
+
+@pytest.fixture(scope="module")
+def data(store):
+    return load_sweep(store[0], "tierbench", syn.SWEEP_ID)
+
+
+def _prices(data) -> dict:
+    return {name: info.prices for name, info in data.tiers.items()}
+
+
+def test_runs_load_one_row_per_trial_with_the_latest_ok_run_of_a_rerun(data) -> None:
+    assert len(data.trials) == 2 * 12 + 2 * 2 + 1  # ok points, skipped TRT, one failure
+    assert data.superseded == 1
+    rerun = data.trials[(data.trials["tier"] == "a100") & (data.trials["run_name"] == "a100/pytorch/http/tensor/b1/c1")]
+    assert list(rerun["status"]) == ["ok"]
+    assert len(data.ok) == 24
+    assert data.tiers["rtx4090"].emulated and not data.tiers["a100"].emulated
+    assert data.tiers["rtx4090"].label == "rtx4090 (emulated)"
+
+
+def test_latest_resolves_to_the_last_sweep(store) -> None:
+    assert load_sweep(store[0], "tierbench", "latest").sweep_id == syn.SWEEP_ID
+    with pytest.raises(ReportError, match="no runs tagged sweep_id='nope'"):
+        load_sweep(store[0], "tierbench", "nope")
+    with pytest.raises(ReportError, match="no experiment 'other'"):
+        load_sweep(store[0], "other", "latest")
+
+
+def test_prices_come_back_from_the_tier_runs_with_their_sources(data) -> None:
+    a100 = data.tiers["a100"].prices
+    assert [(p.name, p.usd_per_hour, p.kind) for p in a100] == [("primary", 0.36, ""), ("spot", 0.18, "spot")]
+    assert a100[1].source == "test fixture" and a100[1].seen == "2026-01-01"
+    assert [p.name for p in data.tiers["rtx4090"].prices] == ["primary"]
+
+
+def test_p50_and_throughput_by_batch(data) -> None:
+    a100 = data.ok[data.ok["tier"] == "a100"]
+    p50 = tables.by_batch(a100, tables.P50)
+    assert set(p50) == {1, 4}
+    assert p50[1].loc["triton_onnx/grpc/tensor", 8] == 50.0
+    assert p50[4].loc["pytorch/http/tensor", 1] == 50.0
+    thr = tables.by_batch(a100, tables.THROUGHPUT)
+    assert thr[4].loc["triton_onnx/grpc/tensor", 8] == 400.0
+
+
+def test_grpc_over_http_speedup(data) -> None:
+    for tier in ("a100", "rtx4090"):  # rtx4090's p50s are a100's x2: same ratios
+        speedup = tables.grpc_speedup(data.ok[data.ok["tier"] == tier])
+        assert speedup[1].loc["triton_onnx/tensor", 1] == pytest.approx(10 / 8)
+        assert speedup[1].loc["triton_onnx/tensor", 8] == pytest.approx(40 / 50)
+        assert speedup[4].loc["triton_onnx/tensor", 1] == pytest.approx(30 / 20)
+        assert speedup[4].loc["triton_onnx/tensor", 8] == pytest.approx(100 / 80)
+        assert list(speedup[1].index) == ["triton_onnx/tensor"]  # pytorch has no gRPC pair
+
+
+def test_concurrency_scaling(data) -> None:
+    scaling = tables.concurrency_scaling(data.ok[data.ok["tier"] == "a100"])
+    assert scaling[1].loc["triton_onnx/http/tensor", "scaling"] == pytest.approx(1.3)
+    assert scaling[1].loc["triton_onnx/grpc/tensor", "scaling"] == pytest.approx(1.6)
+    assert scaling[8].loc["pytorch/http/tensor", "scaling"] == pytest.approx(2.0)
+    assert scaling[8].loc["pytorch/http/tensor", 4] == 160.0
+
+
+def test_cross_tier_ratios(data) -> None:
+    ratios = tables.cross_tier(data.ok, "a100", "rtx4090")
+    assert len(ratios) == 12
+    assert ratios["p50_ratio"].tolist() == pytest.approx([2.0] * 12)
+    assert ratios["throughput_ratio"].tolist() == pytest.approx([0.75] * 12)
+    assert ratios["cost_ratio"].tolist() == pytest.approx([(0.18 / 0.75) / 0.36] * 12)  # 2/3
+    row = ratios.loc[("triton_onnx/grpc/tensor", 1, 4)]
+    assert (row["p50_a100"], row["p50_rtx4090"]) == (20.0, 40.0)
+
+
+def test_cost_per_1k_images_at_every_price(data) -> None:
+    by_tier = tables.cost_by_tier(data.ok)
+    assert by_tier.loc[("triton_onnx/http/tensor", 1, 1), "a100"] == pytest.approx(0.001)  # 0.36/3600/100*1000
+    assert by_tier.loc[("triton_onnx/http/tensor", 1, 1), "rtx4090"] == pytest.approx(0.18 / 3.6 / 75)
+    images = tables.cost_by_tier(data.ok, "images_per_usd")
+    assert images.loc[("pytorch/http/tensor", 8, 4), "a100"] == pytest.approx(160 * 3600 / 0.36)
+    a100 = data.ok[data.ok["tier"] == "a100"]
+    costs = tables.costs_at_prices(a100, data.tiers["a100"].prices)
+    point = costs.loc[("triton_onnx/grpc/tensor", 1, 4)]
+    assert point["primary"] == pytest.approx(0.0005) and point["spot"] == pytest.approx(0.00025)
+    assert point["images_per_usd"] == pytest.approx(2_000_000)
+    # the report's own formula agrees with the metric the sweep logged
+    assert (costs["primary"].values == pytest.approx(a100.set_index(tables.POINT).sort_index()
+                                                      ["cost_per_1k_images_usd"].values))
+
+
+def test_slo_pick_at_the_primary_price_and_at_any_price(data) -> None:
+    priced = tables.priced_points(data.ok, _prices(data))
+    pick = tables.slo_pick(priced, 35.0)
+    # p99 <= 35: a100 onnx-http b1c1 ($0.001), a100 onnx-grpc b1c1 ($0.0008), rtx4090 onnx-grpc b1c1 ($0.000533)
+    assert (pick["tier"], pick["stack"], pick["batch_size"], pick["concurrency"]) == (
+        "rtx4090", "triton_onnx/grpc/tensor", 1, 1)
+    assert pick["cost_per_1k_usd"] == pytest.approx(0.18 / 3.6 / 93.75)
+    anywhere = tables.slo_pick(priced, 35.0, price=None)  # a100 at its spot price: 0.18/3.6/125 = $0.0004
+    assert (anywhere["tier"], anywhere["stack"], anywhere["price"]) == ("a100", "triton_onnx/grpc/tensor", "spot")
+    assert anywhere["cost_per_1k_usd"] == pytest.approx(0.0004)
+    assert tables.slo_pick(priced, 50.0)["cost_per_1k_usd"] == pytest.approx(0.0005)  # a100 grpc b1c4
+    assert tables.slo_pick(priced, 5.0) is None
+
+
+def test_pareto_frontier_is_exactly_the_undominated_points(data) -> None:
+    frontier = tables.pareto_frontier(data.ok)
+    pts = data.ok[[tables.P99, "cost_per_1k_images_usd"]]
+    expected = {i for i, (x, y) in pts.iterrows()
+                if not any((x2 <= x and y2 <= y) and (x2 < x or y2 < y) for _, (x2, y2) in pts.iterrows())}
+    assert set(frontier.index) == expected
+    assert frontier[tables.P99].is_monotonic_increasing
+    assert frontier["cost_per_1k_images_usd"].is_monotonic_decreasing
+    assert frontier.iloc[0][tables.P99] == 16.0  # the fastest point is always on it
+
+
+def test_problems_group_failed_and_skipped_with_reasons(data) -> None:
+    bad = tables.problems(data.trials)
+    assert bad.iloc[0]["status"] == "failed"
+    assert bad.iloc[0]["reason"] == "measurement failed: synthetic failure"
+    assert bad.iloc[0]["trials"] == "pytorch/http/jpeg/b1/c1"
+    skipped = bad[bad["status"] == "skipped"]
+    assert skipped["count"].tolist() == [2, 2]
+    assert set(skipped["trials"]) == {"triton_trt/grpc/tensor/b1/c1, triton_trt/http/tensor/b1/c1"}
+
+
+def test_missing_optional_metrics_are_left_out_and_shown_when_present(data) -> None:
+    assert tables.present(data.ok, tables.SERVER_METRICS) == []
+    with_server = data.ok.assign(server_queue_ms=1.5)
+    assert tables.present(with_server, tables.SERVER_METRICS) == ["server_queue_ms"]
+
+
+@pytest.fixture(scope="module")
+def published(store, tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("out")
+    return make_report(store[0], "tierbench", syn.SWEEP_ID, out, ReportOptions(slo_p99_ms=35.0))
+
+
+def test_report_files_read_on_their_own(published) -> None:
+    folder = published.folder
+    assert folder.name == "report" and folder.parent.name == syn.SWEEP_ID
+    assert {p.name for p in folder.glob("*.png")} == {
+        "pareto.png", "cost_per_1k.png", "latency_vs_throughput_a100.png", "latency_vs_throughput_rtx4090.png"}
+    assert all(p.stat().st_size > 10_000 for p in folder.glob("*.png"))
+    md = published.markdown.read_text()
+    assert "**Emulated results**" in md and "rtx4090 (emulated)" in md
+    assert "**rtx4090 (emulated) · triton_onnx/grpc/tensor · b1 · c1**: **$0.000533 per 1k images**" in md
+    assert "at price spot $0.18/h (spot, Synthetic, seen 2026-01-01): **$0.0004 per 1k images**" in md
+    assert "| triton_onnx/tensor | 1.25× | 0.80× |" in md  # gRPC speedup at concurrency 1
+    assert "measurement failed: synthetic failure" in md
+    assert "![p99 latency vs $ per 1k images" in md
+    html = published.html.read_text()
+    assert html.count("data:image/png;base64,") == 4 and 'src="pareto.png"' not in html
+    assert "<table>" in html and "rtx4090 (emulated)" in html
+
+
+def test_report_is_attached_to_the_sweep_run(store, published) -> None:
+    uri, ids = store
+    assert published.logged_to == ids["sweep_run"]
+    client = MlflowClient(uri)
+    run = client.get_run(ids["sweep_run"])
+    assert run.data.tags["report"] == "report/report.html"
+    note = run.data.tags["mlflow.note.content"]
+    assert f"runs/{ids['sweep_run']}/artifactPath/report/report.html" in note
+    assert "rtx4090 (emulated) · triton_onnx/grpc/tensor · b1 · c1" in note
+    assert run.data.metrics["min_cost_per_1k_images_usd"] == pytest.approx(0.18 / 3.6 / 300)  # rtx4090 grpc b8c4
+    assert (run.data.metrics["trials_ok"], run.data.metrics["trials_failed"]) == (24, 1)
+    names = {a.path for a in client.list_artifacts(ids["sweep_run"], "report")}
+    assert {"report/report.md", "report/report.html", "report/pareto.png"} <= names
+
+
+def test_cli_prints_the_answer_and_the_path(store, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = report_cli.main([syn.SWEEP_ID, "--tracking-uri", store[0], "--results-dir", str(tmp_path),
+                            "--slo-p99-ms", "50", "--no-log"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "29 trials (24 ok, 1 failed, 4 skipped) on a100, rtx4090 (emulated)" in out
+    assert "a100 · triton_onnx/grpc/tensor · b1 · c4: $0.0005 per 1k images" in out
+    assert f"report: {tmp_path / syn.SWEEP_ID / 'report' / 'report.html'}" in out
+    assert report_cli.main(["no-such-sweep", "--tracking-uri", store[0], "--results-dir", str(tmp_path)]) == 2
+
+
+def test_cli_refuses_a_bad_slo(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        report_cli.parse_args(["--slo-p99-ms", "-3"])
+    assert "--slo-p99-ms=-3 is not allowed" in capsys.readouterr().err
+
+
+def test_search_runs_leaves_the_global_tracking_uri_alone(store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////tmp/elsewhere.db")
+    load_sweep(store[0], "tierbench", syn.SWEEP_ID)
+    import os
+
+    assert os.environ["MLFLOW_TRACKING_URI"] == "sqlite:////tmp/elsewhere.db"
+    assert mlflow.get_tracking_uri() == "sqlite:////tmp/elsewhere.db"
+
+
+def test_by_batch_has_a_cell_per_measured_point_only() -> None:
+    rows = [{"stack": s, "batch_size": b, "concurrency": 1, tables.P50: float(b)}
+            for s, b in itertools.product(["x/http/tensor"], [1, 8])]
+    rows.append({"stack": "y/http/tensor", "batch_size": 1, "concurrency": 1, tables.P50: 3.0})
+    pivot = tables.by_batch(pd.DataFrame(rows), tables.P50)[1]
+    assert pivot.loc["x/http/tensor", 8] == 8.0 and pd.isna(pivot.loc["y/http/tensor", 8])
+
+
+def test_a_sweep_with_nothing_measured_still_reports_why(tmp_path: Path) -> None:
+    from experiments.plan import Trial
+    from experiments.records import SKIPPED
+    from experiments.tracking import Tracker
+    from experiments.trial import new_record
+    from serving.node import NodeInfo
+    from tests.conftest import compose_config
+
+    uri = f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
+    tracker = Tracker(uri, "tierbench")
+    sweep = tracker.sweep_run("synthetic-empty", {"synthetic": "true"})
+    tier = tracker.tier_run("synthetic-empty", "local", sweep, {"gpu_tier": "local", "price_per_hour_usd": 0.0}, {})
+    cfg = compose_config(["gpu.price_per_hour_usd=0"])
+    record = new_record(cfg, Trial("local", "resnet18", "triton_trt", "triton_trt", "http", "tensor", 1, 1),
+                        NodeInfo("h", "127.0.0.1", "n", "cpu", 2), status=SKIPPED, reason="needs an NVIDIA GPU")
+    tracker.log_trial(tier, record, tmp_path / "none", {"sweep_id": "synthetic-empty", "emulated": "false"}, "")
+    published = make_report(uri, "tierbench", "synthetic-empty", tmp_path / "runs", ReportOptions(slo_p99_ms=10))
+    md = published.markdown.read_text()
+    assert "No trial succeeded" in md and "needs an NVIDIA GPU" in md
+    assert published.report.summary == ["no successful trial"]
