@@ -11,6 +11,7 @@ from experiments.metrics import cost_metrics
 from experiments.plan import Trial
 from experiments.prices import tier_price_params
 from experiments.records import FAILED, OK, SKIPPED
+from experiments.slo import SloProbe, SloResult
 from experiments.tracking import Tracker
 from experiments.trial import new_record
 from serving.node import NodeInfo
@@ -81,6 +82,14 @@ def build(uri: str, superseded_failure: bool = True) -> dict[str, str]:
             record = new_record(cfg, trial, node)
             record.metrics = _metrics(*numbers(tier, key), PRICES[tier], batch)
             tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
+        if tier == "a100":  # an SLO search result: at most concurrency 6 keeps p99 <= 45 ms (synthetic)
+            point = Trial(tier, "resnet18", "triton_onnx", "triton_onnx", "grpc", "tensor", 1, 0)
+            slo = new_record(cfg, point, node)
+            slo.key, slo.run_name = "synthetic-slo", f"{tier}/triton_onnx/grpc/tensor/b1/slo-p99-45ms"
+            slo.tags["run_level"] = "slo"
+            slo.metrics = SloResult(45.0, SloProbe(6, 44.0, 240.0), [SloProbe(c, 30 + 2 * c, 40.0 * c)
+                                                                     for c in (1, 2, 4, 6, 8)]).metrics(PRICES[tier])
+            tracker.log_trial(tier_run, slo, _no_dir(), common, "synthetic: true\n")
         for protocol in ("http", "grpc"):
             trial = Trial(tier, "resnet18", "triton_trt", "triton_trt", protocol, "tensor", 1, 1)
             record = new_record(cfg, trial, node, status=SKIPPED, reason="needs an NVIDIA GPU (synthetic)")

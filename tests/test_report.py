@@ -249,3 +249,13 @@ def test_a_sweep_with_nothing_measured_still_reports_why(tmp_path: Path) -> None
     md = published.markdown.read_text()
     assert "No trial succeeded" in md and "needs an NVIDIA GPU" in md
     assert published.report.summary == ["no successful trial"]
+
+
+def test_slo_search_results_are_reported_per_operating_point(data, published) -> None:
+    (row,) = data.slo.itertuples()
+    assert (row.tier, row.variant, row.protocol, row.slo_max_load) == ("a100", "triton_onnx", "grpc", 6)
+    assert row.cost_per_1k_images_at_slo_usd == pytest.approx(0.36 / 3600 / 240.0 * 1000)
+    assert "slo" not in set(data.trials["run_name"].str.rsplit("/", n=1).str[-1])  # not mixed into the trials
+    markdown = published.markdown.read_text()
+    assert "# SLO search" in markdown
+    assert "| a100 | triton_onnx/grpc/tensor | 1 | 45.0 | 6 | 240.0 |" in markdown

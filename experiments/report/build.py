@@ -79,9 +79,36 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
         else:
             doc.h(1, f"Tier {labels[tier]}")
             doc.p("No trial succeeded on this tier: see “Failed and skipped trials” below.")
+    _slo_search(doc, data, labels)
     _problems(doc, data)
     _method(doc, data)
     return report
+
+
+def _slo_search(doc: Document, data: SweepData, labels: dict[str, str]) -> None:
+    """The sweep's own SLO search (`experiment.slo.p99_ms`): the highest load within the target per point."""
+    if data.slo.empty:
+        return
+    doc.h(1, "SLO search")
+    doc.p("For each operating point, the highest load (concurrency, or request rate in open loop) whose p99 "
+          "stayed within the target, found by doubling then bisection over real trials (tag "
+          "`phase=slo_search`). “at limit” means the search stopped at its load limit still within the target.")
+    rows = []
+    for _, row in data.slo.sort_values(["tier", "variant", "protocol", "input_format", "batch_size"]).iterrows():
+        met = row["slo_met"] == 1
+        rows.append({
+            "tier": labels.get(row["tier"], row["tier"]),
+            "stack": f"{row['variant']}/{row['protocol']}/{row['input_format']}", "batch": row["batch_size"],
+            "p99 target ms": ms(row["slo_p99_ms"]),
+            "max load": (f"{row['slo_max_load']:g}" + (" (at limit)" if row["slo_limited"] == 1 else ""))
+            if met else "none meets it",
+            "img/s at max": rate(row["slo_max_throughput_img_s"]) if met else "—",
+            "p99 ms at max": ms(row["slo_p99_at_max_ms"]) if met else "—",
+            "$ per 1k images": usd(row["cost_per_1k_images_at_slo_usd"]) if met else "—",
+            "probes": count(row["slo_probes"]),
+        })
+    frame = pd.DataFrame(rows)
+    doc.table(frame, _numeric(frame, 3))
 
 
 def _answer(doc: Document, report: Report, data: SweepData, ok: pd.DataFrame, labels: dict[str, str],

@@ -46,6 +46,7 @@ class SweepData:
     trials: pd.DataFrame  # one row per trial run (latest per trial), all statuses
     tiers: dict[str, TierInfo]
     superseded: int = 0  # older runs of a trial that was run again (resumed sweeps)
+    slo: pd.DataFrame = field(default_factory=pd.DataFrame)  # SLO search results (run_level=slo), one per point
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -111,7 +112,26 @@ def load_sweep(uri: str, experiment: str, sweep_id: str = "latest") -> SweepData
         raise ReportError(f"sweep {sweep_id!r} has no trial runs yet")
     return SweepData(sweep_id=sweep_id, experiment_id=exp.experiment_id,
                      sweep_run_id=str(sweep_runs.iloc[0]["run_id"]) if not sweep_runs.empty else None,
-                     trials=trials, tiers=tier_infos(tier_runs, trials), superseded=superseded)
+                     trials=trials, tiers=tier_infos(tier_runs, trials), superseded=superseded,
+                     slo=tidy_slo(runs[level == "slo"]))
+
+
+SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_max_load", "slo_max_throughput_img_s",
+               "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes")
+
+
+def tidy_slo(runs: pd.DataFrame) -> pd.DataFrame:
+    """SLO search results: one row per operating point (the latest run of each), params and metrics unprefixed."""
+    if runs.empty:
+        return pd.DataFrame()
+    runs = runs.sort_values("start_time").drop_duplicates("tags.trial_key", keep="last")
+    out = pd.DataFrame({"tier": _column(runs, "params.gpu_tier"), "status": _column(runs, "tags.status", "")})
+    for key in ("backend", "backend_variant", "protocol", "input_format", "batch_size", "load_mode"):
+        out[key] = _column(runs, f"params.{key}")
+    for metric in SLO_METRICS:
+        out[metric] = pd.to_numeric(_column(runs, f"metrics.{metric}"), errors="coerce")
+    out["variant"] = out.pop("backend_variant").fillna(out["backend"])
+    return out.reset_index(drop=True)
 
 
 def _column(runs: pd.DataFrame, name: str, default: Any = None) -> pd.Series:
