@@ -3,6 +3,7 @@ report how far ONNX Runtime's output is from PyTorch's."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import hydra
@@ -25,4 +26,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    # An export is not a sweep: no run folder under results_dir, log to the terminal only.
+    sys.argv += ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
     main()
