@@ -3,6 +3,7 @@ trial against it, persist each record, then log it to MLflow. The runner calls `
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -10,12 +11,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.client_actor import start_client_actors
 from experiments.cluster import ray_cluster
+from experiments.placement import TierPlacement, hold_tier_node, start_clients
 from experiments.plan import plan_trials
 from experiments.records import FAILED, OK, TrialRecord, write_record
 from experiments.server_group import run_group
-from experiments.tiers import placement_options
 from experiments.tracking import Tracker, tracking_uri
 from experiments.validation import validate
 from serving.node import NodeInfo, describe_node
@@ -41,18 +41,22 @@ class TierSweep:
     def run(self) -> int:
         import ray
 
-        with ray_cluster(self.cfg.cluster, self.tier):
+        with ray_cluster(self.cfg.cluster, self.tier) as view, hold_tier_node(self.cfg, view) as place:
+            self.place: TierPlacement = place
+            self.common_tags["emulated"] = place.emulated_tag
             self.folder.mkdir(parents=True, exist_ok=True)
+            (self.folder / "cluster.json").write_text(json.dumps(view.summary(), indent=2))
             log.info("sweep %s, tier %s: %d trials; raw results in %s", self.sweep_id, self.tier, self.total,
                      self.folder.resolve())
             self.tracker = Tracker(tracking_uri(self.cfg.mlflow.tracking_uri), self.cfg.mlflow.experiment)
-            options = placement_options(self.tier)
+            options = place.server_options
             node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
-                                     timeout=self.cfg.serving.start_timeout_s)
-            self.sweep_run = self.tracker.sweep_run(self.sweep_id, {"emulated": "false"})
+                                     timeout=self.cfg.cluster.schedule_timeout_s)
+            self.sweep_run = self.tracker.sweep_run(self.sweep_id, {"emulated": place.emulated_tag})
             self.tier_run = self.tracker.tier_run(self.sweep_id, self.tier, self.sweep_run,
-                                                  self._tier_params(node), self.common_tags)
-            actors = start_client_actors(self.cfg.experiment, options, self.cfg.serving.start_timeout_s)
+                                                  {**self._tier_params(node), **place.tier_params()}, self.common_tags)
+            self.tracker.log_artifact_text(self.tier_run, json.dumps(view.summary(), indent=2), "cluster.json")
+            actors = start_clients(self.cfg, place)
             try:
                 for group in self.groups:
                     run_group(self.cfg, group, node, options, actors, self._finish,
@@ -62,7 +66,7 @@ class TierSweep:
                     ray.kill(actor)
         status = FAILED if self.failed else OK
         self.tracker.finish(self.tier_run, status)
-        self.tracker.finish(self.sweep_run, status)
+        self.tracker.finish_shared(self.sweep_run, status)
         self._print_where_results_are()
         return 1 if self.failed else 0
 
@@ -93,6 +97,7 @@ class TierSweep:
     def _finish(self, record: TrialRecord) -> None:
         """Persist first (nothing measured is lost), then log to MLflow, then report progress."""
         record.finished_at = time.time()
+        record.params.update(self.place.client_params())
         trial_dir = write_record(record, self.folder / "trials" / record.trial.slug)
         self.tracker.log_trial(self.tier_run, record, trial_dir, self.common_tags, self.config_yaml)
         self.done += 1

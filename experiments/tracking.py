@@ -31,8 +31,9 @@ def tracking_uri(configured: str | None) -> str:
 
 
 def default_artifact_location(uri: str) -> str | None:
-    """Artifacts next to the default SQLite store (else MLflow would write ./mlruns); servers decide their own."""
-    if uri.startswith("sqlite:///") and Path(uri.removeprefix("sqlite:///")).parent.name == DEFAULT_STORE_DIR.name:
+    """Artifacts next to a SQLite store (else MLflow writes ./mlruns wherever the sweep runs: with parallel tier
+    jobs, wherever each job runs); tracking servers decide their own."""
+    if uri.startswith("sqlite:///"):
         return (Path(uri.removeprefix("sqlite:///")).parent / "artifacts").resolve().as_uri()
     return None
 
@@ -123,6 +124,12 @@ class Tracker:
 
     def log_artifact_text(self, run_id: str, text: str, path: str) -> None:
         self.client.log_text(run_id, text, path)
+
+    def finish_shared(self, run_id: str, status: str) -> None:
+        """Finish a run other jobs also finish (the sweep run of parallel tiers): a failure is never undone."""
+        if self.client.get_run(run_id).data.tags.get("status") == FAILED:
+            status = FAILED
+        self.finish(run_id, status)
 
     def finish(self, run_id: str, status: str, tags: dict[str, str] | None = None) -> None:
         for key, value in (tags or {}).items():

@@ -7,6 +7,7 @@ from typing import Any
 BACKENDS = ("pytorch", "triton_onnx", "triton_trt")
 PROTOCOLS = ("http", "grpc")
 INPUT_FORMATS = ("tensor", "jpeg")
+CLIENT_PLACEMENTS = ("colocated", "separate")
 
 
 class ConfigError(ValueError):
@@ -49,6 +50,8 @@ def validate(cfg: Any) -> None:
     for key in ("window_s", "warmup_s", "request_timeout_s", "client_num_cpus"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be > 0")
+    if cfg.clients.placement not in CLIENT_PLACEMENTS:
+        _fail("clients.placement", cfg.clients.placement, f"choose from {list(CLIENT_PLACEMENTS)}")
     for key in ("warmup_requests", "client_actors"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be a positive integer")

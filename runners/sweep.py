@@ -6,10 +6,17 @@ Thin entry point: composes the config with Hydra and calls `experiments.sweep.ru
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
+# Parallel tier jobs report progress through Ray's log streaming; its deduplication would fold one trial's
+# progress line into the previous one (they differ only in numbers). Read when ray is imported.
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import experiments.config  # noqa: F401 - registers the config schemas
@@ -26,12 +33,15 @@ class SweepFailedError(RuntimeError):
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
+    from experiments.placement import PlacementError
     from experiments.sweep import run_sweep
 
     try:
         code = run_sweep(cfg)
-    except (ConfigError, TierUnavailableError) as exc:
+    except (ConfigError, TierUnavailableError, PlacementError) as exc:
         log.error("%s", exc)
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # a job of a multirun (maybe a Ray task): Hydra reports it once the other tiers are done
         sys.exit(2)
     if code:
         # An exception, not sys.exit: a multirun still runs its other tiers, then Hydra exits non-zero.

@@ -40,6 +40,12 @@ class BackendContext:
     model_repository: str = "model_repository"
     triton_server: str = "auto"
     request_timeout_s: float = 60.0
+    tier: str = ""  # the GPU tier the sweep measures (names per-tier resources such as Serve apps)
+
+    @property
+    def client_host(self) -> str:
+        """The address clients connect to: the bind address, or the node's own when binding every interface."""
+        return self.node.ip if self.host in ("0.0.0.0", "::", "") else self.host
 
 
 class Backend(ABC):

@@ -48,6 +48,14 @@ class TorchImageClassifier:
         self.input_shape = tuple(self.model_cfg.input_shape)
         self._infer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer")
 
+    def where(self) -> dict[str, str]:
+        """The Ray node and host this replica runs on (recorded with every trial)."""
+        import socket
+
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         import torch
 

@@ -67,17 +67,23 @@ class TritonBackend(Backend):
         actor_cls = ray.remote(TritonServerHost).options(num_cpus=0.01, **ctx.ray_options)
         self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text, variant,
                                        ctx.triton_server, ctx.host, str(Path(ctx.model_repository).resolve()))
+        try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
+            ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise TimeoutError(f"{ctx.name}: the Triton host actor is still pending after {ctx.start_timeout_s:g} s; "
+                               f"it asks for 0.01 CPU and {ctx.ray_options}: are the node's resources taken?") from exc
         info: dict[str, Any] = ray.get(self._actor.start.remote(ctx.start_timeout_s),
                                        timeout=ctx.start_timeout_s + 600)  # + an ONNX export on first use
         endpoints = info["endpoints"]
-        host = endpoints["host"]
+        host = ctx.client_host
         log.info("%s: %s serving %s (%s)", ctx.name, info["server_mode"], ctx.model.name, self.accelerator)
         return ServerHandle(
             server_mode=info["server_mode"],
             urls={"http": f"{host}:{endpoints['http_port']}", "grpc": f"{host}:{endpoints['grpc_port']}",
                   "metrics": f"http://{host}:{endpoints['metrics_port']}/metrics"},
             params={"execution_provider": PROVIDER_NAMES[self.accelerator], "instance_count": self.instance_count,
-                    "onnx_max_abs_diff": info["export"]["max_abs_diff"]},
+                    "onnx_max_abs_diff": info["export"]["max_abs_diff"], "server_node_id": info["node_id"],
+                    "server_hostname": info["hostname"]},
             startup_s=info["startup_s"],
             artifacts={"config.pbtxt": info["config_pbtxt"]},
         )

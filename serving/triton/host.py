@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 from dataclasses import asdict
@@ -46,6 +47,12 @@ class TritonServerHost:
         self.work_dir = Path(tempfile.mkdtemp(prefix=f"tierbench-triton-{self.model.name}-"))
         self.server: TritonServer | None = None
 
+    def where(self) -> dict[str, str]:
+        """The Ray node and host this actor (and so its tritonserver) runs on."""
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+
     def start(self, timeout_s: float) -> dict[str, Any]:
         started = time.monotonic()
         export = ensure_onnx(self.model, _node_model_repository(self.model_repository))
@@ -62,6 +69,7 @@ class TritonServerHost:
             "export": asdict(export),
             "startup_s": time.monotonic() - started,
             "config_pbtxt": (repository / self.model.name / "config.pbtxt").read_text(),
+            **self.where(),
         }
 
     def stop(self, timeout_s: float) -> dict[str, str]:
