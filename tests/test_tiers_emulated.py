@@ -149,3 +149,24 @@ def test_separate_clients_run_on_the_client_pool(joined_cluster) -> None:
     assert params["server_node_id"] in a100
     # cluster=address says nothing of emulation: the nodes' own marker does.
     assert trial.data.tags["emulated"] == "true"
+
+
+def test_a_tier_node_held_by_another_sweep_times_out_with_a_clear_error(joined_cluster) -> None:
+    import ray
+
+    from experiments.placement import LEASE_SHARE, NodeLease
+
+    address, marker, tmp = joined_cluster
+    ray.init(address=address, log_to_driver=False)
+    try:  # another sweep holds the only a100 node
+        holder = ray.remote(NodeLease).options(num_cpus=0, resources={"tier_a100": LEASE_SHARE}).remote()
+        ray.get(holder.where.remote(), timeout=60)
+        proc, seconds = _sweep(["cluster=address", f"cluster.address={address}", "gpu=a100",
+                                "cluster.lease_timeout_s=3", "experiment.backends=[triton_onnx]", *TINY], tmp,
+                               marker, timeout=120)
+    finally:
+        ray.shutdown()
+    output = proc.stderr + proc.stdout
+    assert proc.returncode == 2, output[-3000:]
+    assert "all 1 node(s) of the tier were held by other sweeps" in output and "cluster.lease_timeout_s=3" in output
+    assert seconds < 30
