@@ -52,7 +52,7 @@ def two_tiers(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     tmp = tmp_path_factory.mktemp("tiers")
     marker = uuid.uuid4().hex
     proc, _ = _sweep(["cluster=emulated", "gpu=a100,rtx4090", "experiment.backends=[triton_onnx,pytorch]",
-                      "experiment.concurrency=[1,2]", "experiment.window_s=1.5", *TINY, "-m"], tmp, marker)
+                      "experiment.concurrency=[1,2]", "experiment.window_s=3", *TINY, "-m"], tmp, marker)
     left = wait_for_no_marked_processes(marker)
     return proc, left, tmp
 
