@@ -57,21 +57,37 @@ class ClientPool:
         self.ray_options = ray_options
         self.timeout_s = timeout_s
         self.actors: list[Any] = []
+        self._where: list[dict[str, str]] = []
 
     def start(self) -> ClientPool:
         self.ensure(max(1, self.exp.client_actors))
         return self
 
     def ensure(self, count: int) -> list[Any]:
-        """The first `count` actors, starting the missing ones."""
+        """The first `count` actors, starting the missing ones; fails (not hangs) when they stay pending."""
         import ray
+        from ray.exceptions import GetTimeoutError
+
+        from experiments.placement import PlacementError
 
         cls = ray.remote(LoadClientActor).options(num_cpus=self.exp.client_num_cpus, **self.ray_options)
         new = [cls.remote(i) for i in range(len(self.actors), count)]
         if new:
-            ray.get([a.where.remote() for a in new], timeout=self.timeout_s)
+            try:
+                self._where.extend(ray.get([a.where.remote() for a in new], timeout=self.timeout_s))
+            except GetTimeoutError as exc:
+                for actor in new:
+                    ray.kill(actor)
+                raise PlacementError(
+                    f"client actors still pending after {self.timeout_s:g} s (cluster.schedule_timeout_s): each "
+                    f"asks for {self.exp.client_num_cpus} CPU and {self.ray_options}; the node's resources are "
+                    "taken (by another sweep?)") from exc
             self.actors.extend(new)
         return self.actors[:count]
+
+    def locations(self, count: int) -> list[dict[str, str]]:
+        """Where the first `count` actors run (node id, hostname)."""
+        return self._where[:count]
 
     def restart(self) -> None:
         self.close()
@@ -83,3 +99,4 @@ class ClientPool:
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
+        self._where = []

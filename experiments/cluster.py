@@ -1,23 +1,40 @@
-"""Reach Ray for a tier job: start a private local Ray (cluster=local) or join one (cluster=address), check
-the tier has a live node before anything is placed, and always let go of what was started."""
+"""Reach Ray for a sweep: start a private Ray (cluster=local), start an emulated multi-node cluster on this
+machine (cluster=emulated) or join a running one (cluster=address); check that every requested tier has a live node
+before anything is placed; stop only what was started.
+
+The owner of the connection is whoever opens it first: the multirun callback (`experiments.multirun`, one
+cluster shared by every tier job) or a single run's `ray_cluster`. A tier job that finds Ray already connected
+(the callback's driver, or a Ray launcher task inside the cluster) uses it and stops nothing.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from experiments.tiers import tier_resource, tiers_for_gpu, tiers_of_nodes
+from experiments.tiers import (
+    CLIENT_POOL_RESOURCE,
+    EMULATED_RESOURCE,
+    RESOURCE_PREFIX,
+    node_declaration,
+    tiers_for_gpu,
+    tiers_of_nodes,
+)
 
 log = logging.getLogger(__name__)
+NAMESPACE = "tierbench"
 
 
 class TierUnavailableError(RuntimeError):
-    """The requested tier has no live node: say which tiers there are and how to add one."""
+    """A requested tier has no live node: say which tiers there are and how to add one."""
 
 
 def missing_tier_message(tier: str, available: list[str]) -> str:
@@ -27,12 +44,93 @@ def missing_tier_message(tier: str, available: list[str]) -> str:
             f"or pick one of: {have}")
 
 
+def require_tiers(requested: list[str], available: list[str]) -> None:
+    """Raise TierUnavailableError naming every requested tier without a node, and the tiers there are."""
+    missing = [t for t in dict.fromkeys(requested) if t not in available]
+    if missing:
+        raise TierUnavailableError("\n".join(missing_tier_message(t, available) for t in missing))
+
+
 def local_node_tiers() -> list[str]:
     """Tiers this machine declares when the sweep starts Ray itself: `local`, plus its GPU's tier if known."""
     from serving.node import nvidia_smi
 
     gpus, _, _ = nvidia_smi()
     return ["local", *tiers_for_gpu(gpus)]
+
+
+def declared_tiers(cluster_cfg: Any) -> list[str] | None:
+    """The tiers a cluster the sweep would start will have (known before starting it); None for `address`."""
+    if cluster_cfg.address:
+        return None
+    if cluster_cfg.emulated:
+        return [node.tier for node in cluster_cfg.nodes if node.tier]
+    return local_node_tiers()
+
+
+@dataclass
+class ClusterView:
+    """The live nodes as Ray's GCS lists them (`ray.nodes()`), read when a tier job starts."""
+
+    nodes: list[dict[str, Any]]
+    emulated_config: bool = False
+
+    @staticmethod
+    def read(emulated_config: bool = False) -> ClusterView:
+        import ray
+
+        return ClusterView([n for n in ray.nodes() if n.get("Alive")], emulated_config)
+
+    @property
+    def tiers(self) -> dict[str, list[str]]:
+        return tiers_of_nodes(self.nodes)
+
+    def node(self, node_id: str) -> dict[str, Any]:
+        return next(n for n in self.nodes if n["NodeID"] == node_id)
+
+    def is_emulated(self, node_id: str) -> bool:
+        """Emulated when the cluster config says so or the node declares the emulated marker."""
+        return self.emulated_config or EMULATED_RESOURCE in self.node(node_id).get("Resources", {})
+
+    def client_pool(self) -> list[dict[str, Any]]:
+        return [n for n in self.nodes if CLIENT_POOL_RESOURCE in n.get("Resources", {})]
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One row per live node: what the sweep saw (written next to the results as cluster.json)."""
+        rows = []
+        for n in self.nodes:
+            resources = n.get("Resources", {})
+            rows.append({
+                "node_id": n["NodeID"], "address": n.get("NodeManagerAddress"),
+                "hostname": n.get("NodeManagerHostname"),
+                "tiers": sorted(r.removeprefix(RESOURCE_PREFIX) for r in resources if r.startswith(RESOURCE_PREFIX)),
+                "client_pool": CLIENT_POOL_RESOURCE in resources, "emulated": EMULATED_RESOURCE in resources,
+                "cpus": resources.get("CPU", 0.0), "gpus": resources.get("GPU", 0.0),
+                "labels": n.get("Labels", {}),
+            })
+        return rows
+
+
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fail at once when nothing listens at HOST:PORT (`ray.init` would retry for ever)."""
+    if address in ("auto", "local") or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise TierUnavailableError(
+            f"cluster.address={address}: no Ray head answers there ({exc}). Start one on the head "
+            "(`python -m runners.node --head`), open its port to this machine, or use cluster=local / "
+            "cluster=emulated") from exc
+
+
+def _quiet_ray_env() -> None:
+    # Defaults for the Ray this program starts (a user's own setting wins): no token warning, no usage stats,
+    # Ray Serve's per-request logs kept in its log files instead of streamed to the console.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
 
 
 @contextmanager
@@ -48,39 +146,108 @@ def _keep_sigterm_handler() -> Iterator[None]:
             signal.signal(signal.SIGTERM, handler)
 
 
+class RayConnection:
+    """Starts or joins the Ray of `cluster_cfg` and, on close, stops exactly what it started."""
+
+    def __init__(self, cluster_cfg: Any, log_to_driver: bool = False) -> None:
+        self.cfg = cluster_cfg
+        self.log_to_driver = log_to_driver
+        self._emulated: Any = None  # ray.cluster_utils.Cluster when this connection started one
+        self._started_local = False
+        self._serve_was_running = True
+
+    def open(self, tiers: list[str]) -> ClusterView:
+        """Connected Ray in which every tier of `tiers` has a live node (TierUnavailableError otherwise)."""
+        declared = declared_tiers(self.cfg)
+        if declared is not None:  # fail before anything starts: nothing to clean up
+            require_tiers(tiers, declared)
+        with _keep_sigterm_handler():
+            self._init(declared)
+        self._serve_was_running = _serve_running()
+        try:
+            view = ClusterView.read(self.cfg.emulated)
+            require_tiers(tiers, list(view.tiers))
+        except BaseException:
+            self.close()
+            raise
+        return view
+
+    def _init(self, declared: list[str] | None) -> None:
+        import ray
+
+        if self.cfg.address:
+            _check_reachable(self.cfg.address)
+            ray.init(address=self.cfg.address, namespace=NAMESPACE, log_to_driver=self.log_to_driver)
+        elif self.cfg.emulated:
+            from experiments.emulated import start_emulated_cluster
+
+            _quiet_ray_env()
+            self._emulated = start_emulated_cluster(self.cfg)
+            ray.init(address=self._emulated.address, namespace=NAMESPACE, log_to_driver=self.log_to_driver)
+        else:
+            _quiet_ray_env()
+            ray.init(address="local", num_cpus=self.cfg.num_cpus, object_store_memory=self.cfg.object_store_memory,
+                     resources=node_declaration(declared or []), include_dashboard=False, namespace=NAMESPACE,
+                     log_to_driver=self.log_to_driver)
+            self._started_local = True
+
+    def close(self) -> None:
+        """Let go of Ray; stop the cluster and Ray Serve only when this connection started them."""
+        import ray
+
+        if ray.is_initialized():
+            if not (self._emulated or self._started_local or self._serve_was_running):
+                _shutdown_idle_serve()  # Serve is detached: on a joined cluster it would outlive the sweep
+            ray.shutdown()
+        if self._emulated is not None:
+            cluster, self._emulated = self._emulated, None
+            started = time.monotonic()
+            cluster.shutdown()  # only this cluster's processes; never `ray stop`
+            log.info("stopped the emulated Ray cluster (%.1f s)", time.monotonic() - started)
+        elif self._started_local:
+            self._started_local = False
+            log.info("stopped the local Ray this sweep started")
+
+
+def _serve_running() -> bool:
+    from ray.serve.context import _get_global_client
+
+    try:
+        return _get_global_client(raise_if_no_controller_running=False) is not None
+    except Exception:  # noqa: BLE001 - no Serve controller reachable
+        return False
+
+
+def _shutdown_idle_serve() -> None:
+    """Shut down the Ray Serve this sweep started on a joined cluster, unless other apps still run on it."""
+    from ray import serve
+
+    if not _serve_running():
+        return
+    try:
+        apps = serve.status().applications
+    except Exception:  # noqa: BLE001 - a dying controller: nothing to keep alive
+        apps = {}
+    if apps:
+        log.info("leaving Ray Serve running: applications %s are still deployed", sorted(apps))
+        return
+    serve.shutdown()
+    log.info("shut down the Ray Serve instance this sweep started")
+
+
 @contextmanager
-def ray_cluster(cluster_cfg: Any, tier: str) -> Iterator[dict[str, list[str]]]:
-    """Connected Ray with a live node of `tier`; yields live nodes by tier."""
+def ray_cluster(cluster_cfg: Any, tier: str) -> Iterator[ClusterView]:
+    """Connected Ray with a live node of `tier`; yields the live nodes. Reuses a connection someone else owns."""
     import ray
 
-    started_here = False
-    if cluster_cfg.address:
-        with _keep_sigterm_handler():
-            ray.init(address=cluster_cfg.address, namespace="tierbench", log_to_driver=False)
-    else:
-        declared = local_node_tiers()
-        if tier not in declared:  # fail before Ray starts: nothing to clean up
-            raise TierUnavailableError(missing_tier_message(tier, declared))
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        with _keep_sigterm_handler():
-            ray.init(
-                address="local",
-                num_cpus=cluster_cfg.num_cpus,
-                object_store_memory=cluster_cfg.object_store_memory,
-                resources={tier_resource(t): 1 for t in declared},
-                include_dashboard=False,
-                namespace="tierbench",
-                log_to_driver=False,
-            )
-        started_here = True
+    if ray.is_initialized():  # owned by the multirun callback, or we run inside the cluster (Ray launcher job)
+        view = ClusterView.read(cluster_cfg.emulated)
+        require_tiers([tier], list(view.tiers))
+        yield view
+        return
+    connection = RayConnection(cluster_cfg)
+    view = connection.open([tier])
     try:
-        tiers = tiers_of_nodes(ray.nodes())
-        if tier not in tiers:
-            raise TierUnavailableError(missing_tier_message(tier, list(tiers)))
-        yield tiers
+        yield view
     finally:
-        # Only what this process started or joined: never `ray stop` (it kills every Ray on the machine).
-        ray.shutdown()
-        if started_here:
-            log.info("stopped the local Ray this sweep started")
+        connection.close()

@@ -97,13 +97,37 @@ class ExperimentConfig:
 
 
 @dataclass
+class EmulatedNodeConfig:
+    """One node of an emulated cluster: the tier it declares, or a client-pool node."""
+
+    tier: str | None = None
+    client_pool: bool = False
+    num_cpus: int = 1
+
+
+@dataclass
 class ClusterConfig:
-    """How the sweep reaches Ray."""
+    """How the sweep reaches Ray: start one (local, emulated) or join one (address)."""
 
     name: str = MISSING
     address: str | None = None
+    # local: the node's CPUs (null: all cores); emulated: the head node's CPUs (the sweep jobs need none)
     num_cpus: int | None = None
-    object_store_memory: int | None = None
+    object_store_memory: int | None = None  # per node the sweep starts
+    # Results from this cluster are tagged emulated=true (also when a node declares the emulated marker).
+    emulated: bool = False
+    nodes: list[EmulatedNodeConfig] = field(default_factory=list)  # emulated: the worker nodes to start
+    # Wait this long for a node of the tier that another sweep holds before giving up.
+    lease_timeout_s: float = 3600.0
+    # An actor or replica still pending after this long fails with what it asked for and what the node has.
+    schedule_timeout_s: float = 60.0
+
+
+@dataclass
+class ClientsConfig:
+    """Where the load comes from: `colocated` on the tier's node, or `separate` on a client-pool node."""
+
+    placement: str = "colocated"
 
 
 @dataclass
@@ -134,6 +158,7 @@ class TierbenchConfig:
     model: ModelConfig = MISSING
     experiment: ExperimentConfig = MISSING
     cluster: ClusterConfig = MISSING
+    clients: ClientsConfig = field(default_factory=ClientsConfig)
     # backend name -> settings with the `_target_` class that serves it
     backends: dict[str, Any] = field(default_factory=dict)
     sweep_id: str = MISSING

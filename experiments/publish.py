@@ -22,6 +22,7 @@ from experiments.redaction import redact
 
 log = logging.getLogger(__name__)
 TIER_FILE = "tier.json"
+TIER_ARTIFACTS = ("cluster.json",)  # files of the tier folder that go onto the tier run
 
 
 @dataclass
@@ -112,6 +113,9 @@ class Publisher:
         found = self._safely("search", "trial_runs", self.info.sweep_id, self.info.tier)
         return {r.data.tags.get("trial_key") for r in found or [] if r.data.tags.get("status") == OK}
 
+    def tier_file(self, name: str, text: str) -> None:
+        self._safely("artifact", "log_artifact_text", self.tier_run, text, name)
+
     def server_file(self, variant: str, name: str, text: str) -> None:
         self._safely("artifact", "log_artifact_text", self.tier_run, text, f"servers/{variant}/{name}")
 
@@ -121,7 +125,7 @@ class Publisher:
 
     def finish(self, status: str) -> None:
         self._safely("finish", "finish", self.tier_run, status)
-        self._safely("finish", "finish", self.sweep_run, status)
+        self._safely("finish", "finish_shared", self.sweep_run, status)
 
 
 def trial_dirs(tier_folder: Path) -> list[Path]:
@@ -138,6 +142,9 @@ def publish_folder(uri: str, tier_folder: Path) -> tuple[int, int]:
         raise ConnectionError(f"MLflow store {redact(uri)} unreachable: {publisher.offline_reason}")
     existing = {(r.data.tags.get("trial_key"), r.info.start_time)
                 for r in publisher.tracker.trial_runs(info.sweep_id, info.tier)}
+    for name in TIER_ARTIFACTS:
+        if (tier_folder / name).exists():
+            publisher.tier_file(name, (tier_folder / name).read_text())
     for variant_dir in sorted((tier_folder / "servers").glob("*")):
         for path in sorted(variant_dir.glob("*")):
             publisher.server_file(variant_dir.name, path.name, path.read_text(errors="replace"))

@@ -7,6 +7,7 @@ resolved config) are skipped, failed and missing ones run.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from omegaconf import OmegaConf
 
 from experiments.client_actor import ClientPool
 from experiments.cluster import ray_cluster
+from experiments.placement import TierPlacement, hold_tier_node
 from experiments.plan import Trial, plan_trials
 from experiments.prices import tier_price_params
 from experiments.progress import SweepProgress, sweep_progress
@@ -23,13 +25,13 @@ from experiments.publish import Publisher, TierInfo, relog_command
 from experiments.records import FAILED, OK, SKIPPED, TrialRecord, read_record, write_record
 from experiments.redaction import redact
 from experiments.server_group import ServerGroup
-from experiments.tiers import placement_options
 from experiments.tracking import SERVER_LOGS_DIR, tracking_uri
 from experiments.trial import new_record
 from experiments.validation import validate
 from serving.node import NodeInfo, describe_node
 
 log = logging.getLogger(__name__)
+CLUSTER_FILE = "cluster.json"  # the live nodes the tier job saw: where servers and clients could run
 
 
 class TierSweep:
@@ -51,20 +53,26 @@ class TierSweep:
     def run(self) -> int:
         import ray
 
-        with ray_cluster(self.cfg.cluster, self.tier):
+        with ray_cluster(self.cfg.cluster, self.tier) as view, hold_tier_node(self.cfg, view) as place:
+            self.place: TierPlacement = place
+            self.common_tags["emulated"] = place.emulated_tag
             self.folder.mkdir(parents=True, exist_ok=True)
+            (self.folder / CLUSTER_FILE).write_text(json.dumps(view.summary(), indent=2))
             log.info("sweep %s, tier %s: %d trials; raw results in %s", self.sweep_id, self.tier, self.total,
                      self.folder.resolve())
-            options = placement_options(self.tier)
+            options = place.server_options
             node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
-                                     timeout=self.cfg.serving.start_timeout_s)
-            info = TierInfo(self.sweep_id, self.tier, self.cfg.mlflow.experiment, self._tier_params(node),
-                            self.common_tags, redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
+                                     timeout=self.cfg.cluster.schedule_timeout_s)
+            info = TierInfo(self.sweep_id, self.tier, self.cfg.mlflow.experiment,
+                            {**self._tier_params(node), **place.tier_params()}, self.common_tags,
+                            redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
             info.save(self.folder)
             self.publisher = Publisher(tracking_uri(self.cfg.mlflow.tracking_uri), info, self.folder)
             self.publisher.open()
+            self.publisher.tier_file(CLUSTER_FILE, (self.folder / CLUSTER_FILE).read_text())
             done_keys = self._ok_keys()
-            clients = ClientPool(self.cfg.experiment, options, self.cfg.serving.start_timeout_s).start()
+            clients = self.clients = ClientPool(self.cfg.experiment, place.client_options,
+                                                self.cfg.cluster.schedule_timeout_s).start()
             trials = [t for g in self.groups for t in g.trials]
             try:
                 with sweep_progress(trials, self.tier, bool(self.cfg.quiet)) as self.progress:
@@ -139,6 +147,9 @@ class TierSweep:
         for name, text in server_logs.items():
             (trial_dir / SERVER_LOGS_DIR).mkdir(parents=True, exist_ok=True)
             (trial_dir / SERVER_LOGS_DIR / name).write_text(text)
+        if record.status != SKIPPED:
+            record.params.update(self.place.client_params(self.clients.locations(record.params.get(
+                "client_actors_used", 1))))
         write_record(record, trial_dir)
         self.publisher.trial(record, trial_dir)
         self.failed += record.status == FAILED

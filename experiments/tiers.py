@@ -1,5 +1,6 @@
-"""GPU tiers as Ray sees them: each tier node declares the custom resource `tier_<name>`; actors of a tier ask
-for a sliver of it. Ray's own `accelerator_type` is not used (it names an RTX 4090 `G`)."""
+"""GPU tiers as Ray sees them: each tier node declares the custom resource `tier_<name>` (and the label
+`gpu-tier=<name>`); actors of a tier ask for a sliver of it, pinned to the one node the tier job holds. Ray's own
+`accelerator_type` is not used (it names an RTX 4090 `G`). Client-pool nodes declare `client_pool`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from typing import Any
 from omegaconf import OmegaConf
 
 RESOURCE_PREFIX = "tier_"
+TIER_LABEL = "gpu-tier"
+CLIENT_POOL_RESOURCE = "client_pool"
+# Declared by every node of an emulated cluster (several nodes on one machine): results get emulated=true.
+EMULATED_RESOURCE = "tierbench_emulated"
+NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label on every node (Ray >= 2.49)
 # Enough for every actor and replica a tier job places: each asks for this much of its tier's resource.
 SLIVER = 0.001
 CONF_GPU_DIR = Path(__file__).resolve().parents[1] / "conf" / "gpu"
@@ -18,9 +24,24 @@ def tier_resource(tier: str) -> str:
     return f"{RESOURCE_PREFIX}{tier}"
 
 
-def placement_options(tier: str) -> dict[str, Any]:
-    """Ray actor options that put an actor on a node of `tier`."""
-    return {"resources": {tier_resource(tier): SLIVER}}
+def placement_options(tier: str, node_id: str | None = None) -> dict[str, Any]:
+    """Ray actor options that put an actor on a node of `tier`; on that very node when `node_id` is given.
+
+    Only `resources` and `label_selector`, the options Ray Serve also accepts for its replicas."""
+    options: dict[str, Any] = {"resources": {tier_resource(tier): SLIVER}}
+    if node_id:
+        options["label_selector"] = {NODE_ID_LABEL: node_id}
+    return options
+
+
+def node_declaration(tiers: list[str], client_pool: bool = False, emulated: bool = False) -> dict[str, float]:
+    """The custom resources a node starts with to declare its tiers (and its other roles)."""
+    resources = {tier_resource(t): 1.0 for t in tiers}
+    if client_pool:
+        resources[CLIENT_POOL_RESOURCE] = 1.0
+    if emulated:
+        resources[EMULATED_RESOURCE] = 1.0
+    return resources
 
 
 def known_tiers(conf_dir: Path = CONF_GPU_DIR) -> dict[str, Any]:

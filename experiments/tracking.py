@@ -151,6 +151,12 @@ class Tracker:
     def log_artifact_text(self, run_id: str, text: str, path: str) -> None:
         self.client.log_text(run_id, text, path)
 
+    def finish_shared(self, run_id: str, status: str) -> None:
+        """Finish a run other jobs also finish (the sweep run of parallel tiers): a failure is never undone."""
+        if self.client.get_run(run_id).data.tags.get("status") == FAILED:
+            status = FAILED
+        self.finish(run_id, status)
+
     def finish(self, run_id: str, status: str, tags: dict[str, str] | None = None) -> None:
         for key, value in (tags or {}).items():
             self.client.set_tag(run_id, key, value)

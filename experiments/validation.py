@@ -10,6 +10,7 @@ BACKENDS = ("pytorch", "triton_onnx", "triton_trt")
 PROTOCOLS = ("http", "grpc")
 INPUT_FORMATS = ("tensor", "jpeg")
 LOAD_MODES = ("closed", "constant", "poisson")
+CLIENT_PLACEMENTS = ("colocated", "separate")
 
 
 class ConfigError(ValueError):
@@ -65,6 +66,8 @@ def validate(cfg: Any) -> None:
     for key in ("window_s", "warmup_s", "request_timeout_s", "trial_timeout_s", "client_num_cpus"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be > 0")
+    if cfg.clients.placement not in CLIENT_PLACEMENTS:
+        _fail("clients.placement", cfg.clients.placement, f"choose from {list(CLIENT_PLACEMENTS)}")
     for key in ("warmup_requests", "max_client_actors", "client_concurrency_per_actor", "max_in_flight"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be a positive integer")
@@ -114,7 +117,7 @@ def check_overrides(args: list[str], conf_dir: str) -> None:
     from hydra.errors import OverrideParseException
 
     known, _ = get_args_parser().parse_known_args(args)  # Hydra's own CLI parser: flags vs overrides
-    overrides = [a for a in known.overrides if not a.startswith("hydra.")]
+    overrides = [a for a in known.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
     parser = OverridesParser.create()
     for text in overrides:
         try:

@@ -8,13 +8,20 @@ the sweep started.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 
+# Parallel tier jobs report progress through Ray's log streaming; its deduplication would fold one trial's
+# progress line into the previous one (they differ only in numbers). Read when ray is imported.
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import experiments.config  # noqa: F401 - registers the config schemas
@@ -38,15 +45,19 @@ def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
+    from experiments.placement import PlacementError
     from experiments.sweep import run_sweep
 
     # Hydra saved the overrides in the run folder: mask any password a tracking URI carried.
     redact_files(Path(HydraConfig.get().runtime.output_dir) / ".hydra")
-    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    if threading.current_thread() is threading.main_thread():  # not so in some launchers' workers
+        signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     try:
         code = run_sweep(cfg)
-    except (ConfigError, TierUnavailableError) as exc:
+    except (ConfigError, TierUnavailableError, PlacementError) as exc:
         log.error("%s", exc)
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # a job of a multirun (maybe a Ray task): Hydra reports it once the other tiers are done
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         log.error("interrupted: servers, client actors and the local Ray were stopped. Resume with "

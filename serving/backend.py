@@ -45,6 +45,12 @@ class BackendContext:
     request_timeout_s: float = 60.0
     # The experiment's batch sizes: servers warm up (build engines, compile) for each before measurement.
     warmup_batch_sizes: tuple[int, ...] = ()
+    tier: str = ""  # the GPU tier the sweep measures (names per-tier resources such as Serve apps)
+
+    @property
+    def client_host(self) -> str:
+        """The address clients connect to: the bind address, or the node's own when binding every interface."""
+        return self.node.ip if self.host in ("0.0.0.0", "::", "") else self.host
 
 
 class Backend(ABC):

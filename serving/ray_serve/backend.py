@@ -20,18 +20,25 @@ CLIENTS = {"http": "serving.clients.ray_serve_http.RayServeHttpClient"}
 INPUT_FORMATS = ("jpeg", "tensor")
 
 
-def _serve_http_port(host: str) -> int:
-    """Start Serve's HTTP proxy on a free port, or reuse the running instance's (Serve is one per cluster and
-    silently ignores the options of a second `serve.start`)."""
+def _serve_http_port(host: str, timeout_s: float) -> int:
+    """The port of Serve's HTTP proxies: start Serve on a free port, or join the running instance (Serve is one
+    per cluster, shared by every tier job, and silently ignores the options of a second `serve.start`)."""
     from ray import serve
     from ray.serve.context import _get_global_client
 
     client = _get_global_client(raise_if_no_controller_running=False)
-    if client is not None:
-        return int(client.http_config.port)
-    (port,) = free_ports(1, host)
-    serve.start(http_options={"host": host, "port": port})
-    return port
+    if client is None:
+        (port,) = free_ports(1, host)
+        try:
+            serve.start(http_options={"host": host, "port": port})
+        except Exception as exc:  # noqa: BLE001 - another tier job started it at the same moment: join that one
+            log.info("Ray Serve started concurrently by another job (%s); joining it", exc)
+        deadline = time.monotonic() + timeout_s
+        while (client := _get_global_client(raise_if_no_controller_running=False)) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Ray Serve's controller did not come up within {timeout_s:g} s")
+            time.sleep(0.5)
+    return int(client.http_config.port)
 
 
 class RayServeTorchBackend(Backend):
@@ -51,7 +58,10 @@ class RayServeTorchBackend(Backend):
                                     cudnn_benchmark=cudnn_benchmark)
         # torch.compile warms up inside the replica's constructor: give it longer than a plain start.
         self.start_timeout_s = start_timeout_s or context.start_timeout_s
-        self.app_name = f"tierbench-{context.name}-{context.model.name}"
+        # Serve is shared by every tier job on the cluster: one app and route per job (tier, node, variant).
+        node = context.node.ray_node_id[:8]
+        self.app_name = "-".join(p for p in ("tierbench", context.tier, node, context.name, context.model.name) if p)
+        self.route = "/" + "/".join(p for p in (context.tier, node, context.name, context.model.name) if p)
         self._running = False
 
     @property
@@ -84,24 +94,28 @@ class RayServeTorchBackend(Backend):
 
         ctx = self.context
         started = time.monotonic()
-        port = _serve_http_port(ctx.host)
+        port = _serve_http_port(ctx.host, ctx.start_timeout_s)
         app = TorchImageClassifier.options(
             num_replicas=self.num_replicas,
             max_ongoing_requests=self.max_ongoing_requests,
             ray_actor_options=self.actor_options(),
         ).bind(OmegaConf.to_container(ctx.model, resolve=True), self.device, self.torch_threads,
                asdict(self.options), tuple(ctx.warmup_batch_sizes))
-        route = f"/{ctx.model.name}"
+        route = self.route
         self._running = True
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
         self._wait_running(self.start_timeout_s)
-        log.info("%s: Ray Serve app %s running at http://%s:%d%s", ctx.name, self.app_name, ctx.host, port, route)
+        url = f"http://{ctx.client_host}:{port}{route}"
+        log.info("%s: Ray Serve app %s running at %s", ctx.name, self.app_name, url)
         info = serve.get_app_handle(self.app_name).info.remote().result(timeout_s=ctx.request_timeout_s)
         params, metrics = self._start_facts(info)
+        where = self._replica_locations(ctx.start_timeout_s)
+        params.update(server_node_id=",".join(sorted({w["node_id"] for w in where})),
+                      server_hostname=",".join(sorted({w["hostname"] for w in where})))
         return ServerHandle(
             server_mode="ray_serve",
-            urls={"http": f"http://{ctx.host}:{port}{route}"},
+            urls={"http": url},
             params=params,
             startup_s=time.monotonic() - started,
             metrics=metrics,
@@ -125,6 +139,13 @@ class RayServeTorchBackend(Backend):
         metrics = {f"server_{k}" if k.startswith("warmup") else k: float(info[k])
                    for k in ("warmup_s", "warmup_first_call_s", "torch_compile_s") if k in info}
         return params, metrics
+
+    def _replica_locations(self, timeout_s: float) -> list[dict[str, str]]:
+        """Where the replicas run, asked through the app's handle (a few calls, to reach every replica)."""
+        from ray import serve
+
+        handle = serve.get_app_handle(self.app_name)
+        return [handle.where.remote().result(timeout_s=timeout_s) for _ in range(2 * self.num_replicas)]
 
     def _wait_running(self, timeout_s: float) -> None:
         from ray import serve

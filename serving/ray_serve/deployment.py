@@ -56,6 +56,14 @@ class TorchImageClassifier:
         gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
         return {**self.runner.info, "node_id": context.get_node_id(), "gpu_ids": gpu_ids}
 
+    def where(self) -> dict[str, str]:
+        """The Ray node and host this replica runs on (recorded with every trial)."""
+        import socket
+
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         return self.runner.infer(batch)
 

@@ -113,10 +113,15 @@ class TritonBackend(Backend):
         self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text,
                                        self.variant_settings(), ctx.triton_server, ctx.host,
                                        str(Path(ctx.model_repository).resolve()))
+        try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
+            ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise TimeoutError(f"{ctx.name}: the Triton host actor is still pending after {ctx.start_timeout_s:g} s; "
+                               f"it asks for {self.actor_options()}: are the node's resources taken?") from exc
         info: dict[str, Any] = ray.get(self._actor.start.remote(self.start_timeout_s),
                                        timeout=self.start_timeout_s + 600)  # + an ONNX export on first use
         endpoints = info["endpoints"]
-        host = endpoints["host"]
+        host = ctx.client_host
         log.info("%s: %s serving %s (%s)", ctx.name, info["server_mode"], ctx.model.name, self.accelerator)
         params, metrics = self._start_facts(info)
         return ServerHandle(
@@ -140,6 +145,7 @@ class TritonBackend(Backend):
         params: dict[str, Any] = {"execution_provider": PROVIDER_NAMES[self.accelerator],
                                   "instance_count": self.instance_count,
                                   "onnx_max_abs_diff": info["export"]["max_abs_diff"],
+                                  "server_node_id": info["node_id"], "server_hostname": info["hostname"],
                                   "server_warmup_batch_sizes": ",".join(str(b) for b in
                                                                         self.variant_settings()["warmup_batch_sizes"])}
         metrics = {"server_ready_s": float(info["ready_s"])}

@@ -11,6 +11,7 @@ import fcntl
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -72,6 +73,12 @@ class TritonServerHost:
         self.work_dir = Path(tempfile.mkdtemp(prefix=f"tierbench-triton-{self.model.name}-"))
         self.server: TritonServer | None = None
 
+    def where(self) -> dict[str, str]:
+        """The Ray node and host this actor (and so its tritonserver) runs on."""
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+
     def start(self, timeout_s: float) -> dict[str, Any]:
         import ray
 
@@ -114,6 +121,7 @@ class TritonServerHost:
             "node_id": ray.get_runtime_context().get_node_id(),
             "gpu_ids": gpu_ids,
             "gpu_name": gpu_name,
+            "hostname": socket.gethostname(),
         }
         if cache_dir is not None:
             info["engine_cache"] = {"dir": str(cache_dir), "status": cache_status(before, after),

@@ -1,0 +1,131 @@
+"""`python -m runners.node --address HEAD:6379`: join this machine to a tierbench Ray cluster, its tier declared.
+
+The tier comes from the GPU (nvidia-smi's name matched against `gpu_name_patterns` in conf/gpu/*.yaml) or from
+`--tier`; `--client-pool` makes the node a load generator for `clients.placement=separate`; `--head` starts the
+cluster's head instead of joining one. It runs `ray start` with the tier as the custom resource `tier_<name>`
+(what the sweep places by) and the label `gpu-tier=<name>` (for your own `label_selector`s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+from experiments.tiers import TIER_LABEL, known_tiers, node_declaration, tiers_for_gpu
+
+# Fixed ports, so a firewall can open exactly these between the nodes (Ray picks random ones otherwise):
+# the head's GCS port (--port) plus, on every node, these and the worker port range.
+NODE_PORTS = {"node-manager-port": 6380, "object-manager-port": 6381, "runtime-env-agent-port": 6382,
+              "dashboard-agent-grpc-port": 6383, "dashboard-agent-listen-port": 6384, "metrics-export-port": 6385,
+              "min-worker-port": 10002, "max-worker-port": 10999}
+
+
+class NodeSetupError(RuntimeError):
+    """What is wrong with this node's declaration, and how to fix it."""
+
+
+def detect_tier(gpu_names: tuple[str, ...] | list[str]) -> str:
+    """The one tier whose GPU name patterns match this node's GPUs."""
+    known = sorted(known_tiers())
+    if not gpu_names:
+        raise NodeSetupError(f"no NVIDIA GPU found (nvidia-smi lists none): pass --tier (one of {known}), or "
+                             "--client-pool for a load-generator node")
+    matched = tiers_for_gpu(gpu_names)
+    if not matched:
+        raise NodeSetupError(f"GPU {list(gpu_names)} matches no tier's gpu_name_patterns in conf/gpu/: pass "
+                             f"--tier (one of {known}) or add conf/gpu/<tier>.yaml with its price and patterns")
+    if len(matched) > 1:
+        raise NodeSetupError(f"GPU {list(gpu_names)} matches tiers {matched}: pass --tier to choose one")
+    return matched[0]
+
+
+def resolve_tier(args: argparse.Namespace) -> str | None:
+    if args.tier:
+        known = sorted(known_tiers())
+        if args.tier not in known:
+            raise NodeSetupError(f"--tier {args.tier}: unknown tier; choose from {known} (conf/gpu/*.yaml)")
+        return args.tier
+    if args.head or args.client_pool:
+        return None  # a CPU head or a load generator need no tier; pass --tier to make them one too
+    from serving.node import nvidia_smi
+
+    return detect_tier(nvidia_smi()[0])
+
+
+def ray_start_command(args: argparse.Namespace, tier: str | None) -> list[str]:
+    """The `ray start` command line declaring this node's tier and roles."""
+    cmd = ["ray", "start", "--disable-usage-stats"]
+    if args.head:
+        # The dashboard answers on loopback only: reach it through an SSH tunnel.
+        cmd += ["--head", f"--port={args.port}", "--dashboard-host=127.0.0.1"]
+    else:
+        cmd += [f"--address={args.address}"]
+    resources = node_declaration([tier] if tier else [], client_pool=args.client_pool)
+    if resources:
+        cmd += [f"--resources={json.dumps(resources, separators=(',', ':'))}"]
+    if tier:
+        cmd += [f"--labels={TIER_LABEL}={tier}"]
+    if args.num_cpus is not None:
+        cmd += [f"--num-cpus={args.num_cpus}"]
+    if args.object_store_memory is not None:
+        cmd += [f"--object-store-memory={args.object_store_memory}"]
+    if not args.random_ports:
+        cmd += [f"--{flag}={port}" for flag, port in NODE_PORTS.items()]
+    if args.node_ip_address:
+        cmd += [f"--node-ip-address={args.node_ip_address}"]
+    if args.block:
+        cmd += ["--block"]
+    return cmd
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m runners.node", description=__doc__.split("\n\n")[0])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--address", help="the head's HOST:PORT to join (e.g. 10.0.0.5:6379)")
+    where.add_argument("--head", action="store_true", help="start the cluster's head node here")
+    parser.add_argument("--port", type=int, default=6379, help="with --head: the GCS port (default 6379)")
+    parser.add_argument("--tier", help="declare this tier instead of detecting it from the GPU")
+    parser.add_argument("--client-pool", action="store_true",
+                        help="a load-generator node for clients.placement=separate")
+    parser.add_argument("--num-cpus", type=int, help="CPUs Ray may schedule here (default: all)")
+    parser.add_argument("--object-store-memory", type=int, help="bytes of Ray's object store (default: Ray's)")
+    parser.add_argument("--node-ip-address", help="the address other nodes reach this one at (VPN / overlay IP)")
+    parser.add_argument("--random-ports", action="store_true",
+                        help="let Ray pick its ports (default: fixed ones, see NODE_PORTS, to open in firewalls)")
+    parser.add_argument("--block", action="store_true", help="stay in the foreground (container entry points)")
+    parser.add_argument("--dry-run", action="store_true", help="print the `ray start` command, run nothing")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        tier = resolve_tier(args)
+    except NodeSetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cmd = ray_start_command(args, tier)
+    role = ", ".join(filter(None, [f"tier {tier}" if tier else "", "client pool" if args.client_pool else "",
+                                   "head" if args.head else ""])) or "plain node"
+    print(f"{role}: {shlex.join(cmd)}", flush=True)
+    if args.dry_run:
+        return 0
+    if not shutil.which("ray"):
+        print("error: `ray` is not on PATH: install tierbench on this node (pip install -e '.[gpu]')", file=sys.stderr)
+        return 2
+    # Ray Serve's per-request logs stay in its log files rather than being streamed to the sweep's console.
+    env = {**os.environ, "RAY_SERVE_LOG_TO_STDERR": os.environ.get("RAY_SERVE_LOG_TO_STDERR", "0")}
+    code = subprocess.run(cmd, env=env).returncode
+    if code == 0 and args.head:
+        print(f"head up. Join GPU boxes with: python -m runners.node --address <this host's IP>:{args.port}\n"
+              "Run sweeps here with: python -m runners.sweep cluster=address gpu=a100,rtx4090 -m")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Tier placement without starting Ray: which tiers a multirun asks for, the checks on the live nodes, where
+clients go, and how `runners.node` declares a node."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from experiments.cluster import ClusterView, TierUnavailableError, declared_tiers, require_tiers
+from experiments.multirun import requested_tiers
+from experiments.placement import PlacementError, client_options
+from experiments.tiers import NODE_ID_LABEL, node_declaration, placement_options
+from runners import node as node_cli
+from tests.conftest import CONF_DIR, compose_config
+
+
+def _node(node_id: str, resources: dict[str, float], cpus: float = 1.0, address: str = "10.0.0.1") -> dict:
+    return {"NodeID": node_id, "Alive": True, "NodeManagerAddress": address,
+            "Resources": {"CPU": cpus, **resources}}
+
+
+CLUSTER = ClusterView([
+    _node("head", {}, cpus=0),
+    _node("n-a100", node_declaration(["a100"])),
+    _node("n-4090", node_declaration(["rtx4090"], emulated=True)),
+    _node("n-pool", node_declaration([], client_pool=True), cpus=2, address="10.0.0.9"),
+])
+
+
+def test_live_tiers_and_the_missing_tier_message() -> None:
+    assert CLUSTER.tiers == {"a100": ["n-a100"], "rtx4090": ["n-4090"]}
+    with pytest.raises(TierUnavailableError) as err:
+        require_tiers(["a100", "h100"], list(CLUSTER.tiers))
+    message = str(err.value)
+    assert "no live node of tier 'h100'" in message and "tiers it has: a100, rtx4090" in message
+    assert "a100'" not in message.replace("tier 'h100'", ""), "only the missing tier is named as missing"
+    assert "runners.node --address HEAD:6379 --tier h100" in message
+
+
+def test_emulated_comes_from_the_config_or_the_node() -> None:
+    assert not CLUSTER.is_emulated("n-a100") and CLUSTER.is_emulated("n-4090")
+    assert ClusterView(CLUSTER.nodes, emulated_config=True).is_emulated("n-a100")
+    assert [row["tiers"] for row in CLUSTER.summary()] == [[], ["a100"], ["rtx4090"], []]
+
+
+def test_a_tier_jobs_actors_are_pinned_to_the_node_it_holds() -> None:
+    assert placement_options("a100") == {"resources": {"tier_a100": 0.001}}
+    assert placement_options("a100", "n-a100")["label_selector"] == {NODE_ID_LABEL: "n-a100"}
+
+
+def test_clients_colocated_by_default_and_on_the_pool_when_separate() -> None:
+    cfg = compose_config(["gpu=a100"])
+    assert cfg.clients.placement == "colocated"
+    assert client_options(cfg, CLUSTER, "a100", "n-a100") == placement_options("a100", "n-a100")
+    cfg = compose_config(["gpu=a100", "clients.placement=separate", "serving.host=0.0.0.0"])
+    assert client_options(cfg, CLUSTER, "a100", "n-a100") == {"resources": {"client_pool": 0.001}}
+
+
+def test_separate_clients_need_a_pool_and_reachable_servers() -> None:
+    cfg = compose_config(["gpu=a100", "clients.placement=separate"])
+    with pytest.raises(PlacementError, match="serving.host='127.0.0.1'"):
+        client_options(cfg, CLUSTER, "a100", "n-a100")  # the pool is another machine: loopback is out of reach
+    one_machine = ClusterView([_node("n-a100", node_declaration(["a100"])),
+                               _node("n-pool", node_declaration([], client_pool=True))])
+    assert client_options(cfg, one_machine, "a100", "n-a100")["resources"] == {"client_pool": 0.001}
+    with pytest.raises(TierUnavailableError, match="no live client-pool node"):
+        client_options(cfg, ClusterView(CLUSTER.nodes[:3]), "a100", "n-a100")
+
+
+def test_clients_that_cannot_fit_fail_before_they_are_placed() -> None:
+    cfg = compose_config(["gpu=a100", "experiment.client_actors=4", "experiment.client_num_cpus=0.5"])
+    with pytest.raises(PlacementError, match=r"4 client actors .* = 2 CPU"):
+        client_options(cfg, CLUSTER, "a100", "n-a100")
+    automatic = compose_config(["gpu=a100", "experiment.client_actors=0", "experiment.max_client_actors=8",
+                                "experiment.client_num_cpus=0.25"])  # automatic: room for the most it may start
+    with pytest.raises(PlacementError, match=r"8 client actors .* = 2 CPU"):
+        client_options(automatic, CLUSTER, "a100", "n-a100")
+
+
+def test_declared_tiers_are_known_before_anything_starts() -> None:
+    assert declared_tiers(compose_config(["cluster=emulated"]).cluster) == ["a100", "rtx4090"]
+    assert declared_tiers(compose_config(["cluster=address"]).cluster) is None
+    assert "local" in declared_tiers(compose_config().cluster)
+
+
+def _multirun_config(overrides: list[str]):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=True)
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("gpu=a100,rtx4090", ["a100", "rtx4090"]),
+    ("gpu=choice(h100,a100)", ["h100", "a100"]),
+    ("gpu=rtx4090", ["rtx4090"]),
+])
+def test_requested_tiers_of_a_multirun(override: str, expected: list[str]) -> None:
+    cfg = _multirun_config([])
+    cfg.hydra.overrides.task = [override, "experiment.batch_sizes=[1]"]
+    assert requested_tiers(cfg) == expected
+
+
+def test_requested_tiers_default_to_the_configured_one() -> None:
+    assert requested_tiers(_multirun_config([])) == ["local"]
+
+
+def test_parallel_launcher_jobs_take_no_cpu_never_retry_and_run_on_the_head() -> None:
+    remote = _multirun_config([]).hydra.launcher.ray.remote
+    assert remote.num_cpus == 0 and remote.max_retries == 0
+    assert "node:__internal_head__" in remote.resources
+
+
+def test_node_declares_the_tier_it_is_given() -> None:
+    cmd = node_cli.ray_start_command(node_cli.parse_args(["--address", "10.0.0.5:6379", "--tier", "a100"]), "a100")
+    assert cmd[:2] == ["ray", "start"] and "--address=10.0.0.5:6379" in cmd
+    assert '--resources={"tier_a100":1.0}' in cmd and "--labels=gpu-tier=a100" in cmd
+    assert "--disable-usage-stats" in cmd
+    assert "--node-manager-port=6380" in cmd and "--max-worker-port=10999" in cmd, "fixed ports to open"
+    pool = node_cli.ray_start_command(node_cli.parse_args(["--address", "h:1", "--client-pool"]), None)
+    assert '--resources={"client_pool":1.0}' in pool
+    head = node_cli.ray_start_command(node_cli.parse_args(["--head"]), None)
+    assert "--head" in head and "--dashboard-host=127.0.0.1" in head
+
+
+def test_node_detects_its_tier_from_the_gpu_name() -> None:
+    assert node_cli.detect_tier(["NVIDIA GeForce RTX 4090"]) == "rtx4090"
+    assert node_cli.detect_tier(["NVIDIA A100-SXM4-80GB"]) == "a100"
+    with pytest.raises(node_cli.NodeSetupError, match="matches no tier"):
+        node_cli.detect_tier(["Tesla T4"])
+    with pytest.raises(node_cli.NodeSetupError, match="no NVIDIA GPU"):
+        node_cli.detect_tier([])
+
+
+def test_node_refuses_an_unknown_tier(capsys: pytest.CaptureFixture) -> None:
+    assert node_cli.main(["--address", "h:1", "--tier", "v100", "--dry-run"]) == 2
+    assert "unknown tier" in capsys.readouterr().err
+
+
+def test_an_address_with_nothing_listening_fails_at_once() -> None:
+    import time
+
+    from experiments.cluster import RayConnection
+    from serving.process import free_ports
+
+    (port,) = free_ports(1)
+    cfg = compose_config(["cluster=address", f"cluster.address=127.0.0.1:{port}"]).cluster
+    started = time.monotonic()
+    with pytest.raises(TierUnavailableError, match=f"cluster.address=127.0.0.1:{port}: no Ray head answers"):
+        RayConnection(cfg).open(["a100"])
+    assert time.monotonic() - started < 15
