@@ -1,4 +1,5 @@
-"""A server group: one backend started once on the tier's node, all its trials measured, always stopped."""
+"""A server group: one backend started once on the tier's node, checked against the PyTorch reference, all its
+trials measured, always stopped."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from experiments.crosscheck import crosscheck_group
 from experiments.plan import TrialGroup
 from experiments.records import FAILED, SKIPPED, TrialRecord
 from experiments.trial import new_record, run_trial
@@ -33,7 +35,8 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
 
 def run_group(cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str, Any], actors: list[Any],
               finish: Callable[[TrialRecord], None], save_server_file: Callable[[str, str], None]) -> None:
-    """Skip what the node can't run, start the server, measure the rest; `finish` gets every record."""
+    """Skip what the node can't run, start the server, validate its outputs, measure the rest; `finish` gets
+    every record."""
     backend = build_backend(cfg, group.variant, node, ray_options)
     runnable = []
     for trial in group.trials:
@@ -50,8 +53,14 @@ def run_group(cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str
         handle = backend.start()
         for name, text in handle.artifacts.items():
             save_server_file(name, text)
+        check = crosscheck_group(cfg, backend, handle, runnable, ray_options)
         while runnable:
-            finish(run_trial(cfg, runnable[0], backend, handle, node, actors))
+            if check is not None and not check.passed:
+                record = new_record(cfg, runnable[0], node, handle, status=FAILED, reason=check.reason())
+            else:
+                record = run_trial(cfg, runnable[0], backend, handle, node, actors)
+            record.metrics.update(check.metrics() if check is not None else {})
+            finish(record)
             runnable.pop(0)
     except Exception as exc:  # noqa: BLE001 - the server group failed: its remaining trials fail with why
         log.error("%s failed: %s", group.variant, exc)

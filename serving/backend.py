@@ -7,6 +7,7 @@ backend names.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,19 @@ class Backend(ABC):
 
     def __init__(self, context: BackendContext) -> None:
         self.context = context
+
+    @classmethod
+    def check_settings(cls, name: str, settings: dict[str, Any], model: Any) -> list[str]:
+        """Problems with `backends.<name>` settings, found before anything starts (one message each, naming
+        the key, the value and the fix). The base checks that every key is a constructor argument."""
+        accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "context")]
+        return [f"backends.{name}.{key} is not a setting of {cls.__name__} (settings: {accepted})"
+                for key in settings if key not in accepted]
+
+    @property
+    def numerics(self) -> str:
+        """The arithmetic the server computes in, which sets the cross-check tolerance: fp32 | fp16."""
+        return "fp32"
 
     @abstractmethod
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:

@@ -27,6 +27,8 @@ class ClientSpec:
     input_name: str = "input"
     output_name: str = "logits"
     timeout_s: float = 60.0
+    # Triton only: "system" | "cuda" to pass tensors through shared-memory regions instead of the socket.
+    shared_memory: str = "none"
 
 
 def tensor_batch(spec: ClientSpec, seed: int = 0) -> np.ndarray:
@@ -39,7 +41,8 @@ def jpeg_batch(spec: ClientSpec) -> list[bytes]:
 
 
 class InferenceClient(ABC):
-    """Sends one request of `spec.batch_size` images per `infer()` call."""
+    """Sends one request of `spec.batch_size` images per `infer()` call; the payload is the same every time
+    (`tensor_batch` / `jpeg_batch`), so `predict()` output can be checked against a reference."""
 
     def __init__(self, spec: ClientSpec) -> None:
         self.spec = spec
@@ -54,8 +57,12 @@ class InferenceClient(ABC):
         """Create connections; called inside the event loop that will send the requests."""
 
     @abstractmethod
+    async def predict(self) -> np.ndarray:
+        """Send one request; returns the logits [batch, classes]; raises on any error."""
+
     async def infer(self) -> None:
-        """Send one request and check the response; raises on any error."""
+        """Send one request and check the response's shape; raises on any error."""
+        self.check_logits(await self.predict())
 
     @abstractmethod
     async def close(self) -> None:

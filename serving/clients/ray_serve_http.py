@@ -42,12 +42,12 @@ class RayServeHttpClient(InferenceClient):
             timeout=aiohttp.ClientTimeout(total=self.spec.timeout_s),
         )
 
-    async def infer(self) -> None:
+    async def predict(self) -> np.ndarray:
         async with self._session.post(self.spec.url, data=self._body, headers=self._headers) as response:
             body = await response.read()
             if response.status != 200:
                 raise RuntimeError(f"HTTP {response.status}: {body[:300].decode(errors='replace')}")
-        self.check_logits(np.frombuffer(body, dtype=np.float32).reshape(-1, self.spec.num_classes))
+        return np.frombuffer(body, dtype=np.float32).reshape(-1, self.spec.num_classes)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -1,37 +1,36 @@
-"""Triton over gRPC (`tritonclient.grpc.aio`)."""
+"""Triton over gRPC (`tritonclient.grpc.aio`), optionally via shared memory."""
 
 from __future__ import annotations
 
-from serving.clients.base import ClientSpec, InferenceClient, tensor_batch
+from typing import Any
+
+import numpy as np
+
+from serving.clients.triton_base import TritonClient
 
 
-class TritonGrpcClient(InferenceClient):
-    def __init__(self, spec: ClientSpec) -> None:
-        super().__init__(spec)
-        if spec.input_format != "tensor":
-            raise ValueError(f"TritonGrpcClient sends tensors, not {spec.input_format!r}")
-        self._batch = tensor_batch(spec)
-        self._client = None
-
-    @property
-    def payload_bytes(self) -> int:
-        return self._batch.nbytes
-
-    async def open(self) -> None:
-        import tritonclient.grpc as grpc
+class TritonGrpcClient(TritonClient):
+    def _connect(self) -> Any:
         import tritonclient.grpc.aio as grpc_aio
 
-        self._client = grpc_aio.InferenceServerClient(self.spec.url)
-        self._inputs = [grpc.InferInput(self.spec.input_name, list(self._batch.shape), "FP32")]
-        self._inputs[0].set_data_from_numpy(self._batch)
-        self._outputs = [grpc.InferRequestedOutput(self.spec.output_name)]
+        return grpc_aio.InferenceServerClient(self.spec.url)
 
-    async def infer(self) -> None:
-        result = await self._client.infer(
-            self.spec.model_name, self._inputs, outputs=self._outputs, client_timeout=self.spec.timeout_s
-        )
-        self.check_logits(result.as_numpy(self.spec.output_name))
+    def _infer_input(self, name: str, shape: list[int], datatype: str) -> Any:
+        import tritonclient.grpc as grpc
 
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        return grpc.InferInput(name, shape, datatype)
+
+    def _set_input_data(self, infer_input: Any, data: np.ndarray) -> None:
+        infer_input.set_data_from_numpy(data)
+
+    def _requested_output(self, name: str) -> Any:
+        import tritonclient.grpc as grpc
+
+        return grpc.InferRequestedOutput(name)
+
+    def _output_shape(self, result: Any, name: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in result.get_output(name).shape)
+
+    async def _send(self, inputs: list[Any], outputs: list[Any]) -> Any:
+        return await self._client.infer(self.spec.model_name, inputs, outputs=outputs,
+                                        client_timeout=self.spec.timeout_s)

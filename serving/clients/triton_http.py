@@ -1,36 +1,36 @@
-"""Triton over HTTP/REST with binary tensors (`tritonclient.http.aio`)."""
+"""Triton over HTTP/REST with binary tensors (`tritonclient.http.aio`), optionally via shared memory."""
 
 from __future__ import annotations
 
-from serving.clients.base import ClientSpec, InferenceClient, tensor_batch
+from typing import Any
+
+import numpy as np
+
+from serving.clients.triton_base import TritonClient
 
 
-class TritonHttpClient(InferenceClient):
-    def __init__(self, spec: ClientSpec) -> None:
-        super().__init__(spec)
-        if spec.input_format != "tensor":
-            raise ValueError(f"TritonHttpClient sends tensors, not {spec.input_format!r}")
-        self._batch = tensor_batch(spec)
-        self._client = None
-
-    @property
-    def payload_bytes(self) -> int:
-        return self._batch.nbytes
-
-    async def open(self) -> None:
-        import tritonclient.http as http
+class TritonHttpClient(TritonClient):
+    def _connect(self) -> Any:
         import tritonclient.http.aio as http_aio
 
-        self._client = http_aio.InferenceServerClient(self.spec.url, conn_timeout=self.spec.timeout_s)
-        self._inputs = [http.InferInput(self.spec.input_name, list(self._batch.shape), "FP32")]
+        return http_aio.InferenceServerClient(self.spec.url, conn_timeout=self.spec.timeout_s)
+
+    def _infer_input(self, name: str, shape: list[int], datatype: str) -> Any:
+        import tritonclient.http as http
+
+        return http.InferInput(name, shape, datatype)
+
+    def _set_input_data(self, infer_input: Any, data: np.ndarray) -> None:
         # Binary tensors: JSON tensors are ~50x slower and would measure the encoder.
-        self._inputs[0].set_data_from_numpy(self._batch, binary_data=True)
-        self._outputs = [http.InferRequestedOutput(self.spec.output_name, binary_data=True)]
+        infer_input.set_data_from_numpy(data, binary_data=True)
 
-    async def infer(self) -> None:
-        result = await self._client.infer(self.spec.model_name, self._inputs, outputs=self._outputs)
-        self.check_logits(result.as_numpy(self.spec.output_name))
+    def _requested_output(self, name: str) -> Any:
+        import tritonclient.http as http
 
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        return http.InferRequestedOutput(name, binary_data=True)
+
+    def _output_shape(self, result: Any, name: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in result.get_output(name)["shape"])
+
+    async def _send(self, inputs: list[Any], outputs: list[Any]) -> Any:
+        return await self._client.infer(self.spec.model_name, inputs, outputs=outputs)

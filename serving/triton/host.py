@@ -19,8 +19,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from serving.export import ensure_onnx
+from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import find_installation
-from serving.triton.repository import TritonVariant, render_repository
+from serving.triton.repository import TritonVariant, read_config, render_repository
 from serving.triton.server import TritonServer
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,12 @@ def _node_model_repository(preferred: str) -> Path:
 
 class TritonServerHost:
     def __init__(self, model: dict[str, Any], config_text: str, variant: dict[str, Any], preference: str,
-                 host: str, model_repository: str) -> None:
+                 host: str, model_repository: str, preprocess_instances: int | None = None) -> None:
         self.model = OmegaConf.create(model)
         self.config_text = config_text
         self.variant_settings = variant
+        # JPEG decoding runs one request per Python-backend instance: by default one per core of this node.
+        self.preprocess_instances = preprocess_instances or os.cpu_count() or 1
         self.preference = preference
         self.host = host
         self.model_repository = model_repository
@@ -53,15 +56,20 @@ class TritonServerHost:
         variant = TritonVariant(server_kind=installation.kind, **self.variant_settings)
         repository = render_repository(self.config_text, Path(export.onnx_path), self.work_dir / "repository",
                                        variant)
-        self.server = TritonServer(installation, repository, self.model.name, self.work_dir / "tritonserver.log",
-                                   host=self.host)
+        classifier = read_config(repository / self.model.name / "config.pbtxt")
+        preprocess, ensemble = render_jpeg_ensemble(classifier, repository, self.preprocess_instances)
+        self.server = TritonServer(installation, repository, [self.model.name, preprocess, ensemble],
+                                   self.work_dir / "tritonserver.log", host=self.host)
         endpoints = self.server.start(timeout_s)
         return {
             "endpoints": asdict(endpoints),
             "server_mode": installation.server_mode,
             "export": asdict(export),
             "startup_s": time.monotonic() - started,
+            "preprocess_instances": self.preprocess_instances,
             "config_pbtxt": (repository / self.model.name / "config.pbtxt").read_text(),
+            "preprocess_config_pbtxt": (repository / preprocess / "config.pbtxt").read_text(),
+            "ensemble_config_pbtxt": (repository / ensemble / "config.pbtxt").read_text(),
         }
 
     def stop(self, timeout_s: float) -> dict[str, str]:
