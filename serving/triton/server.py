@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import urllib.request
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,12 +51,16 @@ class TritonServer:
         self.host = host
         self.process: subprocess.Popen | None = None
         self.endpoints: TritonEndpoints | None = None
+        # The Python backend's stubs talk to the server through /dev/shm regions it removes only on a clean
+        # exit; a known prefix lets `stop` remove them when the exit timeout cut the unload short.
+        self.shm_prefix = f"tierbench_pb_{uuid.uuid4().hex[:12]}_"
 
     def command(self, endpoints: TritonEndpoints) -> list[str]:
         return [
             str(self.installation.binary),
             f"--model-repository={self.repository}",
             f"--backend-directory={self.installation.backend_directory}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             "--model-control-mode=explicit",
             *(f"--load-model={name}" for name in self.model_names),
             f"--http-address={endpoints.host}",
@@ -106,5 +111,7 @@ class TritonServer:
         if self.process is None:
             return None
         code = stop_process_group(self.process, timeout_s)
+        for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+            region.unlink(missing_ok=True)
         log.info("tritonserver stopped (exit %s)", code)
         return code
