@@ -8,14 +8,17 @@ trial of the group as `validation_top1_agreement` and `validation_max_abs_diff`;
 the backend's arithmetic (`crosscheck.tolerances.<fp32|fp16>`) the group is not measured: its trials fail
 with the figures as the reason.
 
-The requests run in a Ray task on the tier's node, where the client actors run (shared-memory paths need it).
+The requests run in a Ray task on the tier's node, where the client actors run (shared-memory paths need it);
+the reference runs in the driver, once per (model, input format, images) for the whole sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -106,20 +109,16 @@ async def _server_logits(spec: ClientSpec) -> np.ndarray:
         await client.close()
 
 
-def check_paths_on_node(model: dict[str, Any], specs: list[tuple[str, ClientSpec]]) -> list[PathCheck]:
-    """Runs on the tier node: each path's logits against the reference's (the model is built once)."""
+def server_logits_on_node(specs: list[ClientSpec]) -> list[np.ndarray]:
+    """Runs on the tier node: one request per path, its logits."""
+    return [asyncio.run(_server_logits(spec)) for spec in specs]
+
+
+@lru_cache(maxsize=16)
+def _cached_reference(model_json: str, spec: ClientSpec) -> np.ndarray:
     from omegaconf import OmegaConf
 
-    from serving.models import build_model
-
-    model_cfg = OmegaConf.create(model)
-    reference_model = build_model(model_cfg)
-    checks = []
-    for protocol, spec in specs:
-        actual = asyncio.run(_server_logits(spec))
-        agreement, diff = compare(reference_logits(model_cfg, spec, reference_model), actual)
-        checks.append(PathCheck(protocol, spec.input_format, agreement, diff))
-    return checks
+    return reference_logits(OmegaConf.create(json.loads(model_json)), spec)
 
 
 def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: list[Any],
@@ -137,13 +136,20 @@ def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: l
     specs = [(protocol, replace(backend.client_spec(handle, protocol, fmt, images), timeout_s=timeout_s))
              for protocol, fmt in paths]
     tolerance = check_cfg.tolerances[backend.numerics]
-    task = ray.remote(check_paths_on_node).options(num_cpus=0, **ray_options)
+    task = ray.remote(server_logits_on_node).options(num_cpus=0, **ray_options)
+    pending = task.remote([spec for _, spec in specs])
+    model_json = json.dumps(OmegaConf.to_container(cfg.model, resolve=True), sort_keys=True)
+    # The payload depends on the input format and batch size only, not on the path's URL or protocol.
+    references = [_cached_reference(model_json, replace(spec, target="", url="", model_name="", input_name="",
+                                                        shared_memory="none", timeout_s=0.0))
+                  for _, spec in specs]
     try:
-        checks = ray.get(task.remote(OmegaConf.to_container(cfg.model, resolve=True), specs),
-                         timeout=timeout_s * (len(specs) + 1) + 120)
+        actual = ray.get(pending, timeout=timeout_s * (len(specs) + 1) + 120)
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause if isinstance(exc.cause, BaseException) else exc
         raise RuntimeError(f"validation request failed: {type(cause).__name__}: {cause}") from None
+    checks = [PathCheck(protocol, spec.input_format, *compare(reference, logits))
+              for (protocol, spec), reference, logits in zip(specs, references, actual, strict=True)]
     result = CrosscheckResult(backend.numerics, float(tolerance.max_abs_diff), float(tolerance.min_top1_agreement),
                               images, checks)
     log.info("%s: validation against the PyTorch reference: top-1 agreement %.3f, max |diff| %.3g (%s)",

@@ -17,7 +17,8 @@ from serving.clients.base import load_client
 from serving.images import decode_and_preprocess, sample_jpegs
 from serving.node import NodeInfo
 from serving.triton.backend import TritonBackend
-from tests.conftest import REPO, compose_config, server_processes, wait_for_no_new_processes
+from tests.conftest import REPO, compose_config
+from tests.ownership import owned_environment
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ QUEUE_DELAY_US = 20_000  # long enough that concurrent requests surely meet in t
 
 
 @pytest.fixture(scope="module")
-def triton() -> Iterator[tuple[TritonBackend, ServerHandle, dict]]:
+def triton() -> Iterator[tuple[TritonBackend, ServerHandle]]:
     from serving.triton.host import TritonServerHost
 
     cfg = compose_config()
@@ -34,22 +35,19 @@ def triton() -> Iterator[tuple[TritonBackend, ServerHandle, dict]]:
                             accelerator="cpu", dynamic_batching=True, max_queue_delay_us=QUEUE_DELAY_US)
     variant = {"accelerator": "cpu", "instance_count": 1, "dynamic_batching": True,
                "max_queue_delay_us": QUEUE_DELAY_US}
-    before = server_processes()
-    host = TritonServerHost(OmegaConf.to_container(cfg.model, resolve=True),
-                            (REPO / "model_repository" / "resnet18" / "config.pbtxt").read_text(), variant, "bundled",
-                            "127.0.0.1", str(REPO / "model_repository"), preprocess_instances=1)
-    try:
-        info = host.start(180)
-        ep = info["endpoints"]
-        handle = ServerHandle("triton_python_backend", {"http": f"127.0.0.1:{ep['http_port']}",
-                                                        "grpc": f"127.0.0.1:{ep['grpc_port']}"})
-        yield backend, handle, {"shm_prefix": host.server.shm_prefix}
-    finally:
-        prefix = host.server.shm_prefix if host.server else None
-        host.stop(20)
-        assert not wait_for_no_new_processes(before), "the Triton server outlived its stop"
-        if prefix:
-            assert not list(Path("/dev/shm").glob(f"{prefix}*")), "the Python backend's regions were left behind"
+    with owned_environment():  # fails if the server or its stubs outlive the stop
+        host = TritonServerHost(OmegaConf.to_container(cfg.model, resolve=True),
+                                (REPO / "model_repository" / "resnet18" / "config.pbtxt").read_text(), variant,
+                                "bundled", "127.0.0.1", str(REPO / "model_repository"), preprocess_instances=1)
+        try:
+            info = host.start(180)
+            ep = info["endpoints"]
+            prefix = host.server.shm_prefix
+            yield backend, ServerHandle("triton_python_backend", {"http": f"127.0.0.1:{ep['http_port']}",
+                                                                  "grpc": f"127.0.0.1:{ep['grpc_port']}"})
+        finally:
+            host.stop(20)
+    assert not list(Path("/dev/shm").glob(f"{prefix}*")), "the Python backend's regions were left behind"
 
 
 class CountingProxy:
@@ -110,7 +108,7 @@ async def _through_proxy(backend, handle, protocol: str, input_format: str, batc
 def test_the_served_preprocess_model_gives_the_reference_tensor(triton) -> None:
     import tritonclient.http as http
 
-    _, handle, _ = triton
+    _, handle = triton
     spec_images = list(sample_jpegs()[:3])
     data = np.array(spec_images, dtype=np.object_).reshape(-1, 1)
     client = http.InferenceServerClient(handle.urls["http"])
@@ -126,7 +124,7 @@ def test_the_served_preprocess_model_gives_the_reference_tensor(triton) -> None:
 @pytest.mark.parametrize("wire", ["http", "grpc"])
 @pytest.mark.parametrize("input_format,batch", [("tensor", 2), ("jpeg", 4)])
 def test_shared_memory_keeps_the_payload_off_the_socket(triton, wire: str, input_format: str, batch: int) -> None:
-    backend, handle, _ = triton
+    backend, handle = triton
 
     async def both():
         plain = await _through_proxy(backend, handle, wire, input_format, batch, requests=3)
@@ -149,7 +147,7 @@ def test_shared_memory_keeps_the_payload_off_the_socket(triton, wire: str, input
 def test_shared_memory_regions_are_unregistered_and_removed_on_close(triton) -> None:
     import tritonclient.http as http
 
-    backend, handle, _ = triton
+    backend, handle = triton
 
     async def run() -> list[str]:
         client = load_client(backend.client_spec(handle, "http_shm", "tensor", 2))
@@ -169,7 +167,7 @@ def test_shared_memory_regions_are_unregistered_and_removed_on_close(triton) -> 
 def test_dynamic_batcher_merges_concurrent_requests(triton) -> None:
     import tritonclient.grpc.aio as grpc_aio
 
-    backend, handle, _ = triton
+    backend, handle = triton
 
     async def run() -> tuple[int, int]:
         stats_client = grpc_aio.InferenceServerClient(handle.urls["grpc"])

@@ -28,8 +28,12 @@ def _serve_ports(host: str) -> tuple[int, int | None]:
     host option for it."""
     import ray
     from ray import serve
-    from ray.serve.context import _get_global_client
+    from ray.serve.context import _disconnect, _get_global_client
 
+    # Serve caches its controller handle per process and trusts it while the job id matches, but job ids
+    # restart at 01000000 with every new local cluster: a second sweep in one process (tests, Hydra's basic
+    # launcher) would reach the first cluster's dead controller. Look it up afresh.
+    _disconnect()
     client = _get_global_client(raise_if_no_controller_running=False)
     if client is not None:
         grpc_config = ray.get(client._controller.get_grpc_config.remote())
