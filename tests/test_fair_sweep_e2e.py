@@ -18,7 +18,7 @@ from tests.ownership import owned_environment
 pytestmark = pytest.mark.slow
 
 LEAN = ["experiment.batch_sizes=[2]", "experiment.concurrency=[2]", "experiment.window_s=1.0",
-        "experiment.warmup_s=0.3", "experiment.warmup_requests=2"]
+        "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "crosscheck.images=4"]
 BATCHING_PARAMS = {"server_batching", "server_max_batch_size", "server_batch_wait_ms", "server_instances",
                    "server_preferred_batch_sizes"}
 

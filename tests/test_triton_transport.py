@@ -187,3 +187,19 @@ def test_dynamic_batcher_merges_concurrent_requests(triton) -> None:
     images, executions = asyncio.run(run())
     assert images == 8
     assert executions < images, f"{images} requests ran as {executions} executions: the batcher merged none"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wire", ["http", "grpc"])
+def test_cuda_shared_memory_gives_the_same_logits(triton, wire: str) -> None:
+    """CUDA IPC regions (device memory the server maps): same answer as the socket, little on the wire."""
+    backend, handle = triton
+
+    async def both():
+        plain = await _through_proxy(backend, handle, wire, "tensor", 2, requests=2)
+        cuda = await _through_proxy(backend, handle, f"{wire}_cuda_shm", "tensor", 2, requests=2)
+        return plain, cuda
+
+    (plain_out, *_), (cuda_out, cuda_up, _, payload) = asyncio.run(both())
+    assert cuda_up < 0.05 * payload
+    np.testing.assert_allclose(cuda_out, plain_out, rtol=0, atol=1e-5)
