@@ -27,6 +27,7 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
         name=name, model=cfg.model, node=node, ray_options=ray_options, host=serving.host,
         start_timeout_s=serving.start_timeout_s, stop_timeout_s=serving.stop_timeout_s,
         triton_server=serving.triton_server, request_timeout_s=cfg.experiment.request_timeout_s,
+        input_formats=tuple(cfg.experiment.input_formats),
     )
     settings = OmegaConf.to_container(cfg.backends[name], resolve=True)
     settings.pop("backend")

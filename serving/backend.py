@@ -41,6 +41,7 @@ class BackendContext:
     model_repository: str = "model_repository"
     triton_server: str = "auto"
     request_timeout_s: float = 60.0
+    input_formats: tuple[str, ...] = ("tensor", "jpeg")  # what the group's trials send (e.g. skip a JPEG path)
 
 
 class Backend(ABC):

@@ -107,7 +107,7 @@ class TritonBackend(Backend):
         actor_cls = ray.remote(TritonServerHost).options(num_cpus=0.01, **ctx.ray_options)
         self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text, variant,
                                        ctx.triton_server, ctx.host, str(Path(ctx.model_repository).resolve()),
-                                       self.preprocess_instance_count)
+                                       self.preprocess_instance_count, "jpeg" in ctx.input_formats)
         info: dict[str, Any] = ray.get(self._actor.start.remote(ctx.start_timeout_s),
                                        timeout=ctx.start_timeout_s + 600)  # + an ONNX export on first use
         endpoints = info["endpoints"]
@@ -121,9 +121,7 @@ class TritonBackend(Backend):
                     "onnx_max_abs_diff": info["export"]["max_abs_diff"],
                     "preprocess_instances": info["preprocess_instances"], **self.batching_params()},
             startup_s=info["startup_s"],
-            artifacts={"config.pbtxt": info["config_pbtxt"],
-                       "preprocess.config.pbtxt": info["preprocess_config_pbtxt"],
-                       "ensemble.config.pbtxt": info["ensemble_config_pbtxt"]},
+            artifacts=info["configs"],
         )
 
     def batching_params(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from serving.triton.repository import TritonVariant, read_config, render_reposit
 from serving.triton.server import TritonServer
 
 log = logging.getLogger(__name__)
+MAX_DEFAULT_PREPROCESS_INSTANCES = 8
 
 
 def _node_model_repository(preferred: str) -> Path:
@@ -37,12 +38,15 @@ def _node_model_repository(preferred: str) -> Path:
 
 class TritonServerHost:
     def __init__(self, model: dict[str, Any], config_text: str, variant: dict[str, Any], preference: str,
-                 host: str, model_repository: str, preprocess_instances: int | None = None) -> None:
+                 host: str, model_repository: str, preprocess_instances: int | None = None,
+                 jpeg_ensemble: bool = True) -> None:
         self.model = OmegaConf.create(model)
         self.config_text = config_text
         self.variant_settings = variant
-        # JPEG decoding runs one request per Python-backend instance: by default one per core of this node.
-        self.preprocess_instances = preprocess_instances or os.cpu_count() or 1
+        # JPEG decoding runs one request per Python-backend instance: by default one per core of this node (up
+        # to MAX_DEFAULT_PREPROCESS_INSTANCES processes).
+        self.preprocess_instances = preprocess_instances or min(os.cpu_count() or 1, MAX_DEFAULT_PREPROCESS_INSTANCES)
+        self.jpeg_ensemble = jpeg_ensemble
         self.preference = preference
         self.host = host
         self.model_repository = model_repository
@@ -56,20 +60,23 @@ class TritonServerHost:
         variant = TritonVariant(server_kind=installation.kind, **self.variant_settings)
         repository = render_repository(self.config_text, Path(export.onnx_path), self.work_dir / "repository",
                                        variant)
-        classifier = read_config(repository / self.model.name / "config.pbtxt")
-        preprocess, ensemble = render_jpeg_ensemble(classifier, repository, self.preprocess_instances)
-        self.server = TritonServer(installation, repository, [self.model.name, preprocess, ensemble],
-                                   self.work_dir / "tritonserver.log", host=self.host)
+        models = [self.model.name]
+        if self.jpeg_ensemble:  # JPEG input: the preprocess model and the ensemble chaining it to the classifier
+            classifier = read_config(repository / self.model.name / "config.pbtxt")
+            models += render_jpeg_ensemble(classifier, repository, self.preprocess_instances)
+        self.server = TritonServer(installation, repository, models, self.work_dir / "tritonserver.log",
+                                   host=self.host)
         endpoints = self.server.start(timeout_s)
+        configs = {"config.pbtxt" if name == self.model.name else f"{name}.config.pbtxt":
+                   (repository / name / "config.pbtxt").read_text() for name in models}
         return {
             "endpoints": asdict(endpoints),
             "server_mode": installation.server_mode,
             "export": asdict(export),
             "startup_s": time.monotonic() - started,
-            "preprocess_instances": self.preprocess_instances,
-            "config_pbtxt": (repository / self.model.name / "config.pbtxt").read_text(),
-            "preprocess_config_pbtxt": (repository / preprocess / "config.pbtxt").read_text(),
-            "ensemble_config_pbtxt": (repository / ensemble / "config.pbtxt").read_text(),
+            "preprocess_instances": self.preprocess_instances if self.jpeg_ensemble else 0,
+            "config_pbtxt": configs["config.pbtxt"],
+            "configs": configs,
         }
 
     def stop(self, timeout_s: float) -> dict[str, str]:
