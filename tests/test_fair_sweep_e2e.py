@@ -17,7 +17,9 @@ from tests.ownership import owned_environment
 
 pytestmark = pytest.mark.slow
 
-LEAN = ["experiment.batch_sizes=[2]", "experiment.concurrency=[2]", "experiment.window_s=1.0",
+# Batch 1 and a 1.5 s window: on a 2-core machine shared with other test runs a PyTorch request of 2 JPEGs can
+# take over a second, and a window no request was sent in is a failed trial.
+LEAN = ["experiment.batch_sizes=[1]", "experiment.concurrency=[2]", "experiment.window_s=1.5",
         "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "crosscheck.images=4"]
 BATCHING_PARAMS = {"server_batching", "server_max_batch_size", "server_batch_wait_ms", "server_instances",
                    "server_preferred_batch_sizes"}
@@ -67,9 +69,9 @@ def test_every_backend_takes_jpeg_and_tensor_over_http_and_grpc(fair_runs) -> No
 
 
 def test_same_images_same_payload_on_every_backend_and_protocol(fair_runs) -> None:
-    spec = ClientSpec(target="", url="", model_name="", input_format="jpeg", batch_size=2, input_shape=(3, 224, 224),
+    spec = ClientSpec(target="", url="", model_name="", input_format="jpeg", batch_size=1, input_shape=(3, 224, 224),
                       num_classes=1000)
-    expected = {"jpeg": float(sum(len(i) for i in jpeg_batch(spec))), "tensor": 2 * 602_112.0}
+    expected = {"jpeg": float(sum(len(i) for i in jpeg_batch(spec))), "tensor": 602_112.0}
     for run in fair_runs:
         if run.data.tags["status"] == "ok":
             assert run.data.metrics["payload_bytes"] == expected[run.data.params["input_format"]], run.info.run_name
