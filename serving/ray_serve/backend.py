@@ -110,7 +110,7 @@ class RayServeTorchBackend(Backend):
             max_ongoing_requests=self.max_ongoing_requests,
             ray_actor_options=actor_options,
         ).bind(OmegaConf.to_container(ctx.model, resolve=True), self.device, self.torch_threads, batching)
-        route = f"/{ctx.model.name}"
+        route = f"/{ctx.name}/{ctx.model.name}"  # one per variant: several can be deployed at once
         self._running = True
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
