@@ -131,6 +131,24 @@ class ClientsConfig:
 
 
 @dataclass
+class ToleranceConfig:
+    """How far a backend's logits may be from the PyTorch reference's and still count as the same function."""
+
+    max_abs_diff: float = MISSING
+    min_top1_agreement: float = MISSING
+
+
+@dataclass
+class CrosscheckConfig:
+    """Cross-backend validation before each server group is measured (experiments/crosscheck.py)."""
+
+    enabled: bool = True
+    images: int = 8
+    # by the arithmetic a backend computes in (Backend.numerics): fp32 | fp16
+    tolerances: dict[str, ToleranceConfig] = field(default_factory=dict)
+
+
+@dataclass
 class MlflowConfig:
     experiment: str = "tierbench"
     tracking_uri: str | None = None
@@ -167,6 +185,7 @@ class TierbenchConfig:
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    crosscheck: CrosscheckConfig = field(default_factory=CrosscheckConfig)
 
 
 def register_configs() -> None:

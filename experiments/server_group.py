@@ -1,8 +1,10 @@
 """A server group: one backend started once on the tier's node, all its trials measured, always stopped.
 
-A failed trial (server crash, client error, timeout) is recorded with the server's log, then the server and
-the client actors are restarted so the next trial starts clean; the rest of the sweep goes on. With an SLO
-set (`experiment.slo.p99_ms`), each operating point is then searched for its highest load within it.
+Each server start is first checked against the PyTorch reference (`experiments.crosscheck`): a server that
+computes something else is not measured. A failed trial (server crash, client error, timeout) is recorded with
+the server's log, then the server and the client actors are restarted so the next trial starts clean; the rest
+of the sweep goes on. With an SLO set (`experiment.slo.p99_ms`), each operating point is then searched for its
+highest load within it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from experiments.client_actor import ClientPool
+from experiments.crosscheck import CrosscheckResult, crosscheck_group
 from experiments.plan import Trial, TrialGroup, trial_key
 from experiments.records import FAILED, OK, SKIPPED, TrialRecord
 from experiments.slo import SloProbe, SloResult, search_slo
@@ -37,6 +40,7 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
         start_timeout_s=serving.start_timeout_s, stop_timeout_s=serving.stop_timeout_s,
         triton_server=serving.triton_server, request_timeout_s=cfg.experiment.request_timeout_s, tier=cfg.gpu.name,
         warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
+        input_formats=tuple(cfg.experiment.input_formats),
     )
     settings = OmegaConf.to_container(cfg.backends[name], resolve=True)
     settings.pop("backend")
@@ -58,6 +62,7 @@ class ServerGroup:
         self.backend = build_backend(cfg, group.variant, node, ray_options)
         self.handle: ServerHandle | None = None
         self.telemetry: GpuTelemetry | None = None
+        self.check: CrosscheckResult | None = None
         self.measured: dict[Trial, TrialRecord] = {}
 
     def run(self, trials: list[Trial]) -> None:
@@ -85,16 +90,21 @@ class ServerGroup:
         """Measure one trial (starting the server if needed); None when the server would not start."""
         if self.handle is None and not self._start(pending):
             return None
-        record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients, self.telemetry)
+        if self.check is not None and not self.check.passed:  # computes something else: not worth measuring
+            record = new_record(self.cfg, trial, self.node, self.handle, status=FAILED, reason=self.check.reason())
+        else:
+            record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients, self.telemetry)
+        record.metrics.update(self.check.metrics() if self.check is not None else {})
         if phase != "grid":
             record.tags["phase"] = phase
-        if record.status == FAILED:
+        if record.status == FAILED and (self.check is None or self.check.passed):
             log.warning("%s failed (%s): restarting %s", trial.name, record.reason, self.group.variant)
             self.finish(record, self._stop())
             self.clients.restart()
         else:
             self.finish(record, {})
-            self.measured[trial] = record
+            if record.status != FAILED:
+                self.measured[trial] = record
         return record
 
     def _slo_points(self, runnable: list[Trial]) -> list[Trial]:
@@ -163,6 +173,7 @@ class ServerGroup:
         for name, text in self.handle.artifacts.items():
             self.save_server_file(name, text)
         self.telemetry = start_gpu_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
+        self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options)
         return True
 
     def _stop(self) -> dict[str, str]:

@@ -6,8 +6,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from serving.protocols import PROTOCOLS
+
 BACKENDS = ("pytorch", "triton_onnx", "triton_trt")
-PROTOCOLS = ("http", "grpc")
 INPUT_FORMATS = ("tensor", "jpeg")
 LOAD_MODES = ("closed", "constant", "poisson")
 CLIENT_PLACEMENTS = ("colocated", "separate")
@@ -87,24 +88,40 @@ def validate(cfg: Any) -> None:
             _fail(f"backends.{name}._target_", None, "name the class that serves this backend")
         if cfg.backends[name].get("backend") not in BACKENDS:
             _fail(f"backends.{name}.backend", cfg.backends[name].get("backend"), f"choose from {list(BACKENDS)}")
-        _check_backend_settings(name, cfg.backends[name])
+        _check_backend_settings(cfg, name)
+    _check_crosscheck(cfg.crosscheck)
 
 
-def _check_backend_settings(name: str, entry: Any) -> None:
-    """Every setting must be a parameter of the `_target_` class: a typo fails here, not at server start."""
-    import inspect
-
+def _check_backend_settings(cfg: Any, name: str) -> None:
+    """The backend class checks its own settings (keys it takes, ranges), before any server starts."""
     from hydra.utils import get_class
+    from omegaconf import OmegaConf
 
+    settings = OmegaConf.to_container(cfg.backends[name], resolve=True)
+    settings.pop("backend", None)
+    target = settings.pop("_target_")
     try:
-        cls = get_class(entry["_target_"])
-    except Exception:  # noqa: BLE001 - hydra raises several types for a bad path
-        _fail(f"backends.{name}._target_", entry["_target_"], "an importable class, e.g. "
-              "serving.triton.backend.TritonBackend")
-    accepted = [p for p in inspect.signature(cls).parameters if p != "context"]
-    for key in entry:
-        if key not in ("_target_", "backend") and key not in accepted:
-            _fail(f"backends.{name}.{key}", entry[key], f"{cls.__name__} takes {accepted}")
+        cls = get_class(target)
+    except Exception as exc:  # noqa: BLE001 - any import failure is a bad _target_
+        raise ConfigError(f"backends.{name}._target_={target!r} cannot be imported ({exc}): name a Backend class, "
+                          "e.g. serving.triton.backend.TritonBackend") from None
+    problems = cls.check_settings(name, settings, cfg.model)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def _check_crosscheck(check: Any) -> None:
+    if check.images < 1:
+        _fail("crosscheck.images", check.images, "must be a positive integer")
+    for numerics in ("fp32", "fp16"):
+        if numerics not in check.tolerances:
+            _fail(f"crosscheck.tolerances.{numerics}", None, "give max_abs_diff and min_top1_agreement")
+        tolerance = check.tolerances[numerics]
+        if tolerance.max_abs_diff < 0:
+            _fail(f"crosscheck.tolerances.{numerics}.max_abs_diff", tolerance.max_abs_diff, "must be >= 0")
+        if not 0 <= tolerance.min_top1_agreement <= 1:
+            _fail(f"crosscheck.tolerances.{numerics}.min_top1_agreement", tolerance.min_top1_agreement,
+                  "must be a fraction in [0, 1]")
 
 
 def check_overrides(args: list[str], conf_dir: str) -> None:

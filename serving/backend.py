@@ -7,6 +7,7 @@ backend names.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ class BackendContext:
     request_timeout_s: float = 60.0
     # The experiment's batch sizes: servers warm up (build engines, compile) for each before measurement.
     warmup_batch_sizes: tuple[int, ...] = ()
+    input_formats: tuple[str, ...] = ("tensor", "jpeg")  # what the group's trials send (e.g. skip a JPEG path)
     tier: str = ""  # the GPU tier the sweep measures (names per-tier resources such as Serve apps)
 
     @property
@@ -58,6 +60,19 @@ class Backend(ABC):
 
     def __init__(self, context: BackendContext) -> None:
         self.context = context
+
+    @classmethod
+    def check_settings(cls, name: str, settings: dict[str, Any], model: Any) -> list[str]:
+        """Problems with `backends.<name>` settings, found before anything starts (one message each, naming
+        the key, the value and the fix). The base checks that every key is a constructor argument."""
+        accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "context")]
+        return [f"backends.{name}.{key}={value!r} is not allowed: not a setting of {cls.__name__} "
+                f"(settings: {accepted})" for key, value in settings.items() if key not in accepted]
+
+    @property
+    def numerics(self) -> str:
+        """The arithmetic the server computes in, which sets the cross-check tolerance: fp32 | fp16."""
+        return "fp32"
 
     @abstractmethod
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:

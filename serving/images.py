@@ -31,9 +31,10 @@ def preprocess_image(image: Image.Image, crop: int = CROP, resize_to: int = RESI
     return ((array - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1).copy()
 
 
-def decode_and_preprocess(jpegs: list[bytes]) -> np.ndarray:
-    """A batch [N, 3, 224, 224] float32 from encoded images."""
-    return np.stack([preprocess_image(Image.open(io.BytesIO(data))) for data in jpegs])
+def decode_and_preprocess(jpegs: list[bytes], crop: int = CROP) -> np.ndarray:
+    """A batch [N, 3, crop, crop] float32 from encoded images: every JPEG path calls this (Ray Serve's replica,
+    Triton's preprocess model, the cross-backend reference)."""
+    return np.stack([preprocess_image(Image.open(io.BytesIO(data)), crop=crop) for data in jpegs])
 
 
 @lru_cache(maxsize=4)

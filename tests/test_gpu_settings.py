@@ -104,7 +104,8 @@ def test_fp16_without_tensorrt_is_refused_with_the_key() -> None:
 
 
 def _start_info(cache: dict | None) -> dict:
-    info = {"export": {"max_abs_diff": 1e-5}, "ready_s": 42.0, "gpu_ids": [0], "node_id": "n1", "hostname": "gpu-box"}
+    info = {"export": {"max_abs_diff": 1e-5}, "ready_s": 42.0, "gpu_ids": [0], "node_id": "n1", "hostname": "gpu-box",
+            "preprocess_instances": 0}
     if cache is not None:
         info["engine_cache"] = cache
     return info

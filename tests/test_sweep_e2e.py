@@ -66,18 +66,17 @@ def test_sweep_succeeds_and_nests_trials_under_tier_and_sweep(finished_sweep) ->
     assert all(r.data.tags["emulated"] == "false" for r in runs)
 
 
-def test_ok_trials_for_pytorch_http_and_triton_onnx_http_grpc(finished_sweep) -> None:
+def test_ok_trials_for_pytorch_and_triton_onnx_over_http_and_grpc_with_both_inputs(finished_sweep) -> None:
     _, client, sweep_id, _ = finished_sweep
     ok = {(r.data.params["backend"], r.data.params["protocol"], r.data.params["input_format"])
           for r in _trial_runs(client, sweep_id) if r.data.tags["status"] == "ok"}
-    assert {("pytorch", "http", "tensor"), ("pytorch", "http", "jpeg"), ("triton_onnx", "http", "tensor"),
-            ("triton_onnx", "grpc", "tensor")} <= ok
+    assert {(b, p, f) for b in ("pytorch", "triton_onnx") for p in ("http", "grpc") for f in ("tensor", "jpeg")} <= ok
 
 
 def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
     _, client, sweep_id, _ = finished_sweep
     ok_runs = [r for r in _trial_runs(client, sweep_id) if r.data.tags["status"] == "ok"]
-    assert len(ok_runs) == 16
+    assert len(ok_runs) == 32
     for run in ok_runs:
         params, m = run.data.params, run.data.metrics
         assert TRIAL_PARAMS <= params.keys() and TRIAL_METRICS <= m.keys(), run.info.run_name

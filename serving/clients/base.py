@@ -27,6 +27,8 @@ class ClientSpec:
     input_name: str = "input"
     output_name: str = "logits"
     timeout_s: float = 60.0
+    # Triton only: "system" | "cuda" to pass tensors through shared-memory regions instead of the socket.
+    shared_memory: str = "none"
 
 
 def tensor_batch(spec: ClientSpec, seed: int = 0) -> np.ndarray:
@@ -39,7 +41,8 @@ def jpeg_batch(spec: ClientSpec) -> list[bytes]:
 
 
 class InferenceClient(ABC):
-    """Sends one request of `spec.batch_size` images per `infer()` call."""
+    """Sends one request of `spec.batch_size` images per `infer()` call; the payload is the same every time
+    (`tensor_batch` / `jpeg_batch`), so `predict()` output can be checked against a reference."""
 
     def __init__(self, spec: ClientSpec) -> None:
         self.spec = spec
@@ -54,9 +57,19 @@ class InferenceClient(ABC):
         """Create connections; called inside the event loop that will send the requests."""
 
     @abstractmethod
+    async def call(self) -> tuple[np.ndarray, float | None]:
+        """Send one request; returns the logits [batch, classes] and the processing time the server reported
+        for it in ms (e.g. Ray Serve's replica time; None when it reports none). Raises on any error."""
+
+    async def predict(self) -> np.ndarray:
+        """The logits of one request (for validation against the reference)."""
+        return (await self.call())[0]
+
     async def infer(self) -> float | None:
-        """Send one request and check the response; raises on any error. Returns the processing time the
-        server reported for it in ms (e.g. Ray Serve's replica time), or None when it reports none."""
+        """One request of the load: checks the response's shape; returns the server-reported time (ms)."""
+        logits, server_ms = await self.call()
+        self.check_logits(logits)
+        return server_ms
 
     @abstractmethod
     async def close(self) -> None:

@@ -56,14 +56,13 @@ class RayServeHttpClient(InferenceClient):
             timeout=aiohttp.ClientTimeout(total=self.spec.timeout_s),
         )
 
-    async def infer(self) -> float | None:
+    async def call(self) -> tuple[np.ndarray, float | None]:
         async with self._session.post(self.spec.url, data=self._body, headers=self._headers) as response:
             body = await response.read()
             if response.status != 200:
                 raise RuntimeError(f"HTTP {response.status}: {body[:300].decode(errors='replace')}")
             timing = response.headers.get(TIMING_HEADER)
-        self.check_logits(np.frombuffer(body, dtype=np.float32).reshape(-1, self.spec.num_classes))
-        return server_time_ms(timing)
+        return np.frombuffer(body, dtype=np.float32).reshape(-1, self.spec.num_classes), server_time_ms(timing)
 
     async def close(self) -> None:
         if self._session is not None:

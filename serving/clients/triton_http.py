@@ -1,47 +1,62 @@
-"""Triton over HTTP/REST with binary tensors: tritonclient's request body, built once, sent with aiohttp.
+"""Triton over HTTP/REST with binary tensors: through the socket, tritonclient's request body built once and
+sent with aiohttp; through shared memory, `tritonclient.http.aio`.
 
-Binary tensors, not JSON (JSON tensors were ~50x slower). `tritonclient.http.aio` rebuilds the ~600 KB body on
-every call; like perf_analyzer we build it once with tritonclient's own `generate_request_body` and parse the
-reply with its `parse_response_body`.
+Binary tensors, not JSON (JSON tensors were ~50x slower and would measure the encoder). `tritonclient.http.aio`
+rebuilds the ~600 KB body on every call; the prepared body comes from tritonclient's own
+`generate_request_body`, the reply is read with its `parse_response_body`.
 """
 
 from __future__ import annotations
 
-from serving.clients.base import ClientSpec, InferenceClient, tensor_batch
+from typing import Any
+
+import numpy as np
+
+from serving.clients.triton_base import TritonClient
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
 
-class TritonHttpClient(InferenceClient):
-    def __init__(self, spec: ClientSpec) -> None:
-        super().__init__(spec)
-        if spec.input_format != "tensor":
-            raise ValueError(f"TritonHttpClient sends tensors, not {spec.input_format!r}")
+class TritonHttpClient(TritonClient):
+    _session: Any = None
+
+    def _connect(self) -> Any:
+        import tritonclient.http.aio as http_aio
+
+        return http_aio.InferenceServerClient(self.spec.url, conn_timeout=self.spec.timeout_s)
+
+    def _infer_input(self, name: str, shape: list[int], datatype: str) -> Any:
         import tritonclient.http as http
 
-        batch = tensor_batch(spec)
-        inputs = [http.InferInput(spec.input_name, list(batch.shape), "FP32")]
-        inputs[0].set_data_from_numpy(batch, binary_data=True)
-        outputs = [http.InferRequestedOutput(spec.output_name, binary_data=True)]
-        self._body, json_size = http.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
+        return http.InferInput(name, shape, datatype)
+
+    def _set_input_data(self, infer_input: Any, data: np.ndarray) -> None:
+        infer_input.set_data_from_numpy(data, binary_data=True)
+
+    def _requested_output(self, name: str) -> Any:
+        import tritonclient.http as http
+
+        return http.InferRequestedOutput(name, binary_data=True)
+
+    def _output_shape(self, result: Any, name: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in result.get_output(name)["shape"])
+
+    async def _send(self, inputs: list[Any], outputs: list[Any]) -> Any:
+        return await self._client.infer(self.spec.model_name, inputs, outputs=outputs)
+
+    async def _open_prepared(self) -> None:
+        import aiohttp
+        import tritonclient.http as http
+
+        self._body, json_size = http.InferenceServerClient.generate_request_body(self._inputs, outputs=self._outputs)
         self._headers = {"Content-Type": "application/octet-stream"}
         if json_size is not None:
             self._headers[HEADER_LENGTH] = str(json_size)
-        self._url = f"http://{spec.url}/v2/models/{spec.model_name}/infer"
-        self._payload_bytes = batch.nbytes
-        self._session = None
-
-    @property
-    def payload_bytes(self) -> int:
-        return self._payload_bytes
-
-    async def open(self) -> None:
-        import aiohttp
-
+        self._url = f"http://{self.spec.url}/v2/models/{self.spec.model_name}/infer"
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                               timeout=aiohttp.ClientTimeout(total=self.spec.timeout_s))
 
-    async def infer(self) -> None:  # server-side time comes from Triton's metrics endpoint
+    async def _send_prepared(self) -> np.ndarray:
         import tritonclient.http as http
 
         async with self._session.post(self._url, data=self._body, headers=self._headers) as response:
@@ -51,8 +66,9 @@ class TritonHttpClient(InferenceClient):
             header_length = response.headers.get(HEADER_LENGTH)
         result = http.InferenceServerClient.parse_response_body(
             body, header_length=int(header_length) if header_length else None)
-        self.check_logits(result.as_numpy(self.spec.output_name))
+        return result.as_numpy(self.spec.output_name)
 
-    async def close(self) -> None:
+    async def _close_prepared(self) -> None:
         if self._session is not None:
-            await self._session.close()
+            session, self._session = self._session, None
+            await session.close()

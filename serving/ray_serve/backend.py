@@ -1,4 +1,5 @@
-"""PyTorch behind Ray Serve (`pytorch`): one Serve application per server group, replicas pinned to the tier."""
+"""PyTorch behind Ray Serve (`pytorch`): one Serve application per server group, replicas pinned to the tier,
+reached over Serve's HTTP and gRPC ingresses, with or without `@serve.batch` server-side batching."""
 
 from __future__ import annotations
 
@@ -16,21 +17,31 @@ from serving.ray_serve.torch_runner import TorchOptions
 
 log = logging.getLogger(__name__)
 
-CLIENTS = {"http": "serving.clients.ray_serve_http.RayServeHttpClient"}
+CLIENTS = {"http": "serving.clients.ray_serve_http.RayServeHttpClient",
+           "grpc": "serving.clients.ray_serve_grpc.RayServeGrpcClient"}
 INPUT_FORMATS = ("jpeg", "tensor")
+GRPC_SERVICER = "serving.ray_serve.proto.classifier_pb2_grpc.add_ImageClassifierServicer_to_server"
 
 
-def _serve_http_port(host: str, timeout_s: float) -> int:
-    """The port of Serve's HTTP proxies: start Serve on a free port, or join the running instance (Serve is one
-    per cluster, shared by every tier job, and silently ignores the options of a second `serve.start`)."""
+def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
+    """The ports of Serve's HTTP and gRPC proxies: start Serve on free ports, or join the running instance (Serve
+    is one per cluster, shared by every tier job, and silently ignores the options of a second `serve.start`).
+    The gRPC port is None when a running Serve was started without our servicer. Serve's gRPC proxy listens on
+    every address ([::]); Ray offers no host option for it."""
+    import ray
     from ray import serve
-    from ray.serve.context import _get_global_client
+    from ray.serve.context import _disconnect, _get_global_client
 
+    # Serve caches its controller handle per process and trusts it while the job id matches, but job ids
+    # restart at 01000000 with every new local cluster: a second sweep in one process (tests, Hydra's basic
+    # launcher) would reach the first cluster's dead controller. Look it up afresh.
+    _disconnect()
     client = _get_global_client(raise_if_no_controller_running=False)
     if client is None:
-        (port,) = free_ports(1, host)
+        http_port, grpc_port = free_ports(2, host)
         try:
-            serve.start(http_options={"host": host, "port": port})
+            serve.start(http_options={"host": host, "port": http_port},
+                        grpc_options={"port": grpc_port, "grpc_servicer_functions": [GRPC_SERVICER]})
         except Exception as exc:  # noqa: BLE001 - another tier job started it at the same moment: join that one
             log.info("Ray Serve started concurrently by another job (%s); joining it", exc)
         deadline = time.monotonic() + timeout_s
@@ -38,7 +49,9 @@ def _serve_http_port(host: str, timeout_s: float) -> int:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Ray Serve's controller did not come up within {timeout_s:g} s")
             time.sleep(0.5)
-    return int(client.http_config.port)
+    grpc_config = ray.get(client._controller.get_grpc_config.remote())
+    has_ours = GRPC_SERVICER in (grpc_config.grpc_servicer_functions or [])
+    return int(client.http_config.port), int(grpc_config.port) if has_ours else None
 
 
 class RayServeTorchBackend(Backend):
@@ -46,7 +59,8 @@ class RayServeTorchBackend(Backend):
                  max_ongoing_requests: int = 32, torch_threads: int | None = None, replica_num_gpus: float = 0.5,
                  half: bool = False, compile: bool = False, compile_mode: str | None = None,
                  compile_dynamic: bool | None = None, compile_backend: str = "inductor", cudnn_benchmark: bool = True,
-                 start_timeout_s: float | None = None) -> None:
+                 start_timeout_s: float | None = None, batching: bool = False, max_batch_size: int | None = None,
+                 batch_wait_timeout_s: float = 0.0) -> None:
         super().__init__(context)
         self.num_replicas = num_replicas
         self.replica_num_cpus = replica_num_cpus
@@ -62,6 +76,10 @@ class RayServeTorchBackend(Backend):
         node = context.node.ray_node_id[:8]
         self.app_name = "-".join(p for p in ("tierbench", context.tier, node, context.name, context.model.name) if p)
         self.route = "/" + "/".join(p for p in (context.tier, node, context.name, context.model.name) if p)
+        self.batching = batching
+        # Images per server batch; null: the model's max_batch_size (what Triton's dynamic batcher fills up to).
+        self.max_batch_size = max_batch_size or int(context.model.max_batch_size)
+        self.batch_wait_timeout_s = batch_wait_timeout_s
         self._running = False
 
     @property
@@ -76,13 +94,35 @@ class RayServeTorchBackend(Backend):
             options["num_gpus"] = self.replica_num_gpus
         return options
 
+    @classmethod
+    def check_settings(cls, name: str, settings: dict[str, Any], model: Any) -> list[str]:
+        problems = super().check_settings(name, settings, model)
+        for key in ("num_replicas", "max_ongoing_requests"):
+            value = settings.get(key, 1)
+            if not isinstance(value, int) or value < 1:
+                problems.append(f"backends.{name}.{key}={value!r}: must be a positive integer")
+        size = settings.get("max_batch_size")
+        if size is not None and (not isinstance(size, int) or not 0 < size <= model.max_batch_size):
+            problems.append(f"backends.{name}.max_batch_size={size!r}: must be in 1..model.max_batch_size="
+                            f"{model.max_batch_size} (images per server batch), or null for the model's")
+        wait = settings.get("batch_wait_timeout_s", 0.0)
+        if not isinstance(wait, int | float) or wait < 0:
+            problems.append(f"backends.{name}.batch_wait_timeout_s={wait!r}: must be a number of seconds >= 0")
+        if not settings.get("batching") and (size is not None or wait):
+            problems.append(f"backends.{name}: max_batch_size / batch_wait_timeout_s only apply with "
+                            "batching=true; set it, or remove them")
+        return problems
+
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         reason = self.options.unsupported_reason(self.device)
         if reason:
             node = self.context.node
             return f"{reason}; node {node.hostname} has none ({node.gpu_name})"
         if protocol not in CLIENTS:
-            return f"the Ray Serve deployment has an HTTP ingress only ({protocol!r} not supported yet)"
+            if protocol.endswith("shm"):
+                return (f"{protocol}: shared-memory transport is a Triton feature; Ray Serve's ingress takes "
+                        "requests over sockets only")
+            return f"the Ray Serve deployment has no {protocol!r} ingress (supported: {sorted(CLIENTS)})"
         if input_format not in INPUT_FORMATS:
             return f"input format {input_format!r} not accepted (supported: {list(INPUT_FORMATS)})"
         return None
@@ -94,28 +134,32 @@ class RayServeTorchBackend(Backend):
 
         ctx = self.context
         started = time.monotonic()
-        port = _serve_http_port(ctx.host, ctx.start_timeout_s)
+        port, grpc_port = _serve_ports(ctx.host, ctx.start_timeout_s)
+        batching = ({"max_batch_size": self.max_batch_size, "batch_wait_timeout_s": self.batch_wait_timeout_s}
+                    if self.batching else None)
         app = TorchImageClassifier.options(
             num_replicas=self.num_replicas,
             max_ongoing_requests=self.max_ongoing_requests,
             ray_actor_options=self.actor_options(),
         ).bind(OmegaConf.to_container(ctx.model, resolve=True), self.device, self.torch_threads,
-               asdict(self.options), tuple(ctx.warmup_batch_sizes))
+               asdict(self.options), tuple(ctx.warmup_batch_sizes), batching)
         route = self.route
         self._running = True
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
         self._wait_running(self.start_timeout_s)
-        url = f"http://{ctx.client_host}:{port}{route}"
-        log.info("%s: Ray Serve app %s running at %s", ctx.name, self.app_name, url)
+        urls = {"http": f"http://{ctx.client_host}:{port}{route}"}
+        if grpc_port is not None:
+            urls["grpc"] = f"{ctx.client_host}:{grpc_port}"
+        log.info("%s: Ray Serve app %s running at %s", ctx.name, self.app_name, urls)
         info = serve.get_app_handle(self.app_name).info.remote().result(timeout_s=ctx.request_timeout_s)
         params, metrics = self._start_facts(info)
         where = self._replica_locations(ctx.start_timeout_s)
         params.update(server_node_id=",".join(sorted({w["node_id"] for w in where})),
-                      server_hostname=",".join(sorted({w["hostname"] for w in where})))
+                      server_hostname=",".join(sorted({w["hostname"] for w in where})), **self.batching_params())
         return ServerHandle(
             server_mode="ray_serve",
-            urls={"http": url},
+            urls=urls,
             params=params,
             startup_s=time.monotonic() - started,
             metrics=metrics,
@@ -175,5 +219,18 @@ class RayServeTorchBackend(Backend):
             serve.delete(self.app_name)
         return {}
 
+    def batching_params(self) -> dict[str, Any]:
+        """Server-side batching in the terms both servers share (see TritonBackend.batching_params)."""
+        on = self.batching
+        return {"server_batching": on, "server_instances": self.num_replicas,
+                "server_max_batch_size": self.max_batch_size if on else 0,
+                "server_batch_wait_ms": self.batch_wait_timeout_s * 1000 if on else 0.0,
+                "server_preferred_batch_sizes": ""}
+
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
-        return self._spec(CLIENTS[protocol], handle.urls[protocol], self.context.model.name, input_format, batch_size)
+        if protocol not in handle.urls:
+            raise RuntimeError("Ray Serve on this cluster was started without tierbench's gRPC servicer; restart "
+                               f"Serve (serve.shutdown()) so it starts with {GRPC_SERVICER}")
+        # gRPC routes by application name (metadata), HTTP by route prefix.
+        name = self.app_name if protocol == "grpc" else self.context.model.name
+        return self._spec(CLIENTS[protocol], handle.urls[protocol], name, input_format, batch_size)

@@ -1,9 +1,12 @@
 """Triton serving the model as ONNX: ONNX Runtime with the CUDA EP (`triton_onnx`) or the TensorRT EP
-(`triton_trt`), over HTTP and gRPC, from a `TritonServerHost` actor on the tier's node."""
+(`triton_trt`), over HTTP and gRPC (optionally with shared-memory tensors), from a `TritonServerHost` actor on
+the tier's node. Tensor input goes to the classifier; JPEG input to the `<model>_jpeg` ensemble, which
+decodes and preprocesses on the server (`serving.triton.ensemble`)."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ from omegaconf import OmegaConf
 
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.protocols import parse_protocol
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +22,7 @@ CLIENTS = {
     "http": "serving.clients.triton_http.TritonHttpClient",
     "grpc": "serving.clients.triton_grpc.TritonGrpcClient",
 }
+INPUT_FORMATS = ("tensor", "jpeg")
 PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
                   "tensorrt": "TensorrtExecutionProvider"}
 
@@ -26,7 +31,9 @@ class TritonBackend(Backend):
     def __init__(self, context: BackendContext, accelerator: str = "cuda", instance_count: int = 1,
                  ort_threads: int | None = None, fp16: bool = False, engine_cache: bool = True,
                  engine_cache_dir: str | None = None, trt_opt_batch_size: int | None = None,
-                 num_gpus: float = 0.5, warmup: bool = True, start_timeout_s: float | None = None) -> None:
+                 num_gpus: float = 0.5, warmup: bool = True, start_timeout_s: float | None = None,
+                 dynamic_batching: bool = False, max_queue_delay_us: int = 0,
+                 preferred_batch_sizes: list[int] | None = None, preprocess_instance_count: int | None = None) -> None:
         super().__init__(context)
         if accelerator not in PROVIDER_NAMES:
             raise ValueError(f"backends.{context.name}.accelerator={accelerator!r} is not allowed: choose from "
@@ -45,7 +52,36 @@ class TritonBackend(Backend):
         self.warmup = warmup
         # A first TensorRT engine build (no cache yet) happens before "ready" and can take minutes.
         self.start_timeout_s = start_timeout_s or context.start_timeout_s
+        self.dynamic_batching = dynamic_batching
+        self.max_queue_delay_us = max_queue_delay_us
+        self.preferred_batch_sizes = list(preferred_batch_sizes or [])
+        self.preprocess_instance_count = preprocess_instance_count
         self._actor = None
+
+    @classmethod
+    def check_settings(cls, name: str, settings: dict[str, Any], model: Any) -> list[str]:
+        problems = super().check_settings(name, settings, model)
+        for key in ("instance_count", "preprocess_instance_count"):
+            value = settings.get(key)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                problems.append(f"backends.{name}.{key}={value!r}: must be a positive integer"
+                                + (" (or null: one per core)" if key.startswith("preprocess") else ""))
+        delay = settings.get("max_queue_delay_us", 0)
+        if not isinstance(delay, int) or delay < 0:
+            problems.append(f"backends.{name}.max_queue_delay_us={delay!r}: must be an integer >= 0 (microseconds)")
+        for size in settings.get("preferred_batch_sizes") or []:
+            if not isinstance(size, int) or not 0 < size <= model.max_batch_size:
+                problems.append(f"backends.{name}.preferred_batch_sizes has {size!r}: each must be in "
+                                f"1..model.max_batch_size={model.max_batch_size}")
+        if not settings.get("dynamic_batching") and (settings.get("preferred_batch_sizes")
+                                                    or settings.get("max_queue_delay_us")):
+            problems.append(f"backends.{name}: max_queue_delay_us / preferred_batch_sizes only apply with "
+                            "dynamic_batching=true; set it, or remove them")
+        return problems
+
+    @property
+    def numerics(self) -> str:
+        return "fp16" if self.fp16 else "fp32"
 
     @property
     def accelerator(self) -> str:
@@ -72,7 +108,9 @@ class TritonBackend(Backend):
                 "engine_cache": self.engine_cache and self.accelerator == "tensorrt",
                 "engine_cache_dir": self.engine_cache_dir,
                 "trt_profile": list(self.trt_profile()) if self.accelerator == "tensorrt" else None,
-                "warmup_batch_sizes": list(self.context.warmup_batch_sizes) if self.warmup else []}
+                "warmup_batch_sizes": list(self.context.warmup_batch_sizes) if self.warmup else [],
+                "dynamic_batching": self.dynamic_batching, "max_queue_delay_us": self.max_queue_delay_us,
+                "preferred_batch_sizes": list(self.preferred_batch_sizes)}
 
     def actor_options(self) -> dict[str, Any]:
         """Ray options for the host actor: on the tier's node, holding a GPU fraction where Ray has GPUs (Ray then
@@ -84,8 +122,11 @@ class TritonBackend(Backend):
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         node = self.context.node
-        if protocol not in CLIENTS:
+        wire, shared_memory = parse_protocol(protocol)
+        if wire not in CLIENTS:
             return f"Triton has no {protocol!r} client here (supported: {sorted(CLIENTS)})"
+        if shared_memory == "cuda" and not node.has_gpu:
+            return f"CUDA shared memory needs an NVIDIA GPU; node {node.hostname} has none ({node.gpu_name})"
         if self.accelerator == "tensorrt" and not node.has_gpu:
             return (f"the TensorRT execution provider needs an NVIDIA GPU; node {node.hostname} has none "
                     f"({node.gpu_name})")
@@ -97,9 +138,8 @@ class TritonBackend(Backend):
             return (f"ONNX Runtime's TensorRT provider on node {node.hostname} cannot load "
                     f"{', '.join(node.trt_missing_libs)}: install tierbench[gpu] there (TensorRT 10 for CUDA 13), "
                     "or run NVIDIA's Triton container")
-        if input_format != "tensor":
-            return ("Triton receives float32 tensors only: server-side JPEG decoding (a preprocessing "
-                    "ensemble) is not built yet")
+        if input_format not in INPUT_FORMATS:
+            return f"input format {input_format!r} not accepted (supported: {list(INPUT_FORMATS)})"
         return None
 
     def start(self) -> ServerHandle:
@@ -112,7 +152,8 @@ class TritonBackend(Backend):
         actor_cls = ray.remote(TritonServerHost).options(**self.actor_options())
         self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text,
                                        self.variant_settings(), ctx.triton_server, ctx.host,
-                                       str(Path(ctx.model_repository).resolve()))
+                                       str(Path(ctx.model_repository).resolve()), self.preprocess_instance_count,
+                                       "jpeg" in ctx.input_formats)
         try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
             ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
         except ray.exceptions.GetTimeoutError as exc:
@@ -131,7 +172,7 @@ class TritonBackend(Backend):
             params=params,
             startup_s=info["startup_s"],
             metrics=metrics,
-            artifacts={"config.pbtxt": info["config_pbtxt"]},
+            artifacts=info["configs"],
             node_id=info.get("node_id"),
             gpu_ids=tuple(info.get("gpu_ids") or ()),
         )
@@ -146,6 +187,7 @@ class TritonBackend(Backend):
                                   "instance_count": self.instance_count,
                                   "onnx_max_abs_diff": info["export"]["max_abs_diff"],
                                   "server_node_id": info["node_id"], "server_hostname": info["hostname"],
+                                  "preprocess_instances": info["preprocess_instances"], **self.batching_params(),
                                   "server_warmup_batch_sizes": ",".join(str(b) for b in
                                                                         self.variant_settings()["warmup_batch_sizes"])}
         metrics = {"server_ready_s": float(info["ready_s"])}
@@ -163,6 +205,13 @@ class TritonBackend(Backend):
             elif cache["status"] == "hit":
                 metrics["trt_engine_load_s"] = float(info["ready_s"])
         return params, metrics
+    def batching_params(self) -> dict[str, Any]:
+        """Server-side batching in the terms both servers share (see RayServeTorchBackend.batching_params)."""
+        on = self.dynamic_batching
+        return {"server_batching": on, "server_instances": self.instance_count,
+                "server_max_batch_size": int(self.context.model.max_batch_size) if on else 0,
+                "server_batch_wait_ms": self.max_queue_delay_us / 1000 if on else 0.0,
+                "server_preferred_batch_sizes": ",".join(map(str, self.preferred_batch_sizes)) if on else ""}
 
     def stop(self) -> dict[str, str]:
         import ray
@@ -190,4 +239,11 @@ class TritonBackend(Backend):
         return breakdown(before, after)
 
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
-        return self._spec(CLIENTS[protocol], handle.urls[protocol], self.context.model.name, input_format, batch_size)
+        from serving.triton.ensemble import JPEG_INPUT, ensemble_model_name
+
+        wire, shared_memory = parse_protocol(protocol)
+        name = self.context.model.name
+        spec = self._spec(CLIENTS[wire], handle.urls[wire], name, input_format, batch_size)
+        if input_format == "jpeg":
+            spec = replace(spec, model_name=ensemble_model_name(name), input_name=JPEG_INPUT)
+        return replace(spec, shared_memory=shared_memory)

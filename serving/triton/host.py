@@ -24,11 +24,13 @@ from omegaconf import OmegaConf
 
 from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files, runtime_tag
 from serving.export import ensure_onnx
+from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import find_installation
-from serving.triton.repository import TritonVariant, render_repository
+from serving.triton.repository import TritonVariant, read_config, render_repository
 from serving.triton.server import TritonServer
 
 log = logging.getLogger(__name__)
+MAX_DEFAULT_PREPROCESS_INSTANCES = 8
 
 
 def _node_model_repository(preferred: str) -> Path:
@@ -63,10 +65,15 @@ def _gpu_name(gpu_ids: list[int]) -> str:
 
 class TritonServerHost:
     def __init__(self, model: dict[str, Any], config_text: str, variant: dict[str, Any], preference: str,
-                 host: str, model_repository: str) -> None:
+                 host: str, model_repository: str, preprocess_instances: int | None = None,
+                 jpeg_ensemble: bool = True) -> None:
         self.model = OmegaConf.create(model)
         self.config_text = config_text
         self.variant_settings = variant
+        # JPEG decoding runs one request per Python-backend instance: by default one per core of this node (up
+        # to MAX_DEFAULT_PREPROCESS_INSTANCES processes).
+        self.preprocess_instances = preprocess_instances or min(os.cpu_count() or 1, MAX_DEFAULT_PREPROCESS_INSTANCES)
+        self.jpeg_ensemble = jpeg_ensemble
         self.preference = preference
         self.host = host
         self.model_repository = model_repository
@@ -92,6 +99,7 @@ class TritonServerHost:
         gpu_name = _gpu_name(gpu_ids)
         settings["trt_profile"] = tuple(settings["trt_profile"]) if settings.get("trt_profile") else None
         settings["warmup_batch_sizes"] = tuple(settings.get("warmup_batch_sizes") or ())
+        settings["preferred_batch_sizes"] = tuple(settings.get("preferred_batch_sizes") or ())
         cache_dir = None
         if settings["accelerator"] == "tensorrt" and use_cache:
             key = engine_cache_key(runtime_tag(installation.kind), settings.get("fp16", False),
@@ -103,7 +111,11 @@ class TritonServerHost:
         variant = TritonVariant(server_kind=installation.kind, **settings)
         repository = render_repository(self.config_text, Path(export.onnx_path), self.work_dir / "repository",
                                        variant)
-        self.server = TritonServer(installation, repository, self.model.name, self.work_dir / "tritonserver.log",
+        models = [self.model.name]
+        if self.jpeg_ensemble:  # JPEG input: the preprocess model and the ensemble chaining it to the classifier
+            classifier = read_config(repository / self.model.name / "config.pbtxt")
+            models += render_jpeg_ensemble(classifier, repository, self.preprocess_instances)
+        self.server = TritonServer(installation, repository, models, self.work_dir / "tritonserver.log",
                                    host=self.host)
         with _cache_lock(cache_dir):  # one engine build per cache folder at a time (several tiers, one node)
             before = engine_files(cache_dir) if cache_dir else {}
@@ -111,13 +123,17 @@ class TritonServerHost:
             endpoints = self.server.start(timeout_s)  # ready only after the warm-up requests ran (model_warmup)
             ready_s = time.monotonic() - server_started
             after = engine_files(cache_dir) if cache_dir else {}
+        configs = {"config.pbtxt" if name == self.model.name else f"{name}.config.pbtxt":
+                   (repository / name / "config.pbtxt").read_text() for name in models}
         info: dict[str, Any] = {
             "endpoints": asdict(endpoints),
             "server_mode": installation.server_mode,
             "export": asdict(export),
             "startup_s": time.monotonic() - started,
             "ready_s": ready_s,
-            "config_pbtxt": (repository / self.model.name / "config.pbtxt").read_text(),
+            "preprocess_instances": self.preprocess_instances if self.jpeg_ensemble else 0,
+            "config_pbtxt": configs["config.pbtxt"],
+            "configs": configs,
             "node_id": ray.get_runtime_context().get_node_id(),
             "gpu_ids": gpu_ids,
             "gpu_name": gpu_name,

@@ -3,8 +3,8 @@
 `model_repository/<model>/config.pbtxt` is the canonical config for NVIDIA's container (native ONNX Runtime
 backend, `platform: "onnxruntime_onnx"`). A server start renders a copy for its variant: the execution
 accelerator (CPU, CUDA EP, TensorRT EP) and instance count, or, for the server bundled in nvidia-pytriton,
-the same ONNX file behind the Python backend running ONNX Runtime. Configs are edited as protobuf
-(`text_format`), never as string templates.
+the same ONNX file behind the Python backend running ONNX Runtime; either way with or without Triton's
+dynamic batcher. Configs are edited as protobuf (`text_format`), never as string templates.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ class TritonVariant:
     # Triton runs one zero-filled request per batch size before it reports the model ready, so engine builds,
     # cuDNN algorithm searches and lazy allocations happen before any measurement.
     warmup_batch_sizes: tuple[int, ...] = ()
+    # Triton's dynamic batcher: merges queued requests into one model execution (off: one request, one run).
+    dynamic_batching: bool = False
+    max_queue_delay_us: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
 
 
 def read_config(path: Path) -> mc.ModelConfig:
@@ -75,6 +79,11 @@ def _tensorrt_options(config: mc.ModelConfig, variant: TritonVariant) -> dict[st
     if variant.trt_profile:
         options.update(_profile_shapes(config, variant.trt_profile))
     return options
+def _batching(config: mc.ModelConfig, variant: TritonVariant) -> None:
+    if not variant.dynamic_batching:
+        return
+    config.dynamic_batching.max_queue_delay_microseconds = int(variant.max_queue_delay_us)
+    config.dynamic_batching.preferred_batch_size.extend(int(n) for n in variant.preferred_batch_sizes)
 
 
 def _native(config: mc.ModelConfig, variant: TritonVariant) -> None:
@@ -130,6 +139,7 @@ def render_repository(config_text: str, onnx_path: Path, dest: Path, variant: Tr
     config = text_format.Parse(config_text, mc.ModelConfig())
     model_name = config.name
     config.ClearField("instance_group")
+    _batching(config, variant)
     version_dir = dest / model_name / "1"
     if version_dir.parent.exists():
         shutil.rmtree(version_dir.parent)

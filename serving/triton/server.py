@@ -1,11 +1,13 @@
-"""One `tritonserver` process: render its repository, start it on free ports, wait until the model is ready,
-stop it (always), keep its log."""
+"""One `tritonserver` process: start it on free ports, wait until its models are ready, stop it (always), keep
+its log."""
 
 from __future__ import annotations
 
 import logging
 import subprocess
 import urllib.request
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,25 +38,31 @@ class TritonEndpoints:
 
 
 class TritonServer:
-    """A Triton process serving one model from a rendered repository."""
+    """A Triton process serving models from a rendered repository (the classifier first, then e.g. its JPEG
+    ensemble)."""
 
-    def __init__(self, installation: TritonInstallation, repository: Path, model_name: str, log_path: Path,
-                 host: str = "127.0.0.1") -> None:
+    def __init__(self, installation: TritonInstallation, repository: Path, model_names: str | Sequence[str],
+                 log_path: Path, host: str = "127.0.0.1") -> None:
         self.installation = installation
         self.repository = repository
-        self.model_name = model_name
+        self.model_names = [model_names] if isinstance(model_names, str) else list(model_names)
+        self.model_name = self.model_names[0]
         self.log_path = log_path
         self.host = host
         self.process: subprocess.Popen | None = None
         self.endpoints: TritonEndpoints | None = None
+        # The Python backend's stubs talk to the server through /dev/shm regions it removes only on a clean
+        # exit; a known prefix lets `stop` remove them when the exit timeout cut the unload short.
+        self.shm_prefix = f"tierbench_pb_{uuid.uuid4().hex[:12]}_"
 
     def command(self, endpoints: TritonEndpoints) -> list[str]:
         return [
             str(self.installation.binary),
             f"--model-repository={self.repository}",
             f"--backend-directory={self.installation.backend_directory}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             "--model-control-mode=explicit",
-            f"--load-model={self.model_name}",
+            *(f"--load-model={name}" for name in self.model_names),
             f"--http-address={endpoints.host}",
             f"--http-port={endpoints.http_port}",
             f"--grpc-address={endpoints.host}",
@@ -86,12 +94,15 @@ class TritonServer:
 
     def _model_ready(self) -> bool:
         assert self.endpoints is not None
-        url = f"http://{self.endpoints.http_url}/v2/models/{self.model_name}/ready"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
+        for name in self.model_names:
+            url = f"http://{self.endpoints.http_url}/v2/models/{name}/ready"
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status != 200:
+                        return False
+            except OSError:
+                return False
+        return True
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -100,5 +111,7 @@ class TritonServer:
         if self.process is None:
             return None
         code = stop_process_group(self.process, timeout_s)
+        for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+            region.unlink(missing_ok=True)
         log.info("tritonserver stopped (exit %s)", code)
         return code

@@ -77,10 +77,14 @@ class TritonPythonModel:
                 "(onnxruntime-gpu with CUDA 13, TensorRT 10 for CUDA 13), or serve from NVIDIA's Triton container.")
 
     def execute(self, requests: list) -> list:
-        responses = []
-        for request in requests:
-            batch = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
-            (logits,) = self.session.run([self.output_name], {self.input_name: batch})
-            out = pb_utils.Tensor(self.output_name, np.ascontiguousarray(logits, dtype=np.float32))
+        # With the dynamic batcher on, several requests arrive at once: one ONNX Runtime run for all of them.
+        batches = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
+        merged = batches[0] if len(batches) == 1 else np.concatenate(batches)
+        (logits,) = self.session.run([self.output_name], {self.input_name: merged})
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
+        responses, start = [], 0
+        for batch in batches:
+            out = pb_utils.Tensor(self.output_name, logits[start:start + len(batch)])
             responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+            start += len(batch)
         return responses

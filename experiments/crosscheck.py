@@ -1,0 +1,157 @@
+"""Cross-backend validation: a speed figure means nothing if the fast backend computes something else.
+
+Before a server group is measured, the same inputs go through every (protocol, input format) path its trials
+use (one request of `crosscheck.images` images each, the very payload the load generator sends) and the
+logits are compared with the PyTorch reference: the seeded model (`serving.models`) in float32 on the CPU,
+fed the same tensor or the same JPEGs preprocessed by `serving.images`. The figures (worst path) go on every
+trial of the group as `validation_top1_agreement` and `validation_max_abs_diff`; beyond the tolerance for
+the backend's arithmetic (`crosscheck.tolerances.<fp32|fp16>`) the group is not measured: its trials fail
+with the figures as the reason.
+
+The requests run in a Ray task on the tier's node, where the client actors run (shared-memory paths need it);
+the reference runs in the driver, once per (model, input format, images) for the whole sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from serving.backend import Backend, ServerHandle
+from serving.clients.base import ClientSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PathCheck:
+    protocol: str
+    input_format: str
+    top1_agreement: float
+    max_abs_diff: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.protocol}/{self.input_format}"
+
+
+@dataclass
+class CrosscheckResult:
+    numerics: str  # fp32 | fp16: which tolerance applies
+    max_abs_diff_allowed: float
+    min_top1_agreement: float
+    images: int
+    paths: list[PathCheck] = field(default_factory=list)
+
+    @property
+    def top1_agreement(self) -> float:
+        return min(p.top1_agreement for p in self.paths)
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max(p.max_abs_diff for p in self.paths)
+
+    @property
+    def passed(self) -> bool:
+        return self.top1_agreement >= self.min_top1_agreement and self.max_abs_diff <= self.max_abs_diff_allowed
+
+    def metrics(self) -> dict[str, float]:
+        return {"validation_top1_agreement": self.top1_agreement, "validation_max_abs_diff": self.max_abs_diff}
+
+    def reason(self) -> str:
+        worst = max(self.paths, key=lambda p: (p.max_abs_diff, -p.top1_agreement))
+        return (f"validation failed: outputs differ from the PyTorch reference on {self.images} images beyond the "
+                f"{self.numerics} tolerance: top-1 agreement {self.top1_agreement:.3f} (need >= "
+                f"{self.min_top1_agreement}), max |logit diff| {self.max_abs_diff:.4g} (allowed "
+                f"{self.max_abs_diff_allowed}); worst path {worst.name}. Paths: "
+                + ", ".join(f"{p.name} top1 {p.top1_agreement:.3f} diff {p.max_abs_diff:.4g}" for p in self.paths))
+
+
+def compare(reference: np.ndarray, actual: np.ndarray) -> tuple[float, float]:
+    """(top-1 agreement, max absolute logit difference) of two [N, classes] arrays."""
+    if reference.shape != actual.shape:
+        raise ValueError(f"the server returned logits of shape {actual.shape}, the reference {reference.shape}")
+    agreement = float(np.mean(reference.argmax(axis=1) == actual.argmax(axis=1)))
+    return agreement, float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64))))
+
+
+def reference_logits(model_cfg: Any, spec: ClientSpec, model: Any = None) -> np.ndarray:
+    """What the seeded PyTorch model (float32, CPU) returns for the payload a client of `spec` sends."""
+    import torch
+
+    from serving.clients.base import jpeg_batch, tensor_batch
+    from serving.images import decode_and_preprocess
+    from serving.models import build_model
+
+    if spec.input_format == "jpeg":
+        batch = decode_and_preprocess(jpeg_batch(spec), crop=int(model_cfg.input_shape[-1]))
+    else:
+        batch = tensor_batch(spec)
+    model = model if model is not None else build_model(model_cfg)
+    with torch.inference_mode():
+        return model(torch.from_numpy(batch)).float().numpy()
+
+
+async def _server_logits(spec: ClientSpec) -> np.ndarray:
+    from serving.clients.base import load_client
+
+    client = load_client(spec)
+    await client.open()
+    try:
+        return await client.predict()
+    finally:
+        await client.close()
+
+
+def server_logits_on_node(specs: list[ClientSpec]) -> list[np.ndarray]:
+    """Runs on the tier node: one request per path, its logits."""
+    return [asyncio.run(_server_logits(spec)) for spec in specs]
+
+
+@lru_cache(maxsize=16)
+def _cached_reference(model_json: str, spec: ClientSpec) -> np.ndarray:
+    from omegaconf import OmegaConf
+
+    return reference_logits(OmegaConf.create(json.loads(model_json)), spec)
+
+
+def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: list[Any],
+                     ray_options: dict[str, Any]) -> CrosscheckResult | None:
+    """Check every (protocol, input format) of `trials` against the reference; None when disabled."""
+    import ray
+    from omegaconf import OmegaConf
+
+    check_cfg = cfg.crosscheck
+    if not check_cfg.enabled or not trials:
+        return None
+    images = min(int(check_cfg.images), int(cfg.model.max_batch_size))
+    paths = sorted({(t.protocol, t.input_format) for t in trials})
+    timeout_s = float(cfg.experiment.request_timeout_s)
+    specs = [(protocol, replace(backend.client_spec(handle, protocol, fmt, images), timeout_s=timeout_s))
+             for protocol, fmt in paths]
+    tolerance = check_cfg.tolerances[backend.numerics]
+    task = ray.remote(server_logits_on_node).options(num_cpus=0, **ray_options)
+    pending = task.remote([spec for _, spec in specs])
+    model_json = json.dumps(OmegaConf.to_container(cfg.model, resolve=True), sort_keys=True)
+    # The payload depends on the input format and batch size only, not on the path's URL or protocol.
+    references = [_cached_reference(model_json, replace(spec, target="", url="", model_name="", input_name="",
+                                                        shared_memory="none", timeout_s=0.0))
+                  for _, spec in specs]
+    try:
+        actual = ray.get(pending, timeout=timeout_s * (len(specs) + 1) + 120)
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+        raise RuntimeError(f"validation request failed: {type(cause).__name__}: {cause}") from None
+    checks = [PathCheck(protocol, spec.input_format, *compare(reference, logits))
+              for (protocol, spec), reference, logits in zip(specs, references, actual, strict=True)]
+    result = CrosscheckResult(backend.numerics, float(tolerance.max_abs_diff), float(tolerance.min_top1_agreement),
+                              images, checks)
+    log.info("%s: validation against the PyTorch reference: top-1 agreement %.3f, max |diff| %.3g (%s)",
+             backend.context.name, result.top1_agreement, result.max_abs_diff, "ok" if result.passed else "FAILED")
+    return result

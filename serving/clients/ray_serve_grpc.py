@@ -1,0 +1,55 @@
+"""Ray Serve's gRPC ingress (`grpc.aio`): JPEG files or a raw float32 tensor, one request per batch.
+
+The service is `tierbench.ImageClassifier/Classify` (serving/ray_serve/proto/classifier.proto); Serve's proxy
+routes a call to the application named in the `application` metadata, here `spec.model_name`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
+from serving.clients.ray_serve_http import server_time_ms
+
+
+def build_request(spec: ClientSpec):
+    from serving.ray_serve.proto import classifier_pb2
+
+    if spec.input_format == "jpeg":
+        return classifier_pb2.ClassifyRequest(jpegs=jpeg_batch(spec))
+    if spec.input_format == "tensor":
+        batch = tensor_batch(spec)
+        return classifier_pb2.ClassifyRequest(tensor=batch.tobytes(), shape=list(batch.shape))
+    raise ValueError(f"RayServeGrpcClient: input format {spec.input_format!r} (use tensor or jpeg)")
+
+
+class RayServeGrpcClient(InferenceClient):
+    def __init__(self, spec: ClientSpec) -> None:
+        super().__init__(spec)
+        self._request = build_request(spec)
+        self._payload_bytes = sum(map(len, self._request.jpegs)) or len(self._request.tensor)
+        self._metadata = (("application", spec.model_name),)
+        self._channel = None
+
+    @property
+    def payload_bytes(self) -> int:
+        return self._payload_bytes
+
+    async def open(self) -> None:
+        import grpc
+
+        from serving.ray_serve.proto import classifier_pb2_grpc
+
+        self._channel = grpc.aio.insecure_channel(self.spec.url, options=[("grpc.max_receive_message_length", -1),
+                                                                          ("grpc.max_send_message_length", -1)])
+        self._classify = classifier_pb2_grpc.ImageClassifierStub(self._channel).Classify
+
+    async def call(self) -> tuple[np.ndarray, float | None]:
+        reply = await self._classify(self._request, metadata=self._metadata, timeout=self.spec.timeout_s)
+        logits = np.frombuffer(reply.logits, dtype=np.float32).reshape(tuple(reply.shape))
+        return logits, server_time_ms(reply.server_timing)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None

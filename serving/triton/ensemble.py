@@ -1,0 +1,80 @@
+"""Server-side JPEG input for Triton: a Python-backend preprocess model chained to the classifier by an ensemble.
+
+`<model>_jpeg` (platform `ensemble`) takes a BYTES input `jpeg` of dims [1] (a request carries [B, 1]: one
+encoded image per row, any lengths) and returns the classifier's `logits`. Its first step,
+`<model>_preprocess`, runs `serving/images.py` (copied next to its model.py) on the Python backend; the second
+is the classifier itself, whatever backend serves it (Python backend + ONNX Runtime in the bundled server,
+native ONNX Runtime / TensorRT in NVIDIA's container). Triton requires the ensemble's `max_batch_size` not to
+exceed its members', and an (empty) version folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from serving.triton.repository import write_config
+
+JPEG_INPUT = "jpeg"
+PREPROCESSED = "preprocessed"
+PREPROCESS_MODEL_FILE = Path(__file__).parent / "python_backend" / "preprocess.py"
+IMAGES_MODULE = Path(__file__).parents[1] / "images.py"
+IMAGES_MODULE_COPY = "tierbench_images.py"
+
+
+def preprocess_model_name(model_name: str) -> str:
+    return f"{model_name}_preprocess"
+
+
+def ensemble_model_name(model_name: str) -> str:
+    return f"{model_name}_jpeg"
+
+
+def _fresh_version_dir(dest: Path, name: str) -> Path:
+    if (dest / name).exists():
+        shutil.rmtree(dest / name)
+    version_dir = dest / name / "1"
+    version_dir.mkdir(parents=True)
+    return version_dir
+
+
+def _preprocess_config(classifier: mc.ModelConfig, instance_count: int) -> mc.ModelConfig:
+    image_input = classifier.input[0]
+    config = mc.ModelConfig(name=preprocess_model_name(classifier.name), backend="python",
+                            max_batch_size=classifier.max_batch_size)
+    config.input.add(name=JPEG_INPUT, data_type=mc.TYPE_STRING, dims=[1])
+    config.output.add(name=image_input.name, data_type=image_input.data_type, dims=list(image_input.dims))
+    config.instance_group.add(count=instance_count, kind=mc.ModelInstanceGroup.KIND_CPU)
+    return config
+
+
+def _ensemble_config(classifier: mc.ModelConfig) -> mc.ModelConfig:
+    image_input, logits = classifier.input[0], classifier.output[0]
+    config = mc.ModelConfig(name=ensemble_model_name(classifier.name), platform="ensemble",
+                            max_batch_size=classifier.max_batch_size)
+    config.input.add(name=JPEG_INPUT, data_type=mc.TYPE_STRING, dims=[1])
+    config.output.add(name=logits.name, data_type=logits.data_type, dims=list(logits.dims))
+    preprocess = config.ensemble_scheduling.step.add(model_name=preprocess_model_name(classifier.name),
+                                                      model_version=-1)
+    preprocess.input_map[JPEG_INPUT] = JPEG_INPUT
+    preprocess.output_map[image_input.name] = PREPROCESSED
+    classify = config.ensemble_scheduling.step.add(model_name=classifier.name, model_version=-1)
+    classify.input_map[image_input.name] = PREPROCESSED
+    classify.output_map[logits.name] = logits.name
+    return config
+
+
+def render_jpeg_ensemble(classifier: mc.ModelConfig, dest: Path, preprocess_instances: int) -> list[str]:
+    """Write `<model>_preprocess/` and `<model>_jpeg/` into the repository `dest`; returns their names."""
+    preprocess = _preprocess_config(classifier, preprocess_instances)
+    version_dir = _fresh_version_dir(dest, preprocess.name)
+    shutil.copy(PREPROCESS_MODEL_FILE, version_dir / "model.py")
+    shutil.copy(IMAGES_MODULE, version_dir / IMAGES_MODULE_COPY)
+    write_config(preprocess, dest / preprocess.name / "config.pbtxt")
+
+    ensemble = _ensemble_config(classifier)
+    _fresh_version_dir(dest, ensemble.name)
+    write_config(ensemble, dest / ensemble.name / "config.pbtxt")
+    return [preprocess.name, ensemble.name]

@@ -1,0 +1,43 @@
+"""Cross-backend validation: the comparison, the verdict and its reason, and that a wrong model is far out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiments.crosscheck import CrosscheckResult, PathCheck, compare, reference_logits
+from serving.clients.base import ClientSpec
+from tests.conftest import compose_config
+
+
+def test_compare_counts_top1_agreement_and_the_largest_difference() -> None:
+    reference = np.array([[0.0, 1.0, 0.5], [2.0, 0.0, 0.0]], dtype=np.float32)
+    actual = np.array([[0.0, 1.0, 0.6], [0.0, 0.1, 0.0]], dtype=np.float32)
+    agreement, diff = compare(reference, actual)
+    assert agreement == 0.5 and diff == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="shape"):
+        compare(reference, actual[:1])
+
+
+def test_verdict_uses_the_worst_path_and_names_the_figures() -> None:
+    result = CrosscheckResult("fp32", 0.05, 1.0, 8, [PathCheck("http", "tensor", 1.0, 1e-5),
+                                                     PathCheck("grpc", "jpeg", 0.25, 4.2)])
+    assert not result.passed
+    assert result.metrics() == {"validation_top1_agreement": 0.25, "validation_max_abs_diff": 4.2}
+    reason = result.reason()
+    assert "top-1 agreement 0.250" in reason and "4.2" in reason and "worst path grpc/jpeg" in reason
+    assert "fp32 tolerance" in reason
+    close = CrosscheckResult("fp16", 0.5, 0.75, 8, [PathCheck("http", "tensor", 0.875, 0.3)])
+    assert close.passed
+
+
+def test_a_model_with_other_weights_is_far_outside_every_tolerance() -> None:
+    cfg = compose_config()
+    spec = ClientSpec(target="", url="", model_name="resnet18", input_format="jpeg", batch_size=4,
+                      input_shape=tuple(cfg.model.input_shape), num_classes=cfg.model.num_classes)
+    same = reference_logits(cfg.model, spec)
+    other = reference_logits(compose_config(["model.seed=1"]).model, spec)
+    agreement, diff = compare(same, other)
+    loosest = cfg.crosscheck.tolerances.fp16
+    assert diff > 4 * loosest.max_abs_diff and agreement < loosest.min_top1_agreement
+    assert compare(same, reference_logits(cfg.model, spec)) == (1.0, 0.0)

@@ -1,0 +1,138 @@
+"""One preprocessing definition: the same JPEG gives the same tensor on every path that decodes it.
+
+Paths: the reference (`serving.images`, what cross-validation feeds PyTorch), Ray Serve's replica over HTTP
+and over gRPC (from the bytes each client puts on the wire), and Triton's preprocess model (the rendered copy,
+run on the BYTES tensor the Triton client writes, with a stand-in for Triton's `triton_python_backend_utils`).
+The real server's preprocess model is compared in tests/test_triton_transport.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from serving.clients.base import ClientSpec, jpeg_batch
+from serving.images import decode_and_preprocess
+from tests.conftest import REPO, compose_config
+
+SPEC = ClientSpec(target="", url="", model_name="resnet18", input_format="jpeg", batch_size=5,
+                  input_shape=(3, 224, 224), num_classes=1000)
+
+
+@pytest.fixture(scope="module")
+def reference() -> np.ndarray:
+    return decode_and_preprocess(jpeg_batch(SPEC))
+
+
+def _fake_pb_utils() -> types.ModuleType:
+    """Just what the Python-backend models use, with Triton's semantics (inputs by name, tensors, responses)."""
+    pb = types.ModuleType("triton_python_backend_utils")
+
+    class Tensor:
+        def __init__(self, name: str, array: np.ndarray) -> None:
+            self.name, self.array = name, array
+
+        def as_numpy(self) -> np.ndarray:
+            return self.array
+
+    class InferenceResponse:
+        def __init__(self, output_tensors: list, error: object = None) -> None:
+            self.output_tensors, self.error = output_tensors, error
+
+    pb.Tensor = Tensor
+    pb.InferenceResponse = InferenceResponse
+    pb.TritonError = RuntimeError
+    pb.get_input_tensor_by_name = lambda request, name: Tensor(name, request[name])
+    return pb
+
+
+def _rendered_preprocess_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    from serving.triton.ensemble import preprocess_model_name, render_jpeg_ensemble
+    from serving.triton.repository import read_config
+
+    classifier = read_config(REPO / "model_repository" / "resnet18" / "config.pbtxt")
+    render_jpeg_ensemble(classifier, tmp_path, preprocess_instances=1)
+    version_dir = tmp_path / preprocess_model_name("resnet18") / "1"
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
+    spec = importlib.util.spec_from_file_location("rendered_preprocess_model", version_dir / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.TritonPythonModel()
+    config = (tmp_path / preprocess_model_name("resnet18") / "config.pbtxt").read_text()
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    model_config = json_format.MessageToJson(text_format.Parse(config, mc.ModelConfig()),
+                                             preserving_proto_field_name=True)
+    model.initialize({"model_config": model_config})
+    return model
+
+
+def test_triton_preprocess_model_runs_the_same_code_on_the_wire_bytes(tmp_path, monkeypatch, reference) -> None:
+    model = _rendered_preprocess_model(tmp_path, monkeypatch)
+    copied = tmp_path / "resnet18_preprocess" / "1" / "tierbench_images.py"
+    assert copied.read_bytes() == (REPO / "serving" / "images.py").read_bytes()
+
+    # The BYTES tensor the Triton client writes (into shared memory, or the body): Triton's layout, decoded
+    # by tritonclient's own deserialiser into the object array the model receives.
+    from tritonclient.utils import deserialize_bytes_tensor
+
+    from serving.clients.triton_http import TritonHttpClient
+
+    sent = deserialize_bytes_tensor(TritonHttpClient(SPEC)._raw).reshape(-1, 1)
+    (response,) = model.execute([{"jpeg": sent}])
+    assert response.error is None
+    (tensor,) = response.output_tensors
+    assert tensor.name == "input"
+    np.testing.assert_array_equal(tensor.as_numpy(), reference)
+
+
+def test_triton_preprocess_model_answers_a_bad_image_with_an_error(tmp_path, monkeypatch) -> None:
+    model = _rendered_preprocess_model(tmp_path, monkeypatch)
+    (response,) = model.execute([{"jpeg": np.array([[b"not a jpeg"]], dtype=np.object_)}])
+    assert response.error is not None and "cannot decode" in str(response.error)
+
+
+@pytest.fixture(scope="module")
+def replica() -> object:
+    from serving.ray_serve.deployment import TorchImageClassifier
+
+    model = OmegaConf.to_container(compose_config().model, resolve=True)
+    return TorchImageClassifier.func_or_class(model, "cpu", 1)
+
+
+def test_ray_serve_http_replica_decodes_the_wire_bytes_to_the_same_tensor(replica, reference) -> None:
+    from serving.clients.ray_serve_http import LENGTHS_HEADER, encode_request
+    from serving.ray_serve.deployment import split_jpegs
+
+    body, headers = encode_request(SPEC)
+    batch = asyncio.run(replica._preprocessed(split_jpegs(body, headers[LENGTHS_HEADER])))
+    np.testing.assert_array_equal(batch, reference)
+
+
+def test_ray_serve_grpc_replica_decodes_the_wire_bytes_to_the_same_tensor(replica, reference) -> None:
+    from serving.clients.ray_serve_grpc import build_request
+    from serving.ray_serve.proto import classifier_pb2
+
+    wire = build_request(SPEC).SerializeToString()
+    received = classifier_pb2.ClassifyRequest.FromString(wire)
+    batch = asyncio.run(replica._preprocessed(list(received.jpegs)))
+    np.testing.assert_array_equal(batch, reference)
+
+
+def test_payload_bytes_are_the_same_jpeg_files_for_every_client() -> None:
+    from serving.clients.ray_serve_grpc import RayServeGrpcClient
+    from serving.clients.ray_serve_http import RayServeHttpClient
+    from serving.clients.triton_grpc import TritonGrpcClient
+    from serving.clients.triton_http import TritonHttpClient
+
+    expected = sum(len(image) for image in jpeg_batch(SPEC))
+    for cls in (RayServeHttpClient, RayServeGrpcClient, TritonHttpClient, TritonGrpcClient):
+        assert cls(SPEC).payload_bytes == expected, cls.__name__
