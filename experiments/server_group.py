@@ -158,23 +158,28 @@ class ServerGroup:
         record.extra = {"slo": result.to_json()}
         return record
 
-    def _start(self, pending: list[Trial]) -> bool:
-        """Start the server; if it won't, every pending trial fails with the reason and the server log."""
-        try:
-            log.info("starting %s on %s for %d trials", self.group.variant, self.node.hostname, len(pending))
-            self.handle = self.backend.start()
-        except Exception as exc:  # noqa: BLE001 - a server that won't start fails its trials, not the sweep
-            log.error("%s did not start: %s", self.group.variant, first_line(exc))
-            logs = self._stop()
-            for trial in pending:
-                reason = f"{self.group.variant} server failed to start: {first_line(exc)}"
-                self.finish(new_record(self.cfg, trial, self.node, status=FAILED, reason=reason), logs)
-            return False
-        for name, text in self.handle.artifacts.items():
-            self.save_server_file(name, text)
-        self.telemetry = start_gpu_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
-        self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options)
-        return True
+    def _start(self, pending: list[Trial], attempts: int = 2) -> bool:
+        """Start the server and check its outputs against the reference; a server that won't start or answer
+        is tried once more (a stub can be slow to come up on a loaded node), then every pending trial fails
+        with the reason and the server log."""
+        for attempt in range(1, attempts + 1):
+            try:
+                log.info("starting %s on %s for %d trials", self.group.variant, self.node.hostname, len(pending))
+                self.handle = self.backend.start()
+                for name, text in self.handle.artifacts.items():
+                    self.save_server_file(name, text)
+                self.telemetry = start_gpu_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
+                self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options)
+                return True
+            except Exception as exc:  # noqa: BLE001 - a server that won't serve fails its trials, not the sweep
+                log.error("%s did not start or answer (attempt %d of %d): %s", self.group.variant, attempt,
+                          attempts, first_line(exc))
+                logs = self._stop()
+                if attempt == attempts:
+                    for trial in pending:
+                        reason = f"{self.group.variant} server failed to start: {first_line(exc)}"
+                        self.finish(new_record(self.cfg, trial, self.node, status=FAILED, reason=reason), logs)
+        return False
 
     def _stop(self) -> dict[str, str]:
         """Stop the server (idempotent); its logs are saved with the group and returned."""

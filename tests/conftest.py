@@ -73,30 +73,6 @@ def wait_for_no_new_processes(before: set[int], timeout_s: float = 30) -> set[in
         time.sleep(0.5)
 
 
-def processes_with_env(marker: str) -> dict[int, str]:
-    """Processes whose environment holds `marker` (pass it to what a test starts: children inherit it), with
-    their command lines: what a test started, and nothing of anybody else's."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if marker.encode() in (proc / "environ").read_bytes():
-                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
-
-
-def wait_for_no_marked_processes(marker: str, timeout_s: float = 30) -> dict[int, str]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = processes_with_env(marker)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.5)
-
-
 @pytest.fixture
 def tracking_store(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"

@@ -34,6 +34,14 @@ def owned_processes(token: str) -> set[int]:
     return pids
 
 
+def wait_until_gone(token: str, timeout_s: float = 30) -> set[int]:
+    """Wait up to `timeout_s` for the processes carrying `token` to end; those still running."""
+    deadline = time.monotonic() + timeout_s
+    while (left := owned_processes(token)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
 @contextmanager
 def owned_environment(timeout_s: float = 30) -> Iterator[str]:
     """Mark the environment; on exit, wait up to `timeout_s` for every marked process to end, else fail."""
@@ -41,7 +49,5 @@ def owned_environment(timeout_s: float = 30) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(TOKEN_VARIABLE, token)
         yield token
-    deadline = time.monotonic() + timeout_s
-    while (left := owned_processes(token)) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    left = wait_until_gone(token, timeout_s)
     assert not left, f"processes this test started are still running: {sorted(left)}"

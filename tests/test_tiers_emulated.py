@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, compose_config, wait_for_no_marked_processes
+from tests.conftest import REPO, compose_config
+from tests.ownership import TOKEN_VARIABLE as MARK_VAR
+from tests.ownership import wait_until_gone as wait_for_no_marked_processes
 
 pytestmark = pytest.mark.slow
 
-MARK_VAR = "TIERBENCH_TEST_MARK"
 TINY = ["experiment.protocols=[http]", "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
         "experiment.warmup_s=0.3", "experiment.warmup_requests=2"]
 
