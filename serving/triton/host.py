@@ -95,7 +95,10 @@ class TritonServerHost:
         settings = dict(self.variant_settings)
         cache_root = settings.pop("engine_cache_dir", None)
         use_cache = settings.pop("engine_cache", False)
-        gpu_ids = [int(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+        # Outside Ray (e.g. a test hosting the server itself) there is no placement to ask about: asking would
+        # start a Ray.
+        in_ray = ray.is_initialized()
+        gpu_ids = [int(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])] if in_ray else []
         gpu_name = _gpu_name(gpu_ids)
         settings["trt_profile"] = tuple(settings["trt_profile"]) if settings.get("trt_profile") else None
         settings["warmup_batch_sizes"] = tuple(settings.get("warmup_batch_sizes") or ())
@@ -134,7 +137,7 @@ class TritonServerHost:
             "preprocess_instances": self.preprocess_instances if self.jpeg_ensemble else 0,
             "config_pbtxt": configs["config.pbtxt"],
             "configs": configs,
-            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_id": ray.get_runtime_context().get_node_id() if in_ray else None,
             "gpu_ids": gpu_ids,
             "gpu_name": gpu_name,
             "hostname": socket.gethostname(),
