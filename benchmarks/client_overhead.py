@@ -110,7 +110,7 @@ def main() -> None:
             backend.stop()
     columns = ["protocol", "concurrency", "tierbench_infer_s", "perf_analyzer_infer_s", "throughput_ratio",
                "tierbench_p50_ms", "perf_analyzer_p50_ms", "p50_ratio", "client_actors", "client_cpu_max"]
-    report("client_overhead", columns, rows, {"model": args.model, "window_s": args.window_s,
+    report(f"client_overhead_{args.model}", columns, rows, {"model": args.model, "window_s": args.window_s,
                                                "server_mode": handle.server_mode,
                                                "goal": "throughput_ratio >= 0.9 and p50_ratio <= 1.1"})
 

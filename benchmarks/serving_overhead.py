@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--window-s", type=float, default=3.0)
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. backends.pytorch.torch_threads=1")
     args = parser.parse_args()
 
     from experiments.client_actor import ClientPool
@@ -64,7 +65,7 @@ def main() -> None:
     from experiments.trial import run_trial
 
     cfg = compose([f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
-                   "experiment.warmup_requests=20", "experiment.stability.max_windows=10"])
+                   "experiment.warmup_requests=20", "experiment.stability.max_windows=10", *args.overrides])
     baseline = in_process(cfg.model, args.repeats)
     print(f"in-process p50: {baseline}", flush=True)
     runtime_of = {"triton_onnx": "onnxruntime", "pytorch": "pytorch"}
@@ -72,7 +73,7 @@ def main() -> None:
     with local_tier(cfg) as (node, options):
         clients = ClientPool(cfg.experiment, options, 120).start()
         try:
-            for variant, protocols in (("triton_onnx", ("grpc", "http")), ("pytorch", ("http",))):
+            for variant, protocols in (("triton_onnx", ("grpc", "http")), ("pytorch", ("http", "grpc"))):
                 backend = build_backend(cfg, variant, node, options)
                 handle = backend.start()
                 try:
