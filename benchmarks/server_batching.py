@@ -52,7 +52,9 @@ def compose_config(args: argparse.Namespace) -> Any:
         f"experiment.backends=[{','.join(variants)}]", f"experiment.protocols=[{args.protocol}]",
         "experiment.input_formats=[tensor]", f"experiment.batch_sizes=[{args.batch_size}]",
         f"experiment.concurrency=[{','.join(map(str, args.concurrency))}]", f"experiment.window_s={args.window}",
-        f"experiment.warmup_s={args.warmup}", "experiment.warmup_requests=10", *args.overrides,
+        f"experiment.warmup_s={args.warmup}", "experiment.warmup_requests=10",
+        # One window per measurement: the rounds alternate the two servers instead of repeating windows.
+        "experiment.stability.windows=1", "experiment.stability.max_windows=1", *args.overrides,
     ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
@@ -61,10 +63,11 @@ def compose_config(args: argparse.Namespace) -> Any:
 
 
 def measure_pair(cfg: Any, args: argparse.Namespace, pair: tuple[str, str], node: Any, options: dict[str, Any],
-                 actors: list[Any]) -> list[dict[str, Any]]:
+                 clients: Any) -> list[dict[str, Any]]:
     """Start both servers of `pair`, then alternate their windows; one row per window."""
-    from experiments.measure import measure
+    from experiments.measure import actors_needed, measure
     from experiments.metrics import window_metrics
+    from experiments.plan import Trial
     from experiments.server_group import build_backend
 
     backends = {name: build_backend(cfg, name, node, options) for name in pair}
@@ -76,7 +79,10 @@ def measure_pair(cfg: Any, args: argparse.Namespace, pair: tuple[str, str], node
                 order = pair if round_index % 2 == 0 else pair[::-1]
                 for name in order:
                     spec = backends[name].client_spec(handles[name], args.protocol, "tensor", args.batch_size)
-                    result = measure(actors, spec, conc, cfg.experiment)
+                    trial = Trial(cfg.gpu.name, cfg.model.name, cfg.backends[name].backend, name, args.protocol,
+                                  "tensor", args.batch_size, conc)
+                    actors = clients.ensure(actors_needed(trial, cfg.experiment))
+                    result = measure(actors, spec, trial, cfg.experiment)
                     m = window_metrics(result.samples, float(cfg.gpu.price_per_hour_usd))
                     rows.append({"variant": name, "server_batching": handles[name].params["server_batching"],
                                  "concurrency": conc, "round": round_index, "throughput_img_s": m["throughput_img_s"],
@@ -109,7 +115,7 @@ def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
-    from experiments.client_actor import start_client_actors
+    from experiments.client_actor import ClientPool
     from experiments.cluster import ray_cluster
     from experiments.tiers import placement_options
     from serving.node import describe_node
@@ -120,14 +126,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with ray_cluster(cfg.cluster, cfg.gpu.name):
         options = placement_options(cfg.gpu.name)
         node = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(), timeout=120)
-        actors = start_client_actors(cfg.experiment, options, cfg.serving.start_timeout_s)
+        clients = ClientPool(cfg.experiment, options, cfg.serving.start_timeout_s).start()
         try:
             for server, pair in PAIRS.items():
                 print(f"{server}: {pair[0]} (off) vs {pair[1]} (on)", flush=True)
-                rows += measure_pair(cfg, args, pair, node, options, actors)
+                rows += measure_pair(cfg, args, pair, node, options, clients)
         finally:
-            for actor in actors:
-                ray.kill(actor)
+            clients.close()
     return {"protocol": args.protocol, "batch_size": args.batch_size, "window_s": args.window,
             "warmup_s": args.warmup, "rounds": args.rounds, "seconds": time.time() - started,
             "node": node.gpu_name, "cpu_count": os.cpu_count(), "platform": platform.platform(),
