@@ -84,17 +84,20 @@ class TorchImageClassifier:
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         return self.runner.infer(batch)
 
-    async def _infer_many(self, batches: list[np.ndarray]) -> list[np.ndarray]:
-        """One forward pass for the requests `@serve.batch` queued together; each gets its rows back."""
+    async def _infer_many(self, batches: list[np.ndarray]) -> list[tuple[np.ndarray, int]]:
+        """One forward pass for the requests `@serve.batch` queued together; each gets its rows back, and the
+        number of images that pass ran (what Triton's statistics call an execution's batch)."""
         merged = batches[0] if len(batches) == 1 else np.concatenate(batches)
         logits = await asyncio.get_running_loop().run_in_executor(self._infer_thread, self._infer, merged)
-        return np.split(logits, np.cumsum([len(b) for b in batches])[:-1])
+        return [(part, len(merged)) for part in np.split(logits, np.cumsum([len(b) for b in batches])[:-1])]
 
-    async def _logits(self, batch: np.ndarray) -> np.ndarray:
+    async def _logits(self, batch: np.ndarray) -> tuple[np.ndarray, int]:
+        """The request's logits and the images of the forward pass that computed them."""
         # A request already larger than a server batch runs alone, as Triton runs an oversized request.
         if self._batched is not None and len(batch) <= self.max_batch_size:
             return await self._batched(batch)
-        return await asyncio.get_running_loop().run_in_executor(self._infer_thread, self._infer, batch)
+        logits = await asyncio.get_running_loop().run_in_executor(self._infer_thread, self._infer, batch)
+        return logits, len(batch)
 
     async def _preprocessed(self, jpegs: list[bytes]) -> np.ndarray:
         from serving.images import decode_and_preprocess
@@ -117,8 +120,8 @@ class TorchImageClassifier:
         except ValueError as exc:
             return Response(f"bad request body: {exc}", status_code=400)
         preprocessed = time.perf_counter()
-        logits = await self._logits(batch)
-        timing = _timing(started, preprocessed, time.perf_counter())
+        logits, executed = await self._logits(batch)
+        timing = _timing(started, preprocessed, time.perf_counter(), executed)
         return Response(logits.tobytes(), media_type=TENSOR_CONTENT_TYPE, headers={TIMING_HEADER: timing})
 
     async def Classify(self, request: Any) -> Any:  # noqa: N802 - named like the RPC, as Serve's proxy requires
@@ -131,10 +134,13 @@ class TorchImageClassifier:
             shape = tuple(request.shape) or (-1, *self.input_shape)
             batch = np.frombuffer(request.tensor, dtype=np.float32).reshape(shape)
         preprocessed = time.perf_counter()
-        logits = await self._logits(batch)
-        return classifier_pb2.ClassifyResponse(logits=logits.tobytes(), shape=list(logits.shape),
-                                               server_timing=_timing(started, preprocessed, time.perf_counter()))
+        logits, executed = await self._logits(batch)
+        return classifier_pb2.ClassifyResponse(
+            logits=logits.tobytes(), shape=list(logits.shape),
+            server_timing=_timing(started, preprocessed, time.perf_counter(), executed))
 
 
-def _timing(started: float, preprocessed: float, done: float) -> str:
-    return f"preprocess;dur={(preprocessed - started) * 1e3:.3f}, infer;dur={(done - preprocessed) * 1e3:.3f}"
+def _timing(started: float, preprocessed: float, done: float, executed: int) -> str:
+    """Server-Timing: the replica's own time (ms), and the images of the forward pass the request rode in."""
+    return (f"preprocess;dur={(preprocessed - started) * 1e3:.3f}, infer;dur={(done - preprocessed) * 1e3:.3f}, "
+            f"batch;desc={executed}")
