@@ -136,14 +136,15 @@ def _quiet_ray_env() -> None:
 @contextmanager
 def _keep_sigterm_handler() -> Iterator[None]:
     """`ray.init` replaces the driver's SIGTERM handler (Python's `sys.exit` and a C-level abort): put back
-    the one the runner set, so SIGTERM unwinds like Ctrl-C and every server is stopped."""
+    the ones the runner set, so SIGTERM and SIGINT unwind like Ctrl-C and every server is stopped."""
     in_main_thread = threading.current_thread() is threading.main_thread()
-    handler = signal.getsignal(signal.SIGTERM) if in_main_thread else None
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main_thread else {}
     try:
         yield
     finally:
-        if handler is not None:
-            signal.signal(signal.SIGTERM, handler)
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 class RayConnection:

@@ -39,7 +39,7 @@ class SweepFailedError(RuntimeError):
     pass
 
 
-def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
+def _interrupt_on_signal(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -51,7 +51,10 @@ def main(cfg: DictConfig) -> None:
     # Hydra saved the overrides in the run folder: mask any password a tracking URI carried.
     redact_files(Path(HydraConfig.get().runtime.output_dir) / ".hydra")
     if threading.current_thread() is threading.main_thread():  # not so in some launchers' workers
-        signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+        signal.signal(signal.SIGTERM, _interrupt_on_signal)
+        # Also when started in the background of a non-interactive shell, which ignores SIGINT for its children:
+        # an explicit `kill -INT` must still stop the sweep cleanly.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         code = run_sweep(cfg)
     except (ConfigError, TierUnavailableError, PlacementError) as exc:
