@@ -78,23 +78,26 @@ def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path
 def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], path: Path,
            slo_p99_ms: float | None = None, pick: pd.Series | None = None) -> Path:
     """Every operating point: p99 (x) vs $ per 1k images at its tier's primary price (y); colour = tier,
-    marker = backend variant; the frontier as a step line with its points named."""
+    marker = backend variant; the frontier as a step line with its points numbered and named in a key."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(10, 6.2))
+    fig, ax = plt.subplots(figsize=(10, 6.2 + 0.17 * len(frontier)))
     markers = dict(zip(sorted(ok["variant"].unique()), "osD^v<>Pp*", strict=False))
     cmap = plt.get_cmap("tab10")
     for i, (tier, rows) in enumerate(ok.groupby("tier", sort=True)):
         for variant, vrows in rows.groupby("variant", sort=True):
             ax.scatter(vrows[P99], vrows["cost_per_1k_images_usd"], color=cmap(i % 10), alpha=0.55,
                        marker=markers.get(variant, "o"), label=f"{labels.get(str(tier), tier)} · {variant}")
+    key: list[str] = []
     if not frontier.empty:
         ax.step(frontier[P99], frontier["cost_per_1k_images_usd"], where="post", color="black", lw=1.2,
                 label="Pareto frontier")
-        for i, (_, row) in enumerate(frontier.iterrows()):
-            name = f"{labels.get(row['tier'], row['tier'])}/{row['stack']}/b{row['batch_size']}/c{row['concurrency']}"
-            last = i == len(frontier) - 1  # the rightmost label goes to the left of its point, inside the axes
-            ax.annotate(name, (row[P99], row["cost_per_1k_images_usd"]), textcoords="offset points",
-                        xytext=(-5, 4) if last else (5, 4), ha="right" if last else "left", fontsize=7)
+        # Frontier points sit close together (same stack over HTTP and gRPC): number them on the plot and name
+        # them in a key below it, in the order of the report's frontier table, so no two labels overlap.
+        for n, (_, row) in enumerate(frontier.iterrows(), start=1):
+            ax.annotate(str(n), (row[P99], row["cost_per_1k_images_usd"]), textcoords="offset points",
+                        xytext=(0, 7 if n % 2 else -13), ha="center", fontsize=8, fontweight="bold")
+            key.append(f"{n}  {labels.get(row['tier'], row['tier'])}/{row['stack']}/b{row['batch_size']}"
+                       f"/c{row['concurrency']}: p99 {row[P99]:.1f} ms, ${row['cost_per_1k_images_usd']:.3g}/1k img")
     if pick is not None:
         ax.scatter([pick[P99]], [pick["cost_per_1k_images_usd"]], s=220, facecolors="none", edgecolors="crimson",
                    lw=1.8, label="SLO pick (primary price)", zorder=5)
@@ -107,7 +110,12 @@ def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], pat
     ax.set_title("Latency vs cost: lower-left is better; the frontier holds the only sensible choices")
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+    if key:
+        fig.text(0.01, 0.01, "Pareto frontier, fastest first:\n" + "\n".join(key), fontsize=7.5,
+                 family="monospace", va="bottom")
+        fig.tight_layout(rect=(0, (len(key) + 1.5) * 0.17 / fig.get_figheight(), 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
