@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,9 +179,16 @@ def test_dynamic_batcher_merges_concurrent_requests(triton) -> None:
         await asyncio.gather(*(client.predict() for client in clients))
         for client in clients:
             await client.close()
-        after = await stats_client.get_inference_statistics("resnet18", as_json=True)
+        # Triton records a request's statistics when it releases the request, which can follow the response:
+        # read them until the 8 images show (or a deadline passes).
+        deadline = time.monotonic() + 10
+        while True:
+            after = await stats_client.get_inference_statistics("resnet18", as_json=True)
+            count = [int(s["model_stats"][0].get("inference_count", 0)) for s in (before, after)]
+            if count[1] - count[0] >= 8 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
         await stats_client.close()
-        count = [int(s["model_stats"][0].get("inference_count", 0)) for s in (before, after)]
         executions = [int(s["model_stats"][0].get("execution_count", 0)) for s in (before, after)]
         return count[1] - count[0], executions[1] - executions[0]
 
