@@ -1,11 +1,13 @@
 """Does server-side batching change throughput? Batching on vs off, on both servers, at concurrency >= 8.
 
-The matched pairs pytorch / pytorch_batched (Ray Serve, `@serve.batch`) and triton_onnx / triton_onnx_dynbatch
-(Triton's dynamic batcher) are started side by side on this machine (`gpu=local`) and measured with the
-sweep's own machinery (client actors, warm-up, common window) on one protocol, tensor input, batch size 1:
-many small requests, where a server-side batcher can help. Windows alternate between the two servers of a
-pair (off, on, on, off, ...) for several rounds, so load that other processes put on the machine hits both
-alike; the table gives each round's on/off throughput ratio and their median. Writes the figures as JSON.
+Per server, batching off and on: Ray Serve's pytorch vs pytorch_batched (`@serve.batch`, 2 ms wait, matched
+to Triton's) and pytorch_batched_20ms (a wait long enough for batches to fill while a CPU forward pass runs),
+Triton's triton_onnx vs triton_onnx_dynbatch (dynamic batcher, 2 ms queue delay). A server's variants are
+started side by side on this machine (`gpu=local`) and measured with the sweep's own machinery (client actors,
+warm-up, common window) on one protocol, tensor input, batch size 1: many small requests, where a server-side
+batcher can help. Windows alternate between the variants (forward, then reverse order) for several rounds, so
+load that other processes put on the machine hits all alike; the table gives each round's on/off throughput
+ratio, their median, and the images per forward pass each server reported (`server_batch_avg`). Writes JSON.
 
     python -m benchmarks.server_batching [--protocol grpc] [--concurrency 8 16] [--rounds 3] [--window 3]
         [--out FILE] [hydra overrides, e.g. backends.triton_onnx_dynbatch.max_queue_delay_us=500]
@@ -24,7 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-PAIRS = {"ray_serve": ("pytorch", "pytorch_batched"), "triton": ("triton_onnx", "triton_onnx_dynbatch")}
+# Per server: the variant without batching first, then the variants with it.
+GROUPS = {"ray_serve": ("pytorch", "pytorch_batched", "pytorch_batched_20ms"),
+          "triton": ("triton_onnx", "triton_onnx_dynbatch")}
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -47,7 +51,7 @@ def compose_config(args: argparse.Namespace) -> Any:
     import experiments.config  # noqa: F401 - registers the schemas
     from experiments.validation import validate
 
-    variants = [v for pair in PAIRS.values() for v in pair]
+    variants = [v for group in GROUPS.values() for v in group]
     overrides = [
         f"experiment.backends=[{','.join(variants)}]", f"experiment.protocols=[{args.protocol}]",
         "experiment.input_formats=[tensor]", f"experiment.batch_sizes=[{args.batch_size}]",
@@ -62,34 +66,40 @@ def compose_config(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def measure_pair(cfg: Any, args: argparse.Namespace, pair: tuple[str, str], node: Any, options: dict[str, Any],
-                 clients: Any) -> list[dict[str, Any]]:
-    """Start both servers of `pair`, then alternate their windows; one row per window."""
+def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], node: Any, options: dict[str, Any],
+                  clients: Any) -> list[dict[str, Any]]:
+    """Start every server of `group`, then alternate their windows; one row per window."""
     from experiments.measure import actors_needed, measure
-    from experiments.metrics import window_metrics
+    from experiments.metrics import server_reported_metrics, window_metrics
     from experiments.plan import Trial
     from experiments.server_group import build_backend
 
-    backends = {name: build_backend(cfg, name, node, options) for name in pair}
+    backends = {name: build_backend(cfg, name, node, options) for name in group}
     rows = []
     try:
         handles = {name: backend.start() for name, backend in backends.items()}
         for conc in args.concurrency:
             for round_index in range(args.rounds):
-                order = pair if round_index % 2 == 0 else pair[::-1]
+                order = group if round_index % 2 == 0 else group[::-1]
                 for name in order:
                     spec = backends[name].client_spec(handles[name], args.protocol, "tensor", args.batch_size)
                     trial = Trial(cfg.gpu.name, cfg.model.name, cfg.backends[name].backend, name, args.protocol,
                                   "tensor", args.batch_size, conc)
                     actors = clients.ensure(actors_needed(trial, cfg.experiment))
-                    result = measure(actors, spec, trial, cfg.experiment)
+                    result = measure(actors, spec, trial, cfg.experiment,
+                                     probe=lambda name=name: backends[name].server_counters(handles[name]))
                     m = window_metrics(result.samples, float(cfg.gpu.price_per_hour_usd))
+                    m.update(server_reported_metrics(result.samples))  # Ray Serve: per request
+                    if result.counters_before and result.counters_after:  # Triton: its statistics
+                        m.update(backends[name].server_breakdown(result.counters_before, result.counters_after))
                     rows.append({"variant": name, "server_batching": handles[name].params["server_batching"],
+                                 "server_batch_wait_ms": handles[name].params["server_batch_wait_ms"],
                                  "concurrency": conc, "round": round_index, "throughput_img_s": m["throughput_img_s"],
                                  "latency_p50_ms": m["latency_p50_ms"], "latency_p99_ms": m["latency_p99_ms"],
-                                 "load_average": os.getloadavg()[0]})
+                                 "server_batch_avg": m.get("server_batch_avg"), "load_average": os.getloadavg()[0]})
                     print(f"  {name:<22} c{conc:<3} round {round_index}: {m['throughput_img_s']:7.1f} img/s  "
-                          f"p50 {m['latency_p50_ms']:7.1f} ms", flush=True)
+                          f"p50 {m['latency_p50_ms']:7.1f} ms  images/pass {m.get('server_batch_avg', 0):5.2f}",
+                          flush=True)
     finally:
         for backend in backends.values():
             backend.stop()
@@ -98,17 +108,22 @@ def measure_pair(cfg: Any, args: argparse.Namespace, pair: tuple[str, str], node
 
 def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
     ratios = []
-    for server, (off, on) in PAIRS.items():
-        for conc in args.concurrency:
-            per_round = []
-            for r in range(args.rounds):
-                pick = {row["variant"]: row["throughput_img_s"] for row in rows
-                        if row["concurrency"] == conc and row["round"] == r and row["variant"] in (off, on)}
-                if pick.get(off) and on in pick:
-                    per_round.append(pick[on] / pick[off])
-            if per_round:
-                ratios.append({"server": server, "concurrency": conc, "on_over_off_per_round": per_round,
-                               "on_over_off_median": statistics.median(per_round)})
+    for server, (off, *ons) in GROUPS.items():
+        for on in ons:
+            for conc in args.concurrency:
+                per_round, batches = [], []
+                for r in range(args.rounds):
+                    pick = {row["variant"]: row for row in rows
+                            if row["concurrency"] == conc and row["round"] == r and row["variant"] in (off, on)}
+                    if off in pick and on in pick and pick[off]["throughput_img_s"]:
+                        per_round.append(pick[on]["throughput_img_s"] / pick[off]["throughput_img_s"])
+                        batches.append(pick[on]["server_batch_avg"])
+                if per_round:
+                    ratios.append({"server": server, "variant": on, "concurrency": conc,
+                                   "on_over_off_per_round": per_round,
+                                   "on_over_off_median": statistics.median(per_round),
+                                   "images_per_pass_median": statistics.median(b for b in batches if b is not None)
+                                   if any(b is not None for b in batches) else None})
     return ratios
 
 
@@ -128,9 +143,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         node = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(), timeout=120)
         clients = ClientPool(cfg.experiment, options, cfg.serving.start_timeout_s).start()
         try:
-            for server, pair in PAIRS.items():
-                print(f"{server}: {pair[0]} (off) vs {pair[1]} (on)", flush=True)
-                rows += measure_pair(cfg, args, pair, node, options, clients)
+            for server, group in GROUPS.items():
+                print(f"{server}: {group[0]} (off) vs {', '.join(group[1:])} (on)", flush=True)
+                rows += measure_group(cfg, args, group, node, options, clients)
         finally:
             clients.close()
     return {"protocol": args.protocol, "batch_size": args.batch_size, "window_s": args.window,
@@ -145,10 +160,12 @@ def print_table(result: dict[str, Any]) -> None:
           f"{result['rounds']} alternating rounds of {result['window_s']} s windows on {result['node']} "
           f"(load average before/after {result['load_average_before'][0]:.1f} / "
           f"{result['load_average_after'][0]:.1f})")
-    print(f"{'server':<12}{'conc':>6}{'median on/off':>15}   per round")
+    print(f"{'server':<12}{'batching variant':<24}{'conc':>6}{'images/pass':>13}{'median on/off':>15}   per round")
     for ratio in result["ratios"]:
         rounds = "  ".join(f"{r:.2f}x" for r in ratio["on_over_off_per_round"])
-        print(f"{ratio['server']:<12}{ratio['concurrency']:>6}{ratio['on_over_off_median']:>14.2f}x   {rounds}")
+        per_pass = ratio["images_per_pass_median"]
+        print(f"{ratio['server']:<12}{ratio['variant']:<24}{ratio['concurrency']:>6}"
+              f"{'-' if per_pass is None else f'{per_pass:.2f}':>13}{ratio['on_over_off_median']:>14.2f}x   {rounds}")
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments.samples import ClientHealth, WindowSamples
+from serving.clients.base import ServerReport
 
 MAX_ERRORS_KEPT = 20
 TICK_S = 0.01
@@ -28,7 +29,7 @@ TICK_S = 0.01
 LATE_AFTER_S = 0.005
 
 # Sends one request; returns the server-reported processing time in ms, or None.
-Send = Callable[[], Awaitable[float | None]]
+Send = Callable[[], Awaitable[ServerReport | None]]
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class LoadError(RuntimeError):
 
 
 class LoadGenerator(ABC):
-    """Records (intended, sent, done, server ms) per request; cuts windows; reports client health."""
+    """Records (intended, sent, done, server ms and batch) per request; cuts windows; reports client health."""
 
     def __init__(self, send: Send, timeout_s: float, images_per_request: int, actor_index: int = 0) -> None:
         self._send = send
@@ -71,6 +72,7 @@ class LoadGenerator(ABC):
         self._sent: list[float] = []
         self._done: list[float] = []
         self._server_ms: list[float] = []
+        self._server_batch: list[float] = []  # images of the forward pass each request rode in
         self._late: list[float] = []  # intended times of late sends
         self._in_flight: dict[int, float] = {}  # request id -> intended time
         self._lags: list[tuple[float, float]] = []  # (time, lag) of the event-loop ticker
@@ -100,7 +102,7 @@ class LoadGenerator(ABC):
         sent = self.now()
         try:
             async with asyncio.timeout(self.timeout_s):  # no extra task per request, unlike wait_for
-                server_ms = await self._send()
+                report = await self._send()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure fails the trial, with its message
@@ -115,7 +117,9 @@ class LoadGenerator(ABC):
         self._intended.append(intended)
         self._sent.append(sent)
         self._done.append(self.now())
-        self._server_ms.append(math.nan if server_ms is None else float(server_ms))
+        self._server_ms.append(math.nan if report is None else float(report.ms))
+        self._server_batch.append(math.nan if report is None or report.executed_images is None
+                                  else float(report.executed_images))
 
     async def _monitor(self) -> None:
         """A ticker: its lateness is the event loop's lag; CPU marks give the actor's own CPU use."""
@@ -165,6 +169,7 @@ class LoadGenerator(ABC):
             send_s=np.asarray(self._sent[:n])[inside],
             done_s=np.asarray(self._done[:n])[inside],
             server_ms=np.asarray(self._server_ms[:n])[inside],
+            server_batch=np.asarray(self._server_batch[:n])[inside],
             actor=np.full(int(inside.sum()), self.actor_index, dtype=np.int32),
             clients=[self._health(window_start, window_end)],
         )
@@ -181,7 +186,7 @@ class LoadGenerator(ABC):
     def _forget_before(self, t: float) -> None:
         """Drop records of earlier windows so a long trial doesn't grow without bound."""
         keep = next((i for i, v in enumerate(self._intended) if v >= t), len(self._intended))
-        for records in (self._intended, self._sent, self._done, self._server_ms):
+        for records in (self._intended, self._sent, self._done, self._server_ms, self._server_batch):
             del records[:keep]
         self._lags = [x for x in self._lags if x[0] >= t]
         self._cpu_marks = [x for x in self._cpu_marks if x[0] >= t]

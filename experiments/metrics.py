@@ -82,9 +82,17 @@ def client_metrics(samples: WindowSamples) -> dict[str, float]:
 
 
 def server_reported_metrics(samples: WindowSamples) -> dict[str, float]:
-    """Per-request processing time the server itself reported (Ray Serve's replica time)."""
+    """Per-request figures the server itself reported (Ray Serve's replica): its processing time, and
+    `server_batch_avg`, images per forward pass as Triton's statistics count them (inference count over
+    execution count). A request of b images in a pass of E is b/E of an execution, so over the window the
+    average is the harmonic mean of E over requests."""
     reported = samples.server_ms[~np.isnan(samples.server_ms)]
     if reported.size == 0:
         return {}
-    return {"server_replica_ms": float(reported.mean()), "server_replica_p50_ms": float(np.percentile(reported, 50)),
-            "server_replica_p99_ms": float(np.percentile(reported, 99))}
+    out = {"server_replica_ms": float(reported.mean()), "server_replica_p50_ms": float(np.percentile(reported, 50)),
+           "server_replica_p99_ms": float(np.percentile(reported, 99))}
+    if samples.server_batch is not None:
+        executed = samples.server_batch[~np.isnan(samples.server_batch)]
+        if executed.size:
+            out["server_batch_avg"] = float(executed.size / np.sum(1.0 / executed))
+    return out

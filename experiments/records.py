@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from experiments.plan import Trial
 from experiments.samples import WindowSamples
 
@@ -68,13 +70,15 @@ def write_record(record: TrialRecord, trial_dir: Path) -> Path:
         with open(trial_dir / LATENCIES_FILE, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["intended_epoch_s", "send_epoch_s", "latency_ms", "send_latency_ms", "server_ms",
-                             "client_actor"])
+                             "server_batch", "client_actor"])
             s = record.samples
-            for row in zip(s.intended_s, s.send_s, s.latency_s, s.send_latency_s, s.server_ms, s.actor, strict=True):
-                intended, sent, latency, send_latency, server_ms, actor = row
+            batches = s.server_batch if s.server_batch is not None else np.full(s.requests, np.nan)
+            for row in zip(s.intended_s, s.send_s, s.latency_s, s.send_latency_s, s.server_ms, batches, s.actor,
+                           strict=True):
+                intended, sent, latency, send_latency, server_ms, batch, actor = row
                 writer.writerow([f"{intended:.6f}", f"{sent:.6f}", f"{latency * 1e3:.4f}",
                                  f"{send_latency * 1e3:.4f}", "" if server_ms != server_ms else f"{server_ms:.4f}",
-                                 int(actor)])
+                                 "" if batch != batch else int(batch), int(actor)])
     tmp = trial_dir / (RECORD_FILE + ".tmp")
     tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True, default=str))
     tmp.replace(trial_dir / RECORD_FILE)

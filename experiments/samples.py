@@ -35,6 +35,8 @@ class WindowSamples:
     done_s: np.ndarray
     server_ms: np.ndarray  # server-reported processing time per request (NaN when the server says nothing)
     actor: np.ndarray  # index of the client actor that sent it
+    # images of the forward pass the request rode in, as the server reported it (NaN when it says nothing)
+    server_batch: np.ndarray | None = None
     errors: list[str] = field(default_factory=list)
     clients: list[ClientHealth] = field(default_factory=list)
 
@@ -82,6 +84,7 @@ class WindowSamples:
             send_s=cat("send_s"),
             done_s=cat("done_s"),
             server_ms=cat("server_ms"),
+            server_batch=None if any(p.server_batch is None for p in parts) else cat("server_batch"),
             actor=cat("actor"),
             errors=[e for p in parts for e in p.errors],
             clients=[c for p in parts for c in p.clients],

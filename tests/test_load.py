@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.load import ClosedLoopLoad, LoadError, OpenLoopLoad
+from serving.clients.base import ServerReport
 
 
 class SlowServer:
@@ -21,14 +22,14 @@ class SlowServer:
         self.lock = asyncio.Lock()
         self.served = 0
 
-    async def infer(self) -> float:
+    async def infer(self) -> ServerReport:
         async with self.lock:
             extra = self.first_extra_s if self.served == 0 else 0.0
             await asyncio.sleep(self.service_s + extra)
             self.served += 1
             if self.fail_after is not None and self.served > self.fail_after:
                 raise ConnectionError("server went away")
-        return self.service_s * 1e3
+        return ServerReport(self.service_s * 1e3, executed_images=1)
 
 
 async def _run(load, window_s: float = 1.0, windows: int = 1):
@@ -54,7 +55,8 @@ def test_closed_loop_measures_a_single_server_queue() -> None:
     assert 0.06 <= float(np.median(samples.latency_s)) <= 0.12
     assert samples.images_per_request == 2
     assert np.all((samples.intended_s >= samples.window_start) & (samples.intended_s < samples.window_end))
-    assert np.allclose(samples.server_ms, 20.0)  # the server-reported time travels with each sample
+    assert np.allclose(samples.server_ms, 20.0)  # what the server reported travels with each sample
+    assert np.all(samples.server_batch == 1)
     (health,) = samples.clients
     assert 0 <= health.cpu_util < 1.0 and health.loop_lag_p99_ms >= 0
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.metrics import cost_metrics, is_stable, window_metrics, windows_stable
+from experiments.metrics import cost_metrics, is_stable, server_reported_metrics, window_metrics, windows_stable
 from experiments.samples import WindowSamples
+from serving.clients.ray_serve_http import parse_server_timing
 
 
 def _samples(latencies_ms: list[float], start: float = 100.0, end: float = 110.0, batch: int = 4,
@@ -69,3 +70,16 @@ def test_windows_are_stable_only_when_throughput_and_latency_agree() -> None:
     assert not windows_stable(slower, percent=10, latency_percentile=95)
     fewer = [_samples([10.0] * 50), _samples([10.0] * 50), _samples([10.0] * 35)]  # same latency, rate drops
     assert not windows_stable(fewer, percent=10, latency_percentile=95)
+
+
+def test_the_replica_report_is_parsed_and_batches_average_as_triton_counts_them() -> None:
+    report = parse_server_timing("preprocess;dur=1.5, infer;dur=8.25, batch;desc=8")
+    assert report.ms == pytest.approx(9.75) and report.executed_images == 8
+    assert parse_server_timing(None) is None
+    # Requests of 1 image: 8 rode in one pass of 8, 2 ran alone -> 10 images in 3 passes.
+    s = _samples([10.0] * 10, batch=1)
+    s.server_ms = np.full(10, 5.0)
+    s.server_batch = np.array([8.0] * 8 + [1.0] * 2)
+    m = server_reported_metrics(s)
+    assert m["server_replica_ms"] == pytest.approx(5.0)
+    assert m["server_batch_avg"] == pytest.approx(10 / 3)

@@ -102,8 +102,9 @@ def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
             # counted by the server, not the window): the server's mean is within the clients' latencies.
             assert m["server_request_ms"] <= 1.5 * m["latency_mean_ms"]
             assert m["server_queue_ms"] >= 0 and m["server_batch_avg"] == pytest.approx(int(params["batch_size"]))
-        else:  # the replica's own time, reported per request
+        else:  # the replica's own time and forward-pass size, reported per request (no batcher: the request's)
             assert 0 < m["server_replica_p50_ms"] < m["latency_p99_ms"]
+            assert m["server_batch_avg"] == pytest.approx(int(params["batch_size"]))
 
 
 def test_tensorrt_is_skipped_with_a_reason_without_a_gpu(finished_sweep) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +41,14 @@ def jpeg_batch(spec: ClientSpec) -> list[bytes]:
     return [images[i % len(images)] for i in range(spec.batch_size)]
 
 
+class ServerReport(NamedTuple):
+    """What a server said about one request: its own processing time, and the images of the forward pass the
+    request rode in (more than the request's own when a server-side batcher merged it with others)."""
+
+    ms: float
+    executed_images: int | None = None
+
+
 class InferenceClient(ABC):
     """Sends one request of `spec.batch_size` images per `infer()` call; the payload is the same every time
     (`tensor_batch` / `jpeg_batch`), so `predict()` output can be checked against a reference."""
@@ -57,19 +66,20 @@ class InferenceClient(ABC):
         """Create connections; called inside the event loop that will send the requests."""
 
     @abstractmethod
-    async def call(self) -> tuple[np.ndarray, float | None]:
-        """Send one request; returns the logits [batch, classes] and the processing time the server reported
-        for it in ms (e.g. Ray Serve's replica time; None when it reports none). Raises on any error."""
+    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
+        """Send one request; returns the logits [batch, classes] and what the server reported about it (Ray
+        Serve's replica time and executed batch; None when it reports nothing per request). Raises on any
+        error."""
 
     async def predict(self) -> np.ndarray:
         """The logits of one request (for validation against the reference)."""
         return (await self.call())[0]
 
-    async def infer(self) -> float | None:
-        """One request of the load: checks the response's shape; returns the server-reported time (ms)."""
-        logits, server_ms = await self.call()
+    async def infer(self) -> ServerReport | None:
+        """One request of the load: checks the response's shape; returns what the server reported."""
+        logits, report = await self.call()
         self.check_logits(logits)
-        return server_ms
+        return report
 
     @abstractmethod
     async def close(self) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
-from serving.clients.ray_serve_http import server_time_ms
+from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, tensor_batch
+from serving.clients.ray_serve_http import parse_server_timing
 
 
 def build_request(spec: ClientSpec):
@@ -44,10 +44,10 @@ class RayServeGrpcClient(InferenceClient):
                                                                           ("grpc.max_send_message_length", -1)])
         self._classify = classifier_pb2_grpc.ImageClassifierStub(self._channel).Classify
 
-    async def call(self) -> tuple[np.ndarray, float | None]:
+    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
         reply = await self._classify(self._request, metadata=self._metadata, timeout=self.spec.timeout_s)
         logits = np.frombuffer(reply.logits, dtype=np.float32).reshape(tuple(reply.shape))
-        return logits, server_time_ms(reply.server_timing)
+        return logits, parse_server_timing(reply.server_timing)
 
     async def close(self) -> None:
         if self._channel is not None:

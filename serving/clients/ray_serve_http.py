@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
+from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, tensor_batch
 
 JPEG_CONTENT_TYPE = "image/jpeg"
 TENSOR_CONTENT_TYPE = "application/octet-stream"
@@ -17,17 +17,21 @@ LENGTHS_HEADER = "X-Image-Lengths"
 TIMING_HEADER = "Server-Timing"
 
 
-def server_time_ms(header: str | None) -> float | None:
-    """Total of a `Server-Timing: preprocess;dur=1.2, infer;dur=8.5` header (the replica's own time), in ms."""
+def parse_server_timing(header: str | None) -> ServerReport | None:
+    """The replica's own time (ms: the total of the `dur`s) and executed batch (`batch;desc=N`) from a
+    `Server-Timing: preprocess;dur=1.2, infer;dur=8.5, batch;desc=8` header."""
     if not header:
         return None
-    total = 0.0
+    total, executed = 0.0, None
     for metric in header.split(","):
-        for part in metric.split(";"):
-            key, _, value = part.strip().partition("=")
+        name, *params = (part.strip() for part in metric.split(";"))
+        for param in params:
+            key, _, value = param.partition("=")
             if key == "dur":
                 total += float(value)
-    return total
+            elif key == "desc" and name == "batch":
+                executed = int(value)
+    return ServerReport(total, executed)
 
 
 def encode_request(spec: ClientSpec) -> tuple[bytes, dict[str, str]]:
@@ -56,13 +60,13 @@ class RayServeHttpClient(InferenceClient):
             timeout=aiohttp.ClientTimeout(total=self.spec.timeout_s),
         )
 
-    async def call(self) -> tuple[np.ndarray, float | None]:
+    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
         async with self._session.post(self.spec.url, data=self._body, headers=self._headers) as response:
             body = await response.read()
             if response.status != 200:
                 raise RuntimeError(f"HTTP {response.status}: {body[:300].decode(errors='replace')}")
             timing = response.headers.get(TIMING_HEADER)
-        return np.frombuffer(body, dtype=np.float32).reshape(-1, self.spec.num_classes), server_time_ms(timing)
+        return np.frombuffer(body, dtype=np.float32).reshape(-1, self.spec.num_classes), parse_server_timing(timing)
 
     async def close(self) -> None:
         if self._session is not None:
