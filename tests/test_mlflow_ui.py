@@ -53,6 +53,8 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
          "--port", str(port), "--workers", "1"],
+        # No job runner: MLflow would put its queue in a /dev/shm temp folder it never removes.
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
