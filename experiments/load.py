@@ -28,7 +28,7 @@ TICK_S = 0.01
 # An open-loop request sent this much after its scheduled time counts as late (asyncio timers alone jitter ~1 ms).
 LATE_AFTER_S = 0.005
 
-# Sends one request; returns the server-reported processing time in ms, or None.
+# Sends one request; returns what the server reported about it (time, executed batch), or None.
 Send = Callable[[], Awaitable[ServerReport | None]]
 
 
