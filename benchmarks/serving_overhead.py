@@ -1,6 +1,8 @@
 """Serving overhead: p50 at batch 1 through each server (one client, closed loop at concurrency 1, measured
 exactly as a sweep measures it) over the p50 of the same runtime called in-process: ONNX Runtime for Triton,
-PyTorch for Ray Serve. Goal on the CPU: <= 1.3.
+PyTorch for Ray Serve, through Serve's proxies (`pytorch`) and straight to the replica's own ports
+(`pytorch_direct`, Serve's direct ingress; the private Ray started here has `cluster.serve_direct_ingress=true`,
+which leaves the proxies in place for `pytorch`). Goal on the CPU: <= 1.3.
 
     python benchmarks/serving_overhead.py [--model resnet18] [--repeats 200]
 """
@@ -65,20 +67,23 @@ def main() -> None:
     from experiments.trial import run_trial
 
     cfg = compose([f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
-                   "experiment.warmup_requests=20", "experiment.stability.max_windows=10", *args.overrides])
+                   "experiment.warmup_requests=20", "experiment.stability.max_windows=10",
+                   "cluster.serve_direct_ingress=true", *args.overrides])
     baseline = in_process(cfg.model, args.repeats)
     print(f"in-process p50: {baseline}", flush=True)
-    runtime_of = {"triton_onnx": "onnxruntime", "pytorch": "pytorch"}
+    runtime_of = {"triton_onnx": "onnxruntime", "pytorch": "pytorch", "pytorch_direct": "pytorch"}
     rows: list[dict[str, Any]] = []
     with local_tier(cfg) as (node, options):
         clients = ClientPool(cfg.experiment, options, 120).start()
         try:
-            for variant, protocols in (("triton_onnx", ("grpc", "http")), ("pytorch", ("http", "grpc"))):
+            for variant, protocols in (("triton_onnx", ("grpc", "http")), ("pytorch", ("http", "grpc")),
+                                       ("pytorch_direct", ("http", "grpc"))):
                 backend = build_backend(cfg, variant, node, options)
                 handle = backend.start()
                 try:
                     for protocol in protocols:
-                        trial = Trial("local", args.model, variant, variant, protocol, "tensor", 1, 1)
+                        trial = Trial("local", args.model, cfg.backends[variant].backend, variant, protocol,
+                                      "tensor", 1, 1)
                         record = run_trial(cfg, trial, backend, handle, node, clients)
                         if record.status != "ok":
                             raise SystemExit(f"{trial.name}: {record.reason}")

@@ -147,6 +147,15 @@ def _keep_sigterm_handler() -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
+def job_runtime_env(cluster_cfg: Any) -> dict[str, Any] | None:
+    """The sweep job's runtime env: Serve's direct-ingress switch when the cluster config asks for it. Actors
+    the job creates inherit it, Serve's controller, proxies and replicas included (Serve reads the switch when
+    its processes start, so it applies to a Serve instance this job starts, not to one already running)."""
+    if cluster_cfg.get("serve_direct_ingress"):
+        return {"env_vars": {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}}
+    return None
+
+
 class RayConnection:
     """Starts or joins the Ray of `cluster_cfg` and, on close, stops exactly what it started."""
 
@@ -176,20 +185,20 @@ class RayConnection:
     def _init(self, declared: list[str] | None) -> None:
         import ray
 
+        job = {"namespace": NAMESPACE, "log_to_driver": self.log_to_driver, "runtime_env": job_runtime_env(self.cfg)}
         if self.cfg.address:
             _check_reachable(self.cfg.address)
-            ray.init(address=self.cfg.address, namespace=NAMESPACE, log_to_driver=self.log_to_driver)
+            ray.init(address=self.cfg.address, **job)
         elif self.cfg.emulated:
             from experiments.emulated import start_emulated_cluster
 
             _quiet_ray_env()
             self._emulated = start_emulated_cluster(self.cfg)
-            ray.init(address=self._emulated.address, namespace=NAMESPACE, log_to_driver=self.log_to_driver)
+            ray.init(address=self._emulated.address, **job)
         else:
             _quiet_ray_env()
             ray.init(address="local", num_cpus=self.cfg.num_cpus, object_store_memory=self.cfg.object_store_memory,
-                     resources=node_declaration(declared or []), include_dashboard=False, namespace=NAMESPACE,
-                     log_to_driver=self.log_to_driver)
+                     resources=node_declaration(declared or []), include_dashboard=False, **job)
             self._started_local = True
 
     def close(self) -> None:

@@ -121,6 +121,10 @@ class ClusterConfig:
     lease_timeout_s: float = 3600.0
     # An actor or replica still pending after this long fails with what it asked for and what the node has.
     schedule_timeout_s: float = 60.0
+    # Ray Serve's direct ingress (alpha in Ray 2.60): every replica also serves HTTP/gRPC on its own port,
+    # which backends with `direct_ingress: true` (pytorch_direct) measure. Cluster-wide, for the Serve this
+    # sweep starts (set in the job's runtime env); Serve's proxy keeps working for the other backends.
+    serve_direct_ingress: bool = False
 
 
 @dataclass

@@ -89,6 +89,9 @@ def validate(cfg: Any) -> None:
         if cfg.backends[name].get("backend") not in BACKENDS:
             _fail(f"backends.{name}.backend", cfg.backends[name].get("backend"), f"choose from {list(BACKENDS)}")
         _check_backend_settings(cfg, name)
+        if cfg.backends[name].get("direct_ingress") and not cfg.cluster.get("serve_direct_ingress"):
+            _fail(f"backends.{name}.direct_ingress", True, "it needs Serve started with direct ingress: add "
+                  "cluster.serve_direct_ingress=true")
     _check_crosscheck(cfg.crosscheck)
 
 

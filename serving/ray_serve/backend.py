@@ -60,7 +60,7 @@ class RayServeTorchBackend(Backend):
                  half: bool = False, compile: bool = False, compile_mode: str | None = None,
                  compile_dynamic: bool | None = None, compile_backend: str = "inductor", cudnn_benchmark: bool = True,
                  start_timeout_s: float | None = None, batching: bool = False, max_batch_size: int | None = None,
-                 batch_wait_timeout_s: float = 0.0) -> None:
+                 batch_wait_timeout_s: float = 0.0, direct_ingress: bool = False) -> None:
         super().__init__(context)
         self.num_replicas = num_replicas
         self.replica_num_cpus = replica_num_cpus
@@ -80,6 +80,8 @@ class RayServeTorchBackend(Backend):
         # Images per server batch; null: the model's max_batch_size (what Triton's dynamic batcher fills up to).
         self.max_batch_size = max_batch_size or int(context.model.max_batch_size)
         self.batch_wait_timeout_s = batch_wait_timeout_s
+        # Clients reach the replica's own HTTP/gRPC ports (Serve's direct ingress) instead of Serve's proxies.
+        self.direct_ingress = direct_ingress
         self._running = False
 
     @property
@@ -108,6 +110,9 @@ class RayServeTorchBackend(Backend):
         wait = settings.get("batch_wait_timeout_s", 0.0)
         if not isinstance(wait, int | float) or wait < 0:
             problems.append(f"backends.{name}.batch_wait_timeout_s={wait!r}: must be a number of seconds >= 0")
+        if settings.get("direct_ingress") and settings.get("num_replicas", 1) != 1:
+            problems.append(f"backends.{name}.num_replicas={settings.get('num_replicas')!r}: direct_ingress sends "
+                            "every request to one replica's own port; use num_replicas=1 (or the proxy)")
         if not settings.get("batching") and (size is not None or wait):
             problems.append(f"backends.{name}: max_batch_size / batch_wait_timeout_s only apply with "
                             "batching=true; set it, or remove them")
@@ -151,12 +156,15 @@ class RayServeTorchBackend(Backend):
         urls = {"http": f"http://{ctx.client_host}:{port}{route}"}
         if grpc_port is not None:
             urls["grpc"] = f"{ctx.client_host}:{grpc_port}"
+        if self.direct_ingress:
+            urls = self._direct_urls(ctx.client_host)
         log.info("%s: Ray Serve app %s running at %s", ctx.name, self.app_name, urls)
         info = serve.get_app_handle(self.app_name).info.remote().result(timeout_s=ctx.request_timeout_s)
         params, metrics = self._start_facts(info)
         where = self._replica_locations(ctx.start_timeout_s)
         params.update(server_node_id=",".join(sorted({w["node_id"] for w in where})),
-                      server_hostname=",".join(sorted({w["hostname"] for w in where})), **self.batching_params())
+                      server_hostname=",".join(sorted({w["hostname"] for w in where})), **self.batching_params(),
+                      server_ingress="direct" if self.direct_ingress else "proxy")
         return ServerHandle(
             server_mode="ray_serve",
             urls=urls,
@@ -183,6 +191,26 @@ class RayServeTorchBackend(Backend):
         metrics = {f"server_{k}" if k.startswith("warmup") else k: float(info[k])
                    for k in ("warmup_s", "warmup_first_call_s", "torch_compile_s") if k in info}
         return params, metrics
+
+    def _direct_urls(self, host: str) -> dict[str, str]:
+        """The replica's own HTTP and gRPC addresses, from the Serve controller's target groups (Ray 2.60 has no
+        public API for them). A target names the node's IP; the replica binds Serve's host, which clients use."""
+        import ray
+        from ray.serve.context import _get_global_client
+
+        groups = ray.get(_get_global_client()._controller.get_target_groups.remote(self.app_name),
+                         timeout=self.context.request_timeout_s)
+        # Without direct ingress the controller answers with its proxies' group (no app name).
+        ports = {str(g.protocol).rsplit(".", 1)[-1].lower(): g.targets[0].port for g in groups
+                 if g.app_name == self.app_name and g.targets}
+        if "http" not in ports:
+            raise RuntimeError(f"{self.context.name}: Ray Serve on this cluster runs without direct ingress (target "
+                               f"groups: {groups}); set cluster.serve_direct_ingress=true, and on a joined cluster "
+                               "restart Serve (serve.shutdown()) so it starts with it")
+        urls = {"http": f"http://{host}:{ports['http']}{self.route}"}
+        if "grpc" in ports:
+            urls["grpc"] = f"{host}:{ports['grpc']}"
+        return urls
 
     def _replica_locations(self, timeout_s: float) -> list[dict[str, str]]:
         """Where the replicas run, asked through the app's handle (a few calls, to reach every replica)."""

@@ -1,0 +1,58 @@
+"""Ray Serve's direct ingress (alpha in Ray 2.60) as the `pytorch_direct` variant: refused up front unless the
+cluster starts Serve with it; with it, trials over HTTP and gRPC reach the replica's own ports, not the proxy's."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+
+from experiments.validation import ConfigError, validate
+from tests.conftest import compose_config
+
+
+def test_a_direct_ingress_backend_needs_the_cluster_switch() -> None:
+    cfg = compose_config(["experiment.backends=[pytorch_direct]"])
+    with pytest.raises(ConfigError, match=r"backends\.pytorch_direct\.direct_ingress=True .*"
+                                          r"cluster\.serve_direct_ingress=true"):
+        validate(cfg)
+    validate(compose_config(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true"]))
+
+
+@pytest.mark.slow
+def test_direct_ingress_trials_reach_the_replica_port_over_http_and_grpc() -> None:
+    import ray
+
+    from experiments.client_actor import ClientPool
+    from experiments.cluster import ray_cluster
+    from experiments.plan import Trial
+    from experiments.server_group import build_backend
+    from experiments.tiers import placement_options
+    from experiments.trial import run_trial
+    from serving.node import describe_node
+
+    cfg = compose_config(["model=tiny", "experiment.backends=[pytorch,pytorch_direct]", "experiment.batch_sizes=[1]",
+                          "cluster.serve_direct_ingress=true", "experiment.window_s=0.5", "experiment.warmup_s=0.2",
+                          "experiment.stability.windows=1"])
+    validate(cfg)
+    with ray_cluster(cfg.cluster, "local"):
+        options = placement_options("local")
+        node = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote())
+        clients = ClientPool(cfg.experiment, options, 120).start()
+        backends = {name: build_backend(cfg, name, node, options) for name in ("pytorch", "pytorch_direct")}
+        try:
+            handles = {name: backend.start() for name, backend in backends.items()}
+            proxy, direct = handles["pytorch"], handles["pytorch_direct"]
+            assert (proxy.params["server_ingress"], direct.params["server_ingress"]) == ("proxy", "direct")
+            for protocol in ("http", "grpc"):
+                address = {h: urlsplit(f"//{handles[h].urls[protocol].split('://')[-1]}") for h in handles}
+                assert address["pytorch_direct"].port != address["pytorch"].port, protocol
+                assert address["pytorch_direct"].hostname == "127.0.0.1"
+                trial = Trial("local", "tiny", "pytorch", "pytorch_direct", protocol, "tensor", 1, 1)
+                record = run_trial(cfg, trial, backends["pytorch_direct"], direct, node, clients)
+                assert record.status == "ok", record.reason
+                assert record.metrics["server_batch_avg"] == pytest.approx(1.0)
+        finally:
+            for backend in backends.values():
+                backend.stop()
+            clients.close()
