@@ -98,7 +98,6 @@ def validate(cfg: Any) -> None:
 def _check_backend_settings(cfg: Any, name: str) -> None:
     """The backend class checks its own settings (keys it takes, ranges), before any server starts."""
     from hydra.utils import get_class
-    from omegaconf import OmegaConf
 
     settings = OmegaConf.to_container(cfg.backends[name], resolve=True)
     settings.pop("backend", None)

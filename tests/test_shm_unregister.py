@@ -8,32 +8,46 @@ import logging
 
 import pytest
 
-from serving.clients.triton_base import _unregister
+from serving.clients.base import ClientSpec
+from serving.clients.shm import SystemRegion
+from serving.clients.triton_http import TritonHttpClient
 
 
-class FakeRegion:
-    name = "tierbench_1_1"
+class FakeServer:
+    """tritonclient's unregister call, failing with the given errors first."""
 
     def __init__(self, errors: list[Exception]) -> None:
         self.errors = errors
         self.calls = 0
 
-    async def unregister(self, client: object) -> None:
+    async def unregister_system_shared_memory(self, name: str) -> None:
         self.calls += 1
         if self.errors:
             raise self.errors.pop(0)
 
+    async def close(self) -> None:
+        pass
+
 
 def test_an_in_use_region_is_unregistered_once_the_server_releases_it() -> None:
     in_use = RuntimeError("Cannot unregister shared memory region 'tierbench_1_1', it is currently in use.")
-    region = FakeRegion([in_use, in_use])
-    asyncio.run(_unregister(region, client=None))
-    assert region.calls == 3
+    server = FakeServer([in_use, in_use])
+    region = SystemRegion(16)
+    try:
+        asyncio.run(region.unregister(server))
+    finally:
+        region.destroy()
+    assert server.calls == 3
 
 
 def test_any_other_failure_is_logged_not_retried(caplog: pytest.LogCaptureFixture) -> None:
-    region = FakeRegion([ConnectionError("connection refused")])
+    server = FakeServer([ConnectionError("connection refused")])
+    client = TritonHttpClient(ClientSpec(target="", url="127.0.0.1:1", model_name="m", input_format="tensor",
+                                         batch_size=1, input_shape=(3, 8, 8), num_classes=4, shared_memory="system"))
+    client._client = server
+    client._input_region = region = SystemRegion(16)
     with caplog.at_level(logging.WARNING):
-        asyncio.run(_unregister(region, client=None))
-    assert region.calls == 1
-    assert "tierbench_1_1" in caplog.text and "connection refused" in caplog.text
+        asyncio.run(client.close())
+    assert server.calls == 1
+    assert region.name in caplog.text and "connection refused" in caplog.text
+    assert not region.path.exists()  # freed on the client side all the same

@@ -13,11 +13,13 @@ opens on Linux, where Triton runs), CUDA regions come from `cuda.bindings.runtim
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ctypes
 import itertools
 import mmap
 import os
+import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -26,6 +28,7 @@ import numpy as np
 SHM_DIR = Path("/dev/shm")
 PREFIX = "tierbench_"
 CUDA_IPC_HANDLE_SIZE = 64
+UNREGISTER_PATIENCE_S = 2.0
 _counter = itertools.count()
 
 
@@ -72,10 +75,21 @@ class Region(ABC):
         """Register with the server through a tritonclient (http.aio or grpc.aio) client."""
 
     async def unregister(self, client) -> None:
-        if self.kind == "system":
-            await client.unregister_system_shared_memory(self.name)
-        else:
-            await client.unregister_cuda_shared_memory(self.name)
+        """Unregister from the server, waiting out Triton's "in use" refusal: since 2.50 the server counts the
+        requests that reference a region and releases them after their responses are sent, so an unregister
+        right after the last response can race the release. Any other error, or a region still held after
+        `UNREGISTER_PATIENCE_S`, is raised."""
+        call = (client.unregister_system_shared_memory if self.kind == "system"
+                else client.unregister_cuda_shared_memory)
+        deadline = time.monotonic() + UNREGISTER_PATIENCE_S
+        while True:
+            try:
+                await call(self.name)
+                return
+            except Exception as exc:  # tritonclient raises InferenceServerException or transport errors
+                if "in use" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(0.02)
 
     @abstractmethod
     def destroy(self) -> None: ...

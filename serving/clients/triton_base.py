@@ -16,9 +16,7 @@ so concurrent responses never overwrite each other. `close()` unregisters and fr
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from abc import abstractmethod
 from typing import Any
 
@@ -28,27 +26,6 @@ from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor
 from serving.clients.shm import Region, new_region, remove_stale_regions, serialize_bytes
 
 log = logging.getLogger(__name__)
-
-UNREGISTER_PATIENCE_S = 2.0
-
-
-async def _unregister(region: Region, client: Any) -> None:
-    """Unregister a region, waiting out Triton's "in use" refusal: since 2.50 the server counts the requests
-    that reference a region and releases them after their responses are sent, so an unregister right after
-    the last response can race the release. A server that is gone, or a region still held after
-    `UNREGISTER_PATIENCE_S`, is logged; the region's memory is freed by the caller either way."""
-    deadline = time.monotonic() + UNREGISTER_PATIENCE_S
-    while True:
-        try:
-            await region.unregister(client)
-            return
-        except Exception as exc:  # noqa: BLE001 - tritonclient raises InferenceServerException or transport errors
-            if "in use" in str(exc) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-                continue
-            log.warning("could not unregister shared-memory region %s from the server: %s", region.name, exc)
-            return
-
 
 class TritonClient(InferenceClient):
     """Base of the HTTP and gRPC clients; subclasses create the aio client and tensor descriptors."""
@@ -157,7 +134,11 @@ class TritonClient(InferenceClient):
             await self._close_prepared()
             if self._client is not None:
                 for region in regions:
-                    await _unregister(region, self._client)
+                    try:
+                        await region.unregister(self._client)
+                    except Exception as exc:  # noqa: BLE001 - the server may be gone; the region is freed below
+                        log.warning("could not unregister shared-memory region %s from the server: %s",
+                                    region.name, exc)
                 await self._client.close()
         finally:
             self._client = None

@@ -153,11 +153,12 @@ class RayServeTorchBackend(Backend):
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
         self._wait_running(self.start_timeout_s)
-        urls = {"http": f"http://{ctx.client_host}:{port}{route}"}
-        if grpc_port is not None:
-            urls["grpc"] = f"{ctx.client_host}:{grpc_port}"
         if self.direct_ingress:
             urls = self._direct_urls(ctx.client_host)
+        else:
+            urls = {"http": f"http://{ctx.client_host}:{port}{route}"}
+            if grpc_port is not None:
+                urls["grpc"] = f"{ctx.client_host}:{grpc_port}"
         log.info("%s: Ray Serve app %s running at %s", ctx.name, self.app_name, urls)
         info = serve.get_app_handle(self.app_name).info.remote().result(timeout_s=ctx.request_timeout_s)
         params, metrics = self._start_facts(info)

@@ -79,6 +79,8 @@ def _tensorrt_options(config: mc.ModelConfig, variant: TritonVariant) -> dict[st
     if variant.trt_profile:
         options.update(_profile_shapes(config, variant.trt_profile))
     return options
+
+
 def _batching(config: mc.ModelConfig, variant: TritonVariant) -> None:
     if not variant.dynamic_batching:
         return
