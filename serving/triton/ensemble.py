@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving.triton.repository import write_config
+from serving.triton.repository import fresh_version_dir, write_config
 
 JPEG_INPUT = "jpeg"
 PREPROCESSED = "preprocessed"
@@ -30,14 +30,6 @@ def preprocess_model_name(model_name: str) -> str:
 
 def ensemble_model_name(model_name: str) -> str:
     return f"{model_name}_jpeg"
-
-
-def _fresh_version_dir(dest: Path, name: str) -> Path:
-    if (dest / name).exists():
-        shutil.rmtree(dest / name)
-    version_dir = dest / name / "1"
-    version_dir.mkdir(parents=True)
-    return version_dir
 
 
 def _preprocess_config(classifier: mc.ModelConfig, instance_count: int) -> mc.ModelConfig:
@@ -69,12 +61,12 @@ def _ensemble_config(classifier: mc.ModelConfig) -> mc.ModelConfig:
 def render_jpeg_ensemble(classifier: mc.ModelConfig, dest: Path, preprocess_instances: int) -> list[str]:
     """Write `<model>_preprocess/` and `<model>_jpeg/` into the repository `dest`; returns their names."""
     preprocess = _preprocess_config(classifier, preprocess_instances)
-    version_dir = _fresh_version_dir(dest, preprocess.name)
+    version_dir = fresh_version_dir(dest, preprocess.name)
     shutil.copy(PREPROCESS_MODEL_FILE, version_dir / "model.py")
     shutil.copy(IMAGES_MODULE, version_dir / IMAGES_MODULE_COPY)
     write_config(preprocess, dest / preprocess.name / "config.pbtxt")
 
     ensemble = _ensemble_config(classifier)
-    _fresh_version_dir(dest, ensemble.name)
+    fresh_version_dir(dest, ensemble.name)
     write_config(ensemble, dest / ensemble.name / "config.pbtxt")
     return [preprocess.name, ensemble.name]

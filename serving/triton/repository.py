@@ -136,16 +136,22 @@ def _warmup(config: mc.ModelConfig, batch_sizes: tuple[int, ...]) -> None:
             value.zero_data = True
 
 
+def fresh_version_dir(dest: Path, model_name: str) -> Path:
+    """An empty `<dest>/<model>/1/`: whatever an earlier render left of that model is removed."""
+    if (dest / model_name).exists():
+        shutil.rmtree(dest / model_name)
+    version_dir = dest / model_name / "1"
+    version_dir.mkdir(parents=True)
+    return version_dir
+
+
 def render_repository(config_text: str, onnx_path: Path, dest: Path, variant: TritonVariant) -> Path:
     """Write `<dest>/<model>/` for `variant` from the canonical `config.pbtxt` text; returns `dest`."""
     config = text_format.Parse(config_text, mc.ModelConfig())
     model_name = config.name
     config.ClearField("instance_group")
     _batching(config, variant)
-    version_dir = dest / model_name / "1"
-    if version_dir.parent.exists():
-        shutil.rmtree(version_dir.parent)
-    version_dir.mkdir(parents=True)
+    version_dir = fresh_version_dir(dest, model_name)
     _warmup(config, variant.warmup_batch_sizes)
     if variant.server_kind == "native":
         _native(config, variant)
