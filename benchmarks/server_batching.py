@@ -26,10 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import REPO, compose
+
 # Per server: the variant without batching first, then the variants with it.
 GROUPS = {"ray_serve": ("pytorch", "pytorch_batched", "pytorch_batched_20ms"),
           "triton": ("triton_onnx", "triton_onnx_dynbatch")}
-REPO = Path(__file__).resolve().parents[1]
 
 
 def parse_args() -> argparse.Namespace:
@@ -46,9 +47,6 @@ def parse_args() -> argparse.Namespace:
 
 
 def compose_config(args: argparse.Namespace) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    import experiments.config  # noqa: F401 - registers the schemas
     from experiments.validation import validate
 
     variants = [v for group in GROUPS.values() for v in group]
@@ -60,8 +58,7 @@ def compose_config(args: argparse.Namespace) -> Any:
         # One window per measurement: the rounds alternate the two servers instead of repeating windows.
         "experiment.stability.windows=1", "experiment.stability.max_windows=1", *args.overrides,
     ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose(overrides)
     validate(cfg)
     return cfg
 
