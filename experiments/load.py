@@ -253,7 +253,10 @@ class OpenLoopLoad(LoadGenerator):
         intended = self.now()
         while not self._stopping:
             intended += self._gap()
-            await asyncio.sleep(max(0.0, intended - self.now()))
+            # Sleep by the clock the samples use (asyncio's timer runs on another): never send before the
+            # scheduled time, so latency from it always includes the latency from the send.
+            while (delay := intended - self.now()) > 0:
+                await asyncio.sleep(delay)
             await slots.acquire()
             if self.now() - intended > LATE_AFTER_S:
                 self._late.append(intended)
