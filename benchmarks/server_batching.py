@@ -66,10 +66,9 @@ def compose_config(args: argparse.Namespace) -> Any:
 def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], node: Any, options: dict[str, Any],
                   clients: Any) -> list[dict[str, Any]]:
     """Start every server of `group`, then alternate their windows; one row per window."""
-    from experiments.measure import actors_needed, measure
-    from experiments.metrics import server_reported_metrics, window_metrics
     from experiments.plan import Trial
     from experiments.server_group import build_backend
+    from experiments.trial import run_trial
 
     backends = {name: build_backend(cfg, name, node, options) for name in group}
     rows = []
@@ -79,16 +78,12 @@ def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], no
             for round_index in range(args.rounds):
                 order = group if round_index % 2 == 0 else group[::-1]
                 for name in order:
-                    spec = backends[name].client_spec(handles[name], args.protocol, "tensor", args.batch_size)
                     trial = Trial(cfg.gpu.name, cfg.model.name, cfg.backends[name].backend, name, args.protocol,
                                   "tensor", args.batch_size, conc)
-                    actors = clients.ensure(actors_needed(trial, cfg.experiment))
-                    result = measure(actors, spec, trial, cfg.experiment,
-                                     probe=lambda name=name: backends[name].server_counters(handles[name]))
-                    m = window_metrics(result.samples, float(cfg.gpu.price_per_hour_usd))
-                    m.update(server_reported_metrics(result.samples))  # Ray Serve: per request
-                    if result.counters_before and result.counters_after:  # Triton: its statistics
-                        m.update(backends[name].server_breakdown(result.counters_before, result.counters_after))
+                    record = run_trial(cfg, trial, backends[name], handles[name], node, clients)
+                    if record.status != "ok":
+                        raise SystemExit(f"{trial.name}: {record.reason}")
+                    m = record.metrics
                     rows.append({"variant": name, "server_batching": handles[name].params["server_batching"],
                                  "server_batch_wait_ms": handles[name].params["server_batch_wait_ms"],
                                  "concurrency": conc, "round": round_index, "throughput_img_s": m["throughput_img_s"],
@@ -114,13 +109,13 @@ def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
                             if row["concurrency"] == conc and row["round"] == r and row["variant"] in (off, on)}
                     if off in pick and on in pick and pick[off]["throughput_img_s"]:
                         per_round.append(pick[on]["throughput_img_s"] / pick[off]["throughput_img_s"])
-                        batches.append(pick[on]["server_batch_avg"])
+                        if pick[on]["server_batch_avg"] is not None:
+                            batches.append(pick[on]["server_batch_avg"])
                 if per_round:
                     ratios.append({"server": server, "variant": on, "concurrency": conc,
                                    "on_over_off_per_round": per_round,
                                    "on_over_off_median": statistics.median(per_round),
-                                   "images_per_pass_median": statistics.median(b for b in batches if b is not None)
-                                   if any(b is not None for b in batches) else None})
+                                   "images_per_pass_median": statistics.median(batches) if batches else None})
     return ratios
 
 

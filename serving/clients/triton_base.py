@@ -27,6 +27,7 @@ from serving.clients.shm import Region, new_region, remove_stale_regions, serial
 
 log = logging.getLogger(__name__)
 
+
 class TritonClient(InferenceClient):
     """Base of the HTTP and gRPC clients; subclasses create the aio client and tensor descriptors."""
 

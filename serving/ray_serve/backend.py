@@ -202,7 +202,7 @@ class RayServeTorchBackend(Backend):
         groups = ray.get(_get_global_client()._controller.get_target_groups.remote(self.app_name),
                          timeout=self.context.request_timeout_s)
         # Without direct ingress the controller answers with its proxies' group (no app name).
-        ports = {str(g.protocol).rsplit(".", 1)[-1].lower(): g.targets[0].port for g in groups
+        ports = {g.protocol.name.lower(): g.targets[0].port for g in groups
                  if g.app_name == self.app_name and g.targets}
         if "http" not in ports:
             raise RuntimeError(f"{self.context.name}: Ray Serve on this cluster runs without direct ingress (target "
