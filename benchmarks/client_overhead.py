@@ -70,10 +70,10 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=3.0)
     args = parser.parse_args()
 
-    from experiments.client_actor import ClientPool
+    from experiments.measure.client_actor import ClientPool
     from experiments.plan import Trial
-    from experiments.server_group import build_backend
-    from experiments.trial import run_trial
+    from experiments.run.server_group import build_backend
+    from experiments.run.trial import run_trial
 
     cfg = compose([f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
                    "experiment.warmup_requests=50", "experiment.stability.max_windows=10"])

@@ -19,7 +19,7 @@ def compose(overrides: list[str]) -> Any:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    import experiments.config  # noqa: F401 - registers the schemas
+    import experiments.config.schema  # noqa: F401 - registers the schemas
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return hydra_compose("config", overrides=overrides)
@@ -30,8 +30,8 @@ def local_tier(cfg: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
     """A private local Ray (stopped afterwards), this node's description and the `local` tier's placement."""
     import ray
 
-    from experiments.cluster import ray_cluster
-    from experiments.tiers import placement_options
+    from experiments.cluster.connection import ray_cluster
+    from experiments.cluster.tiers import placement_options
     from serving.node import describe_node
 
     with ray_cluster(cfg.cluster, "local"):

@@ -47,7 +47,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def compose_config(args: argparse.Namespace) -> Any:
-    from experiments.validation import validate
+    from experiments.config.validation import validate
 
     variants = [v for group in GROUPS.values() for v in group]
     overrides = [
@@ -67,8 +67,8 @@ def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], no
                   clients: Any) -> list[dict[str, Any]]:
     """Start every server of `group`, then alternate their windows; one row per window."""
     from experiments.plan import Trial
-    from experiments.server_group import build_backend
-    from experiments.trial import run_trial
+    from experiments.run.server_group import build_backend
+    from experiments.run.trial import run_trial
 
     backends = {name: build_backend(cfg, name, node, options) for name in group}
     rows = []
@@ -122,9 +122,9 @@ def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
-    from experiments.client_actor import ClientPool
-    from experiments.cluster import ray_cluster
-    from experiments.tiers import placement_options
+    from experiments.cluster.connection import ray_cluster
+    from experiments.cluster.tiers import placement_options
+    from experiments.measure.client_actor import ClientPool
     from serving.node import describe_node
 
     cfg = compose_config(args)

@@ -61,10 +61,10 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. backends.pytorch.torch_threads=1")
     args = parser.parse_args()
 
-    from experiments.client_actor import ClientPool
+    from experiments.measure.client_actor import ClientPool
     from experiments.plan import Trial
-    from experiments.server_group import build_backend
-    from experiments.trial import run_trial
+    from experiments.run.server_group import build_backend
+    from experiments.run.trial import run_trial
 
     cfg = compose([f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
                    "experiment.warmup_requests=20", "experiment.stability.max_windows=10",

@@ -9,7 +9,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-import experiments.config  # noqa: F401 - registers the config schemas
+import experiments.config.schema  # noqa: F401 - registers the config schemas
 from runners.sweep import CONF_DIR
 
 REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 
-from experiments.tiers import TIER_LABEL, known_tiers, node_declaration, tiers_for_gpu
+from experiments.cluster.tiers import TIER_LABEL, known_tiers, node_declaration, tiers_for_gpu
 
 # Fixed ports, so a firewall can open exactly these between the nodes (Ray picks random ones otherwise):
 # the head's GCS port (--port) plus, on every node, these and the worker port range.

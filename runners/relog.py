@@ -8,9 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.publish import TIER_FILE, publish_folder
-from experiments.redaction import redact
-from experiments.tracking import tracking_uri
+from experiments.results.publish import TIER_FILE, publish_folder
+from experiments.results.redaction import redact
+from experiments.results.tracking import tracking_uri
 
 
 def tier_folders(folder: Path) -> list[Path]:

@@ -22,7 +22,7 @@ def _config_defaults() -> tuple[str | None, str, str]:
     """`mlflow.tracking_uri`, `mlflow.experiment` and `results_dir` as the sweep composes them."""
     from hydra import compose, initialize_config_dir
 
-    import experiments.config  # noqa: F401 - registers the schemas
+    import experiments.config.schema  # noqa: F401 - registers the schemas
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.report.build import ReportOptions
     from experiments.report.data import ReportError
     from experiments.report.publish import make_report
-    from experiments.tracking import tracking_uri
+    from experiments.results.tracking import tracking_uri
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

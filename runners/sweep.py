@@ -1,6 +1,6 @@
 """`python -m runners.sweep [overrides] [-m]`: run the configured sweep on one GPU tier (or several with -m).
 
-Thin entry point: composes the config with Hydra and calls `experiments.sweep.run_sweep`. Ctrl-C and SIGTERM
+Thin entry point: composes the config with Hydra and calls `experiments.run.sweep.run_sweep`. Ctrl-C and SIGTERM
 unwind through the sweep's `finally` blocks, which stop Triton, the Ray Serve app, the client actors and a Ray
 the sweep started.
 """
@@ -24,10 +24,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-import experiments.config  # noqa: F401 - registers the config schemas
-from experiments.cluster import TierUnavailableError
-from experiments.redaction import redact_files
-from experiments.validation import ConfigError, check_overrides
+import experiments.config.schema  # noqa: F401 - registers the config schemas
+from experiments.cluster.connection import TierUnavailableError
+from experiments.config.validation import ConfigError, check_overrides
+from experiments.results.redaction import redact_files
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 EXIT_BAD_INPUT = 2
@@ -45,8 +45,8 @@ def _interrupt_on_signal(signum: int, frame: FrameType | None) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
-    from experiments.placement import PlacementError
-    from experiments.sweep import run_sweep
+    from experiments.cluster.placement import PlacementError
+    from experiments.run.sweep import run_sweep
 
     # Hydra saved the overrides in the run folder: mask any password a tracking URI carried.
     redact_files(Path(HydraConfig.get().runtime.output_dir) / ".hydra")

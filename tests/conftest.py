@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-import experiments.config  # noqa: F401 - registers the schemas
+import experiments.config.schema  # noqa: F401 - registers the schemas
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = str(REPO / "conf")

@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from experiments.metrics import cost_metrics
+from experiments.config.prices import tier_price_params
+from experiments.measure.metrics import cost_metrics
 from experiments.plan import Trial
-from experiments.prices import tier_price_params
-from experiments.records import FAILED, OK, SKIPPED
-from experiments.slo import SloProbe, SloResult
-from experiments.tracking import Tracker
-from experiments.trial import new_record
+from experiments.results.records import FAILED, OK, SKIPPED
+from experiments.results.tracking import Tracker
+from experiments.run.slo import SloProbe, SloResult
+from experiments.run.trial import new_record
 from serving.node import NodeInfo
 from tests.conftest import compose_config
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from experiments.config.validation import validate
 from experiments.plan import plan_trials
-from experiments.validation import validate
 from tests.conftest import REPO, compose_config
 
 

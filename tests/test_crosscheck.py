@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.crosscheck import CrosscheckResult, PathCheck, compare, reference_logits
+from experiments.run.crosscheck import CrosscheckResult, PathCheck, compare, reference_logits
 from serving.clients.base import ClientSpec
 from tests.conftest import compose_config
 

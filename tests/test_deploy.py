@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from experiments.tiers import CLIENT_POOL_RESOURCE, RESOURCE_PREFIX, TIER_LABEL, known_tiers
+from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, RESOURCE_PREFIX, TIER_LABEL, known_tiers
 from tests.conftest import REPO
 
 

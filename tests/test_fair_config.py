@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from experiments.config.validation import ConfigError, validate
 from experiments.plan import plan_trials
-from experiments.validation import ConfigError, validate
 from serving.protocols import PROTOCOLS, parse_protocol
 from tests.conftest import compose_config
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-import experiments.server_group as server_group
-from experiments.sweep import run_sweep
+import experiments.run.server_group as server_group
+from experiments.run.sweep import run_sweep
 from serving.clients.base import ClientSpec, jpeg_batch
 from tests.conftest import compose_config
 from tests.ownership import owned_environment

@@ -48,7 +48,7 @@ BACKENDS = ["pytorch", "pytorch_fp16", "pytorch_compile", "triton_onnx"] + (
 
 @pytest.fixture(scope="module")
 def gpu_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, list]]:
-    from experiments.sweep import run_sweep
+    from experiments.run.sweep import run_sweep
 
     tmp = tmp_path_factory.mktemp("gpu-sweep")
     store = f"sqlite:///{tmp / 'mlflow.db'}"
@@ -129,9 +129,9 @@ def test_a_restart_with_a_warm_engine_cache_loads_instead_of_rebuilding(tmp_path
     import ray
     import tritonclient.http as httpclient
 
-    from experiments.cluster import ray_cluster
-    from experiments.server_group import build_backend
-    from experiments.tiers import placement_options
+    from experiments.cluster.connection import ray_cluster
+    from experiments.cluster.tiers import placement_options
+    from experiments.run.server_group import build_backend
     from serving.accelerators import engine_files
     from serving.node import describe_node
 
@@ -165,7 +165,7 @@ def test_a_restart_with_a_warm_engine_cache_loads_instead_of_rebuilding(tmp_path
 def test_nvml_sampler_sees_the_gpu_work() -> None:
     import torch
 
-    from experiments.telemetry import NvmlSampler
+    from experiments.measure.telemetry import NvmlSampler
 
     sampler = NvmlSampler(None, 20.0)
     try:

@@ -225,7 +225,7 @@ def test_tensorrt_wheel_libraries_are_found_on_sys_path(monkeypatch: pytest.Monk
 
 def test_gpu_only_variants_on_a_cpu_node_are_skipped_with_reasons_before_any_server_starts() -> None:
     from experiments.plan import plan_trials
-    from experiments.server_group import ServerGroup
+    from experiments.run.server_group import ServerGroup
 
     cfg = compose_config(["experiment.backends=[pytorch_fp16,triton_trt,triton_trt_fp16]",
                           "experiment.protocols=[http]", "experiment.input_formats=[tensor]"])

@@ -8,7 +8,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from experiments.load import ClosedLoopLoad, LoadError, OpenLoopLoad
+from experiments.measure.load import ClosedLoopLoad, LoadError, OpenLoopLoad
 from serving.clients.base import ServerReport
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.metrics import cost_metrics, is_stable, server_reported_metrics, window_metrics, windows_stable
-from experiments.samples import WindowSamples
+from experiments.measure.metrics import cost_metrics, is_stable, server_reported_metrics, window_metrics, windows_stable
+from experiments.measure.samples import WindowSamples
 from serving.clients.ray_serve_http import parse_server_timing
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from experiments.config.prices import prices_from_params, tier_price_params, tier_prices, trial_price_params
+from experiments.config.validation import ConfigError, validate
 from experiments.plan import Trial
-from experiments.prices import prices_from_params, tier_price_params, tier_prices, trial_price_params
-from experiments.trial import new_record
-from experiments.validation import ConfigError, validate
+from experiments.run.trial import new_record
 from serving.node import NodeInfo
 from tests.conftest import compose_config
 

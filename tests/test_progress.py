@@ -6,7 +6,7 @@ import io
 import logging
 
 from experiments.plan import Trial
-from experiments.progress import SweepProgress, sweep_progress
+from experiments.run.progress import SweepProgress, sweep_progress
 
 
 class FakeTerminal(io.StringIO):

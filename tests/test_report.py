@@ -231,9 +231,9 @@ def test_by_batch_has_a_cell_per_measured_point_only() -> None:
 
 def test_a_sweep_with_nothing_measured_still_reports_why(tmp_path: Path) -> None:
     from experiments.plan import Trial
-    from experiments.records import SKIPPED
-    from experiments.tracking import Tracker
-    from experiments.trial import new_record
+    from experiments.results.records import SKIPPED
+    from experiments.results.tracking import Tracker
+    from experiments.run.trial import new_record
     from serving.node import NodeInfo
     from tests.conftest import compose_config
 

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from experiments.cluster import ray_cluster
-from experiments.server_group import build_backend
-from experiments.tiers import placement_options
+from experiments.cluster.connection import ray_cluster
+from experiments.cluster.tiers import placement_options
+from experiments.run.server_group import build_backend
 from serving.clients.base import ClientSpec
 from serving.clients.ray_serve_http import TIMING_HEADER, encode_request
 from serving.node import describe_node

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from experiments.validation import ConfigError, validate
+from experiments.config.validation import ConfigError, validate
 from tests.conftest import compose_config
 
 
@@ -23,12 +23,12 @@ def test_a_direct_ingress_backend_needs_the_cluster_switch() -> None:
 def test_direct_ingress_trials_reach_the_replica_port_over_http_and_grpc() -> None:
     import ray
 
-    from experiments.client_actor import ClientPool
-    from experiments.cluster import ray_cluster
+    from experiments.cluster.connection import ray_cluster
+    from experiments.cluster.tiers import placement_options
+    from experiments.measure.client_actor import ClientPool
     from experiments.plan import Trial
-    from experiments.server_group import build_backend
-    from experiments.tiers import placement_options
-    from experiments.trial import run_trial
+    from experiments.run.server_group import build_backend
+    from experiments.run.trial import run_trial
     from serving.node import describe_node
 
     cfg = compose_config(["model=tiny", "experiment.backends=[pytorch,pytorch_direct]", "experiment.batch_sizes=[1]",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.slo import SloProbe, search_slo
+from experiments.run.slo import SloProbe, search_slo
 
 
 def _model(load: float) -> SloProbe:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from experiments.sweep import run_sweep
+from experiments.run.sweep import run_sweep
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.telemetry import energy_per_image, gpu_params, nvml_unavailable_reason, start_gpu_telemetry, summarize
+from experiments.measure.telemetry import (
+    energy_per_image,
+    gpu_params,
+    nvml_unavailable_reason,
+    start_gpu_telemetry,
+    summarize,
+)
 from serving.backend import ServerHandle
 from serving.node import NodeInfo
 from tests.conftest import compose_config, has_gpu
@@ -124,7 +130,7 @@ def test_sampler_combines_gpus_and_summarizes_a_window(monkeypatch: pytest.Monke
     import sys
     import time
 
-    from experiments.telemetry import NvmlSampler
+    from experiments.measure.telemetry import NvmlSampler
 
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
     sampler = NvmlSampler(None, 50.0)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.cluster import ClusterView, TierUnavailableError, declared_tiers, require_tiers
-from experiments.multirun import requested_tiers
-from experiments.placement import PlacementError, client_options
-from experiments.tiers import NODE_ID_LABEL, node_declaration, placement_options
+from experiments.cluster.connection import ClusterView, TierUnavailableError, declared_tiers, require_tiers
+from experiments.cluster.placement import PlacementError, client_options
+from experiments.cluster.tiers import NODE_ID_LABEL, node_declaration, placement_options
+from experiments.run.multirun import requested_tiers
 from runners import node as node_cli
 from tests.conftest import CONF_DIR, compose_config
 
@@ -138,7 +138,7 @@ def test_node_refuses_an_unknown_tier(capsys: pytest.CaptureFixture) -> None:
 def test_an_address_with_nothing_listening_fails_at_once() -> None:
     import time
 
-    from experiments.cluster import RayConnection
+    from experiments.cluster.connection import RayConnection
     from serving.process import free_ports
 
     (port,) = free_ports(1)

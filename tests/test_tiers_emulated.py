@@ -105,7 +105,7 @@ def test_the_tiers_measured_at_the_same_time(two_tiers) -> None:
 @pytest.fixture(scope="module")
 def joined_cluster(tmp_path_factory: pytest.TempPathFactory):
     """An emulated cluster started apart from the sweep (head + a100 node + client pool), joined by address."""
-    from experiments.emulated import start_emulated_cluster
+    from experiments.cluster.emulated import start_emulated_cluster
 
     marker = uuid.uuid4().hex
     with pytest.MonkeyPatch.context() as env:
@@ -155,7 +155,7 @@ def test_separate_clients_run_on_the_client_pool(joined_cluster) -> None:
 def test_a_tier_node_held_by_another_sweep_times_out_with_a_clear_error(joined_cluster) -> None:
     import ray
 
-    from experiments.placement import LEASE_SHARE, NodeLease
+    from experiments.cluster.placement import LEASE_SHARE, NodeLease
 
     address, marker, tmp = joined_cluster
     ray.init(address=address, log_to_driver=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.validation import ConfigError, validate
+from experiments.config.validation import ConfigError, validate
 from tests.conftest import compose_config
 
 CASES = [

@@ -2,7 +2,7 @@
 machine (cluster=emulated) or join a running one (cluster=address); check that every requested tier has a live node
 before anything is placed; stop only what was started.
 
-The owner of the connection is whoever opens it first: the multirun callback (`experiments.multirun`, one
+The owner of the connection is whoever opens it first: the multirun callback (`experiments.run.multirun`, one
 cluster shared by every tier job) or a single run's `ray_cluster`. A tier job that finds Ray already connected
 (the callback's driver, or a Ray launcher task inside the cluster) uses it and stops nothing.
 """
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.tiers import (
+from experiments.cluster.tiers import (
     CLIENT_POOL_RESOURCE,
     EMULATED_RESOURCE,
     RESOURCE_PREFIX,
@@ -190,7 +190,7 @@ class RayConnection:
             _check_reachable(self.cfg.address)
             ray.init(address=self.cfg.address, **job)
         elif self.cfg.emulated:
-            from experiments.emulated import start_emulated_cluster
+            from experiments.cluster.emulated import start_emulated_cluster
 
             _quiet_ray_env()
             self._emulated = start_emulated_cluster(self.cfg)

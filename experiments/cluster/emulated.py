@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from experiments.tiers import TIER_LABEL, node_declaration
+from experiments.cluster.tiers import TIER_LABEL, node_declaration
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.cluster import ClusterView, TierUnavailableError
-from experiments.tiers import CLIENT_POOL_RESOURCE, SLIVER, placement_options, tier_resource
+from experiments.cluster.connection import ClusterView, TierUnavailableError
+from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, SLIVER, placement_options, tier_resource
 
 log = logging.getLogger(__name__)
 

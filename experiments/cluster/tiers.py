@@ -17,7 +17,7 @@ EMULATED_RESOURCE = "tierbench_emulated"
 NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label on every node (Ray >= 2.49)
 # Enough for every actor and replica a tier job places: each asks for this much of its tier's resource.
 SLIVER = 0.001
-CONF_GPU_DIR = Path(__file__).resolve().parents[1] / "conf" / "gpu"
+CONF_GPU_DIR = Path(__file__).resolve().parents[2] / "conf" / "gpu"
 
 
 def tier_resource(tier: str) -> str:

@@ -2,7 +2,7 @@
 
 YAML files extend these schemas through their defaults list (`- base_gpu`, ...), so a misspelt key or a
 value of the wrong type fails when the config is composed. Rules that types cannot express (allowed
-names, positive sizes) live in `experiments.validation`.
+names, positive sizes) live in `experiments.config.validation`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class GpuTierConfig:
     price_per_hour_usd: float = MISSING
     price_source: str = ""
     price_seen: str = ""
-    # Alternative prices by name, each {usd_per_hour, kind, provider, source, seen} (see experiments.prices; an
+    # Alternative prices by name, each {usd_per_hour, kind, provider, source, seen} (see experiments.config.prices; an
     # untyped dict so `+gpu.prices.mine={usd_per_hour:0.2}` works on the command line; checked by validate()).
     prices: dict[str, Any] = field(default_factory=dict)
     requires_gpu: bool = True
@@ -144,7 +144,7 @@ class ToleranceConfig:
 
 @dataclass
 class CrosscheckConfig:
-    """Cross-backend validation before each server group is measured (experiments/crosscheck.py)."""
+    """Cross-backend validation before each server group is measured (experiments/run/crosscheck.py)."""
 
     enabled: bool = True
     images: int = 8

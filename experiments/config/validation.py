@@ -46,7 +46,7 @@ def validate(cfg: Any) -> None:
     price = None if OmegaConf.is_missing(cfg.gpu, "price_per_hour_usd") else cfg.gpu.price_per_hour_usd
     if price is None or not isinstance(price, int | float) or price < 0:
         _fail("gpu.price_per_hour_usd", price, "set a price >= 0 in USD per hour for this tier")
-    from experiments.prices import validate_prices  # imports ConfigError from here
+    from experiments.config.prices import validate_prices  # imports ConfigError from here
 
     validate_prices(cfg.gpu)
     _check_list("experiment.backends", exp.backends, sorted(cfg.backends))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from experiments.load import LoadGenerator, LoadPoint, WarmupStats
-from experiments.samples import WindowSamples
+from experiments.measure.load import LoadGenerator, LoadPoint, WarmupStats
+from experiments.measure.samples import WindowSamples
 from serving.clients.base import ClientSpec, InferenceClient, load_client
 
 
@@ -68,7 +68,7 @@ class ClientPool:
         import ray
         from ray.exceptions import GetTimeoutError
 
-        from experiments.placement import PlacementError
+        from experiments.cluster.placement import PlacementError
 
         cls = ray.remote(LoadClientActor).options(num_cpus=self.exp.client_num_cpus, **self.ray_options)
         new = [cls.remote(i) for i in range(len(self.actors), count)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from experiments.samples import ClientHealth, WindowSamples
+from experiments.measure.samples import ClientHealth, WindowSamples
 from serving.clients.base import ServerReport
 
 MAX_ERRORS_KEPT = 20

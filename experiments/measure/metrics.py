@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments.samples import WindowSamples
+from experiments.measure.samples import WindowSamples
 
 PERCENTILES = (50, 90, 95, 99)
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.load import LoadPoint, WarmupStats
-from experiments.metrics import window_stats, windows_stable
+from experiments.measure.load import LoadPoint, WarmupStats
+from experiments.measure.metrics import window_stats, windows_stable
+from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
-from experiments.samples import WindowSamples
 from serving.clients.base import ClientSpec
 
 # Head start so every actor is loading before the common window opens.

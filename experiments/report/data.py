@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.prices import Price, prices_from_params
+from experiments.config.prices import Price, prices_from_params
 
 OK = "ok"
 # Trial params that identify an operating point; batch and concurrency become integers.

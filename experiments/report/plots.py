@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.prices import Price
+from experiments.config.prices import Price
 from experiments.report.tables import P50, P99, THROUGHPUT, cost_per_1k
 
 DPI = 110

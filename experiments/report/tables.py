@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.prices import Price
+from experiments.config.prices import Price
 
 P50, P99, THROUGHPUT = "latency_p50_ms", "latency_p99_ms", "throughput_img_s"
 POINT = ["stack", "batch_size", "concurrency"]
@@ -20,7 +20,7 @@ SLO_SEARCH_METRICS = ("slo_max_throughput_img_s", "cost_per_1k_images_at_slo_usd
 
 
 def cost_per_1k(usd_per_hour: float | pd.Series, throughput_img_s: pd.Series) -> pd.Series:
-    """$ per 1k images = price / 3600 / throughput x 1000 (the formula of `experiments.metrics.cost_metrics`)."""
+    """$ per 1k images = price / 3600 / throughput x 1000 (as `cost_metrics` computes it)."""
     return usd_per_hour / 3600.0 / throughput_img_s * 1000.0
 
 

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.records import FAILED, OK, TrialRecord, read_record
-from experiments.redaction import redact
+from experiments.results.records import FAILED, OK, TrialRecord, read_record
+from experiments.results.redaction import redact
 
 log = logging.getLogger(__name__)
 TIER_FILE = "tier.json"
@@ -84,7 +84,7 @@ class Publisher:
 
     def open(self) -> bool:
         """Connect and get-or-create the sweep and tier runs; False (offline) when the store fails."""
-        from experiments.tracking import Tracker
+        from experiments.results.tracking import Tracker
 
         try:
             probe_store(self.uri)

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
-from experiments.samples import WindowSamples
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 RECORD_FILE = "record.json"

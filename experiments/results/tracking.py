@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.records import FAILED, LATENCIES_FILE, OK, RECORD_FILE, TrialRecord
+from experiments.results.records import FAILED, LATENCIES_FILE, OK, RECORD_FILE, TrialRecord
 
 SERVER_LOGS_DIR = "server_logs"  # a failed trial's server logs, next to its record
 

@@ -20,8 +20,8 @@ from hydra.core.override_parser.types import Glob
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from experiments.cluster import ClusterView, RayConnection, TierUnavailableError
-from experiments.tiers import known_tiers
+from experiments.cluster.connection import ClusterView, RayConnection, TierUnavailableError
+from experiments.cluster.tiers import known_tiers
 
 log = logging.getLogger("tierbench")
 
@@ -53,8 +53,8 @@ def close_cluster() -> None:
 class ClusterCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _connection
-        from experiments.placement import PlacementError
-        from experiments.validation import ConfigError, validate
+        from experiments.cluster.placement import PlacementError
+        from experiments.config.validation import ConfigError, validate
 
         tiers = requested_tiers(config)
         connection = RayConnection(config.cluster, log_to_driver=True)
@@ -78,7 +78,7 @@ class ClusterCallback(Callback):
 def _create_sweep_run(config: DictConfig, view: ClusterView) -> None:
     """The MLflow store, experiment and sweep run, created once here rather than raced for by parallel jobs
     (two processes creating a new SQLite store at once break its schema migration)."""
-    from experiments.tracking import Tracker, tracking_uri
+    from experiments.results.tracking import Tracker, tracking_uri
 
     emulated = bool(config.cluster.emulated) or any(
         view.is_emulated(node) for tier in requested_tiers(config) for node in view.tiers.get(tier, []))

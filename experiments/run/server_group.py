@@ -1,6 +1,6 @@
 """A server group: one backend started once on the tier's node, all its trials measured, always stopped.
 
-Each server start is first checked against the PyTorch reference (`experiments.crosscheck`): a server that
+Each server start is first checked against the PyTorch reference (`experiments.run.crosscheck`): a server that
 computes something else is not measured. A failed trial (server crash, client error, timeout) is recorded with
 the server's log, then the server and the client actors are restarted so the next trial starts clean; the rest
 of the sweep goes on. With an SLO set (`experiment.slo.p99_ms`), each operating point is then searched for its
@@ -16,13 +16,13 @@ from typing import Any
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from experiments.client_actor import ClientPool
-from experiments.crosscheck import CrosscheckResult, crosscheck_group
+from experiments.measure.client_actor import ClientPool
+from experiments.measure.telemetry import GpuTelemetry, start_gpu_telemetry
 from experiments.plan import Trial, TrialGroup, trial_key
-from experiments.records import FAILED, OK, SKIPPED, TrialRecord
-from experiments.slo import SloProbe, SloResult, search_slo
-from experiments.telemetry import GpuTelemetry, start_gpu_telemetry
-from experiments.trial import first_line, measurement_settings, new_record, run_trial
+from experiments.results.records import FAILED, OK, SKIPPED, TrialRecord
+from experiments.run.crosscheck import CrosscheckResult, crosscheck_group
+from experiments.run.slo import SloProbe, SloResult, search_slo
+from experiments.run.trial import first_line, measurement_settings, new_record, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.node import NodeInfo
 

@@ -15,19 +15,19 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.client_actor import ClientPool
-from experiments.cluster import ray_cluster
-from experiments.placement import TierPlacement, hold_tier_node
+from experiments.cluster.connection import ray_cluster
+from experiments.cluster.placement import TierPlacement, hold_tier_node
+from experiments.config.prices import tier_price_params
+from experiments.config.validation import validate
+from experiments.measure.client_actor import ClientPool
 from experiments.plan import Trial, plan_trials
-from experiments.prices import tier_price_params
-from experiments.progress import SweepProgress, sweep_progress
-from experiments.publish import Publisher, TierInfo, relog_command
-from experiments.records import FAILED, OK, SKIPPED, TrialRecord, read_record, write_record
-from experiments.redaction import redact
-from experiments.server_group import ServerGroup
-from experiments.tracking import SERVER_LOGS_DIR, tracking_uri
-from experiments.trial import new_record
-from experiments.validation import validate
+from experiments.results.publish import Publisher, TierInfo, relog_command
+from experiments.results.records import FAILED, OK, SKIPPED, TrialRecord, read_record, write_record
+from experiments.results.redaction import redact
+from experiments.results.tracking import SERVER_LOGS_DIR, tracking_uri
+from experiments.run.progress import SweepProgress, sweep_progress
+from experiments.run.server_group import ServerGroup
+from experiments.run.trial import new_record
 from serving.node import NodeInfo, describe_node
 
 log = logging.getLogger(__name__)

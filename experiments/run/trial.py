@@ -7,18 +7,18 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.client_actor import ClientPool
-from experiments.measure import Measurement, actors_needed, measure
-from experiments.metrics import (
+from experiments.config.prices import trial_price_params
+from experiments.measure.client_actor import ClientPool
+from experiments.measure.metrics import (
     client_metrics,
     open_loop_metrics,
     server_reported_metrics,
     window_metrics,
 )
+from experiments.measure.telemetry import GpuTelemetry, gpu_params
+from experiments.measure.windows import Measurement, actors_needed, measure
 from experiments.plan import Trial, trial_key
-from experiments.prices import trial_price_params
-from experiments.records import FAILED, OK, TrialRecord
-from experiments.telemetry import GpuTelemetry, gpu_params
+from experiments.results.records import FAILED, OK, TrialRecord
 from serving.backend import Backend, ServerHandle
 from serving.node import NodeInfo
 

@@ -1,0 +1,1 @@
+"""Measure: client actors generate load, windows repeat until stable, figures come from the raw samples."""

@@ -1,0 +1,1 @@
+"""Run: a tier's sweep, its server groups and their trials (SLO search and cross-check included)."""
