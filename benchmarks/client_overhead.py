@@ -23,7 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import compose, local_tier, report  # noqa: E402
+from benchmarks.common import local_tier, report  # noqa: E402
+from experiments.config.compose import compose  # noqa: E402
 
 
 def perf_analyzer_env() -> tuple[str, dict[str, str]]:

@@ -11,18 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+from serving.paths import REPO_ROOT
 
-
-def compose(overrides: list[str]) -> Any:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    import experiments.config.schema  # noqa: F401 - registers the schemas
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return hydra_compose("config", overrides=overrides)
+RESULTS = REPO_ROOT / "benchmarks" / "results"
 
 
 @contextmanager
@@ -59,5 +50,5 @@ def report(name: str, columns: list[str], rows: list[dict[str, Any]], extra: dic
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"machine": machine(), **extra, "rows": rows}, indent=2, default=str))
-    print(f"\nwritten: {path.relative_to(REPO)}")
+    print(f"\nwritten: {path.relative_to(REPO_ROOT)}")
     return path

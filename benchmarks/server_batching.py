@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, compose
+from experiments.config.compose import compose
+from serving.paths import REPO_ROOT
 
 # Per server: the variant without batching first, then the variants with it.
 GROUPS = {"ray_serve": ("pytorch", "pytorch_batched", "pytorch_batched_20ms"),
@@ -164,7 +165,7 @@ def main() -> None:
     args = parse_args()
     result = run(args)
     print_table(result)
-    out = args.out or REPO / "runs" / "benchmarks" / time.strftime("server_batching-%Y%m%d-%H%M%S.json")
+    out = args.out or REPO_ROOT / "runs" / "benchmarks" / time.strftime("server_batching-%Y%m%d-%H%M%S.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
     print(f"\nwrote {out}")

@@ -20,7 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import REPO, compose, local_tier, report  # noqa: E402
+from benchmarks.common import local_tier, report  # noqa: E402
+from experiments.config.compose import compose  # noqa: E402
+from serving.paths import MODEL_REPOSITORY  # noqa: E402
 
 
 def p50_ms(fn: Any, repeats: int, warmup: int = 20) -> float:
@@ -43,7 +45,7 @@ def in_process(model_cfg: Any, repeats: int) -> dict[str, float]:
     from serving.models import build_model, example_batch
 
     batch = example_batch(model_cfg, 1)
-    onnx_path = ensure_onnx(model_cfg, REPO / "model_repository").onnx_path
+    onnx_path = ensure_onnx(model_cfg, MODEL_REPOSITORY).onnx_path
     session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     torch.set_num_threads(os.cpu_count() or 1)
     model = build_model(model_cfg)

@@ -4,22 +4,20 @@ report how far ONNX Runtime's output is from PyTorch's."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
 import experiments.config.schema  # noqa: F401 - registers the config schemas
-from runners.sweep import CONF_DIR
+from experiments.config.compose import CONF_DIR
+from serving.paths import MODEL_REPOSITORY
 
-REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
 
-
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     from serving.export import export_onnx
 
-    report = export_onnx(cfg.model, REPOSITORY)
+    report = export_onnx(cfg.model, MODEL_REPOSITORY)
     print(f"wrote {report.onnx_path}")
     print(f"ONNX Runtime vs PyTorch on a batch of {report.check_batch_size}: "
           f"max abs difference {report.max_abs_diff:.3g}")

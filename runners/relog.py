@@ -8,15 +8,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.results.publish import TIER_FILE, publish_folder
+from experiments.results.layout import TIER_FILE, TierFolder
+from experiments.results.publish import publish_folder
 from experiments.results.redaction import redact
 from experiments.results.tracking import tracking_uri
-
-
-def tier_folders(folder: Path) -> list[Path]:
-    if (folder / TIER_FILE).exists():
-        return [folder]
-    return sorted(p.parent for p in folder.glob(f"*/{TIER_FILE}"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite under ./mlflow/)")
     args = parser.parse_args(argv)
-    folders = tier_folders(args.folder)
+    folders = TierFolder.within(args.folder)
     if not folders:
         parser.error(f"folder={str(args.folder)!r}: no {TIER_FILE} in it or in its subfolders; give the folder "
                      "a sweep printed (runs/<sweep_id> or runs/<sweep_id>/<tier>)")
@@ -36,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         except ConnectionError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        print(f"{folder}: {logged} trial runs logged, {present} already in {redact(uri)}")
+        print(f"{folder.path}: {logged} trial runs logged, {present} already in {redact(uri)}")
     return 0
 
 

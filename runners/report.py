@@ -14,18 +14,14 @@ import logging
 import sys
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 log = logging.getLogger("tierbench.report")
 
 
 def _config_defaults() -> tuple[str | None, str, str]:
     """`mlflow.tracking_uri`, `mlflow.experiment` and `results_dir` as the sweep composes them."""
-    from hydra import compose, initialize_config_dir
+    from experiments.config.compose import compose
 
-    import experiments.config.schema  # noqa: F401 - registers the schemas
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config")
+    cfg = compose()
     return cfg.mlflow.tracking_uri, cfg.mlflow.experiment, cfg.results_dir
 
 

@@ -26,10 +26,11 @@ from omegaconf import DictConfig
 
 import experiments.config.schema  # noqa: F401 - registers the config schemas
 from experiments.cluster.connection import TierUnavailableError
-from experiments.config.validation import ConfigError, check_overrides
+from experiments.config.compose import CONF_DIR
+from experiments.config.errors import ConfigError
+from experiments.config.overrides import check_overrides
 from experiments.results.redaction import redact_files
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 log = logging.getLogger("tierbench")
@@ -43,7 +44,7 @@ def _interrupt_on_signal(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     from experiments.cluster.placement import PlacementError
     from experiments.run.sweep import run_sweep
@@ -74,7 +75,7 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     try:
-        check_overrides(sys.argv[1:], CONF_DIR)
+        check_overrides(sys.argv[1:])
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

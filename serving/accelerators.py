@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from serving.paths import cache_root
+
 ENGINE_SUFFIX = ".engine"
 HIT, BUILT, NO_ENGINE = "hit", "built", "none"
 
@@ -21,10 +23,6 @@ HIT, BUILT, NO_ENGINE = "hit", "built", "none"
 def slug(text: str) -> str:
     """`NVIDIA GeForce RTX 4090` -> `nvidia-geforce-rtx-4090`: safe in paths and on every filesystem."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tierbench"
 
 
 def engine_cache_key(runtime: str, fp16: bool, profile: tuple[int, int, int], fingerprint: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from serving.clients.base import ClientSpec
 from serving.node import NodeInfo
+from serving.paths import MODEL_REPOSITORY
 
 
 @dataclass
@@ -41,7 +42,7 @@ class BackendContext:
     host: str = "127.0.0.1"
     start_timeout_s: float = 180.0
     stop_timeout_s: float = 20.0
-    model_repository: str = "model_repository"
+    model_repository: str = str(MODEL_REPOSITORY)
     triton_server: str = "auto"
     request_timeout_s: float = 60.0
     # The experiment's batch sizes: servers warm up (build engines, compile) for each before measurement.

@@ -1,4 +1,4 @@
-"""Shared fixtures: composed configs, a temporary MLflow store and results folder, leak checks, GPU gating."""
+"""Shared fixtures: a temporary MLflow store, leak checks, GPU gating."""
 
 from __future__ import annotations
 
@@ -11,20 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
-import experiments.config.schema  # noqa: F401 - registers the schemas
-
-REPO = Path(__file__).resolve().parents[1]
-CONF_DIR = str(REPO / "conf")
 SERVER_PROCESS_NAMES = ("tritonserver", "triton_python_backend_stub", "raylet", "gcs_server", "ray::",
                         "default_worker.py", "ServeReplica", "ServeController")
-
-
-def compose_config(overrides: list[str] | None = None) -> DictConfig:
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose("config", overrides=overrides or [])
 
 
 def has_gpu() -> bool:

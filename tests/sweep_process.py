@@ -9,14 +9,14 @@ import threading
 import time
 from pathlib import Path
 
-from tests.conftest import REPO
+from serving.paths import REPO_ROOT
 
 
 class SweepProcess:
     def __init__(self, tmp: Path, *overrides: str, store: str | None = None) -> None:
         self.store = store or f"sqlite:///{tmp / 'mlflow.db'}"
         args = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={self.store}", *overrides]
-        self.proc = subprocess.Popen([sys.executable, "-m", "runners.sweep", *args], cwd=REPO, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from experiments.config.compose import compose
 from experiments.config.prices import tier_price_params
 from experiments.measure.metrics import cost_metrics
 from experiments.plan import Trial
@@ -15,7 +16,6 @@ from experiments.results.tracking import Tracker
 from experiments.run.slo import SloProbe, SloResult
 from experiments.run.trial import new_record
 from serving.node import NodeInfo
-from tests.conftest import compose_config
 
 SWEEP_ID = "synthetic-fixture"
 TAGS = {"synthetic": "true"}
@@ -47,7 +47,7 @@ def numbers(tier: str, key: tuple[str, str, int, int]) -> tuple[float, float, fl
 
 def _cfg(tier: str) -> Any:
     overrides = [f"gpu={tier}", f"gpu.price_per_hour_usd={PRICES[tier]}", f"sweep_id={SWEEP_ID}"]
-    cfg = compose_config(overrides)
+    cfg = compose(overrides)
     # Only the prices this fixture states (the tier files' real alternatives would blur exact checks).
     cfg.gpu.prices = {"spot": {"usd_per_hour": A100_SPOT, "kind": "spot", "provider": "Synthetic",
                                "source": "test fixture", "seen": "2026-01-01"}} if tier == "a100" else {}

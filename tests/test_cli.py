@@ -6,12 +6,13 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import REPO, server_processes
+from serving.paths import REPO_ROOT
+from tests.conftest import server_processes
 
 
 def _sweep(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "runners.sweep", *args], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=timeout)
     return proc, time.monotonic() - start
 

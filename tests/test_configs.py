@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from experiments.config.compose import compose
 from experiments.config.validation import validate
 from experiments.plan import plan_trials
-from tests.conftest import REPO, compose_config
+from serving.paths import REPO_ROOT
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml"))
+    return sorted(p.stem for p in (REPO_ROOT / "conf" / group).glob("*.yaml"))
 
 
 @pytest.mark.parametrize(
@@ -23,14 +24,14 @@ def _options(group: str) -> list[str]:
     list(itertools.product(_options("gpu"), _options("model"), _options("experiment"), _options("cluster"))),
 )
 def test_every_config_composes_and_validates(gpu: str, model: str, experiment: str, cluster: str) -> None:
-    cfg = compose_config([f"gpu={gpu}", f"model={model}", f"experiment={experiment}", f"cluster={cluster}"])
+    cfg = compose([f"gpu={gpu}", f"model={model}", f"experiment={experiment}", f"cluster={cluster}"])
     validate(cfg)
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     assert plan_trials(cfg), "a config must plan at least one trial"
 
 
 def test_defaults_are_the_local_quick_sweep() -> None:
-    cfg = compose_config()
+    cfg = compose()
     assert (cfg.gpu.name, cfg.model.name, cfg.experiment.name, cfg.cluster.name) == (
         "local", "resnet18", "quick", "local")
     assert cfg.mlflow.experiment == "tierbench"
@@ -39,21 +40,21 @@ def test_defaults_are_the_local_quick_sweep() -> None:
 def test_tier_prices_and_their_sources() -> None:
     expected = {"a100": 0.894, "rtx4090": 0.391}
     for tier, price in expected.items():
-        cfg = compose_config([f"gpu={tier}"])
+        cfg = compose([f"gpu={tier}"])
         assert cfg.gpu.price_per_hour_usd == price
         assert "Vast.ai" in cfg.gpu.price_source and cfg.gpu.price_seen == "2026-02-20"
-    h100 = compose_config(["gpu=h100"]).gpu
+    h100 = compose(["gpu=h100"]).gpu
     assert h100.price_per_hour_usd > 0 and h100.price_source and h100.price_seen
 
 
 def test_models_take_602112_byte_images() -> None:
     for model in ("resnet18", "resnet50"):
-        cfg = compose_config([f"model={model}"])
+        cfg = compose([f"model={model}"])
         assert int(np.prod(cfg.model.input_shape)) * 4 == 602_112
 
 
 def test_protocol_5way_is_the_studys_matrix() -> None:
-    exp = compose_config(["experiment=protocol_5way"]).experiment
+    exp = compose(["experiment=protocol_5way"]).experiment
     assert list(exp.batch_sizes) == [1, 4, 8, 16, 32]
     assert list(exp.concurrency) == [1, 8, 16]
     assert list(exp.backends) == ["pytorch", "triton_onnx", "triton_trt"]
@@ -61,7 +62,7 @@ def test_protocol_5way_is_the_studys_matrix() -> None:
 
 
 def test_list_keys_override_from_the_command_line() -> None:
-    cfg = compose_config(["experiment.batch_sizes=[1,8]", "experiment.concurrency=[2]",
+    cfg = compose(["experiment.batch_sizes=[1,8]", "experiment.concurrency=[2]",
                           "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
                           "experiment.input_formats=[tensor]"])
     trials = [t for g in plan_trials(cfg) for t in g.trials]
@@ -75,8 +76,8 @@ def test_checked_in_triton_configs_match_the_model_configs() -> None:
     from serving.triton.repository import read_config
 
     for model in _options("model"):
-        cfg = compose_config([f"model={model}"]).model
-        pbtxt = read_config(Path(REPO / "model_repository" / model / "config.pbtxt"))
+        cfg = compose([f"model={model}"]).model
+        pbtxt = read_config(Path(REPO_ROOT / "model_repository" / model / "config.pbtxt"))
         assert pbtxt.name == model and pbtxt.platform == "onnxruntime_onnx"
         assert pbtxt.max_batch_size == cfg.max_batch_size
         assert (pbtxt.input[0].name, list(pbtxt.input[0].dims)) == (INPUT_NAME, list(cfg.input_shape))

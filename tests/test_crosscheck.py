@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from experiments.config.compose import compose
 from experiments.run.crosscheck import CrosscheckResult, PathCheck, compare, reference_logits
 from serving.clients.base import ClientSpec
-from tests.conftest import compose_config
 
 
 def test_compare_counts_top1_agreement_and_the_largest_difference() -> None:
@@ -32,11 +32,11 @@ def test_verdict_uses_the_worst_path_and_names_the_figures() -> None:
 
 
 def test_a_model_with_other_weights_is_far_outside_every_tolerance() -> None:
-    cfg = compose_config()
+    cfg = compose()
     spec = ClientSpec(target="", url="", model_name="resnet18", input_format="jpeg", batch_size=4,
                       input_shape=tuple(cfg.model.input_shape), num_classes=cfg.model.num_classes)
     same = reference_logits(cfg.model, spec)
-    other = reference_logits(compose_config(["model.seed=1"]).model, spec)
+    other = reference_logits(compose(["model.seed=1"]).model, spec)
     agreement, diff = compare(same, other)
     loosest = cfg.crosscheck.tolerances.fp16
     assert diff > 4 * loosest.max_abs_diff and agreement < loosest.min_top1_agreement

@@ -5,13 +5,13 @@ from __future__ import annotations
 import yaml
 
 from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, RESOURCE_PREFIX, TIER_LABEL, known_tiers
-from tests.conftest import REPO
+from serving.paths import REPO_ROOT
 
 
 def test_gcp_cluster_yaml_passes_rays_schema_and_declares_known_tiers() -> None:
     from ray.autoscaler._private.util import prepare_config, validate_config
 
-    raw = yaml.safe_load((REPO / "deploy" / "ray-cluster-gcp.yaml").read_text())
+    raw = yaml.safe_load((REPO_ROOT / "deploy" / "ray-cluster-gcp.yaml").read_text())
     validate_config(prepare_config(raw))
     tiers, pools = set(), 0
     for node_type in raw["available_node_types"].values():

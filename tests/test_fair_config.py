@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.config.validation import ConfigError, validate
+from experiments.config.compose import compose
+from experiments.config.errors import ConfigError
+from experiments.config.validation import validate
 from experiments.plan import plan_trials
 from serving.protocols import PROTOCOLS, parse_protocol
-from tests.conftest import compose_config
 
 
 def test_every_backend_has_a_server_batching_twin_with_matched_settings() -> None:
-    backends = compose_config().backends
+    backends = compose().backends
     pairs = {"pytorch": "pytorch_batched", "triton_onnx": "triton_onnx_dynbatch", "triton_trt": "triton_trt_dynbatch"}
     for plain, batched in pairs.items():
         assert backends[plain].backend == backends[batched].backend
@@ -23,7 +24,7 @@ def test_every_backend_has_a_server_batching_twin_with_matched_settings() -> Non
 
 
 def test_fair_comparison_crosses_every_axis() -> None:
-    cfg = compose_config(["experiment=fair_comparison"])
+    cfg = compose(["experiment=fair_comparison"])
     validate(cfg)
     exp = cfg.experiment
     assert set(exp.input_formats) == {"jpeg", "tensor"}
@@ -63,9 +64,9 @@ BAD_SETTINGS = [
 def test_bad_backend_and_crosscheck_settings_are_refused_before_anything_starts(overrides, fragment) -> None:
     backends = "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynbatch]"
     with pytest.raises(ConfigError) as info:
-        validate(compose_config([backends, *overrides]))
+        validate(compose([backends, *overrides]))
     assert fragment in str(info.value)
 
 
 def test_shared_memory_protocols_validate() -> None:
-    validate(compose_config(["experiment.protocols=[http_shm,grpc_cuda_shm]"]))
+    validate(compose(["experiment.protocols=[http_shm,grpc_cuda_shm]"]))

@@ -10,9 +10,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import experiments.run.server_group as server_group
+from experiments.config.compose import compose
 from experiments.run.sweep import run_sweep
 from serving.clients.base import ClientSpec, jpeg_batch
-from tests.conftest import compose_config
 from tests.ownership import owned_environment
 
 pytestmark = pytest.mark.slow
@@ -43,7 +43,7 @@ def _my_regions() -> set[str]:
 @pytest.fixture(scope="module")
 def fair_runs(tmp_path_factory: pytest.TempPathFactory) -> list:
     tmp = tmp_path_factory.mktemp("fair")
-    cfg = compose_config(["experiment=fair_comparison", *_store(tmp, "fair-e2e"), *LEAN,
+    cfg = compose(["experiment=fair_comparison", *_store(tmp, "fair-e2e"), *LEAN,
                           "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynbatch]",
                           "experiment.protocols=[http,grpc,http_shm,grpc_shm]"])
     regions_before = _my_regions()
@@ -98,9 +98,9 @@ def test_server_batching_settings_are_params_comparable_across_servers(fair_runs
 
 def test_a_server_with_other_weights_fails_validation_unmeasured(tmp_path: Path, monkeypatch) -> None:
     """The server gets model.seed=1, the reference keeps seed 0: the group must fail with the figures."""
-    cfg = compose_config([*_store(tmp_path, "wrong-model"), *LEAN, "experiment.backends=[pytorch]",
+    cfg = compose([*_store(tmp_path, "wrong-model"), *LEAN, "experiment.backends=[pytorch]",
                           "experiment.protocols=[http]", "experiment.input_formats=[tensor,jpeg]"])
-    wrong = compose_config(["model.seed=1", "experiment.backends=[pytorch]"])
+    wrong = compose(["model.seed=1", "experiment.backends=[pytorch]"])
     real_build = server_group.build_backend
     monkeypatch.setattr(server_group, "build_backend",
                         lambda cfg_, name, node, options: real_build(wrong, name, node, options))

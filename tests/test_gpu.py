@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import compose_config, has_gpu, server_processes, wait_for_no_new_processes
+from experiments.config.compose import compose
+from tests.conftest import has_gpu, server_processes, wait_for_no_new_processes
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -52,7 +53,7 @@ def gpu_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, l
 
     tmp = tmp_path_factory.mktemp("gpu-sweep")
     store = f"sqlite:///{tmp / 'mlflow.db'}"
-    cfg = compose_config([
+    cfg = compose([
         f"sweep_id={SWEEP_ID}", f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store}",
         f"experiment.backends=[{','.join(BACKENDS)}]", "experiment.protocols=[http,grpc]",
         "experiment.input_formats=[tensor]", f"experiment.batch_sizes=[{','.join(map(str, BATCHES))}]",
@@ -135,7 +136,7 @@ def test_a_restart_with_a_warm_engine_cache_loads_instead_of_rebuilding(tmp_path
     from serving.accelerators import engine_files
     from serving.node import describe_node
 
-    cfg = compose_config(["experiment.batch_sizes=[1,4]", f"++backends.triton_trt.engine_cache_dir={tmp_path}"])
+    cfg = compose(["experiment.batch_sizes=[1,4]", f"++backends.triton_trt.engine_cache_dir={tmp_path}"])
     before = server_processes()
     with ray_cluster(cfg.cluster, "local"):
         options = placement_options("local")

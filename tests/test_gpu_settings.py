@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.config.compose import compose
 from serving.accelerators import (
     BUILT,
     HIT,
@@ -29,7 +30,6 @@ from serving.backend import BackendContext
 from serving.node import NodeInfo
 from serving.ray_serve.backend import RayServeTorchBackend
 from serving.triton.backend import TritonBackend
-from tests.conftest import compose_config
 
 CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
 GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVIDIA GeForce RTX 4090",),
@@ -38,7 +38,7 @@ GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVI
 
 
 def _context(node: NodeInfo, name: str = "triton_trt", batches: tuple[int, ...] = (1, 8)) -> BackendContext:
-    return BackendContext(name=name, model=compose_config().model, node=node,
+    return BackendContext(name=name, model=compose().model, node=node,
                           ray_options={"resources": {"tier_rtx4090": 0.001}}, warmup_batch_sizes=batches)
 
 
@@ -153,7 +153,7 @@ def test_compile_variant_reports_its_compile_cost_as_a_metric() -> None:
 
 
 def test_gpu_variants_are_entries_of_their_contract_backend() -> None:
-    backends = compose_config().backends
+    backends = compose().backends
     assert backends.pytorch_fp16.backend == "pytorch" and backends.pytorch_fp16.half
     assert backends.pytorch_compile.backend == "pytorch" and backends.pytorch_compile.compile
     assert backends.triton_trt_fp16.backend == "triton_trt" and backends.triton_trt_fp16.fp16
@@ -227,7 +227,7 @@ def test_gpu_only_variants_on_a_cpu_node_are_skipped_with_reasons_before_any_ser
     from experiments.plan import plan_trials
     from experiments.run.server_group import ServerGroup
 
-    cfg = compose_config(["experiment.backends=[pytorch_fp16,triton_trt,triton_trt_fp16]",
+    cfg = compose(["experiment.backends=[pytorch_fp16,triton_trt,triton_trt_fp16]",
                           "experiment.protocols=[http]", "experiment.input_formats=[tensor]"])
     records = []
     for group in plan_trials(cfg):

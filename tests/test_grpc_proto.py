@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REPO
+from serving.paths import REPO_ROOT
 
 
 def test_generated_modules_match_the_proto(tmp_path) -> None:
@@ -13,7 +13,7 @@ def test_generated_modules_match_the_proto(tmp_path) -> None:
 
     generate(tmp_path)
     for name in GENERATED:
-        committed = (REPO / "serving" / "ray_serve" / "proto" / name).read_text()
+        committed = (REPO_ROOT / "serving" / "ray_serve" / "proto" / name).read_text()
         assert (tmp_path / name).read_text() == committed, (
             f"{name} is stale: run `python -m serving.ray_serve.proto.generate` and commit the result")
 

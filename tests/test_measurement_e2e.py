@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from experiments.config.compose import compose
 from experiments.run.sweep import run_sweep
-from tests.conftest import compose_config
 
 pytestmark = pytest.mark.slow
 
 
 def test_poisson_load_and_slo_search_are_logged(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cfg = compose_config([
+    cfg = compose([
         "sweep_id=open-loop", f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store}", "model=tiny",
         "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
         "experiment.batch_sizes=[1]", "experiment.load_mode=poisson", "experiment.request_rates=[20]",

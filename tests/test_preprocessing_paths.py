@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from experiments.config.compose import compose
 from serving.clients.base import ClientSpec, jpeg_batch
 from serving.images import decode_and_preprocess
-from tests.conftest import REPO, compose_config
+from serving.paths import REPO_ROOT
 
 SPEC = ClientSpec(target="", url="", model_name="resnet18", input_format="jpeg", batch_size=5,
                   input_shape=(3, 224, 224), num_classes=1000)
@@ -57,7 +58,7 @@ def _rendered_preprocess_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     from serving.triton.ensemble import preprocess_model_name, render_jpeg_ensemble
     from serving.triton.repository import read_config
 
-    classifier = read_config(REPO / "model_repository" / "resnet18" / "config.pbtxt")
+    classifier = read_config(REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt")
     render_jpeg_ensemble(classifier, tmp_path, preprocess_instances=1)
     version_dir = tmp_path / preprocess_model_name("resnet18") / "1"
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
@@ -78,7 +79,7 @@ def _rendered_preprocess_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_triton_preprocess_model_runs_the_same_code_on_the_wire_bytes(tmp_path, monkeypatch, reference) -> None:
     model = _rendered_preprocess_model(tmp_path, monkeypatch)
     copied = tmp_path / "resnet18_preprocess" / "1" / "tierbench_images.py"
-    assert copied.read_bytes() == (REPO / "serving" / "images.py").read_bytes()
+    assert copied.read_bytes() == (REPO_ROOT / "serving" / "images.py").read_bytes()
 
     # The BYTES tensor the Triton client writes (into shared memory, or the body): Triton's layout, decoded
     # by tritonclient's own deserialiser into the object array the model receives.
@@ -104,7 +105,7 @@ def test_triton_preprocess_model_answers_a_bad_image_with_an_error(tmp_path, mon
 def replica() -> object:
     from serving.ray_serve.deployment import TorchImageClassifier
 
-    model = OmegaConf.to_container(compose_config().model, resolve=True)
+    model = OmegaConf.to_container(compose().model, resolve=True)
     return TorchImageClassifier.func_or_class(model, "cpu", 1)
 
 

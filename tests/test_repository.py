@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serving.paths import REPO_ROOT
 from serving.triton.repository import TritonVariant, read_config, render_repository
-from tests.conftest import REPO
 
-SOURCE = (REPO / "model_repository" / "resnet18" / "config.pbtxt").read_text()
+SOURCE = (REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt").read_text()
 
 
 def _render(tmp_path: Path, variant: TritonVariant) -> mc.ModelConfig:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from serving.paths import REPO_ROOT
 from serving.process import free_ports
-from tests.conftest import REPO, server_processes, wait_for_no_new_processes
+from tests.conftest import server_processes, wait_for_no_new_processes
 from tests.sweep_process import SweepProcess
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,7 @@ def test_unreachable_store_then_relog_then_resume(tmp_path: Path) -> None:
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     relog = subprocess.run([sys.executable, "-m", "runners.relog", str(tmp_path / "runs" / "offline"),
-                            "--tracking-uri", store], cwd=REPO, capture_output=True, text=True, timeout=120)
+                            "--tracking-uri", store], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert relog.returncode == 0, relog.stderr
     runs = _trial_runs(store, "offline")
     assert {r.info.run_name for r in runs} == {"local/triton_onnx/grpc/tensor/b1/c1",
@@ -56,7 +57,7 @@ def test_unreachable_store_then_relog_then_resume(tmp_path: Path) -> None:
         assert run.data.tags["trial_key"] == record["key"] and run.data.tags["status"] == "ok"
 
     # Relogging again adds nothing.
-    again = subprocess.run([sys.executable, "-m", "runners.relog", str(folder), "--tracking-uri", store], cwd=REPO,
+    again = subprocess.run([sys.executable, "-m", "runners.relog", str(folder), "--tracking-uri", store], cwd=REPO_ROOT,
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "0 trial runs logged, 2 already" in again.stdout
     assert len(_trial_runs(store, "offline")) == 2

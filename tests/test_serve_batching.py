@@ -10,11 +10,11 @@ import pytest
 
 from experiments.cluster.connection import ray_cluster
 from experiments.cluster.tiers import placement_options
+from experiments.config.compose import compose
 from experiments.run.server_group import build_backend
 from serving.clients.base import ClientSpec
 from serving.clients.ray_serve_http import TIMING_HEADER, encode_request
 from serving.node import describe_node
-from tests.conftest import compose_config
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ async def _executed_batches(url: str, spec: ClientSpec, requests: int) -> list[i
 def test_serve_batch_merges_concurrent_requests_and_the_plain_replica_does_not() -> None:
     import ray
 
-    cfg = compose_config(["model=tiny", "experiment.backends=[pytorch,pytorch_batched]", "experiment.batch_sizes=[1]",
+    cfg = compose(["model=tiny", "experiment.backends=[pytorch,pytorch_batched]", "experiment.batch_sizes=[1]",
                           "backends.pytorch_batched.batch_wait_timeout_s=0.05"])
     with ray_cluster(cfg.cluster, "local"):
         options = placement_options("local")

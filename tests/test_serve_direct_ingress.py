@@ -7,16 +7,17 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from experiments.config.validation import ConfigError, validate
-from tests.conftest import compose_config
+from experiments.config.compose import compose
+from experiments.config.errors import ConfigError
+from experiments.config.validation import validate
 
 
 def test_a_direct_ingress_backend_needs_the_cluster_switch() -> None:
-    cfg = compose_config(["experiment.backends=[pytorch_direct]"])
+    cfg = compose(["experiment.backends=[pytorch_direct]"])
     with pytest.raises(ConfigError, match=r"backends\.pytorch_direct\.direct_ingress=True .*"
                                           r"cluster\.serve_direct_ingress=true"):
         validate(cfg)
-    validate(compose_config(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true"]))
+    validate(compose(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true"]))
 
 
 @pytest.mark.slow
@@ -31,7 +32,7 @@ def test_direct_ingress_trials_reach_the_replica_port_over_http_and_grpc() -> No
     from experiments.run.trial import run_trial
     from serving.node import describe_node
 
-    cfg = compose_config(["model=tiny", "experiment.backends=[pytorch,pytorch_direct]", "experiment.batch_sizes=[1]",
+    cfg = compose(["model=tiny", "experiment.backends=[pytorch,pytorch_direct]", "experiment.batch_sizes=[1]",
                           "cluster.serve_direct_ingress=true", "experiment.window_s=0.5", "experiment.warmup_s=0.2",
                           "experiment.stability.windows=1"])
     validate(cfg)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from experiments.config.compose import compose
 from experiments.run.sweep import run_sweep
-from tests.conftest import compose_config
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ TRIAL_METRICS = {"latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_
 def finished_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, MlflowClient, str, Path]:
     tmp = tmp_path_factory.mktemp("sweep")
     store = f"sqlite:///{tmp / 'mlflow.db'}"
-    cfg = compose_config([
+    cfg = compose([
         "sweep_id=e2e-test",
         f"results_dir={tmp / 'runs'}",
         f"mlflow.tracking_uri={store}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from experiments.config.compose import compose
 from experiments.measure.telemetry import (
     energy_per_image,
     gpu_params,
@@ -14,7 +15,7 @@ from experiments.measure.telemetry import (
 )
 from serving.backend import ServerHandle
 from serving.node import NodeInfo
-from tests.conftest import compose_config, has_gpu
+from tests.conftest import has_gpu
 
 CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
 GPU_NODE = NodeInfo("gpu-box", "127.0.0.1", "n1", "Some CPU", 16, gpu_names=("NVIDIA A100-SXM4-80GB",),
@@ -65,11 +66,11 @@ def test_gpu_params_only_on_gpu_nodes() -> None:
 
 def test_no_sampler_on_a_node_without_a_gpu() -> None:
     handle = ServerHandle("triton_python_backend", {}, node_id="n0")
-    assert start_gpu_telemetry(compose_config().telemetry, handle, CPU_NODE, {}) is None
+    assert start_gpu_telemetry(compose().telemetry, handle, CPU_NODE, {}) is None
 
 
 def test_telemetry_can_be_turned_off() -> None:
-    cfg = compose_config(["telemetry.gpu=false"]).telemetry
+    cfg = compose(["telemetry.gpu=false"]).telemetry
     assert start_gpu_telemetry(cfg, ServerHandle("ray_serve", {}), GPU_NODE, {}) is None
 
 

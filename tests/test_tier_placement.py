@@ -4,14 +4,13 @@ clients go, and how `runners.node` declares a node."""
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from experiments.cluster.connection import ClusterView, TierUnavailableError, declared_tiers, require_tiers
 from experiments.cluster.placement import PlacementError, client_options
 from experiments.cluster.tiers import NODE_ID_LABEL, node_declaration, placement_options
+from experiments.config.compose import compose
 from experiments.run.multirun import requested_tiers
 from runners import node as node_cli
-from tests.conftest import CONF_DIR, compose_config
 
 
 def _node(node_id: str, resources: dict[str, float], cpus: float = 1.0, address: str = "10.0.0.1") -> dict:
@@ -49,15 +48,15 @@ def test_a_tier_jobs_actors_are_pinned_to_the_node_it_holds() -> None:
 
 
 def test_clients_colocated_by_default_and_on_the_pool_when_separate() -> None:
-    cfg = compose_config(["gpu=a100"])
+    cfg = compose(["gpu=a100"])
     assert cfg.clients.placement == "colocated"
     assert client_options(cfg, CLUSTER, "a100", "n-a100") == placement_options("a100", "n-a100")
-    cfg = compose_config(["gpu=a100", "clients.placement=separate", "serving.host=0.0.0.0"])
+    cfg = compose(["gpu=a100", "clients.placement=separate", "serving.host=0.0.0.0"])
     assert client_options(cfg, CLUSTER, "a100", "n-a100") == {"resources": {"client_pool": 0.001}}
 
 
 def test_separate_clients_need_a_pool_and_reachable_servers() -> None:
-    cfg = compose_config(["gpu=a100", "clients.placement=separate"])
+    cfg = compose(["gpu=a100", "clients.placement=separate"])
     with pytest.raises(PlacementError, match="serving.host='127.0.0.1'"):
         client_options(cfg, CLUSTER, "a100", "n-a100")  # the pool is another machine: loopback is out of reach
     one_machine = ClusterView([_node("n-a100", node_declaration(["a100"])),
@@ -68,24 +67,23 @@ def test_separate_clients_need_a_pool_and_reachable_servers() -> None:
 
 
 def test_clients_that_cannot_fit_fail_before_they_are_placed() -> None:
-    cfg = compose_config(["gpu=a100", "experiment.client_actors=4", "experiment.client_num_cpus=0.5"])
+    cfg = compose(["gpu=a100", "experiment.client_actors=4", "experiment.client_num_cpus=0.5"])
     with pytest.raises(PlacementError, match=r"4 client actors .* = 2 CPU"):
         client_options(cfg, CLUSTER, "a100", "n-a100")
-    automatic = compose_config(["gpu=a100", "experiment.client_actors=0", "experiment.max_client_actors=8",
+    automatic = compose(["gpu=a100", "experiment.client_actors=0", "experiment.max_client_actors=8",
                                 "experiment.client_num_cpus=0.25"])  # automatic: room for the most it may start
     with pytest.raises(PlacementError, match=r"8 client actors .* = 2 CPU"):
         client_options(automatic, CLUSTER, "a100", "n-a100")
 
 
 def test_declared_tiers_are_known_before_anything_starts() -> None:
-    assert declared_tiers(compose_config(["cluster=emulated"]).cluster) == ["a100", "rtx4090"]
-    assert declared_tiers(compose_config(["cluster=address"]).cluster) is None
-    assert "local" in declared_tiers(compose_config().cluster)
+    assert declared_tiers(compose(["cluster=emulated"]).cluster) == ["a100", "rtx4090"]
+    assert declared_tiers(compose(["cluster=address"]).cluster) is None
+    assert "local" in declared_tiers(compose().cluster)
 
 
 def _multirun_config(overrides: list[str]):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=True)
+    return compose(overrides, return_hydra_config=True)
 
 
 @pytest.mark.parametrize("override,expected", [
@@ -142,7 +140,7 @@ def test_an_address_with_nothing_listening_fails_at_once() -> None:
     from serving.process import free_ports
 
     (port,) = free_ports(1)
-    cfg = compose_config(["cluster=address", f"cluster.address=127.0.0.1:{port}"]).cluster
+    cfg = compose(["cluster=address", f"cluster.address=127.0.0.1:{port}"]).cluster
     started = time.monotonic()
     with pytest.raises(TierUnavailableError, match=f"cluster.address=127.0.0.1:{port}: no Ray head answers"):
         RayConnection(cfg).open(["a100"])

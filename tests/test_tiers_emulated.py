@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, compose_config
+from experiments.config.compose import compose
+from serving.paths import REPO_ROOT
 from tests.ownership import TOKEN_VARIABLE as MARK_VAR
 from tests.ownership import wait_until_gone as wait_for_no_marked_processes
 
@@ -31,7 +32,7 @@ def _sweep(args: list[str], tmp: Path, marker: str, timeout: float = 540) -> tup
     env = {**os.environ, MARK_VAR: marker}
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "runners.sweep", f"results_dir={tmp / 'runs'}",
-                           f"mlflow.tracking_uri=sqlite:///{tmp / 'mlflow.db'}", *args], cwd=REPO, env=env,
+                           f"mlflow.tracking_uri=sqlite:///{tmp / 'mlflow.db'}", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     return proc, time.monotonic() - started
 
@@ -112,7 +113,7 @@ def joined_cluster(tmp_path_factory: pytest.TempPathFactory):
         for key, value in {MARK_VAR: marker, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
                            "RAY_SERVE_LOG_TO_STDERR": "0"}.items():
             env.setenv(key, value)
-        cfg = compose_config(["cluster=emulated", "cluster.nodes=[{tier: a100}, {client_pool: true}]"]).cluster
+        cfg = compose(["cluster=emulated", "cluster.nodes=[{tier: a100}, {client_pool: true}]"]).cluster
         cluster = start_emulated_cluster(cfg)
     try:
         yield cluster.address, marker, tmp_path_factory.mktemp("joined")

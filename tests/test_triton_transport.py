@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from experiments.config.compose import compose
 from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import load_client
 from serving.images import decode_and_preprocess, sample_jpegs
 from serving.node import NodeInfo
+from serving.paths import REPO_ROOT
 from serving.triton.backend import TritonBackend
-from tests.conftest import REPO, compose_config
 from tests.ownership import owned_environment
 
 pytestmark = pytest.mark.slow
@@ -30,7 +31,7 @@ QUEUE_DELAY_US = 20_000  # long enough that concurrent requests surely meet in t
 def triton() -> Iterator[tuple[TritonBackend, ServerHandle]]:
     from serving.triton.host import TritonServerHost
 
-    cfg = compose_config()
+    cfg = compose()
     node = NodeInfo(hostname="localhost", ip="127.0.0.1", ray_node_id="", cpu_model="test", cpu_count=2)
     backend = TritonBackend(BackendContext(name="triton_onnx_dynbatch", model=cfg.model, node=node, ray_options={}),
                             accelerator="cpu", dynamic_batching=True, max_queue_delay_us=QUEUE_DELAY_US)
@@ -38,8 +39,8 @@ def triton() -> Iterator[tuple[TritonBackend, ServerHandle]]:
                "max_queue_delay_us": QUEUE_DELAY_US}
     with owned_environment():  # fails if the server or its stubs outlive the stop
         host = TritonServerHost(OmegaConf.to_container(cfg.model, resolve=True),
-                                (REPO / "model_repository" / "resnet18" / "config.pbtxt").read_text(), variant,
-                                "bundled", "127.0.0.1", str(REPO / "model_repository"), preprocess_instances=1)
+                                (REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt").read_text(), variant,
+                                "bundled", "127.0.0.1", str(REPO_ROOT / "model_repository"), preprocess_instances=1)
         try:
             info = host.start(180)
             ep = info["endpoints"]

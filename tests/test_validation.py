@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.config.validation import ConfigError, validate
-from tests.conftest import compose_config
+from experiments.config.compose import compose
+from experiments.config.errors import ConfigError
+from experiments.config.validation import validate
 
 CASES = [
     (["experiment.backends=[tensorflow]"], "experiment.backends='tensorflow'"),
@@ -32,5 +33,5 @@ CASES = [
 @pytest.mark.parametrize("overrides,fragment", CASES)
 def test_bad_values_name_key_and_value(overrides: list[str], fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
-        validate(compose_config(overrides))
+        validate(compose(overrides))
     assert fragment in str(info.value)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, server_processes
+from serving.paths import REPO_ROOT
+from tests.conftest import server_processes
 
 ROWS = [
     ("unknown tier", ["gpu=tpu"], "gpu='tpu' is not allowed"),
@@ -39,7 +40,7 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path: Path, overrides: 
     flags = [o for o in overrides if o.startswith("-")]
     args = [*(o for o in overrides if not o.startswith("-")), f"results_dir={tmp_path / 'runs'}",
             f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *flags]
-    proc = subprocess.run([sys.executable, "-m", "runners.sweep", *args], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=60)
     seconds = time.monotonic() - start
     output = proc.stdout + proc.stderr

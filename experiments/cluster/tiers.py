@@ -9,6 +9,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from experiments.config.compose import CONF_DIR
+
 RESOURCE_PREFIX = "tier_"
 TIER_LABEL = "gpu-tier"
 CLIENT_POOL_RESOURCE = "client_pool"
@@ -17,7 +19,7 @@ EMULATED_RESOURCE = "tierbench_emulated"
 NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label on every node (Ray >= 2.49)
 # Enough for every actor and replica a tier job places: each asks for this much of its tier's resource.
 SLIVER = 0.001
-CONF_GPU_DIR = Path(__file__).resolve().parents[2] / "conf" / "gpu"
+CONF_GPU_DIR = CONF_DIR / "gpu"
 
 
 def tier_resource(tier: str) -> str:

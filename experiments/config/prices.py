@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.config.validation import ConfigError
+from experiments.config.errors import ConfigError
 
 PRIMARY = "primary"
 PRICE_KEYS = ("usd_per_hour", "kind", "provider", "source", "seen")

@@ -6,16 +6,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from experiments.config.errors import ConfigError
+from experiments.config.prices import validate_prices
 from serving.protocols import PROTOCOLS
 
 BACKENDS = ("pytorch", "triton_onnx", "triton_trt")
 INPUT_FORMATS = ("tensor", "jpeg")
 LOAD_MODES = ("closed", "constant", "poisson")
 CLIENT_PLACEMENTS = ("colocated", "separate")
-
-
-class ConfigError(ValueError):
-    """A config value is not allowed; the message names the key, the value and what is allowed."""
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -46,8 +44,6 @@ def validate(cfg: Any) -> None:
     price = None if OmegaConf.is_missing(cfg.gpu, "price_per_hour_usd") else cfg.gpu.price_per_hour_usd
     if price is None or not isinstance(price, int | float) or price < 0:
         _fail("gpu.price_per_hour_usd", price, "set a price >= 0 in USD per hour for this tier")
-    from experiments.config.prices import validate_prices  # imports ConfigError from here
-
     validate_prices(cfg.gpu)
     _check_list("experiment.backends", exp.backends, sorted(cfg.backends))
     _check_list("experiment.protocols", exp.protocols, PROTOCOLS)
@@ -124,32 +120,3 @@ def _check_crosscheck(check: Any) -> None:
         if not 0 <= tolerance.min_top1_agreement <= 1:
             _fail(f"crosscheck.tolerances.{numerics}.min_top1_agreement", tolerance.min_top1_agreement,
                   "must be a fraction in [0, 1]")
-
-
-def check_overrides(args: list[str], conf_dir: str) -> None:
-    """Refuse a malformed override or an unknown config-group option (e.g. `gpu=tpu`, also inside a sweep
-    `gpu=a100,tpu`) in one line, before Hydra composes anything."""
-    from pathlib import Path
-
-    from hydra._internal.utils import get_args_parser
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    known, _ = get_args_parser().parse_known_args(args)  # Hydra's own CLI parser: flags vs overrides
-    overrides = [a for a in known.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    parser = OverridesParser.create()
-    for text in overrides:
-        try:
-            (override,) = parser.parse_overrides([text])
-        except OverrideParseException as exc:
-            gist = str(exc).strip().splitlines()[0]
-            raise ConfigError(f"override {text!r} is malformed ({gist}): write key=value, lists as "
-                              "key=[1,8], a sweep over values as key=a,b with -m") from None
-        group_dir = Path(conf_dir) / override.key_or_group
-        if override.package is not None or not group_dir.is_dir() or override.is_delete():
-            continue
-        options = sorted(p.stem for p in group_dir.glob("*.yaml"))
-        for value in override.sweep_string_iterator() if override.is_sweep_override() else [override.value()]:
-            if str(value) not in options:
-                raise ConfigError(f"{override.key_or_group}={value!r} is not allowed: choose from {options} "
-                                  f"(files in conf/{override.key_or_group}/)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +12,11 @@ from typing import Any
 
 from experiments.report.build import Report, ReportOptions, build_report
 from experiments.report.data import SweepData, load_sweep
+from experiments.results.layout import REPORT_DIR, report_folder
+from experiments.results.redaction import redact
 
 log = logging.getLogger(__name__)
 
-ARTIFACT_DIR = "report"
 NOTE_TAG = "mlflow.note.content"  # the run description the MLflow UI shows
 
 
@@ -53,18 +53,18 @@ def log_report(uri: str, data: SweepData, folder: Path, summary: list[str]) -> s
         return None
     client = MlflowClient(tracking_uri=uri)
     run_id = data.sweep_run_id
-    client.log_artifacts(run_id, str(folder), ARTIFACT_DIR)
-    link = (f"#/experiments/{data.experiment_id}/runs/{run_id}/artifactPath/{ARTIFACT_DIR}/report.html"
+    client.log_artifacts(run_id, str(folder), REPORT_DIR)
+    link = (f"#/experiments/{data.experiment_id}/runs/{run_id}/artifactPath/{REPORT_DIR}/report.html"
             "?workflowType=machine_learning")  # the UI opens in its GenAI mode otherwise
     note = "\n".join([
         f"**tierbench report** of sweep `{data.sweep_id}`: [open report.html]({link}) "
-        f"(artifacts → `{ARTIFACT_DIR}/`; also `report.md` and the PNG plots).",
+        f"(artifacts → `{REPORT_DIR}/`; also `report.md` and the PNG plots).",
         "",
         *[f"- {line}" for line in summary],
         "",
         f"Regenerate: `python -m runners.report {data.sweep_id}`",
     ])
-    client.set_tag(run_id, "report", f"{ARTIFACT_DIR}/report.html")
+    client.set_tag(run_id, "report", f"{REPORT_DIR}/report.html")
     client.set_tag(run_id, NOTE_TAG, note)
     _log_headline_metrics(client, run_id, data)
     return run_id
@@ -89,17 +89,12 @@ def make_report(uri: str, experiment: str, sweep_id: str, results_dir: Path, opt
     """Load the sweep, build and write its report (default folder `<results_dir>/<sweep_id>/report/`), and
     attach it to the sweep run unless told not to."""
     data = load_sweep(uri, experiment, sweep_id)
-    folder = out or results_dir / data.sweep_id / ARTIFACT_DIR
+    folder = out or report_folder(results_dir, data.sweep_id)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("*.png"):  # plots of tiers no longer in the sweep must not linger
         stale.unlink()
-    options.source = options.source or f"experiment `{experiment}` in `{_redact(uri)}`"
+    options.source = options.source or f"experiment `{experiment}` in `{redact(uri)}`"
     report = build_report(data, folder, options)
     md, html = write_report(report, folder)
     logged = log_report(uri, data, folder, report.summary) if log_to_mlflow else None
     return Published(folder, md, html, data, report, logged)
-
-
-def _redact(uri: str) -> str:
-    """Never print a password from a tracking URI (http://user:secret@host)."""
-    return re.sub(r"//([^:/@]+):[^@/]+@", r"//\1:***@", uri)

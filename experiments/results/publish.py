@@ -1,10 +1,8 @@
 """Publish a tier's run folder to MLflow: live during the sweep, trial by trial, and later by
 `python -m runners.relog` from the same files, so both produce the same runs.
 
-The folder (`<results_dir>/<sweep_id>/<tier>/`) is written first and is the source of truth: `tier.json`
-(tier params and tags, experiment name, resolved config), `servers/<variant>/*` (server logs, rendered
-configs), `trials/<trial>/` (record.json, latencies.csv, server logs of a failed trial). When the tracking
-store is unreachable the publisher goes offline and the sweep carries on.
+The folder (`experiments.results.layout`) is written first and is the source of truth. When the tracking store
+is unreachable the publisher goes offline and the sweep carries on.
 """
 
 from __future__ import annotations
@@ -17,12 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.results.layout import TIER_ARTIFACTS, TierFolder, server_artifact
 from experiments.results.records import FAILED, OK, TrialRecord, read_record
 from experiments.results.redaction import redact
 
 log = logging.getLogger(__name__)
-TIER_FILE = "tier.json"
-TIER_ARTIFACTS = ("cluster.json",)  # files of the tier folder that go onto the tier run
 
 
 @dataclass
@@ -34,17 +31,17 @@ class TierInfo:
     tags: dict[str, str] = field(default_factory=dict)
     config_yaml: str = ""
 
-    def save(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / TIER_FILE).write_text(json.dumps(asdict(self), indent=2, sort_keys=True, default=str))
+    def save(self, folder: TierFolder) -> None:
+        folder.path.mkdir(parents=True, exist_ok=True)
+        folder.tier_file.write_text(json.dumps(asdict(self), indent=2, sort_keys=True, default=str))
 
     @staticmethod
-    def load(folder: Path) -> TierInfo:
-        return TierInfo(**json.loads((folder / TIER_FILE).read_text()))
+    def load(folder: TierFolder) -> TierInfo:
+        return TierInfo(**json.loads(folder.tier_file.read_text()))
 
 
-def relog_command(folder: Path) -> str:
-    return f"python -m runners.relog {folder.resolve()}"
+def relog_command(folder: TierFolder) -> str:
+    return f"python -m runners.relog {folder.path.resolve()}"
 
 
 def probe_store(uri: str, timeout_s: float = 5.0) -> None:
@@ -63,7 +60,7 @@ def probe_store(uri: str, timeout_s: float = 5.0) -> None:
 class Publisher:
     """Logs a tier folder to MLflow; on the first store error it goes offline and says how to relog."""
 
-    def __init__(self, uri: str, info: TierInfo, folder: Path) -> None:
+    def __init__(self, uri: str, info: TierInfo, folder: TierFolder) -> None:
         self.uri = uri
         self.info = info
         self.folder = folder
@@ -80,7 +77,7 @@ class Publisher:
         if self.offline_reason is None:
             self.offline_reason = redact(f"{type(exc).__name__}: {exc}")[:500]
             log.warning("MLflow store %s unreachable (%s): results stay in %s; log them later with: %s",
-                        redact(self.uri), self.offline_reason, self.folder.resolve(), relog_command(self.folder))
+                        redact(self.uri), self.offline_reason, self.folder.path.resolve(), relog_command(self.folder))
 
     def open(self) -> bool:
         """Connect and get-or-create the sweep and tier runs; False (offline) when the store fails."""
@@ -117,7 +114,7 @@ class Publisher:
         self._safely("artifact", "log_artifact_text", self.tier_run, text, name)
 
     def server_file(self, variant: str, name: str, text: str) -> None:
-        self._safely("artifact", "log_artifact_text", self.tier_run, text, f"servers/{variant}/{name}")
+        self._safely("artifact", "log_artifact_text", self.tier_run, text, server_artifact(variant, name))
 
     def trial(self, record: TrialRecord, trial_dir: Path) -> str | None:
         return self._safely("log_trial", "log_trial", self.tier_run, record, trial_dir, self.info.tags,
@@ -128,13 +125,7 @@ class Publisher:
         self._safely("finish", "finish_shared", self.sweep_run, status)
 
 
-def trial_dirs(tier_folder: Path) -> list[Path]:
-    """Trial folders with a record, oldest first."""
-    dirs = [d for d in (tier_folder / "trials").glob("*") if (d / "record.json").exists()]
-    return sorted(dirs, key=lambda d: read_record(d).started_at)
-
-
-def publish_folder(uri: str, tier_folder: Path) -> tuple[int, int]:
+def publish_folder(uri: str, tier_folder: TierFolder) -> tuple[int, int]:
     """Log a tier folder written by a sweep (for `runners.relog`); returns (logged, already there)."""
     info = TierInfo.load(tier_folder)
     publisher = Publisher(uri, info, tier_folder)
@@ -143,15 +134,15 @@ def publish_folder(uri: str, tier_folder: Path) -> tuple[int, int]:
     existing = {(r.data.tags.get("trial_key"), r.info.start_time)
                 for r in publisher.tracker.trial_runs(info.sweep_id, info.tier)}
     for name in TIER_ARTIFACTS:
-        if (tier_folder / name).exists():
-            publisher.tier_file(name, (tier_folder / name).read_text())
-    for variant_dir in sorted((tier_folder / "servers").glob("*")):
+        if (tier_folder.path / name).exists():
+            publisher.tier_file(name, (tier_folder.path / name).read_text())
+    for variant_dir in sorted(tier_folder.servers.glob("*")):
         for path in sorted(variant_dir.glob("*")):
             publisher.server_file(variant_dir.name, path.name, path.read_text(errors="replace"))
     logged = skipped = 0
     failed = False
-    for trial_dir in trial_dirs(tier_folder):
-        record = read_record(trial_dir)
+    records = sorted(((read_record(d), d) for d in tier_folder.trials()), key=lambda pair: pair[0].started_at)
+    for record, trial_dir in records:
         failed |= record.status == FAILED
         if (record.key, int(record.started_at * 1000)) in existing:
             skipped += 1

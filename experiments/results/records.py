@@ -1,7 +1,7 @@
 """Trial records: what a trial measured, written to the sweep's run folder before anything else sees it.
 
-The folder is the source of truth (`<results_dir>/<sweep_id>/<tier>/trials/<trial>/`): `record.json` with
-params, metrics and tags, `latencies.csv` with every measured request. MLflow gets a copy of both.
+The folder is the source of truth (`experiments.results.layout`): `record.json` with params, metrics and tags,
+`latencies.csv` with every measured request. MLflow gets a copy of both.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import numpy as np
 
 from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
+from experiments.results.layout import LATENCIES_FILE, RECORD_FILE
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
-RECORD_FILE = "record.json"
-LATENCIES_FILE = "latencies.csv"
 
 
 @dataclass

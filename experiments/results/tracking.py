@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.results.records import FAILED, LATENCIES_FILE, OK, RECORD_FILE, TrialRecord
-
-SERVER_LOGS_DIR = "server_logs"  # a failed trial's server logs, next to its record
+from experiments.results.layout import LATENCIES_FILE, RECORD_FILE, SERVER_LOGS_DIR
+from experiments.results.records import FAILED, OK, TrialRecord
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,8 @@ class ClusterCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _connection
         from experiments.cluster.placement import PlacementError
-        from experiments.config.validation import ConfigError, validate
+        from experiments.config.errors import ConfigError
+        from experiments.config.validation import validate
 
         tiers = requested_tiers(config)
         connection = RayConnection(config.cluster, log_to_driver=True)

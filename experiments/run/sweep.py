@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -21,17 +20,17 @@ from experiments.config.prices import tier_price_params
 from experiments.config.validation import validate
 from experiments.measure.client_actor import ClientPool
 from experiments.plan import Trial, plan_trials
+from experiments.results.layout import CLUSTER_FILE, SERVER_LOGS_DIR, TierFolder
 from experiments.results.publish import Publisher, TierInfo, relog_command
 from experiments.results.records import FAILED, OK, SKIPPED, TrialRecord, read_record, write_record
 from experiments.results.redaction import redact
-from experiments.results.tracking import SERVER_LOGS_DIR, tracking_uri
+from experiments.results.tracking import tracking_uri
 from experiments.run.progress import SweepProgress, sweep_progress
 from experiments.run.server_group import ServerGroup
 from experiments.run.trial import new_record
 from serving.node import NodeInfo, describe_node
 
 log = logging.getLogger(__name__)
-CLUSTER_FILE = "cluster.json"  # the live nodes the tier job saw: where servers and clients could run
 
 
 class TierSweep:
@@ -41,7 +40,7 @@ class TierSweep:
         self.cfg = cfg
         self.tier = cfg.gpu.name
         self.sweep_id = str(cfg.sweep_id)
-        self.folder = Path(cfg.results_dir) / self.sweep_id / self.tier
+        self.folder = TierFolder.of(cfg.results_dir, self.sweep_id, self.tier)
         self.groups = plan_trials(cfg)
         self.total = sum(len(g.trials) for g in self.groups)
         self.done = 0
@@ -56,10 +55,10 @@ class TierSweep:
         with ray_cluster(self.cfg.cluster, self.tier) as view, hold_tier_node(self.cfg, view) as place:
             self.place: TierPlacement = place
             self.common_tags["emulated"] = place.emulated_tag
-            self.folder.mkdir(parents=True, exist_ok=True)
-            (self.folder / CLUSTER_FILE).write_text(json.dumps(view.summary(), indent=2))
+            self.folder.path.mkdir(parents=True, exist_ok=True)
+            self.folder.cluster_file.write_text(json.dumps(view.summary(), indent=2))  # where things could run
             log.info("sweep %s, tier %s: %d trials; raw results in %s", self.sweep_id, self.tier, self.total,
-                     self.folder.resolve())
+                     self.folder.path.resolve())
             options = place.server_options
             node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
                                      timeout=self.cfg.cluster.schedule_timeout_s)
@@ -69,7 +68,7 @@ class TierSweep:
             info.save(self.folder)
             self.publisher = Publisher(tracking_uri(self.cfg.mlflow.tracking_uri), info, self.folder)
             self.publisher.open()
-            self.publisher.tier_file(CLUSTER_FILE, (self.folder / CLUSTER_FILE).read_text())
+            self.publisher.tier_file(CLUSTER_FILE, self.folder.cluster_file.read_text())
             done_keys = self._ok_keys()
             clients = self.clients = ClientPool(self.cfg.experiment, place.client_options,
                                                 self.cfg.cluster.schedule_timeout_s).start()
@@ -91,8 +90,8 @@ class TierSweep:
     def _ok_keys(self) -> set[str]:
         """Trials of this sweep and tier already measured `ok`: in the run folder or in the store."""
         keys = self.publisher.ok_keys()
-        for record_file in (self.folder / "trials").glob("*/record.json"):
-            record = read_record(record_file.parent)
+        for trial_dir in self.folder.trials():
+            record = read_record(trial_dir)
             if record.status == OK:
                 keys.add(record.key)
         return keys
@@ -109,7 +108,7 @@ class TierSweep:
     def _print_where_results_are(self) -> None:
         uri = redact(self.publisher.uri)
         log.info("done: %d trials (%d already ok from an earlier run), %d failed. Raw results: %s", self.done,
-                 self.resumed, self.failed, self.folder.resolve())
+                 self.resumed, self.failed, self.folder.path.resolve())
         if not self.publisher.online:
             log.warning("MLflow store %s was unreachable: log these results with: %s", uri,
                         relog_command(self.folder))
@@ -132,21 +131,22 @@ class TierSweep:
 
     def _save_server_file(self, variant: str, name: str, text: str) -> None:
         """Server logs and rendered configs: into the run folder, then onto the tier run."""
-        folder = self.folder / "servers" / variant
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(text)
+        path = self.folder.server_file(variant, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
         self.publisher.server_file(variant, name, text)
 
     def _finish(self, record: TrialRecord, server_logs: dict[str, str]) -> None:
         """Persist first (nothing measured is lost), then publish to MLflow, then report progress."""
         record.finished_at = time.time()
-        trial_dir = self.folder / "trials" / record.slug
-        if (trial_dir / SERVER_LOGS_DIR).exists():
-            for old in (trial_dir / SERVER_LOGS_DIR).iterdir():
+        trial_dir = self.folder.trial(record.slug)
+        logs_dir = trial_dir / SERVER_LOGS_DIR
+        if logs_dir.exists():
+            for old in logs_dir.iterdir():
                 old.unlink()
         for name, text in server_logs.items():
-            (trial_dir / SERVER_LOGS_DIR).mkdir(parents=True, exist_ok=True)
-            (trial_dir / SERVER_LOGS_DIR / name).write_text(text)
+            logs_dir.mkdir(parents=True, exist_ok=True)
+            (logs_dir / name).write_text(text)
         if record.status != SKIPPED:
             record.params.update(self.place.client_params(self.clients.locations(record.params.get(
                 "client_actors_used", 1))))

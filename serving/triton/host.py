@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files, runtime_tag
 from serving.export import ensure_onnx
+from serving.paths import cache_root
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import find_installation
 from serving.triton.repository import TritonVariant, read_config, render_repository
@@ -38,7 +39,7 @@ def _node_model_repository(preferred: str) -> Path:
     path = Path(preferred)
     if path.is_dir():
         return path
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tierbench" / "model_repository"
+    return cache_root() / "model_repository"
 
 
 @contextmanager

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from serving.paths import cache_root
+
 
 class TritonNotFoundError(RuntimeError):
     pass
@@ -49,10 +51,6 @@ def find_installation(preference: str = "auto") -> TritonInstallation:
     return bundled_installation()
 
 
-def _cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tierbench"
-
-
 def bundled_installation() -> TritonInstallation:
     try:
         import pytriton
@@ -67,7 +65,7 @@ def bundled_installation() -> TritonInstallation:
     if not stub.exists():
         raise TritonNotFoundError(f"nvidia-pytriton has no Python backend stub for Python {py_version}")
 
-    target = _cache_root() / f"tritonserver-pytriton{metadata.version('nvidia-pytriton')}-py{py_version}"
+    target = cache_root() / f"tritonserver-pytriton{metadata.version('nvidia-pytriton')}-py{py_version}"
     _copy_once(source, target, stub)
 
     env = dict(os.environ)

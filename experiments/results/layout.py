@@ -1,0 +1,78 @@
+"""The run folder: what a sweep writes, where, before MLflow sees anything; relog and the report read it back.
+
+    <results_dir>/<sweep_id>/            one sweep (Hydra's run and sweep dirs say the same in conf/config.yaml)
+      report/                            `runners.report` (also the sweep run's artifact folder in MLflow)
+      <tier>/                            one tier job: `TierFolder`
+        tier.json                        tier params and tags, experiment name, resolved config (`TierInfo`)
+        cluster.json                     the live Ray nodes the job saw
+        servers/<variant>/               server logs and rendered configs of each server group
+        trials/<trial>/                  record.json, latencies.csv, server_logs/ of a failed trial
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+REPORT_DIR = "report"
+TIER_FILE = "tier.json"
+CLUSTER_FILE = "cluster.json"
+SERVERS_DIR = "servers"
+TRIALS_DIR = "trials"
+RECORD_FILE = "record.json"
+LATENCIES_FILE = "latencies.csv"
+SERVER_LOGS_DIR = "server_logs"
+TIER_ARTIFACTS = (CLUSTER_FILE,)  # files of the tier folder that go onto the tier run
+
+
+def sweep_folder(results_dir: str | Path, sweep_id: str) -> Path:
+    return Path(results_dir) / sweep_id
+
+
+def report_folder(results_dir: str | Path, sweep_id: str) -> Path:
+    return sweep_folder(results_dir, sweep_id) / REPORT_DIR
+
+
+def server_artifact(variant: str, name: str) -> str:
+    """A server file's path in the tier folder and on the tier run alike."""
+    return f"{SERVERS_DIR}/{variant}/{name}"
+
+
+@dataclass(frozen=True)
+class TierFolder:
+    """One tier job's folder."""
+
+    path: Path
+
+    @staticmethod
+    def of(results_dir: str | Path, sweep_id: str, tier: str) -> TierFolder:
+        return TierFolder(sweep_folder(results_dir, sweep_id) / tier)
+
+    @staticmethod
+    def within(folder: Path) -> list[TierFolder]:
+        """The tier folders of a sweep folder, or the one given (what `runners.relog` accepts)."""
+        if (folder / TIER_FILE).exists():
+            return [TierFolder(folder)]
+        return [TierFolder(p.parent) for p in sorted(folder.glob(f"*/{TIER_FILE}"))]
+
+    @property
+    def tier_file(self) -> Path:
+        return self.path / TIER_FILE
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.path / CLUSTER_FILE
+
+    @property
+    def servers(self) -> Path:
+        return self.path / SERVERS_DIR
+
+    def server_file(self, variant: str, name: str) -> Path:
+        return self.path / server_artifact(variant, name)
+
+    def trial(self, slug: str) -> Path:
+        return self.path / TRIALS_DIR / slug
+
+    def trials(self) -> list[Path]:
+        """Trial folders holding a record."""
+        return [p.parent for p in (self.path / TRIALS_DIR).glob(f"*/{RECORD_FILE}")]
