@@ -72,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from experiments.measure.client_actor import ClientPool
-    from experiments.plan import Trial
+    from experiments.plan import planned_trial
     from experiments.run.server_group import build_backend
     from experiments.run.trial import run_trial
 
@@ -87,8 +87,7 @@ def main() -> None:
         try:
             for protocol in args.protocols:
                 for concurrency in args.concurrency:
-                    trial = Trial("local", args.model, "triton_onnx", "triton_onnx", protocol, "tensor", 1,
-                                  concurrency)
+                    trial = planned_trial(cfg, "triton_onnx", protocol, "tensor", 1, concurrency)
                     record = run_trial(cfg, trial, backend, handle, node, clients)
                     if record.status != "ok":
                         raise SystemExit(f"{trial.name}: {record.reason}")

@@ -67,7 +67,7 @@ def compose_config(args: argparse.Namespace) -> Any:
 def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], node: Any, options: dict[str, Any],
                   clients: Any) -> list[dict[str, Any]]:
     """Start every server of `group`, then alternate their windows; one row per window."""
-    from experiments.plan import Trial
+    from experiments.plan import planned_trial
     from experiments.run.server_group import build_backend
     from experiments.run.trial import run_trial
 
@@ -79,8 +79,7 @@ def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], no
             for round_index in range(args.rounds):
                 order = group if round_index % 2 == 0 else group[::-1]
                 for name in order:
-                    trial = Trial(cfg.gpu.name, cfg.model.name, cfg.backends[name].backend, name, args.protocol,
-                                  "tensor", args.batch_size, conc)
+                    trial = planned_trial(cfg, name, args.protocol, "tensor", args.batch_size, conc)
                     record = run_trial(cfg, trial, backends[name], handles[name], node, clients)
                     if record.status != "ok":
                         raise SystemExit(f"{trial.name}: {record.reason}")

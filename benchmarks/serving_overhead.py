@@ -64,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from experiments.measure.client_actor import ClientPool
-    from experiments.plan import Trial
+    from experiments.plan import planned_trial
     from experiments.run.server_group import build_backend
     from experiments.run.trial import run_trial
 
@@ -84,8 +84,7 @@ def main() -> None:
                 handle = backend.start()
                 try:
                     for protocol in protocols:
-                        trial = Trial("local", args.model, cfg.backends[variant].backend, variant, protocol,
-                                      "tensor", 1, 1)
+                        trial = planned_trial(cfg, variant, protocol, "tensor", 1, 1)
                         record = run_trial(cfg, trial, backend, handle, node, clients)
                         if record.status != "ok":
                             raise SystemExit(f"{trial.name}: {record.reason}")

@@ -2,7 +2,7 @@
 once), the cross product of protocols x input formats x batch sizes x concurrency inside it.
 
 An entry names a server config in `conf/backends/` (e.g. `triton_onnx`, or a variant such as
-`pytorch_fp16`); its `backend` field says which of the contract's backends it is (pytorch | triton_onnx |
+`pytorch_fp16`); its settings' family says which of the contract's backends it is (pytorch | triton_onnx |
 triton_trt), so variants of one backend compare like with like.
 """
 
@@ -13,6 +13,8 @@ import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from experiments.config.schema import backend_settings
 
 
 @dataclass(frozen=True)
@@ -68,20 +70,26 @@ def plan_trials(cfg: Any) -> list[TrialGroup]:
     exp = cfg.experiment
     groups = []
     for variant in exp.backends:
-        backend = cfg.backends[variant].backend
         group = TrialGroup(variant)
         loads = exp.concurrency if exp.load_mode == "closed" else exp.request_rates
         for protocol, input_format, batch, load in itertools.product(
             exp.protocols, exp.input_formats, exp.batch_sizes, loads
         ):
-            trial = Trial(cfg.gpu.name, cfg.model.name, backend, variant, protocol, input_format, int(batch), 0,
-                          exp.load_mode)
-            group.trials.append(trial.at_load(load))
+            group.trials.append(planned_trial(cfg, variant, protocol, input_format, batch, load))
         groups.append(group)
     return groups
 
 
-def trial_key(trial: Trial, measurement: dict[str, Any], backend_settings: dict[str, Any]) -> str:
-    """Identity of a trial's resolved config: what it measures and how (for resume and deduplication)."""
-    payload = {"trial": asdict(trial), "measurement": measurement, "backend": backend_settings}
+def planned_trial(cfg: Any, variant: str, protocol: str, input_format: str, batch_size: int, load: float) -> Trial:
+    """One trial of the config's tier, model and load mode: what `plan_trials` plans, or a benchmark measures."""
+    family = backend_settings(cfg, variant).family
+    trial = Trial(cfg.gpu.name, cfg.model.name, family, variant, protocol, input_format, int(batch_size), 0,
+                  cfg.experiment.load_mode)
+    return trial.at_load(load)
+
+
+def trial_key(trial: Trial, measurement: dict[str, Any], backend: dict[str, Any]) -> str:
+    """Identity of a trial's resolved config: what it measures and how (for resume and deduplication); `backend`
+    is its settings' `identity()`."""
+    payload = {"trial": asdict(trial), "measurement": measurement, "backend": backend}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,13 +1,12 @@
 """The serving side of a trial: a backend starts its server(s) on a tier's node and says how to reach them.
 
 Implementations (`serving.triton.backend.TritonBackend`, `serving.ray_serve.backend.RayServeTorchBackend`) are
-named by `_target_` in `conf/backends/` and built with `hydra.utils.instantiate`; nothing switches on
-backend names.
+named by the `_target_` of their typed settings (`serving/*/settings.py`, the entries of `conf/backends/`) and
+built with them; nothing switches on backend names.
 """
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from serving.clients.base import ClientSpec
 from serving.node import NodeInfo
 from serving.paths import MODEL_REPOSITORY
+from serving.settings import BackendSettings
 
 
 @dataclass
@@ -59,16 +59,12 @@ class BackendContext:
 class Backend(ABC):
     """One backend on one tier node: start once, serve every trial of the group, stop (always)."""
 
-    def __init__(self, context: BackendContext) -> None:
+    def __init__(self, context: BackendContext, settings: BackendSettings) -> None:
+        """`settings` were checked before anything started (`BackendSettings.check`)."""
         self.context = context
-
-    @classmethod
-    def check_settings(cls, name: str, settings: dict[str, Any], model: Any) -> list[str]:
-        """Problems with `backends.<name>` settings, found before anything starts (one message each, naming
-        the key, the value and the fix). The base checks that every key is a constructor argument."""
-        accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "context")]
-        return [f"backends.{name}.{key}={value!r} is not allowed: not a setting of {cls.__name__} "
-                f"(settings: {accepted})" for key, value in settings.items() if key not in accepted]
+        self.settings = settings
+        # A first TensorRT engine build or torch.compile happens before "ready" and can take minutes.
+        self.start_timeout_s = settings.start_timeout_s or context.start_timeout_s
 
     @property
     def numerics(self) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from experiments.config.compose import compose
+from experiments.config.schema import backend_settings
 from serving.accelerators import (
     BUILT,
     HIT,
@@ -29,7 +30,9 @@ from serving.accelerators import (
 from serving.backend import BackendContext
 from serving.node import NodeInfo
 from serving.ray_serve.backend import RayServeTorchBackend
+from serving.ray_serve.settings import RayServeTorchSettings
 from serving.triton.backend import TritonBackend
+from serving.triton.settings import TritonSettings
 
 CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
 GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVIDIA GeForce RTX 4090",),
@@ -43,7 +46,7 @@ def _context(node: NodeInfo, name: str = "triton_trt", batches: tuple[int, ...] 
 
 
 def _triton(node: NodeInfo, **settings) -> TritonBackend:
-    return TritonBackend(_context(node), **settings)
+    return TritonBackend(_context(node), TritonSettings(**settings))
 
 
 # --- Triton -------------------------------------------------------------------------------------------------
@@ -99,8 +102,8 @@ def test_tensorrt_profile_covers_every_batch_and_is_tuned_for_the_largest_measur
 
 
 def test_fp16_without_tensorrt_is_refused_with_the_key() -> None:
-    with pytest.raises(ValueError, match=r"backends.triton_trt.fp16=true needs accelerator: tensorrt"):
-        _triton(GPU_NODE, accelerator="cuda", fp16=True)
+    (problem,) = TritonSettings(accelerator="cuda", fp16=True).check("triton_trt", compose().model, {})
+    assert problem.startswith("backends.triton_trt.fp16=True is not allowed: FP16 needs accelerator: tensorrt")
 
 
 def _start_info(cache: dict | None) -> dict:
@@ -128,7 +131,7 @@ def test_without_a_cache_every_start_counts_as_a_build() -> None:
 # --- Ray Serve PyTorch --------------------------------------------------------------------------------------
 
 def _torch(node: NodeInfo, **settings) -> RayServeTorchBackend:
-    return RayServeTorchBackend(_context(node, name="pytorch_fp16"), **settings)
+    return RayServeTorchBackend(_context(node, name="pytorch_fp16"), RayServeTorchSettings(**settings))
 
 
 def test_half_precision_is_skipped_on_a_node_without_cuda() -> None:
@@ -153,11 +156,13 @@ def test_compile_variant_reports_its_compile_cost_as_a_metric() -> None:
 
 
 def test_gpu_variants_are_entries_of_their_contract_backend() -> None:
-    backends = compose().backends
-    assert backends.pytorch_fp16.backend == "pytorch" and backends.pytorch_fp16.half
-    assert backends.pytorch_compile.backend == "pytorch" and backends.pytorch_compile.compile
-    assert backends.triton_trt_fp16.backend == "triton_trt" and backends.triton_trt_fp16.fp16
-    assert backends.triton_trt.engine_cache and backends.triton_onnx.accelerator == "cuda"
+    cfg = compose()
+    settings = {name: backend_settings(cfg, name) for name in cfg.backends}
+    assert settings["pytorch_fp16"].family == "pytorch" and settings["pytorch_fp16"].half
+    assert settings["pytorch_compile"].family == "pytorch" and settings["pytorch_compile"].compile
+    assert settings["triton_trt_fp16"].family == "triton_trt" and settings["triton_trt_fp16"].fp16
+    assert settings["triton_trt"].engine_cache and settings["triton_onnx"].accelerator == "cuda"
+    assert settings["triton_onnx"].family == "triton_onnx"
 
 
 # --- engine cache ------------------------------------------------------------------------------------------

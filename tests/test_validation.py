@@ -10,8 +10,6 @@ from experiments.config.validation import validate
 
 CASES = [
     (["experiment.backends=[tensorflow]"], "experiment.backends='tensorflow'"),
-    (["backends.pytorch.backend=torchserve"], "backends.pytorch.backend='torchserve'"),
-    (["+backends.triton_onnx.instance_cnt=2"], "backends.triton_onnx.instance_cnt=2"),
     (["experiment.load_mode=bursty"], "experiment.load_mode='bursty'"),
     (["experiment.load_mode=poisson", "experiment.request_rates=[10,0]"], "experiment.request_rates=0"),
     (["experiment.load_mode=poisson"], "experiment.request_rates=[]"),

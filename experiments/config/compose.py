@@ -1,11 +1,16 @@
-"""Compose the config tree (`conf/`) with Hydra: the one way entry points, benchmarks and tests do it."""
+"""Compose the config tree (`conf/`) with Hydra: the one way entry points, benchmarks and tests do it. A key the
+schemas don't have or a value of the wrong type becomes one ConfigError naming the key, the value and what is
+allowed, like every other bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from omegaconf import DictConfig
 
+from experiments.config.errors import ConfigError, not_allowed
 from serving.paths import REPO_ROOT
 
 CONF_DIR = REPO_ROOT / "conf"
@@ -17,11 +22,42 @@ def options(group: str) -> list[str]:
 
 
 def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
-    """`conf/config.yaml` with `overrides` in Hydra's command-line syntax."""
+    """`conf/config.yaml` with `overrides` in Hydra's command-line syntax; ConfigError when they don't fit."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.errors import ConfigCompositionException
 
     import experiments.config.schema  # noqa: F401 - registers the schemas
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+    except ConfigCompositionException as exc:
+        raise composition_error(exc, overrides) from None
+
+
+def composition_error(exc: Exception, overrides: Sequence[str]) -> ConfigError:
+    """Hydra's refusal as one line: the override it refused, its value, and what the schema takes."""
+    cause = exc.__cause__
+    full_key = getattr(cause, "full_key", None)
+    if not full_key:
+        return ConfigError(" ".join(str(exc).split()))
+    key, value = _override_for(full_key, overrides)
+    schema = getattr(cause, "object_type", None)
+    if isinstance(cause, AttributeError | KeyError) and dataclasses.is_dataclass(schema):
+        keys = [f.name for f in dataclasses.fields(schema)]
+        return not_allowed(key, value, f"not a setting of {schema.__name__} (its settings: {keys})")
+    advice = " ".join(str(exc).splitlines()[1:])  # Hydra's, e.g. "To append to your config use +..."
+    reason = str(getattr(cause, "msg", cause)).splitlines()[0]  # OmegaConf adds the key and types on more lines
+    return not_allowed(key, value, reason + (f" ({advice})" if advice else ""))
+
+
+def _override_for(full_key: str, overrides: Sequence[str]) -> tuple[str, Any]:
+    """The override that set `full_key` (or a key inside or above it) as (key, value); the key alone if none."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if key == full_key or full_key.startswith((f"{key}.", f"{key}[")) or key.startswith(f"{full_key}."):
+            return key, override.value()
+    return full_key, None

@@ -1,17 +1,27 @@
 """Typed schemas for the Hydra config tree (`conf/`), registered in Hydra's ConfigStore.
 
-YAML files extend these schemas through their defaults list (`- base_gpu`, ...), so a misspelt key or a
-value of the wrong type fails when the config is composed. Rules that types cannot express (allowed
-names, positive sizes) live in `experiments.config.validation`.
+YAML files extend these schemas through their defaults list (`- base_gpu`, ...; an entry of conf/backends/
+with `- /backend/<class>@<name>`), so a misspelt key or a value of the wrong type fails when the config is
+composed. Rules that types cannot express (allowed names, positive sizes) live in
+`experiments.config.validation`; the backend settings classes (`serving/*/settings.py`) check their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
+
+from experiments.config.errors import not_allowed
+from serving.ray_serve.settings import RayServeTorchSettings
+from serving.settings import BackendSettings
+from serving.triton.settings import TritonSettings
+
+# The `backend` config group: one schema per backend class, named in conf/backends/ as `/backend/<name>@<entry>`.
+BACKEND_SCHEMAS: dict[str, type[BackendSettings]] = {"triton": TritonSettings, "ray_serve": RayServeTorchSettings}
 
 
 @dataclass
@@ -181,7 +191,7 @@ class TierbenchConfig:
     experiment: ExperimentConfig = MISSING
     cluster: ClusterConfig = MISSING
     clients: ClientsConfig = field(default_factory=ClientsConfig)
-    # backend name -> settings with the `_target_` class that serves it
+    # entry name -> the typed settings of the class that serves it (conf/backends/, BACKEND_SCHEMAS)
     backends: dict[str, Any] = field(default_factory=dict)
     sweep_id: str = MISSING
     results_dir: str = "runs"
@@ -200,6 +210,25 @@ def register_configs() -> None:
     cs.store(group="model", name="base_model", node=ModelConfig)
     cs.store(group="experiment", name="base_experiment", node=ExperimentConfig)
     cs.store(group="cluster", name="base_cluster", node=ClusterConfig)
+    for name, schema in BACKEND_SCHEMAS.items():
+        cs.store(group="backend", name=name, node=schema)
+
+
+def backend_settings(cfg: Any, name: str) -> BackendSettings:
+    """`backends.<name>` as the settings object of its class. ConfigError for an entry without a schema, or with a
+    key its schema lacks (`+backends.<name>.<key>=...` adds keys past Hydra's own check)."""
+    node = cfg.backends[name]
+    schema = OmegaConf.get_type(node)
+    if not (isinstance(schema, type) and issubclass(schema, BackendSettings)):
+        raise not_allowed(f"backends.{name}", OmegaConf.to_container(node), "an entry extends its class's settings: "
+                          f"add it with +backend@backends.{name}=<{' | '.join(BACKEND_SCHEMAS)}>, then set its keys "
+                          f"(e.g. backends.{name}.dynamic_batching=true)")
+    keys = [f.name for f in dataclasses.fields(schema)]
+    unknown = [key for key in node if key not in keys]
+    if unknown:
+        raise not_allowed(f"backends.{name}.{unknown[0]}", node[unknown[0]],
+                          f"not a setting of {schema.__name__} (its settings: {keys})")
+    return OmegaConf.to_object(node)
 
 
 register_configs()

@@ -1,4 +1,8 @@
-"""Checks a composed config before anything starts: one clear error naming the key, the value and the fix."""
+"""Checks a composed config before anything starts: one clear error naming the key, the value and the fix.
+
+Types and key names are the schemas' job (`experiments.config.schema`, when the config is composed); what a type
+cannot say (allowed names, ranges, settings that need each other) is checked here, backend settings by their own
+classes (`BackendSettings.check`)."""
 
 from __future__ import annotations
 
@@ -8,9 +12,9 @@ from omegaconf import OmegaConf
 
 from experiments.config.errors import ConfigError
 from experiments.config.prices import validate_prices
+from experiments.config.schema import backend_settings
 from serving.protocols import PROTOCOLS
 
-BACKENDS = ("pytorch", "triton_onnx", "triton_trt")
 INPUT_FORMATS = ("tensor", "jpeg")
 LOAD_MODES = ("closed", "constant", "poisson")
 CLIENT_PLACEMENTS = ("colocated", "separate")
@@ -80,30 +84,21 @@ def validate(cfg: Any) -> None:
     if cfg.telemetry.sample_hz <= 0:
         _fail("telemetry.sample_hz", cfg.telemetry.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")
     for name in exp.backends:
-        if "_target_" not in cfg.backends[name]:
-            _fail(f"backends.{name}._target_", None, "name the class that serves this backend")
-        if cfg.backends[name].get("backend") not in BACKENDS:
-            _fail(f"backends.{name}.backend", cfg.backends[name].get("backend"), f"choose from {list(BACKENDS)}")
-        _check_backend_settings(cfg, name)
-        if cfg.backends[name].get("direct_ingress") and not cfg.cluster.get("serve_direct_ingress"):
-            _fail(f"backends.{name}.direct_ingress", True, "it needs Serve started with direct ingress: add "
-                  "cluster.serve_direct_ingress=true")
+        _check_backend(cfg, name)
     _check_crosscheck(cfg.crosscheck)
 
 
-def _check_backend_settings(cfg: Any, name: str) -> None:
-    """The backend class checks its own settings (keys it takes, ranges), before any server starts."""
+def _check_backend(cfg: Any, name: str) -> None:
+    """The entry's typed settings, the class they name, and the settings' own checks, before any server starts."""
     from hydra.utils import get_class
 
-    settings = OmegaConf.to_container(cfg.backends[name], resolve=True)
-    settings.pop("backend", None)
-    target = settings.pop("_target_")
+    settings = backend_settings(cfg, name)
     try:
-        cls = get_class(target)
+        get_class(settings._target_)
     except Exception as exc:  # noqa: BLE001 - any import failure is a bad _target_
-        raise ConfigError(f"backends.{name}._target_={target!r} cannot be imported ({exc}): name a Backend class, "
-                          "e.g. serving.triton.backend.TritonBackend") from None
-    problems = cls.check_settings(name, settings, cfg.model)
+        raise ConfigError(f"backends.{name}._target_={settings._target_!r} cannot be imported ({exc}): name a "
+                          "Backend class, e.g. serving.triton.backend.TritonBackend") from None
+    problems = settings.check(name, cfg.model, cfg.cluster)
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -16,6 +16,7 @@ from typing import Any
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from experiments.config.schema import backend_settings
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.telemetry import GpuTelemetry, start_gpu_telemetry
 from experiments.plan import Trial, TrialGroup, trial_key
@@ -33,7 +34,7 @@ Finish = Callable[[TrialRecord, dict[str, str]], None]
 
 
 def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, Any]) -> Backend:
-    """The `_target_` class of `backends.<name>`, built with its settings."""
+    """The `_target_` class of `backends.<name>`, built with its typed settings."""
     serving = cfg.serving
     context = BackendContext(
         name=name, model=cfg.model, node=node, ray_options=ray_options, host=serving.host,
@@ -42,9 +43,8 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
         warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
         input_formats=tuple(cfg.experiment.input_formats),
     )
-    settings = OmegaConf.to_container(cfg.backends[name], resolve=True)
-    settings.pop("backend")
-    return get_class(settings.pop("_target_"))(context, **settings)
+    settings = backend_settings(cfg, name)
+    return get_class(settings._target_)(context, settings)
 
 
 class ServerGroup:
@@ -119,7 +119,7 @@ class ServerGroup:
 
     def _slo_key(self, point: Trial) -> str:
         slo = OmegaConf.to_container(self.cfg.experiment.slo, resolve=True)
-        settings = OmegaConf.to_container(self.cfg.backends[point.variant], resolve=True)
+        settings = backend_settings(self.cfg, point.variant).identity()
         return trial_key(point.at_load(0), {**measurement_settings(self.cfg.experiment), "slo": slo}, settings)
 
     def _search(self, point: Trial) -> None:

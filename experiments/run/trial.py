@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from experiments.config.prices import trial_price_params
+from experiments.config.schema import backend_settings
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.metrics import (
     client_metrics,
@@ -38,13 +39,13 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
     """A record with the trial's params (what ran, where, at what price) and its identity key."""
     exp = cfg.experiment
     measurement = measurement_settings(exp)
-    settings = OmegaConf.to_container(cfg.backends[trial.variant], resolve=True)
+    settings = backend_settings(cfg, trial.variant)
     params = {
         **trial.params(),
         "gpu_name": node.gpu_name,
         "price_per_hour_usd": cfg.gpu.price_per_hour_usd,
         **trial_price_params(cfg.gpu),
-        "server_mode": handle.server_mode if handle else _server_mode_hint(settings),
+        "server_mode": handle.server_mode if handle else settings.server_mode_hint,
         "node_hostname": node.hostname,
         **gpu_params(node),
         **{k: exp[k] for k in MEASUREMENT_KEYS},
@@ -52,8 +53,8 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         "stability_latency_percentile": exp.stability.latency_percentile,
         **(handle.params if handle else {}),
     }
-    return TrialRecord(trial=trial, key=trial_key(trial, measurement, settings), status=status, reason=reason,
-                       params=params)
+    key = trial_key(trial, measurement, settings.identity())
+    return TrialRecord(trial=trial, key=key, status=status, reason=reason, params=params)
 
 
 def _measure_with_enough_clients(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle,
@@ -115,10 +116,6 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
     if record.metrics.get("client_cpu_util_max", 0.0) > exp.client_cpu_limit:
         record.tags["client_bound"] = "true"  # even the most client actors allowed were busy: a lower bound
     return record
-
-
-def _server_mode_hint(settings: dict[str, Any]) -> str:
-    return "ray_serve" if "ray_serve" in str(settings.get("_target_", "")) else "triton"
 
 
 def first_line(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.process import free_ports
+from serving.ray_serve.settings import RayServeTorchSettings
 from serving.ray_serve.torch_runner import TorchOptions
 
 log = logging.getLogger(__name__)
@@ -55,33 +56,20 @@ def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
 
 
 class RayServeTorchBackend(Backend):
-    def __init__(self, context: BackendContext, num_replicas: int = 1, replica_num_cpus: float = 0.1,
-                 max_ongoing_requests: int = 32, torch_threads: int | None = None, replica_num_gpus: float = 0.5,
-                 half: bool = False, compile: bool = False, compile_mode: str | None = None,
-                 compile_dynamic: bool | None = None, compile_backend: str = "inductor", cudnn_benchmark: bool = True,
-                 start_timeout_s: float | None = None, batching: bool = False, max_batch_size: int | None = None,
-                 batch_wait_timeout_s: float = 0.0, direct_ingress: bool = False) -> None:
-        super().__init__(context)
-        self.num_replicas = num_replicas
-        self.replica_num_cpus = replica_num_cpus
-        self.replica_num_gpus = replica_num_gpus
-        self.max_ongoing_requests = max_ongoing_requests
-        self.torch_threads = torch_threads
-        self.options = TorchOptions(half=half, compile=compile, compile_mode=compile_mode,
-                                    compile_dynamic=compile_dynamic, compile_backend=compile_backend,
-                                    cudnn_benchmark=cudnn_benchmark)
-        # torch.compile warms up inside the replica's constructor: give it longer than a plain start.
-        self.start_timeout_s = start_timeout_s or context.start_timeout_s
+    settings: RayServeTorchSettings
+
+    def __init__(self, context: BackendContext, settings: RayServeTorchSettings) -> None:
+        super().__init__(context, settings)
+        s = settings
+        self.options = TorchOptions(half=s.half, compile=s.compile, compile_mode=s.compile_mode,
+                                    compile_dynamic=s.compile_dynamic, compile_backend=s.compile_backend,
+                                    cudnn_benchmark=s.cudnn_benchmark)
         # Serve is shared by every tier job on the cluster: one app and route per job (tier, node, variant).
         node = context.node.ray_node_id[:8]
         self.app_name = "-".join(p for p in ("tierbench", context.tier, node, context.name, context.model.name) if p)
         self.route = "/" + "/".join(p for p in (context.tier, node, context.name, context.model.name) if p)
-        self.batching = batching
         # Images per server batch; null: the model's max_batch_size (what Triton's dynamic batcher fills up to).
-        self.max_batch_size = max_batch_size or int(context.model.max_batch_size)
-        self.batch_wait_timeout_s = batch_wait_timeout_s
-        # Clients reach the replica's own HTTP/gRPC ports (Serve's direct ingress) instead of Serve's proxies.
-        self.direct_ingress = direct_ingress
+        self.max_batch_size = s.max_batch_size or int(context.model.max_batch_size)
         self._running = False
 
     @property
@@ -91,32 +79,10 @@ class RayServeTorchBackend(Backend):
     def actor_options(self) -> dict[str, Any]:
         """Replica placement: the tier's node, and a GPU fraction where Ray schedules GPUs (Ray then pins the
         replica to that GPU with CUDA_VISIBLE_DEVICES; replicas of one app can share it)."""
-        options: dict[str, Any] = {"num_cpus": self.replica_num_cpus, **self.context.ray_options}
-        if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.replica_num_gpus > 0:
-            options["num_gpus"] = self.replica_num_gpus
+        options: dict[str, Any] = {"num_cpus": self.settings.replica_num_cpus, **self.context.ray_options}
+        if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.settings.replica_num_gpus > 0:
+            options["num_gpus"] = self.settings.replica_num_gpus
         return options
-
-    @classmethod
-    def check_settings(cls, name: str, settings: dict[str, Any], model: Any) -> list[str]:
-        problems = super().check_settings(name, settings, model)
-        for key in ("num_replicas", "max_ongoing_requests"):
-            value = settings.get(key, 1)
-            if not isinstance(value, int) or value < 1:
-                problems.append(f"backends.{name}.{key}={value!r}: must be a positive integer")
-        size = settings.get("max_batch_size")
-        if size is not None and (not isinstance(size, int) or not 0 < size <= model.max_batch_size):
-            problems.append(f"backends.{name}.max_batch_size={size!r}: must be in 1..model.max_batch_size="
-                            f"{model.max_batch_size} (images per server batch), or null for the model's")
-        wait = settings.get("batch_wait_timeout_s", 0.0)
-        if not isinstance(wait, int | float) or wait < 0:
-            problems.append(f"backends.{name}.batch_wait_timeout_s={wait!r}: must be a number of seconds >= 0")
-        if settings.get("direct_ingress") and settings.get("num_replicas", 1) != 1:
-            problems.append(f"backends.{name}.num_replicas={settings.get('num_replicas')!r}: direct_ingress sends "
-                            "every request to one replica's own port; use num_replicas=1 (or the proxy)")
-        if not settings.get("batching") and (size is not None or wait):
-            problems.append(f"backends.{name}: max_batch_size / batch_wait_timeout_s only apply with "
-                            "batching=true; set it, or remove them")
-        return problems
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         reason = self.options.unsupported_reason(self.device)
@@ -140,20 +106,20 @@ class RayServeTorchBackend(Backend):
         ctx = self.context
         started = time.monotonic()
         port, grpc_port = _serve_ports(ctx.host, ctx.start_timeout_s)
-        batching = ({"max_batch_size": self.max_batch_size, "batch_wait_timeout_s": self.batch_wait_timeout_s}
-                    if self.batching else None)
+        batching = ({"max_batch_size": self.max_batch_size, "batch_wait_timeout_s": self.settings.batch_wait_timeout_s}
+                    if self.settings.batching else None)
         app = TorchImageClassifier.options(
-            num_replicas=self.num_replicas,
-            max_ongoing_requests=self.max_ongoing_requests,
+            num_replicas=self.settings.num_replicas,
+            max_ongoing_requests=self.settings.max_ongoing_requests,
             ray_actor_options=self.actor_options(),
-        ).bind(OmegaConf.to_container(ctx.model, resolve=True), self.device, self.torch_threads,
+        ).bind(OmegaConf.to_container(ctx.model, resolve=True), self.device, self.settings.torch_threads,
                asdict(self.options), tuple(ctx.warmup_batch_sizes), batching)
         route = self.route
         self._running = True
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
         self._wait_running(self.start_timeout_s)
-        if self.direct_ingress:
+        if self.settings.direct_ingress:
             urls = self._direct_urls(ctx.client_host)
         else:
             urls = {"http": f"http://{ctx.client_host}:{port}{route}"}
@@ -165,7 +131,7 @@ class RayServeTorchBackend(Backend):
         where = self._replica_locations(ctx.start_timeout_s)
         params.update(server_node_id=",".join(sorted({w["node_id"] for w in where})),
                       server_hostname=",".join(sorted({w["hostname"] for w in where})), **self.batching_params(),
-                      server_ingress="direct" if self.direct_ingress else "proxy")
+                      server_ingress="direct" if self.settings.direct_ingress else "proxy")
         return ServerHandle(
             server_mode="ray_serve",
             urls=urls,
@@ -179,14 +145,14 @@ class RayServeTorchBackend(Backend):
     def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
         """Trial params (device, dtype, compile) and what the replica's warm-up cost (compile included)."""
         batches = ",".join(str(b) for b in self.context.warmup_batch_sizes)
-        params: dict[str, Any] = {"device": self.device, "num_replicas": self.num_replicas,
+        params: dict[str, Any] = {"device": self.device, "num_replicas": self.settings.num_replicas,
                                   "torch_dtype": info["dtype"], "torch_compile": info["torch_compile"],
                                   "server_warmup_batch_sizes": batches}
         if self.options.compile:
             params["torch_compile_mode"] = self.options.compile_mode or "default"
             params["torch_compile_backend"] = self.options.compile_backend
         if "num_gpus" in self.actor_options():
-            params["replica_num_gpus"] = self.replica_num_gpus
+            params["replica_num_gpus"] = self.settings.replica_num_gpus
         if info.get("gpu_ids"):
             params["server_gpu_ids"] = ",".join(str(i) for i in info["gpu_ids"])
         metrics = {f"server_{k}" if k.startswith("warmup") else k: float(info[k])
@@ -218,7 +184,7 @@ class RayServeTorchBackend(Backend):
         from ray import serve
 
         handle = serve.get_app_handle(self.app_name)
-        return [handle.where.remote().result(timeout_s=timeout_s) for _ in range(2 * self.num_replicas)]
+        return [handle.where.remote().result(timeout_s=timeout_s) for _ in range(2 * self.settings.num_replicas)]
 
     def _wait_running(self, timeout_s: float) -> None:
         from ray import serve
@@ -250,10 +216,10 @@ class RayServeTorchBackend(Backend):
 
     def batching_params(self) -> dict[str, Any]:
         """Server-side batching in the terms both servers share (see TritonBackend.batching_params)."""
-        on = self.batching
-        return {"server_batching": on, "server_instances": self.num_replicas,
+        on = self.settings.batching
+        return {"server_batching": on, "server_instances": self.settings.num_replicas,
                 "server_max_batch_size": self.max_batch_size if on else 0,
-                "server_batch_wait_ms": self.batch_wait_timeout_s * 1000 if on else 0.0,
+                "server_batch_wait_ms": self.settings.batch_wait_timeout_s * 1000 if on else 0.0,
                 "server_preferred_batch_sizes": ""}
 
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:

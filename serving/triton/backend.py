@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.protocols import parse_protocol
+from serving.triton.settings import Accelerator, TritonSettings
 
 log = logging.getLogger(__name__)
 
@@ -23,72 +24,26 @@ CLIENTS = {
     "grpc": "serving.clients.triton_grpc.TritonGrpcClient",
 }
 INPUT_FORMATS = ("tensor", "jpeg")
-PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
-                  "tensorrt": "TensorrtExecutionProvider"}
 
 
 class TritonBackend(Backend):
-    def __init__(self, context: BackendContext, accelerator: str = "cuda", instance_count: int = 1,
-                 ort_threads: int | None = None, fp16: bool = False, engine_cache: bool = True,
-                 engine_cache_dir: str | None = None, trt_opt_batch_size: int | None = None,
-                 num_gpus: float = 0.5, warmup: bool = True, start_timeout_s: float | None = None,
-                 dynamic_batching: bool = False, max_queue_delay_us: int = 0,
-                 preferred_batch_sizes: list[int] | None = None, preprocess_instance_count: int | None = None) -> None:
-        super().__init__(context)
-        if accelerator not in PROVIDER_NAMES:
-            raise ValueError(f"backends.{context.name}.accelerator={accelerator!r} is not allowed: choose from "
-                             f"{sorted(PROVIDER_NAMES)}")
-        if fp16 and accelerator != "tensorrt":
-            raise ValueError(f"backends.{context.name}.fp16=true needs accelerator: tensorrt (the {accelerator} "
-                             "provider runs the exported FP32 model as it is)")
-        self.requested_accelerator = accelerator
-        self.instance_count = instance_count
-        self.ort_threads = ort_threads
-        self.fp16 = fp16
-        self.engine_cache = engine_cache
-        self.engine_cache_dir = engine_cache_dir
-        self.trt_opt_batch_size = trt_opt_batch_size
-        self.num_gpus = num_gpus
-        self.warmup = warmup
-        # A first TensorRT engine build (no cache yet) happens before "ready" and can take minutes.
-        self.start_timeout_s = start_timeout_s or context.start_timeout_s
-        self.dynamic_batching = dynamic_batching
-        self.max_queue_delay_us = max_queue_delay_us
-        self.preferred_batch_sizes = list(preferred_batch_sizes or [])
-        self.preprocess_instance_count = preprocess_instance_count
-        self._actor = None
+    settings: TritonSettings
 
-    @classmethod
-    def check_settings(cls, name: str, settings: dict[str, Any], model: Any) -> list[str]:
-        problems = super().check_settings(name, settings, model)
-        for key in ("instance_count", "preprocess_instance_count"):
-            value = settings.get(key)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                problems.append(f"backends.{name}.{key}={value!r}: must be a positive integer"
-                                + (" (or null: one per core)" if key.startswith("preprocess") else ""))
-        delay = settings.get("max_queue_delay_us", 0)
-        if not isinstance(delay, int) or delay < 0:
-            problems.append(f"backends.{name}.max_queue_delay_us={delay!r}: must be an integer >= 0 (microseconds)")
-        for size in settings.get("preferred_batch_sizes") or []:
-            if not isinstance(size, int) or not 0 < size <= model.max_batch_size:
-                problems.append(f"backends.{name}.preferred_batch_sizes has {size!r}: each must be in "
-                                f"1..model.max_batch_size={model.max_batch_size}")
-        if not settings.get("dynamic_batching") and (settings.get("preferred_batch_sizes")
-                                                    or settings.get("max_queue_delay_us")):
-            problems.append(f"backends.{name}: max_queue_delay_us / preferred_batch_sizes only apply with "
-                            "dynamic_batching=true; set it, or remove them")
-        return problems
+    def __init__(self, context: BackendContext, settings: TritonSettings) -> None:
+        super().__init__(context, settings)
+        self._actor: Any = None  # the TritonServerHost while the server runs
 
     @property
     def numerics(self) -> str:
-        return "fp16" if self.fp16 else "fp32"
+        return "fp16" if self.settings.fp16 else "fp32"
 
     @property
-    def accelerator(self) -> str:
+    def accelerator(self) -> Accelerator:
         """What actually runs: the CUDA EP falls back to ONNX Runtime's CPU EP on a node without a GPU."""
-        if self.requested_accelerator == "cuda" and not self.context.node.has_gpu:
-            return "cpu"
-        return self.requested_accelerator
+        requested = Accelerator(self.settings.accelerator)
+        if requested is Accelerator.CUDA and not self.context.node.has_gpu:
+            return Accelerator.CPU
+        return requested
 
     @property
     def native(self) -> bool:
@@ -98,26 +53,27 @@ class TritonBackend(Backend):
     def trt_profile(self) -> tuple[int, int, int]:
         """TensorRT's batch profile: 1 .. model.max_batch_size, tuned for the largest batch measured."""
         high = int(self.context.model.max_batch_size)
-        opt = self.trt_opt_batch_size or max(self.context.warmup_batch_sizes or (1,))
+        opt = self.settings.trt_opt_batch_size or max(self.context.warmup_batch_sizes or (1,))
         return 1, min(max(1, opt), high), high
 
     def variant_settings(self) -> dict[str, Any]:
         """What the host actor renders; the engine cache folder is resolved there, on the server's node."""
-        return {"accelerator": self.accelerator, "instance_count": self.instance_count,
-                "ort_threads": self.ort_threads, "fp16": self.fp16,
-                "engine_cache": self.engine_cache and self.accelerator == "tensorrt",
-                "engine_cache_dir": self.engine_cache_dir,
-                "trt_profile": list(self.trt_profile()) if self.accelerator == "tensorrt" else None,
-                "warmup_batch_sizes": list(self.context.warmup_batch_sizes) if self.warmup else [],
-                "dynamic_batching": self.dynamic_batching, "max_queue_delay_us": self.max_queue_delay_us,
-                "preferred_batch_sizes": list(self.preferred_batch_sizes)}
+        s, tensorrt = self.settings, self.accelerator is Accelerator.TENSORRT
+        return {"accelerator": str(self.accelerator), "instance_count": s.instance_count,
+                "ort_threads": s.ort_threads, "fp16": s.fp16,
+                "engine_cache": s.engine_cache and tensorrt,
+                "engine_cache_dir": s.engine_cache_dir,
+                "trt_profile": list(self.trt_profile()) if tensorrt else None,
+                "warmup_batch_sizes": list(self.context.warmup_batch_sizes) if s.warmup else [],
+                "dynamic_batching": s.dynamic_batching, "max_queue_delay_us": s.max_queue_delay_us,
+                "preferred_batch_sizes": list(s.preferred_batch_sizes)}
 
     def actor_options(self) -> dict[str, Any]:
         """Ray options for the host actor: on the tier's node, holding a GPU fraction where Ray has GPUs (Ray then
         pins the server to that GPU with CUDA_VISIBLE_DEVICES)."""
         options: dict[str, Any] = {"num_cpus": 0.01, **self.context.ray_options}
-        if self.accelerator != "cpu" and self.context.node.ray_gpus > 0 and self.num_gpus > 0:
-            options["num_gpus"] = self.num_gpus
+        if self.accelerator.gpu and self.context.node.ray_gpus > 0 and self.settings.num_gpus > 0:
+            options["num_gpus"] = self.settings.num_gpus
         return options
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
@@ -127,14 +83,14 @@ class TritonBackend(Backend):
             return f"Triton has no {protocol!r} client here (supported: {sorted(CLIENTS)})"
         if shared_memory == "cuda" and not node.has_gpu:
             return f"CUDA shared memory needs an NVIDIA GPU; node {node.hostname} has none ({node.gpu_name})"
-        if self.accelerator == "tensorrt" and not node.has_gpu:
+        if self.accelerator is Accelerator.TENSORRT and not node.has_gpu:
             return (f"the TensorRT execution provider needs an NVIDIA GPU; node {node.hostname} has none "
                     f"({node.gpu_name})")
-        provider = PROVIDER_NAMES[self.accelerator]
-        if self.accelerator != "cpu" and not self.native and provider not in node.ort_providers:
+        provider = self.accelerator.provider
+        if self.accelerator.gpu and not self.native and provider not in node.ort_providers:
             return (f"onnxruntime on node {node.hostname} lacks {provider} (has {list(node.ort_providers)}): "
                     "install tierbench[gpu] there, or run NVIDIA's Triton container")
-        if self.accelerator == "tensorrt" and not self.native and node.trt_missing_libs:
+        if self.accelerator is Accelerator.TENSORRT and not self.native and node.trt_missing_libs:
             return (f"ONNX Runtime's TensorRT provider on node {node.hostname} cannot load "
                     f"{', '.join(node.trt_missing_libs)}: install tierbench[gpu] there (TensorRT 10 for CUDA 13), "
                     "or run NVIDIA's Triton container")
@@ -152,8 +108,8 @@ class TritonBackend(Backend):
         actor_cls = ray.remote(TritonServerHost).options(**self.actor_options())
         self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text,
                                        self.variant_settings(), ctx.triton_server, ctx.host,
-                                       str(Path(ctx.model_repository).resolve()), self.preprocess_instance_count,
-                                       "jpeg" in ctx.input_formats)
+                                       str(Path(ctx.model_repository).resolve()),
+                                       self.settings.preprocess_instance_count, "jpeg" in ctx.input_formats)
         try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
             ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
         except ray.exceptions.GetTimeoutError as exc:
@@ -183,8 +139,8 @@ class TritonBackend(Backend):
         `server_ready_s` runs from the server process's start to the model answering, warm-up requests (one per
         batch size) included, so with the TensorRT EP it holds the engine build (cache miss) or load (hit).
         """
-        params: dict[str, Any] = {"execution_provider": PROVIDER_NAMES[self.accelerator],
-                                  "instance_count": self.instance_count,
+        params: dict[str, Any] = {"execution_provider": self.accelerator.provider,
+                                  "instance_count": self.settings.instance_count,
                                   "onnx_max_abs_diff": info["export"]["max_abs_diff"],
                                   "server_node_id": info["node_id"], "server_hostname": info["hostname"],
                                   "preprocess_instances": info["preprocess_instances"], **self.batching_params(),
@@ -193,8 +149,8 @@ class TritonBackend(Backend):
         metrics = {"server_ready_s": float(info["ready_s"])}
         if info.get("gpu_ids"):
             params["server_gpu_ids"] = ",".join(str(i) for i in info["gpu_ids"])
-        if self.accelerator == "tensorrt":
-            params["trt_precision"] = "fp16" if self.fp16 else "fp32"
+        if self.accelerator is Accelerator.TENSORRT:
+            params["trt_precision"] = "fp16" if self.settings.fp16 else "fp32"
             params["trt_profile_batch"] = "-".join(str(b) for b in self.trt_profile())
             cache = info.get("engine_cache")
             params["trt_engine_cache"] = cache["status"] if cache else "off"
@@ -207,11 +163,11 @@ class TritonBackend(Backend):
         return params, metrics
     def batching_params(self) -> dict[str, Any]:
         """Server-side batching in the terms both servers share (see RayServeTorchBackend.batching_params)."""
-        on = self.dynamic_batching
-        return {"server_batching": on, "server_instances": self.instance_count,
+        s, on = self.settings, self.settings.dynamic_batching
+        return {"server_batching": on, "server_instances": s.instance_count,
                 "server_max_batch_size": int(self.context.model.max_batch_size) if on else 0,
-                "server_batch_wait_ms": self.max_queue_delay_us / 1000 if on else 0.0,
-                "server_preferred_batch_sizes": ",".join(map(str, self.preferred_batch_sizes)) if on else ""}
+                "server_batch_wait_ms": s.max_queue_delay_us / 1000 if on else 0.0,
+                "server_preferred_batch_sizes": ",".join(map(str, s.preferred_batch_sizes)) if on else ""}
 
     def stop(self) -> dict[str, str]:
         import ray

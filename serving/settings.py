@@ -1,0 +1,51 @@
+"""Typed settings of a backend class: one dataclass per class, beside it, registered in Hydra's ConfigStore
+(`experiments.config.schema`). Entries of conf/backends/ extend them, so a misspelt key or a value of the wrong
+type fails when the config is composed; `check` refuses what a type cannot (ranges, allowed names, settings that
+need each other), so every bad setting stops the sweep before anything starts."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+
+@dataclass
+class BackendSettings(ABC):
+    """What every backend's settings carry: the class they configure and how long its start may take."""
+
+    _target_: str = ""  # the Backend class these settings configure (each subclass names its own)
+    start_timeout_s: float | None = None  # null: serving.start_timeout_s
+
+    # The trial param `server_mode` before a server started (a skipped trial); a running server reports its own.
+    server_mode_hint: ClassVar[str] = ""
+
+    @property
+    @abstractmethod
+    def family(self) -> str:
+        """The contract's backend these settings measure (pytorch | triton_onnx | triton_trt): the trial param
+        `backend`, derived from the class and its settings rather than stated beside them."""
+
+    def check(self, name: str, model: Any, cluster: Any) -> list[str]:
+        """What is wrong with `backends.<name>`: one message per problem, naming the key, the value and the fix."""
+        if self.start_timeout_s is not None and self.start_timeout_s <= 0:
+            return [self.refuse(name, "start_timeout_s", "seconds > 0, or null for serving.start_timeout_s")]
+        return []
+
+    def refuse(self, name: str, key: str, allowed: str) -> str:
+        return f"backends.{name}.{key}={getattr(self, key)!r} is not allowed: {allowed}"
+
+    def refuse_unless(self, name: str, switch: str, keys: list[str]) -> list[str]:
+        """Settings given values that only take effect when `switch` is on, while it is off."""
+        if getattr(self, switch):
+            return []
+        return [self.refuse(name, key, f"it only applies with {switch}=true; set that, or leave {key} out")
+                for key in keys]
+
+    def identity(self) -> dict[str, Any]:
+        """Every setting and the family: what a trial's identity key hashes (for resume and deduplication)."""
+        return {"backend": self.family, **asdict(self)}
+
+
+def is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

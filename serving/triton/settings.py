@@ -1,0 +1,94 @@
+"""Settings of `serving.triton.backend.TritonBackend` (entries `triton_*` of conf/backends/), and the execution
+accelerators ONNX Runtime runs the model with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from serving.settings import BackendSettings, is_positive_int
+
+
+class Accelerator(StrEnum):
+    """ONNX Runtime's execution provider for the classifier, and the providers it falls back on."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    TENSORRT = "tensorrt"
+
+    @property
+    def provider(self) -> str:
+        return {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+                "tensorrt": "TensorrtExecutionProvider"}[self]
+
+    @property
+    def providers(self) -> list[str]:
+        """The provider chain ONNX Runtime is given: this one first, then those it falls back on."""
+        chain = {"cpu": ("cpu",), "cuda": ("cuda", "cpu"), "tensorrt": ("tensorrt", "cuda", "cpu")}[self]
+        return [Accelerator(a).provider for a in chain]
+
+    @property
+    def gpu(self) -> bool:
+        return self is not Accelerator.CPU
+
+
+@dataclass
+class TritonSettings(BackendSettings):
+    """Triton serving the ONNX export through ONNX Runtime: `cuda` (CUDA EP; the CPU EP where a node has no GPU)
+    or `tensorrt` (TensorRT EP, a GPU only)."""
+
+    _target_: str = "serving.triton.backend.TritonBackend"
+    accelerator: str = "cuda"  # cpu | cuda | tensorrt
+    instance_count: int = 1  # model instances (Triton's instance_group count)
+    ort_threads: int | None = None  # intra-op threads for ONNX Runtime; null: its default
+    fp16: bool = False  # TensorRT in FP16 (tensorrt only)
+    engine_cache: bool = True  # keep built TensorRT engines: a restart loads them instead of rebuilding
+    engine_cache_dir: str | None = None  # null: ~/.cache/tierbench/trt on the server's node (then <model>/<gpu>/<key>/)
+    trt_opt_batch_size: int | None = None  # TensorRT profile: batch 1..model.max_batch_size tuned for this;
+    #                                        null: the largest batch measured
+    num_gpus: float = 0.5  # asked of Ray on nodes where it schedules GPUs (pins the server to one GPU)
+    warmup: bool = True  # Triton model_warmup: one request per experiment batch size before "ready"
+    dynamic_batching: bool = False  # Triton's dynamic batcher, up to model.max_batch_size images
+    max_queue_delay_us: int = 0  # how long the batcher waits for a batch to fill
+    preferred_batch_sizes: list[int] = field(default_factory=list)  # e.g. [8, 16]: sizes the batcher aims for
+    preprocess_instance_count: int | None = None  # JPEG decoding (the ensemble's Python model): null = one per
+    #                                               core, up to 8
+
+    server_mode_hint: ClassVar[str] = "triton"
+
+    @property
+    def family(self) -> str:
+        return "triton_trt" if self.accelerator == Accelerator.TENSORRT else "triton_onnx"
+
+    def check(self, name: str, model: Any, cluster: Any) -> list[str]:
+        problems = super().check(name, model, cluster)
+        if self.accelerator not in list(Accelerator):
+            return [*problems, self.refuse(name, "accelerator", f"choose from {[str(a) for a in Accelerator]}")]
+        tensorrt = self.accelerator == Accelerator.TENSORRT
+        if self.fp16 and not tensorrt:
+            problems.append(self.refuse(name, "fp16", f"FP16 needs accelerator: tensorrt (the {self.accelerator} "
+                                                      "provider runs the exported FP32 model as it is)"))
+        for key, null in (("instance_count", ""), ("ort_threads", "ONNX Runtime's default"),
+                          ("preprocess_instance_count", "one per core")):
+            value = getattr(self, key)
+            if not (is_positive_int(value) or (value is None and null)):
+                problems.append(self.refuse(name, key, "a positive integer" + (f", or null ({null})" if null else "")))
+        limit = int(model.max_batch_size)
+        if self.trt_opt_batch_size is not None:
+            if not tensorrt:
+                problems.append(self.refuse(name, "trt_opt_batch_size", "it only applies with accelerator: tensorrt"))
+            elif not 1 <= self.trt_opt_batch_size <= limit:
+                problems.append(self.refuse(name, "trt_opt_batch_size", f"in 1..model.max_batch_size={limit}, or null "
+                                                                        "(the largest batch measured)"))
+        if self.engine_cache_dir is not None and not tensorrt:
+            problems.append(self.refuse(name, "engine_cache_dir", "it only applies with accelerator: tensorrt"))
+        if self.num_gpus < 0:
+            problems.append(self.refuse(name, "num_gpus", "a share of a GPU >= 0 (0: ask Ray for none)"))
+        if self.max_queue_delay_us < 0:
+            problems.append(self.refuse(name, "max_queue_delay_us", "an integer >= 0 (microseconds)"))
+        if any(not 0 < size <= limit for size in self.preferred_batch_sizes):
+            problems.append(self.refuse(name, "preferred_batch_sizes", f"each must be in 1..model.max_batch_size="
+                                                                       f"{limit}"))
+        batching = [k for k in ("max_queue_delay_us", "preferred_batch_sizes") if getattr(self, k)]
+        return problems + self.refuse_unless(name, "dynamic_batching", batching)

@@ -1,0 +1,135 @@
+"""Typed backend settings: every entry of conf/backends/ extends its class's schema, states only what differs,
+and gets its family from its class; every bad setting is refused before anything starts, naming the key, the
+value and the fix (a wrong key or type when the config is composed, a bad value by `validate()`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from experiments.config.compose import compose
+from experiments.config.errors import ConfigError
+from experiments.config.schema import backend_settings
+from experiments.config.validation import validate
+from serving.ray_serve.settings import RayServeTorchSettings
+from serving.triton.settings import TritonSettings
+
+ALL = "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynbatch,triton_trt]"
+
+
+def test_every_entry_is_typed_validates_and_has_its_family() -> None:
+    cfg = compose([f"experiment.backends=[{','.join(compose().backends)}]", "cluster.serve_direct_ingress=true"])
+    validate(cfg)
+    families = {name: backend_settings(cfg, name).family for name in cfg.backends}
+    assert families == {"pytorch": "pytorch", "pytorch_fp16": "pytorch", "pytorch_compile": "pytorch",
+                        "pytorch_batched": "pytorch", "pytorch_batched_20ms": "pytorch", "pytorch_direct": "pytorch",
+                        "triton_onnx": "triton_onnx", "triton_onnx_dynbatch": "triton_onnx", "triton_trt": "triton_trt",
+                        "triton_trt_fp16": "triton_trt", "triton_trt_dynbatch": "triton_trt"}
+
+
+def test_variants_differ_from_their_class_defaults_only_where_they_say() -> None:
+    cfg = compose()
+    differs = {name: {k: v for k, v in dataclasses.asdict(backend_settings(cfg, name)).items()
+                      if v != dataclasses.asdict(type(backend_settings(cfg, name))())[k]} for name in cfg.backends}
+    assert differs["pytorch"] == differs["triton_onnx"] == {}
+    assert differs["pytorch_batched_20ms"] == {"batching": True, "batch_wait_timeout_s": 0.02,
+                                               "max_ongoing_requests": 64}
+    assert differs["triton_trt_fp16"] == {"accelerator": "tensorrt", "fp16": True, "start_timeout_s": 900.0}
+
+
+def test_the_family_and_every_setting_make_the_trial_identity() -> None:
+    settings = backend_settings(compose(), "triton_trt")
+    identity = settings.identity()
+    assert identity["backend"] == "triton_trt" and identity["_target_"] == "serving.triton.backend.TritonBackend"
+    assert set(identity) == {"backend", *(f.name for f in dataclasses.fields(TritonSettings))}
+
+
+def test_accelerator_rocm_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ConfigError) as info:
+        validate(compose(["backends.triton_onnx.accelerator=rocm"]))
+    assert str(info.value) == ("backends.triton_onnx.accelerator='rocm' is not allowed: choose from "
+                               "['cpu', 'cuda', 'tensorrt']")
+
+
+BAD_VALUES = [
+    ("triton_onnx.accelerator=rocm", "accelerator='rocm'", "choose from ['cpu', 'cuda', 'tensorrt']"),
+    ("triton_onnx.fp16=true", "fp16=True", "FP16 needs accelerator: tensorrt"),
+    ("triton_onnx.instance_count=0", "instance_count=0", "a positive integer"),
+    ("triton_onnx.ort_threads=0", "ort_threads=0", "or null"),
+    ("triton_onnx.preprocess_instance_count=-1", "preprocess_instance_count=-1", "or null (one per core)"),
+    ("triton_trt.trt_opt_batch_size=64", "trt_opt_batch_size=64", "in 1..model.max_batch_size=32"),
+    ("triton_onnx.trt_opt_batch_size=8", "trt_opt_batch_size=8", "only applies with accelerator: tensorrt"),
+    ("triton_onnx.engine_cache_dir=/tmp/x", "engine_cache_dir='/tmp/x'", "only applies with accelerator: tensorrt"),
+    ("triton_onnx.num_gpus=-0.5", "num_gpus=-0.5", ">= 0"),
+    ("triton_onnx.start_timeout_s=0", "start_timeout_s=0.0", "seconds > 0"),
+    ("triton_onnx_dynbatch.max_queue_delay_us=-5", "max_queue_delay_us=-5", "an integer >= 0"),
+    ("triton_onnx_dynbatch.preferred_batch_sizes=[64]", "preferred_batch_sizes=[64]", "1..model.max_batch_size=32"),
+    ("triton_onnx.max_queue_delay_us=100", "max_queue_delay_us=100", "only applies with dynamic_batching=true"),
+    ("pytorch.num_replicas=0", "num_replicas=0", "a positive integer"),
+    ("pytorch.max_ongoing_requests=0", "max_ongoing_requests=0", "a positive integer"),
+    ("pytorch.torch_threads=0", "torch_threads=0", "or null"),
+    ("pytorch.replica_num_cpus=-1", "replica_num_cpus=-1.0", ">= 0"),
+    ("pytorch.replica_num_gpus=-1", "replica_num_gpus=-1.0", ">= 0"),
+    ("pytorch_batched.max_batch_size=33", "max_batch_size=33", "in 1..model.max_batch_size=32"),
+    ("pytorch_batched.batch_wait_timeout_s=-1", "batch_wait_timeout_s=-1.0", "seconds >= 0"),
+    ("pytorch.max_batch_size=8", "max_batch_size=8", "only applies with batching=true"),
+    ("pytorch.compile_mode=fastest", "compile_mode='fastest'", "choose from ['default', 'reduce-overhead'"),
+    ("pytorch.compile_mode=max-autotune", "compile_mode='max-autotune'", "only applies with compile=true"),
+    ("pytorch.direct_ingress=true", "direct_ingress=True", "add cluster.serve_direct_ingress=true"),
+    ("pytorch._target_=serving.nope.Backend", "_target_='serving.nope.Backend' cannot be imported", "name a Backend"),
+]
+
+
+@pytest.mark.parametrize("override,setting,fix", BAD_VALUES, ids=[row[0] for row in BAD_VALUES])
+def test_every_bad_backend_value_is_refused_by_validate_naming_key_value_and_fix(override, setting, fix) -> None:
+    name = override.split(".")[0]
+    with pytest.raises(ConfigError) as info:
+        validate(compose([f"experiment.backends=[{name}]", f"backends.{override}"]))
+    message = str(info.value)
+    assert f"backends.{name}.{setting}" in message and fix in message, message
+
+
+def test_direct_ingress_with_several_replicas_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"backends\.pytorch_direct\.num_replicas=2 is not allowed: direct_ingress"):
+        validate(compose(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true",
+                          "backends.pytorch_direct.num_replicas=2"]))
+
+
+BAD_KEYS_AND_TYPES = [
+    ("backends.triton_onnx.instance_cnt=2", "backends.triton_onnx.instance_cnt=2 is not allowed: not a setting of "
+                                            "TritonSettings"),
+    ("+backends.triton_onnx.dynamic_batcher=true", "backends.triton_onnx.dynamic_batcher=True is not allowed: not a "
+                                                   "setting of TritonSettings"),
+    ("backends.pytorch.backend=torchserve", "backends.pytorch.backend='torchserve' is not allowed: not a setting of "
+                                            "RayServeTorchSettings"),
+    ("backends.pytorch.half=maybe", "backends.pytorch.half='maybe' is not allowed: Value 'maybe' is not a valid bool"),
+    ("backends.triton_onnx.instance_count=two", "backends.triton_onnx.instance_count='two' is not allowed: Value"),
+    ("+backends.mine={accelerator: cuda}", "backends.mine={'accelerator': 'cuda'} is not allowed: an entry extends "
+                                           "its class's settings: add it with +backend@backends.mine=<triton | "
+                                           "ray_serve>"),
+]
+
+
+@pytest.mark.parametrize("override,message", BAD_KEYS_AND_TYPES, ids=[row[0] for row in BAD_KEYS_AND_TYPES])
+def test_a_wrong_key_or_type_is_refused_when_composed(override: str, message: str) -> None:
+    name = override.lstrip("+").split(".")[1].split("=")[0]
+    with pytest.raises(ConfigError) as info:
+        validate(compose([override, f"experiment.backends=[{name}]"]))
+    assert message in str(info.value)
+
+
+def test_a_variant_added_on_the_command_line_is_typed() -> None:
+    cfg = compose(["+backend@backends.triton_onnx_q500=triton", "backends.triton_onnx_q500.dynamic_batching=true",
+                   "backends.triton_onnx_q500.max_queue_delay_us=500", "experiment.backends=[triton_onnx_q500]"])
+    validate(cfg)
+    settings = backend_settings(cfg, "triton_onnx_q500")
+    assert settings == TritonSettings(dynamic_batching=True, max_queue_delay_us=500)
+    assert settings.family == "triton_onnx"
+
+
+def test_settings_classes_check_without_a_config() -> None:
+    model = compose().model
+    assert TritonSettings().check("t", model, {}) == []
+    assert RayServeTorchSettings().check("p", model, {}) == []
+    assert len(RayServeTorchSettings(num_replicas=0, max_batch_size=8).check("p", model, {})) == 2
