@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from experiments.config.choices import LoadMode
 from experiments.config.schema import backend_settings
 
 
@@ -27,12 +28,20 @@ class Trial:
     input_format: str
     batch_size: int
     concurrency: int  # closed-loop request loops; 0 for open loop
-    load_mode: str = "closed"  # closed | constant | poisson
+    load_mode: LoadMode = LoadMode.CLOSED
     request_rate: float = 0.0  # open loop: requests/s
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "load_mode", LoadMode(self.load_mode))  # e.g. read back from a record.json
+
+    @property
+    def load(self) -> float:
+        """The concurrency (closed loop) or the request rate (open loop)."""
+        return self.load_mode.load_of(self.concurrency, self.request_rate)
 
     @property
     def load_label(self) -> str:
-        return f"c{self.concurrency}" if self.load_mode == "closed" else f"{self.load_mode}-r{self.request_rate:g}"
+        return self.load_mode.label(self.load)
 
     @property
     def name(self) -> str:
@@ -41,13 +50,7 @@ class Trial:
 
     def at_load(self, load: float) -> Trial:
         """The same operating point at another load (concurrency or rate): for the SLO search."""
-        if self.load_mode == "closed":
-            return replace(self, concurrency=int(load))
-        return replace(self, request_rate=float(load))
-
-    @property
-    def load(self) -> float:
-        return self.concurrency if self.load_mode == "closed" else self.request_rate
+        return replace(self, **self.load_mode.trial_fields(load))
 
     @property
     def slug(self) -> str:
@@ -71,7 +74,7 @@ def plan_trials(cfg: Any) -> list[TrialGroup]:
     groups = []
     for variant in exp.backends:
         group = TrialGroup(variant)
-        loads = exp.concurrency if exp.load_mode == "closed" else exp.request_rates
+        loads = LoadMode(exp.load_mode).loads(exp)
         for protocol, input_format, batch, load in itertools.product(
             exp.protocols, exp.input_formats, exp.batch_sizes, loads
         ):

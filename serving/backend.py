@@ -14,6 +14,7 @@ from typing import Any
 from serving.clients.base import ClientSpec
 from serving.node import NodeInfo
 from serving.paths import MODEL_REPOSITORY
+from serving.protocols import InputFormat
 from serving.settings import BackendSettings
 
 
@@ -47,7 +48,7 @@ class BackendContext:
     request_timeout_s: float = 60.0
     # The experiment's batch sizes: servers warm up (build engines, compile) for each before measurement.
     warmup_batch_sizes: tuple[int, ...] = ()
-    input_formats: tuple[str, ...] = ("tensor", "jpeg")  # what the group's trials send (e.g. skip a JPEG path)
+    input_formats: tuple[str, ...] = tuple(InputFormat)  # what the group's trials send (e.g. skip a JPEG path)
     tier: str = ""  # the GPU tier the sweep measures (names per-tier resources such as Serve apps)
 
     @property

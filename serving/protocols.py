@@ -1,4 +1,5 @@
-"""Protocol names: a wire protocol, optionally with Triton's shared-memory transport for the tensors.
+"""What crosses the wire: protocol names (a wire protocol, optionally with Triton's shared-memory transport for the
+tensors) and input formats.
 
 `http` / `grpc` carry the tensors in the request body. `http_shm` / `grpc_shm` (system shared memory) and
 `http_cuda_shm` / `grpc_cuda_shm` (CUDA IPC memory, GPU nodes) keep the same control protocol but put inputs
@@ -8,6 +9,8 @@ only exist for some backends and change what crosses the socket, which is what t
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 WIRE_PROTOCOLS = ("http", "grpc")
 SHARED_MEMORY_SUFFIXES = {"shm": "system", "cuda_shm": "cuda"}
@@ -20,3 +23,11 @@ def parse_protocol(protocol: str) -> tuple[str, str]:
     if wire not in WIRE_PROTOCOLS or (suffix and suffix not in SHARED_MEMORY_SUFFIXES):
         raise ValueError(f"unknown protocol {protocol!r}: choose from {list(PROTOCOLS)}")
     return wire, SHARED_MEMORY_SUFFIXES.get(suffix, "none")
+
+
+class InputFormat(StrEnum):
+    """What a request carries: a float32 tensor the model takes as it is, or the JPEG files the server decodes
+    and preprocesses (`serving.images`), on every backend and protocol alike."""
+
+    TENSOR = "tensor"
+    JPEG = "jpeg"

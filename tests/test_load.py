@@ -133,3 +133,33 @@ def test_open_loop_exposes_queueing_that_send_time_latency_hides() -> None:
     # ... but the wait before it could be sent is queueing the user saw, and only intended times show it.
     assert intended_p99 > 2 * send_p99
     assert sum(c.late_sends for c in samples.clients) > 0
+
+
+def test_load_modes_split_their_load_and_name_it() -> None:
+    from experiments.config.choices import LoadMode
+    from experiments.plan import Trial
+
+    closed, poisson = LoadMode.CLOSED, LoadMode.POISSON
+    assert closed.split(5, 2) == [3, 2] and closed.split(1, 3) == [1, 0, 0]
+    assert poisson.split(90.0, 3) == [30.0, 30.0, 30.0]
+    assert (closed.actors_for(20, 16, 4), closed.actors_for(100, 16, 4), poisson.actors_for(500, 16, 4)) == (2, 4, 1)
+    trial = Trial("local", "m", "pytorch", "pytorch", "http", "tensor", 8, 0, "poisson").at_load(200)
+    assert (trial.load_mode, trial.request_rate, trial.concurrency, trial.load) == (poisson, 200.0, 0, 200.0)
+    assert trial.name.endswith("/b8/poisson-r200") and trial.at_load(0).request_rate == 0.0
+    assert Trial("local", "m", "pytorch", "pytorch", "http", "tensor", 8, 16).name.endswith("/b8/c16")
+
+
+def test_load_modes_bound_the_slo_search_and_space_arrivals() -> None:
+    from types import SimpleNamespace
+
+    from experiments.config.choices import LoadMode
+
+    exp = SimpleNamespace(request_rates=[20.0, 50.0], slo=SimpleNamespace(max_concurrency=64, max_rate=2000.0))
+    assert LoadMode.CLOSED.slo_search_range(exp) == (1, 64, True)
+    assert LoadMode.CONSTANT.slo_search_range(exp) == (20.0, 2000.0, False)
+    rng = np.random.default_rng(0)
+    assert LoadMode.CONSTANT.next_gap(50.0, rng) == pytest.approx(0.02)
+    gaps = [LoadMode.POISSON.next_gap(50.0, rng) for _ in range(2000)]
+    assert np.mean(gaps) == pytest.approx(0.02, rel=0.1) and np.std(gaps) == pytest.approx(0.02, rel=0.1)
+    with pytest.raises(ValueError, match="no arrival schedule"):
+        LoadMode.CLOSED.next_gap(50.0, rng)

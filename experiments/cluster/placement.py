@@ -15,6 +15,7 @@ from typing import Any
 
 from experiments.cluster.connection import ClusterView, TierUnavailableError
 from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, SLIVER, placement_options, tier_resource
+from experiments.config.choices import ClientPlacement
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def client_options(cfg: Any, view: ClusterView, tier: str, node_id: str) -> dict
     exp = cfg.experiment
     actors = exp.client_actors or exp.max_client_actors  # 0: automatic, up to max_client_actors
     demand = actors * exp.client_num_cpus
-    if placement == "colocated":
+    if placement == ClientPlacement.COLOCATED:
         node = view.node(node_id)
         if _cpus(node) < demand:
             raise PlacementError(

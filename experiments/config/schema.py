@@ -84,7 +84,7 @@ class ExperimentConfig:
     input_formats: list[str] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     concurrency: list[int] = field(default_factory=list)
-    # closed: `concurrency` request loops; constant | poisson: open loop at each of `request_rates` (req/s)
+    # LoadMode: closed, `concurrency` request loops; constant | poisson, open loop at each of `request_rates` (req/s)
     load_mode: str = "closed"
     request_rates: list[float] = field(default_factory=list)
     max_in_flight: int = 1024
@@ -141,7 +141,7 @@ class ClusterConfig:
 class ClientsConfig:
     """Where the load comes from: `colocated` on the tier's node, or `separate` on a client-pool node."""
 
-    placement: str = "colocated"
+    placement: str = "colocated"  # ClientPlacement
 
 
 @dataclass

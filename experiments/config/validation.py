@@ -10,14 +10,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from experiments.config.choices import ClientPlacement, LoadMode
 from experiments.config.errors import ConfigError
 from experiments.config.prices import validate_prices
 from experiments.config.schema import backend_settings
-from serving.protocols import PROTOCOLS
-
-INPUT_FORMATS = ("tensor", "jpeg")
-LOAD_MODES = ("closed", "constant", "poisson")
-CLIENT_PLACEMENTS = ("colocated", "separate")
+from serving.protocols import PROTOCOLS, InputFormat
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -51,24 +48,16 @@ def validate(cfg: Any) -> None:
     validate_prices(cfg.gpu)
     _check_list("experiment.backends", exp.backends, sorted(cfg.backends))
     _check_list("experiment.protocols", exp.protocols, PROTOCOLS)
-    _check_list("experiment.input_formats", exp.input_formats, INPUT_FORMATS)
+    _check_list("experiment.input_formats", exp.input_formats, [str(f) for f in InputFormat])
     _check_positive_ints("experiment.batch_sizes", exp.batch_sizes, cfg.model.max_batch_size, "model.max_batch_size")
-    if exp.load_mode not in LOAD_MODES:
-        _fail("experiment.load_mode", exp.load_mode, f"choose from {list(LOAD_MODES)}")
-    if exp.load_mode == "closed":
-        _check_positive_ints("experiment.concurrency", exp.concurrency)
-    else:
-        if not exp.request_rates:
-            _fail("experiment.request_rates", [], f"open loop ({exp.load_mode}) needs rates in requests/s, e.g. "
-                  "experiment.request_rates=[10,50]")
-        for rate in exp.request_rates:
-            if rate <= 0:
-                _fail("experiment.request_rates", rate, "every rate must be > 0 requests/s")
+    if exp.load_mode not in list(LoadMode):
+        _fail("experiment.load_mode", exp.load_mode, f"choose from {[str(m) for m in LoadMode]}")
+    _check_loads(LoadMode(exp.load_mode), exp)
     for key in ("window_s", "warmup_s", "request_timeout_s", "trial_timeout_s", "client_num_cpus"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be > 0")
-    if cfg.clients.placement not in CLIENT_PLACEMENTS:
-        _fail("clients.placement", cfg.clients.placement, f"choose from {list(CLIENT_PLACEMENTS)}")
+    if cfg.clients.placement not in list(ClientPlacement):
+        _fail("clients.placement", cfg.clients.placement, f"choose from {[str(p) for p in ClientPlacement]}")
     for key in ("warmup_requests", "max_client_actors", "client_concurrency_per_actor", "max_in_flight"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be a positive integer")
@@ -86,6 +75,19 @@ def validate(cfg: Any) -> None:
     for name in exp.backends:
         _check_backend(cfg, name)
     _check_crosscheck(cfg.crosscheck)
+
+
+def _check_loads(mode: LoadMode, exp: Any) -> None:
+    """Closed loop: positive numbers of request loops; open loop: positive rates in requests/s."""
+    if not mode.open_loop:
+        _check_positive_ints("experiment.concurrency", exp.concurrency)
+        return
+    if not exp.request_rates:
+        _fail("experiment.request_rates", [], f"open loop ({mode}) needs rates in requests/s, e.g. "
+              "experiment.request_rates=[10,50]")
+    for rate in exp.request_rates:
+        if rate <= 0:
+            _fail("experiment.request_rates", rate, "every rate must be > 0 requests/s")
 
 
 def _check_backend(cfg: Any, name: str) -> None:

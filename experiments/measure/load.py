@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from experiments.config.choices import LoadMode
 from experiments.measure.samples import ClientHealth, WindowSamples
 from serving.clients.base import ServerReport
 
@@ -34,17 +35,16 @@ Send = Callable[[], Awaitable[ServerReport | None]]
 
 @dataclass(frozen=True)
 class LoadPoint:
-    """One actor's share of a trial's load: closed loop at `concurrency`, or open loop at `rate` req/s."""
+    """One actor's share of a trial's load: request loops (closed loop) or requests/s (open loop)."""
 
-    mode: str  # closed | constant | poisson
-    concurrency: int = 1
-    rate: float = 0.0
+    mode: LoadMode
+    load: float
 
     def generator(self, send: Send, timeout_s: float, images_per_request: int, actor_index: int,
                   max_in_flight: int) -> LoadGenerator:
-        if self.mode == "closed":
-            return ClosedLoopLoad(send, self.concurrency, timeout_s, images_per_request, actor_index)
-        return OpenLoopLoad(send, self.rate, self.mode, timeout_s, images_per_request, actor_index, max_in_flight)
+        if self.mode.open_loop:
+            return OpenLoopLoad(send, self.load, self.mode, timeout_s, images_per_request, actor_index, max_in_flight)
+        return ClosedLoopLoad(send, int(self.load), timeout_s, images_per_request, actor_index)
 
 
 @dataclass
@@ -225,15 +225,15 @@ class OpenLoopLoad(LoadGenerator):
     scenario). At most `max_in_flight` requests are outstanding: an arrival that finds them all busy waits and
     is sent late, and its latency still counts from its scheduled time."""
 
-    def __init__(self, send: Send, rate: float, arrival: str, timeout_s: float, images_per_request: int,
+    def __init__(self, send: Send, rate: float, arrival: LoadMode | str, timeout_s: float, images_per_request: int,
                  actor_index: int = 0, max_in_flight: int = 1024, seed: int = 0) -> None:
         if rate <= 0:
             raise ValueError(f"rate must be > 0, got {rate}")
-        if arrival not in ("constant", "poisson"):
-            raise ValueError(f"arrival must be constant or poisson, got {arrival!r}")
+        if not LoadMode(arrival).open_loop:
+            raise ValueError(f"arrival must be an open-loop mode (constant or poisson), got {arrival!r}")
         super().__init__(send, timeout_s, images_per_request, actor_index)
         self.rate = rate
-        self.arrival = arrival
+        self.arrival = LoadMode(arrival)
         self.max_in_flight = max_in_flight
         self._rng = np.random.default_rng(seed + actor_index)
         self._last_launched = 0.0
@@ -242,7 +242,7 @@ class OpenLoopLoad(LoadGenerator):
         return self._last_launched
 
     def _gap(self) -> float:
-        return float(self._rng.exponential(1.0 / self.rate)) if self.arrival == "poisson" else 1.0 / self.rate
+        return self.arrival.next_gap(self.rate, self._rng)
 
     def _start_tasks(self) -> list[asyncio.Task]:
         return [asyncio.create_task(self._schedule())]

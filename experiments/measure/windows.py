@@ -3,7 +3,6 @@ few agree (perf_analyzer's stability rule); percentiles come from the merged raw
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,20 +35,14 @@ class Measurement:
 
 
 def split_load(trial: Trial, actors: int) -> list[LoadPoint]:
-    """Each actor's share: concurrency loops as evenly as possible (an actor may get 0), or rate / actors."""
-    if trial.load_mode == "closed":
-        base, extra = divmod(trial.concurrency, actors)
-        return [LoadPoint("closed", concurrency=base + (1 if i < extra else 0)) for i in range(actors)]
-    return [LoadPoint(trial.load_mode, rate=trial.request_rate / actors) for _ in range(actors)]
+    """Each actor's share of the trial's load (an actor may get none)."""
+    return [LoadPoint(trial.load_mode, share) for share in trial.load_mode.split(trial.load, actors)]
 
 
 def actors_needed(trial: Trial, exp: Any) -> int:
     """How many client actors a trial starts with: fixed, or one per `client_concurrency_per_actor` loops."""
-    if exp.client_actors:
-        return exp.client_actors
-    if trial.load_mode == "closed":
-        return min(exp.max_client_actors, math.ceil(trial.concurrency / exp.client_concurrency_per_actor))
-    return 1
+    return exp.client_actors or trial.load_mode.actors_for(trial.load, exp.client_concurrency_per_actor,
+                                                           exp.max_client_actors)
 
 
 def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: Any,
@@ -57,8 +50,7 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: Any,
     """Run one trial's load; raises on a client error or when it overruns `experiment.trial_timeout_s`."""
     import ray
 
-    shares = [(a, load) for a, load in zip(actors, split_load(trial, len(actors)), strict=True)
-              if load.mode != "closed" or load.concurrency > 0]
+    shares = [(a, point) for a, point in zip(actors, split_load(trial, len(actors)), strict=True) if point.load > 0]
     used = [actor for actor, _ in shares]
     deadline = time.monotonic() + exp.trial_timeout_s
     stability = exp.stability

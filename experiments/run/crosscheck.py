@@ -25,6 +25,7 @@ import numpy as np
 
 from serving.backend import Backend, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.protocols import InputFormat
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def reference_logits(model_cfg: Any, spec: ClientSpec, model: Any = None) -> np.
     from serving.images import decode_and_preprocess
     from serving.models import build_model
 
-    if spec.input_format == "jpeg":
+    if spec.input_format == InputFormat.JPEG:
         batch = decode_and_preprocess(jpeg_batch(spec), crop=int(model_cfg.input_shape[-1]))
     else:
         batch = tensor_batch(spec)

@@ -124,7 +124,7 @@ class ServerGroup:
 
     def _search(self, point: Trial) -> None:
         exp = self.cfg.experiment
-        closed = point.load_mode == "closed"
+        lowest, limit, integer = point.load_mode.slo_search_range(exp)
 
         def as_probe(record: TrialRecord | None) -> SloProbe | None:
             if record is None or record.status != OK:
@@ -139,10 +139,8 @@ class ServerGroup:
         known = {t.load: as_probe(r) for t, r in self.measured.items()
                  if (t.protocol, t.input_format, t.batch_size) == (point.protocol, point.input_format,
                                                                    point.batch_size)}
-        lowest = 1 if closed else min(exp.request_rates)
-        limit = exp.slo.max_concurrency if closed else exp.slo.max_rate
         log.info("SLO search p99 <= %g ms for %s", exp.slo.p99_ms, point.name)
-        result = search_slo(measure_at, exp.slo.p99_ms, lowest, limit, integer=closed, known=known)
+        result = search_slo(measure_at, exp.slo.p99_ms, lowest, limit, integer=integer, known=known)
         self.finish(self._slo_record(point, result), {})
 
     def _slo_record(self, point: Trial, result: SloResult) -> TrialRecord:
@@ -151,8 +149,8 @@ class ServerGroup:
         record = new_record(self.cfg, base, self.node, self.handle)
         record.key = self._slo_key(point)
         record.run_name = f"{base.name.rsplit('/', 1)[0]}/slo-p99-{exp.slo.p99_ms:g}ms"
-        record.params.update(slo_p99_ms=exp.slo.p99_ms, slo_load_limit=exp.slo.max_concurrency
-                             if point.load_mode == "closed" else exp.slo.max_rate)
+        _, limit, _ = point.load_mode.slo_search_range(exp)
+        record.params.update(slo_p99_ms=exp.slo.p99_ms, slo_load_limit=limit)
         record.metrics = result.metrics(float(self.cfg.gpu.price_per_hour_usd))
         record.tags["run_level"] = "slo"
         record.extra = {"slo": result.to_json()}

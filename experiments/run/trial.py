@@ -104,7 +104,7 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
         **client_metrics(samples),
         **server_reported_metrics(samples),
     }
-    if trial.load_mode != "closed":
+    if trial.load_mode.open_loop:
         record.metrics.update(open_loop_metrics(samples, trial.request_rate))
     if telemetry is not None:
         record.metrics.update(telemetry.window_metrics(samples.window_start, samples.window_end,

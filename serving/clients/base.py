@@ -21,7 +21,7 @@ class ClientSpec:
     target: str  # import path of the InferenceClient subclass
     url: str
     model_name: str
-    input_format: str  # "tensor" | "jpeg"
+    input_format: str  # InputFormat: tensor | jpeg
     batch_size: int
     input_shape: tuple[int, ...]
     num_classes: int

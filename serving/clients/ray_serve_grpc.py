@@ -10,14 +10,15 @@ import numpy as np
 
 from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, tensor_batch
 from serving.clients.ray_serve_http import parse_server_timing
+from serving.protocols import InputFormat
 
 
 def build_request(spec: ClientSpec):
     from serving.ray_serve.proto import classifier_pb2
 
-    if spec.input_format == "jpeg":
+    if spec.input_format == InputFormat.JPEG:
         return classifier_pb2.ClassifyRequest(jpegs=jpeg_batch(spec))
-    if spec.input_format == "tensor":
+    if spec.input_format == InputFormat.TENSOR:
         batch = tensor_batch(spec)
         return classifier_pb2.ClassifyRequest(tensor=batch.tobytes(), shape=list(batch.shape))
     raise ValueError(f"RayServeGrpcClient: input format {spec.input_format!r} (use tensor or jpeg)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, tensor_batch
+from serving.protocols import InputFormat
 
 JPEG_CONTENT_TYPE = "image/jpeg"
 TENSOR_CONTENT_TYPE = "application/octet-stream"
@@ -35,7 +36,7 @@ def parse_server_timing(header: str | None) -> ServerReport | None:
 
 
 def encode_request(spec: ClientSpec) -> tuple[bytes, dict[str, str]]:
-    if spec.input_format == "jpeg":
+    if spec.input_format == InputFormat.JPEG:
         images = jpeg_batch(spec)
         headers = {"Content-Type": JPEG_CONTENT_TYPE, LENGTHS_HEADER: ",".join(str(len(i)) for i in images)}
         return b"".join(images), headers

@@ -24,6 +24,7 @@ import numpy as np
 
 from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
 from serving.clients.shm import Region, new_region, remove_stale_regions, serialize_bytes
+from serving.protocols import InputFormat
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +34,13 @@ class TritonClient(InferenceClient):
 
     def __init__(self, spec: ClientSpec) -> None:
         super().__init__(spec)
-        if spec.input_format == "jpeg":
+        if spec.input_format == InputFormat.JPEG:
             images = jpeg_batch(spec)
             self._data = np.array(images, dtype=np.object_).reshape(-1, 1)
             self._datatype = "BYTES"
             self._raw = serialize_bytes(images)
             self._payload_bytes = sum(len(image) for image in images)
-        elif spec.input_format == "tensor":
+        elif spec.input_format == InputFormat.TENSOR:
             self._data = tensor_batch(spec)
             self._datatype = "FP32"
             self._raw = self._data.tobytes()

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.process import free_ports
+from serving.protocols import InputFormat
 from serving.ray_serve.settings import RayServeTorchSettings
 from serving.ray_serve.torch_runner import TorchOptions
 
@@ -20,7 +21,6 @@ log = logging.getLogger(__name__)
 
 CLIENTS = {"http": "serving.clients.ray_serve_http.RayServeHttpClient",
            "grpc": "serving.clients.ray_serve_grpc.RayServeGrpcClient"}
-INPUT_FORMATS = ("jpeg", "tensor")
 GRPC_SERVICER = "serving.ray_serve.proto.classifier_pb2_grpc.add_ImageClassifierServicer_to_server"
 
 
@@ -94,8 +94,8 @@ class RayServeTorchBackend(Backend):
                 return (f"{protocol}: shared-memory transport is a Triton feature; Ray Serve's ingress takes "
                         "requests over sockets only")
             return f"the Ray Serve deployment has no {protocol!r} ingress (supported: {sorted(CLIENTS)})"
-        if input_format not in INPUT_FORMATS:
-            return f"input format {input_format!r} not accepted (supported: {list(INPUT_FORMATS)})"
+        if input_format not in list(InputFormat):
+            return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
         return None
 
     def start(self) -> ServerHandle:

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
-from serving.protocols import parse_protocol
+from serving.protocols import InputFormat, parse_protocol
 from serving.triton.settings import Accelerator, TritonSettings
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,6 @@ CLIENTS = {
     "http": "serving.clients.triton_http.TritonHttpClient",
     "grpc": "serving.clients.triton_grpc.TritonGrpcClient",
 }
-INPUT_FORMATS = ("tensor", "jpeg")
 
 
 class TritonBackend(Backend):
@@ -94,8 +93,8 @@ class TritonBackend(Backend):
             return (f"ONNX Runtime's TensorRT provider on node {node.hostname} cannot load "
                     f"{', '.join(node.trt_missing_libs)}: install tierbench[gpu] there (TensorRT 10 for CUDA 13), "
                     "or run NVIDIA's Triton container")
-        if input_format not in INPUT_FORMATS:
-            return f"input format {input_format!r} not accepted (supported: {list(INPUT_FORMATS)})"
+        if input_format not in list(InputFormat):
+            return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
         return None
 
     def start(self) -> ServerHandle:
@@ -109,7 +108,7 @@ class TritonBackend(Backend):
         self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text,
                                        self.variant_settings(), ctx.triton_server, ctx.host,
                                        str(Path(ctx.model_repository).resolve()),
-                                       self.settings.preprocess_instance_count, "jpeg" in ctx.input_formats)
+                                       self.settings.preprocess_instance_count, InputFormat.JPEG in ctx.input_formats)
         try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
             ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
         except ray.exceptions.GetTimeoutError as exc:
@@ -200,6 +199,6 @@ class TritonBackend(Backend):
         wire, shared_memory = parse_protocol(protocol)
         name = self.context.model.name
         spec = self._spec(CLIENTS[wire], handle.urls[wire], name, input_format, batch_size)
-        if input_format == "jpeg":
+        if input_format == InputFormat.JPEG:
             spec = replace(spec, model_name=ensemble_model_name(name), input_name=JPEG_INPUT)
         return replace(spec, shared_memory=shared_memory)

@@ -1,0 +1,81 @@
+"""The closed sets of choices the experiment config makes, each with everything that differs between its
+members: code elsewhere asks these, it never compares names."""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class LoadMode(StrEnum):
+    """How a trial loads the server. `closed`: a fixed number of request loops, each sending its next request
+    when the last returns (perf_analyzer's concurrency mode); `constant` / `poisson`: open loop, arrivals at a
+    rate whatever the server does (MLPerf's server scenario). A trial's load is its concurrency (closed) or its
+    request rate in req/s (open)."""
+
+    CLOSED = "closed"
+    CONSTANT = "constant"
+    POISSON = "poisson"
+
+    @property
+    def open_loop(self) -> bool:
+        return self is not LoadMode.CLOSED
+
+    @property
+    def loads_key(self) -> str:
+        """The experiment key listing this mode's loads."""
+        return "request_rates" if self.open_loop else "concurrency"
+
+    def loads(self, exp: Any) -> list[float]:
+        return list(exp[self.loads_key])
+
+    def trial_fields(self, load: float) -> dict[str, Any]:
+        """A trial's `concurrency` and `request_rate` at `load` (the other one is 0)."""
+        if self.open_loop:
+            return {"concurrency": 0, "request_rate": float(load)}
+        return {"concurrency": int(load), "request_rate": 0.0}
+
+    def load_of(self, concurrency: int, request_rate: float) -> float:
+        return request_rate if self.open_loop else concurrency
+
+    def label(self, load: float) -> str:
+        """How a run name shows the load: `c16`, `poisson-r200`."""
+        return f"{self}-r{load:g}" if self.open_loop else f"c{int(load)}"
+
+    def split(self, load: float, actors: int) -> list[float]:
+        """Each client actor's share: request loops as evenly as possible (an actor may get none), or the rate
+        divided evenly."""
+        if self.open_loop:
+            return [load / actors] * actors
+        base, extra = divmod(int(load), actors)
+        return [base + (1 if i < extra else 0) for i in range(actors)]
+
+    def actors_for(self, load: float, loops_per_actor: int, most: int) -> int:
+        """Client actors a trial starts with in automatic mode: one per `loops_per_actor` loops; one schedule."""
+        return 1 if self.open_loop else min(most, math.ceil(load / loops_per_actor))
+
+    def slo_search_range(self, exp: Any) -> tuple[float, float, bool]:
+        """(lowest load, highest load, whole loads only) of the SLO search."""
+        if self.open_loop:
+            return min(exp.request_rates), exp.slo.max_rate, False
+        return 1, exp.slo.max_concurrency, True
+
+    def next_gap(self, rate: float, rng: np.random.Generator) -> float:
+        """Seconds from one open-loop arrival to the next."""
+        if self is LoadMode.POISSON:
+            return float(rng.exponential(1.0 / rate))
+        if self is LoadMode.CONSTANT:
+            return 1.0 / rate
+        raise ValueError(f"{self} load has no arrival schedule")
+
+
+class ClientPlacement(StrEnum):
+    """Where client actors run: on the tier's node (no network hop), or on client-pool nodes (load generation
+    takes no CPU from the server)."""
+
+    COLOCATED = "colocated"
+    SEPARATE = "separate"
