@@ -26,24 +26,10 @@ def slug(text: str) -> str:
 
 
 def engine_cache_key(runtime: str, fp16: bool, profile: tuple[int, int, int], fingerprint: str) -> str:
-    """What an engine depends on beyond the GPU: the runtime that builds it (`runtime_tag`), precision, batch
-    profile and the exported model. TensorRT engines are not portable across any of these."""
+    """What an engine depends on beyond the GPU: the runtime that builds it (`TritonInstallation.runtime_tag`),
+    precision, batch profile and the exported model. TensorRT engines are not portable across any of these."""
     low, opt, high = profile
     return f"{runtime}-{'fp16' if fp16 else 'fp32'}-b{low}-{opt}-{high}-{fingerprint[:8]}"
-
-
-def runtime_tag(server_kind: str) -> str:
-    """The ONNX Runtime + TensorRT build that serves, as far as this node can tell: NVIDIA's container names
-    its Triton release (which pins both); the bundled server uses the installed onnxruntime-gpu and TensorRT."""
-    if server_kind == "native":
-        return f"native{os.environ.get('TRITON_SERVER_VERSION', '')}"
-    from importlib import metadata
-
-    ort = next((d.version for d in metadata.distributions() if (d.metadata["Name"] or "").lower().startswith(
-        "onnxruntime")), "unknown")
-    trt = next((d.version for d in metadata.distributions() if re.fullmatch(
-        r"tensorrt[-_]cu\d+[-_]libs", (d.metadata["Name"] or "").lower())), "system")
-    return f"ort{ort}-trt{trt}"
 
 
 def engine_cache_dir(root: str | None, model: str, gpu_name: str, key: str) -> Path:

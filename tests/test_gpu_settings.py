@@ -23,7 +23,6 @@ from serving.accelerators import (
     engine_files,
     missing_libraries,
     ort_tensorrt_missing_libs,
-    runtime_tag,
     slug,
     tensorrt_library_dirs,
 )
@@ -32,6 +31,7 @@ from serving.node import NodeInfo
 from serving.ray_serve.backend import RayServeTorchBackend
 from serving.ray_serve.settings import RayServeTorchSettings
 from serving.triton.backend import TritonBackend
+from serving.triton.installation import BundledTriton, NativeTriton
 from serving.triton.settings import TritonSettings
 
 CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
@@ -180,8 +180,8 @@ def test_engine_cache_is_per_model_gpu_and_engine_key(monkeypatch: pytest.Monkey
 
 def test_engines_of_another_runtime_never_share_a_folder(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_SERVER_VERSION", "2.59.0")
-    assert runtime_tag("native") == "native2.59.0"
-    assert runtime_tag("bundled").startswith("ort") and "-trt" in runtime_tag("bundled")
+    assert NativeTriton.runtime_tag() == "native2.59.0"
+    assert BundledTriton.runtime_tag().startswith("ort") and "-trt" in BundledTriton.runtime_tag()
 
 
 def test_cache_status_tells_a_hit_from_a_build(tmp_path: Path) -> None:

@@ -9,20 +9,25 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.paths import REPO_ROOT
+from serving.triton.installation import INSTALLATIONS, TritonServerKind
 from serving.triton.repository import TritonVariant, read_config, render_repository
 
 SOURCE = (REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt").read_text()
 
 
-def _render(tmp_path: Path, variant: TritonVariant) -> mc.ModelConfig:
+# Each kind of server as the factory would build it, without looking for one on this machine.
+SERVERS = {kind: cls(Path("tritonserver"), Path("backends")) for kind, cls in INSTALLATIONS.items()}
+
+
+def _render(tmp_path: Path, kind: str, variant: TritonVariant) -> mc.ModelConfig:
     onnx = tmp_path / "model.onnx"
     onnx.write_bytes(b"onnx")
-    render_repository(SOURCE, onnx, tmp_path / "repo", variant)
+    render_repository(SOURCE, onnx, tmp_path / "repo", variant, SERVERS[TritonServerKind(kind)])
     return read_config(tmp_path / "repo" / "resnet18" / "config.pbtxt")
 
 
 def test_bundled_server_gets_the_python_backend_running_ort(tmp_path: Path) -> None:
-    config = _render(tmp_path, TritonVariant("bundled", "cpu", instance_count=2, ort_threads=2))
+    config = _render(tmp_path, "bundled", TritonVariant("cpu", instance_count=2, ort_threads=2))
     assert config.backend == "python" and not config.platform
     assert json.loads(config.parameters["ort_providers"].string_value) == ["CPUExecutionProvider"]
     assert config.parameters["ort_threads"].string_value == "2"
@@ -31,7 +36,7 @@ def test_bundled_server_gets_the_python_backend_running_ort(tmp_path: Path) -> N
 
 
 def test_native_tensorrt_variant_caches_engines(tmp_path: Path) -> None:
-    config = _render(tmp_path, TritonVariant("native", "tensorrt", fp16=True, engine_cache_dir="/cache/trt"))
+    config = _render(tmp_path, "native", TritonVariant("tensorrt", fp16=True, engine_cache_dir="/cache/trt"))
     assert config.platform == "onnxruntime_onnx"
     assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
     (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
@@ -43,7 +48,7 @@ def test_native_tensorrt_variant_caches_engines(tmp_path: Path) -> None:
 
 
 def test_native_cpu_variant_has_no_accelerator(tmp_path: Path) -> None:
-    config = _render(tmp_path, TritonVariant("native", "cpu"))
+    config = _render(tmp_path, "native", TritonVariant("cpu"))
     assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
     assert not config.optimization.execution_accelerators.gpu_execution_accelerator
 
@@ -53,7 +58,7 @@ def _parameters(accelerator: mc.ModelOptimizationPolicy.ExecutionAccelerators.Ac
 
 
 def test_native_cuda_variant_is_a_gpu_instance_with_the_cuda_ep(tmp_path: Path) -> None:
-    config = _render(tmp_path, TritonVariant("native", "cuda", instance_count=2))
+    config = _render(tmp_path, "native", TritonVariant("cuda", instance_count=2))
     assert config.platform == "onnxruntime_onnx"
     assert [(g.kind, g.count) for g in config.instance_group] == [(mc.ModelInstanceGroup.KIND_GPU, 2)]
     # The onnxruntime backend runs KIND_GPU instances on the CUDA EP; TensorRT would be an accelerator entry.
@@ -61,8 +66,8 @@ def test_native_cuda_variant_is_a_gpu_instance_with_the_cuda_ep(tmp_path: Path) 
 
 
 def test_native_tensorrt_fp32_has_cache_timing_cache_and_one_profile(tmp_path: Path) -> None:
-    variant = TritonVariant("native", "tensorrt", engine_cache_dir="/c/trt/resnet18/gpu/key", trt_profile=(1, 8, 32))
-    (accelerator,) = _render(tmp_path, variant).optimization.execution_accelerators.gpu_execution_accelerator
+    variant = TritonVariant("tensorrt", engine_cache_dir="/c/trt/resnet18/gpu/key", trt_profile=(1, 8, 32))
+    (accelerator,) = _render(tmp_path, "native", variant).optimization.execution_accelerators.gpu_execution_accelerator
     assert _parameters(accelerator) == {
         "precision_mode": "FP32",
         "max_workspace_size_bytes": str(1 << 30),
@@ -77,14 +82,14 @@ def test_native_tensorrt_fp32_has_cache_timing_cache_and_one_profile(tmp_path: P
 
 
 def test_tensorrt_without_a_cache_dir_leaves_the_cache_off(tmp_path: Path) -> None:
-    (accelerator,) = _render(tmp_path, TritonVariant("native", "tensorrt")).optimization \
+    (accelerator,) = _render(tmp_path, "native", TritonVariant("tensorrt")).optimization \
         .execution_accelerators.gpu_execution_accelerator
     assert not any(key.startswith(("trt_engine_cache", "trt_timing_cache")) for key in accelerator.parameters)
 
 
 def test_bundled_tensorrt_passes_the_same_options_to_ort_in_the_python_backend(tmp_path: Path) -> None:
-    variant = TritonVariant("bundled", "tensorrt", fp16=True, engine_cache_dir="/c/key", trt_profile=(1, 4, 32))
-    config = _render(tmp_path, variant)
+    variant = TritonVariant("tensorrt", fp16=True, engine_cache_dir="/c/key", trt_profile=(1, 4, 32))
+    config = _render(tmp_path, "bundled", variant)
     assert config.backend == "python"
     assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
     assert json.loads(config.parameters["ort_providers"].string_value) == [
@@ -104,7 +109,7 @@ def test_bundled_tensorrt_passes_the_same_options_to_ort_in_the_python_backend(t
 
 
 def test_bundled_cuda_variant_runs_gpu_instances_on_the_cuda_ep(tmp_path: Path) -> None:
-    config = _render(tmp_path, TritonVariant("bundled", "cuda"))
+    config = _render(tmp_path, "bundled", TritonVariant("cuda"))
     assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
     assert json.loads(config.parameters["ort_providers"].string_value) == ["CUDAExecutionProvider",
                                                                            "CPUExecutionProvider"]
@@ -113,7 +118,7 @@ def test_bundled_cuda_variant_runs_gpu_instances_on_the_cuda_ep(tmp_path: Path) 
 
 @pytest.mark.parametrize("server_kind", ["native", "bundled"])
 def test_warmup_runs_each_batch_size_once_before_ready(tmp_path: Path, server_kind: str) -> None:
-    config = _render(tmp_path, TritonVariant(server_kind, "tensorrt", warmup_batch_sizes=(8, 1, 8, 64)))
+    config = _render(tmp_path, server_kind, TritonVariant("tensorrt", warmup_batch_sizes=(8, 1, 8, 64)))
     warmups = [(w.name, w.batch_size) for w in config.model_warmup]
     assert warmups == [("batch1", 1), ("batch8", 8)]  # deduplicated, sorted, none above max_batch_size (32)
     sample = config.model_warmup[0].inputs["input"]
@@ -123,19 +128,19 @@ def test_warmup_runs_each_batch_size_once_before_ready(tmp_path: Path, server_ki
 def test_dynamic_batching_is_rendered_for_both_server_kinds(tmp_path: Path) -> None:
     for kind in ("bundled", "native"):
         (tmp_path / kind).mkdir()
-        config = _render(tmp_path / kind, TritonVariant(kind, "cpu", dynamic_batching=True, max_queue_delay_us=1500,
+        config = _render(tmp_path / kind, kind, TritonVariant("cpu", dynamic_batching=True, max_queue_delay_us=1500,
                                                         preferred_batch_sizes=(4, 8)))
         assert config.HasField("dynamic_batching")
         assert config.dynamic_batching.max_queue_delay_microseconds == 1500
         assert list(config.dynamic_batching.preferred_batch_size) == [4, 8]
     (tmp_path / "off").mkdir()
-    assert not _render(tmp_path / "off", TritonVariant("bundled", "cpu")).HasField("dynamic_batching")
+    assert not _render(tmp_path / "off", "bundled", TritonVariant("cpu")).HasField("dynamic_batching")
 
 
 def test_jpeg_ensemble_chains_the_preprocess_model_to_the_classifier(tmp_path: Path) -> None:
     from serving.triton.ensemble import render_jpeg_ensemble
 
-    classifier = _render(tmp_path, TritonVariant("native", "cuda"))
+    classifier = _render(tmp_path, "native", TritonVariant("cuda"))
     names = render_jpeg_ensemble(classifier, tmp_path / "repo", preprocess_instances=3)
     assert names == ["resnet18_preprocess", "resnet18_jpeg"]
     preprocess = read_config(tmp_path / "repo" / "resnet18_preprocess" / "config.pbtxt")
@@ -157,3 +162,17 @@ def test_jpeg_ensemble_chains_the_preprocess_model_to_the_classifier(tmp_path: P
     assert (ensemble.output[0].name, list(ensemble.output[0].dims)) == ("logits", [1000])
     version_dir = tmp_path / "repo" / "resnet18_preprocess" / "1"
     assert {p.name for p in version_dir.iterdir()} == {"model.py", "tierbench_images.py"}
+
+
+def test_one_factory_builds_the_native_or_the_bundled_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    import serving.triton.installation as installation
+
+    assert installation.installation_kind("auto", native_on_path=True) is installation.NativeTriton
+    assert installation.installation_kind("bundled", native_on_path=True) is installation.BundledTriton
+    assert installation.installation_kind("auto", native_on_path=False) is installation.BundledTriton
+    bundled = installation.find_installation("auto")  # no tritonserver on this machine's PATH
+    assert isinstance(bundled, installation.BundledTriton) and bundled.binary.is_file()
+    assert (bundled.server_mode, bundled.uses_node_onnxruntime) == ("triton_python_backend", True)
+    monkeypatch.setattr(installation.shutil, "which", lambda name: None)
+    with pytest.raises(installation.TritonNotFoundError, match="serving.triton_server=native but no `tritonserver`"):
+        installation.find_installation("native")

@@ -25,6 +25,9 @@ CASES = [
     (["experiment.warmup_s=0"], "experiment.warmup_s=0"),
     (["experiment.warmup_requests=0"], "experiment.warmup_requests=0"),
     (["telemetry.sample_hz=0"], "telemetry.sample_hz=0"),
+    (["clients.placement=elsewhere"], "clients.placement='elsewhere'"),
+    (["serving.triton_server=docker"], "serving.triton_server='docker' is not allowed: choose from ['auto', 'native', "
+                                       "'bundled']"),
 ]
 
 

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.protocols import InputFormat, parse_protocol
+from serving.triton.installation import TritonInstallation, installation_kind
 from serving.triton.settings import Accelerator, TritonSettings
 
 log = logging.getLogger(__name__)
@@ -45,9 +46,9 @@ class TritonBackend(Backend):
         return requested
 
     @property
-    def native(self) -> bool:
-        """Whether the node's own `tritonserver` (NVIDIA's container, native ORT backend) will serve."""
-        return self.context.node.native_triton and self.context.triton_server in ("auto", "native")
+    def server(self) -> type[TritonInstallation]:
+        """Which Triton the node will run (`serving.triton_server`, and whether it has NVIDIA's)."""
+        return installation_kind(self.context.triton_server, self.context.node.native_triton)
 
     def trt_profile(self) -> tuple[int, int, int]:
         """TensorRT's batch profile: 1 .. model.max_batch_size, tuned for the largest batch measured."""
@@ -86,10 +87,10 @@ class TritonBackend(Backend):
             return (f"the TensorRT execution provider needs an NVIDIA GPU; node {node.hostname} has none "
                     f"({node.gpu_name})")
         provider = self.accelerator.provider
-        if self.accelerator.gpu and not self.native and provider not in node.ort_providers:
+        if self.accelerator.gpu and self.server.uses_node_onnxruntime and provider not in node.ort_providers:
             return (f"onnxruntime on node {node.hostname} lacks {provider} (has {list(node.ort_providers)}): "
                     "install tierbench[gpu] there, or run NVIDIA's Triton container")
-        if self.accelerator is Accelerator.TENSORRT and not self.native and node.trt_missing_libs:
+        if self.accelerator is Accelerator.TENSORRT and self.server.uses_node_onnxruntime and node.trt_missing_libs:
             return (f"ONNX Runtime's TensorRT provider on node {node.hostname} cannot load "
                     f"{', '.join(node.trt_missing_libs)}: install tierbench[gpu] there (TensorRT 10 for CUDA 13), "
                     "or run NVIDIA's Triton container")

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files, runtime_tag
+from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.export import ensure_onnx
 from serving.paths import cache_root
 from serving.triton.ensemble import render_jpeg_ensemble
@@ -106,15 +106,15 @@ class TritonServerHost:
         settings["preferred_batch_sizes"] = tuple(settings.get("preferred_batch_sizes") or ())
         cache_dir = None
         if settings["accelerator"] == "tensorrt" and use_cache:
-            key = engine_cache_key(runtime_tag(installation.kind), settings.get("fp16", False),
+            key = engine_cache_key(installation.runtime_tag(), settings.get("fp16", False),
                                    settings["trt_profile"] or (1, 1, int(self.model.max_batch_size)),
                                    export.fingerprint)
             cache_dir = engine_cache_dir(cache_root, self.model.name, gpu_name, key)
             cache_dir.mkdir(parents=True, exist_ok=True)
             settings["engine_cache_dir"] = str(cache_dir)
-        variant = TritonVariant(server_kind=installation.kind, **settings)
+        variant = TritonVariant(**settings)
         repository = render_repository(self.config_text, Path(export.onnx_path), self.work_dir / "repository",
-                                       variant)
+                                       variant, installation)
         models = [self.model.name]
         if self.jpeg_ensemble:  # JPEG input: the preprocess model and the ensemble chaining it to the classifier
             classifier = read_config(repository / self.model.name / "config.pbtxt")

@@ -1,23 +1,47 @@
-"""Find a `tritonserver` to run: NVIDIA's (on PATH, native backends) or the one bundled in nvidia-pytriton.
+"""The `tritonserver` a node runs, two ways, built by one factory (`find_installation`, as Model Analyzer's
+TritonServerFactory builds its local or Docker server):
 
-The bundled binary cannot run in place: like pytriton (`pytriton/triton.py`), we copy it once to a cache
-folder without the per-Python stubs, put the stub of the running Python into `backends/python/`, and run it
-with `LD_LIBRARY_PATH` covering the wheel's libraries (the copy breaks the binary's RPATH) and the running
-interpreter's `libpython` first (else the stub links the system's libpython3.11 against another stdlib).
+- `NativeTriton`: NVIDIA's container, `tritonserver` on PATH with its native ONNX Runtime and TensorRT backends;
+- `BundledTriton`: the server in the nvidia-pytriton wheel, running the same ONNX file through the Python backend
+  with the node's onnxruntime. It cannot run in place: like pytriton (`pytriton/triton.py`), we copy it once to
+  the node's cache without the per-Python stubs, put the stub of the running Python into `backends/python/`, and
+  run it with `LD_LIBRARY_PATH` covering the wheel's libraries (the copy breaks the binary's RPATH) and the
+  running interpreter's `libpython` first (else the stub links the system's libpython3.11 against another stdlib).
+
+Both start, stop and log the same way (`serving.triton.server`); they differ in where the binary is, how the
+classifier is served (what `render_repository` writes) and which runtime builds TensorRT engines.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import sys
 import sysconfig
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from serving.paths import cache_root
+
+if TYPE_CHECKING:
+    from serving.triton.repository import TritonVariant
+
+AUTO = "auto"
+
+
+class TritonServerKind(StrEnum):
+    NATIVE = "native"
+    BUNDLED = "bundled"
+
+
+# serving.triton_server: which server a node runs; auto = the native one where the node has it
+TRITON_SERVER_CHOICES = (AUTO, *TritonServerKind)
 
 
 class TritonNotFoundError(RuntimeError):
@@ -25,55 +49,125 @@ class TritonNotFoundError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class TritonInstallation:
-    kind: str  # "native" | "bundled"
+class TritonInstallation(ABC):
+    """A runnable `tritonserver`: its binary, backends and environment, and what it serves the model with."""
+
     binary: Path
     backend_directory: Path
     env: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def server_mode(self) -> str:
-        return "triton_native" if self.kind == "native" else "triton_python_backend"
+    kind: ClassVar[TritonServerKind]
+    server_mode: ClassVar[str]  # the trial param `server_mode`
+    # Whether it runs ONNX Runtime from the node's onnxruntime package (whose providers the node must have).
+    uses_node_onnxruntime: ClassVar[bool]
+
+    @classmethod
+    @abstractmethod
+    def discover(cls) -> TritonInstallation:
+        """This node's installation of this kind; TritonNotFoundError when it has none."""
+
+    @classmethod
+    @abstractmethod
+    def runtime_tag(cls) -> str:
+        """The ONNX Runtime + TensorRT build that serves, as far as this node can tell: TensorRT engines built by
+        one never load in another (part of the engine cache key)."""
+
+    @abstractmethod
+    def serve_classifier(self, config: Any, variant: TritonVariant, onnx_path: Path, version_dir: Path) -> None:
+        """Make the classifier's `config` and version folder serve `onnx_path` the way this server runs it."""
 
 
-def find_installation(preference: str = "auto") -> TritonInstallation:
-    """`preference`: auto (native when on PATH, else bundled) | native | bundled."""
-    native = shutil.which("tritonserver")
-    if preference in ("auto", "native") and native:
-        binary = Path(native).resolve()
+@dataclass(frozen=True)
+class NativeTriton(TritonInstallation):
+    kind: ClassVar[TritonServerKind] = TritonServerKind.NATIVE
+    server_mode: ClassVar[str] = "triton_native"
+    uses_node_onnxruntime: ClassVar[bool] = False
+
+    @classmethod
+    def discover(cls) -> NativeTriton:
+        found = shutil.which("tritonserver")
+        if not found:
+            raise TritonNotFoundError("no `tritonserver` on PATH (NVIDIA's Triton container has one)")
+        binary = Path(found).resolve()
         backends = Path(os.environ.get("TRITON_BACKEND_DIRECTORY", binary.parent.parent / "backends"))
-        return TritonInstallation("native", binary, backends, env=dict(os.environ))
-    if preference == "native":
-        raise TritonNotFoundError(
-            "serving.triton_server=native but no `tritonserver` on PATH; use NVIDIA's Triton container "
-            "or serving.triton_server=auto to fall back to the server bundled in nvidia-pytriton"
-        )
-    return bundled_installation()
+        return cls(binary, backends, env=dict(os.environ))
+
+    @classmethod
+    def runtime_tag(cls) -> str:
+        """NVIDIA's container names its Triton release, which pins both."""
+        return f"native{os.environ.get('TRITON_SERVER_VERSION', '')}"
+
+    def serve_classifier(self, config: Any, variant: TritonVariant, onnx_path: Path, version_dir: Path) -> None:
+        from serving.triton.repository import native_onnxruntime
+
+        native_onnxruntime(config, variant)
+        (version_dir / "model.onnx").symlink_to(onnx_path.resolve())
 
 
-def bundled_installation() -> TritonInstallation:
-    try:
-        import pytriton
-    except ImportError as exc:  # pragma: no cover - a dependency of the package
-        raise TritonNotFoundError("no tritonserver on PATH and nvidia-pytriton is not installed") from exc
+@dataclass(frozen=True)
+class BundledTriton(TritonInstallation):
+    kind: ClassVar[TritonServerKind] = TritonServerKind.BUNDLED
+    server_mode: ClassVar[str] = "triton_python_backend"
+    uses_node_onnxruntime: ClassVar[bool] = True
 
-    package_dir = Path(pytriton.__file__).parent
-    source = package_dir / "tritonserver"
-    libs = package_dir.parent / "nvidia_pytriton.libs"
-    py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = source / "python_backend_stubs" / py_version / "triton_python_backend_stub"
-    if not stub.exists():
-        raise TritonNotFoundError(f"nvidia-pytriton has no Python backend stub for Python {py_version}")
+    @classmethod
+    def discover(cls) -> BundledTriton:
+        try:
+            import pytriton
+        except ImportError as exc:  # pragma: no cover - a dependency of the package
+            raise TritonNotFoundError("no tritonserver on PATH and nvidia-pytriton is not installed") from exc
 
-    target = cache_root() / f"tritonserver-pytriton{metadata.version('nvidia-pytriton')}-py{py_version}"
-    _copy_once(source, target, stub)
+        package_dir = Path(pytriton.__file__).parent
+        source = package_dir / "tritonserver"
+        libs = package_dir.parent / "nvidia_pytriton.libs"
+        py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        stub = source / "python_backend_stubs" / py_version / "triton_python_backend_stub"
+        if not stub.exists():
+            raise TritonNotFoundError(f"nvidia-pytriton has no Python backend stub for Python {py_version}")
+        target = cache_root() / f"tritonserver-pytriton{metadata.version('nvidia-pytriton')}-py{py_version}"
+        _copy_once(source, target, stub)
+        env = dict(os.environ)
+        lib_dirs = [sysconfig.get_config_var("LIBDIR"), str(libs), env.get("LD_LIBRARY_PATH", "")]
+        env["LD_LIBRARY_PATH"] = ":".join(d for d in lib_dirs if d)
+        # The stub finds its Python (and so onnxruntime, numpy) from the first python3 on PATH.
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        return cls(target / "bin" / "tritonserver", target / "backends", env=env)
 
-    env = dict(os.environ)
-    lib_dirs = [sysconfig.get_config_var("LIBDIR"), str(libs), env.get("LD_LIBRARY_PATH", "")]
-    env["LD_LIBRARY_PATH"] = ":".join(d for d in lib_dirs if d)
-    # The stub finds its Python (and so onnxruntime, numpy) from the first python3 on PATH.
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    return TritonInstallation("bundled", target / "bin" / "tritonserver", target / "backends", env=env)
+    @classmethod
+    def runtime_tag(cls) -> str:
+        """The installed onnxruntime-gpu and TensorRT wheels."""
+        ort = next((d.version for d in metadata.distributions() if (d.metadata["Name"] or "").lower().startswith(
+            "onnxruntime")), "unknown")
+        trt = next((d.version for d in metadata.distributions() if re.fullmatch(
+            r"tensorrt[-_]cu\d+[-_]libs", (d.metadata["Name"] or "").lower())), "system")
+        return f"ort{ort}-trt{trt}"
+
+    def serve_classifier(self, config: Any, variant: TritonVariant, onnx_path: Path, version_dir: Path) -> None:
+        from serving.triton.repository import PYTHON_MODEL_FILE, python_backend_onnxruntime
+
+        python_backend_onnxruntime(config, variant, onnx_path)
+        shutil.copy(PYTHON_MODEL_FILE, version_dir / "model.py")
+
+
+INSTALLATIONS: dict[TritonServerKind, type[TritonInstallation]] = {
+    TritonServerKind.NATIVE: NativeTriton, TritonServerKind.BUNDLED: BundledTriton}
+
+
+def installation_kind(preference: str, native_on_path: bool) -> type[TritonInstallation]:
+    """Which server a node runs for `serving.triton_server` (auto | native | bundled): the native one where the
+    node has it and it is wanted, else the bundled one. The driver asks it from the node's description."""
+    native = native_on_path and preference in (AUTO, TritonServerKind.NATIVE)
+    return INSTALLATIONS[TritonServerKind.NATIVE if native else TritonServerKind.BUNDLED]
+
+
+def find_installation(preference: str = AUTO) -> TritonInstallation:
+    """This node's installation for `preference` (the factory); TritonNotFoundError when it has none."""
+    native_on_path = shutil.which("tritonserver") is not None
+    if preference == TritonServerKind.NATIVE and not native_on_path:
+        raise TritonNotFoundError("serving.triton_server=native but no `tritonserver` on PATH; use NVIDIA's Triton "
+                                  "container or serving.triton_server=auto to fall back to the server bundled in "
+                                  "nvidia-pytriton")
+    return installation_kind(preference, native_on_path).discover()
 
 
 def _copy_once(source: Path, target: Path, stub: Path) -> None:

@@ -2,9 +2,10 @@
 
 `model_repository/<model>/config.pbtxt` is the canonical config for NVIDIA's container (native ONNX Runtime
 backend, `platform: "onnxruntime_onnx"`). A server start renders a copy for its variant: the execution
-accelerator (CPU, CUDA EP, TensorRT EP) and instance count, or, for the server bundled in nvidia-pytriton,
-the same ONNX file behind the Python backend running ONNX Runtime; either way with or without Triton's
-dynamic batcher. Configs are edited as protobuf (`text_format`), never as string templates.
+accelerator (CPU, CUDA EP, TensorRT EP), instance count, warm-up, with or without Triton's dynamic batcher; how
+the classifier is served is the installation's (`serving.triton.installation`): the native backend, or, in the
+server bundled in nvidia-pytriton, the same ONNX file behind the Python backend running ONNX Runtime. Configs
+are edited as protobuf (`text_format`), never as string templates.
 """
 
 from __future__ import annotations
@@ -13,24 +14,24 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serving.triton.settings import Accelerator
+
+if TYPE_CHECKING:
+    from serving.triton.installation import TritonInstallation
+
 PYTHON_MODEL_FILE = Path(__file__).parent / "python_backend" / "model.py"
-ORT_PROVIDERS = {
-    "cpu": ["CPUExecutionProvider"],
-    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
-    "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
-}
 
 
 @dataclass(frozen=True)
 class TritonVariant:
     """How one server start serves the model."""
 
-    server_kind: str  # "native" (tritonserver on PATH) | "bundled" (nvidia-pytriton's, Python backend)
-    accelerator: str  # "cpu" | "cuda" | "tensorrt"
+    accelerator: str  # Accelerator: cpu | cuda | tensorrt
     instance_count: int = 1
     ort_threads: int | None = None
     fp16: bool = False
@@ -59,7 +60,7 @@ def write_config(config: mc.ModelConfig, path: Path) -> None:
 
 
 def _instance_kind(variant: TritonVariant) -> int:
-    return mc.ModelInstanceGroup.KIND_CPU if variant.accelerator == "cpu" else mc.ModelInstanceGroup.KIND_GPU
+    return mc.ModelInstanceGroup.KIND_GPU if Accelerator(variant.accelerator).gpu else mc.ModelInstanceGroup.KIND_CPU
 
 
 def _profile_shapes(config: mc.ModelConfig, profile: tuple[int, int, int]) -> dict[str, str]:
@@ -88,11 +89,12 @@ def _batching(config: mc.ModelConfig, variant: TritonVariant) -> None:
     config.dynamic_batching.preferred_batch_size.extend(int(n) for n in variant.preferred_batch_sizes)
 
 
-def _native(config: mc.ModelConfig, variant: TritonVariant) -> None:
+def native_onnxruntime(config: mc.ModelConfig, variant: TritonVariant) -> None:
+    """The classifier on Triton's native onnxruntime backend (NVIDIA's container)."""
     config.instance_group.add(count=variant.instance_count, kind=_instance_kind(variant))
     if variant.ort_threads:
         config.parameters["intra_op_thread_count"].string_value = str(variant.ort_threads)
-    if variant.accelerator == "tensorrt":
+    if variant.accelerator == Accelerator.TENSORRT:
         # KIND_GPU alone gives the CUDA EP; the TensorRT EP is an execution accelerator (onnxruntime_backend).
         accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
         accelerator.parameters["precision_mode"] = "FP16" if variant.fp16 else "FP32"
@@ -103,7 +105,7 @@ def _native(config: mc.ModelConfig, variant: TritonVariant) -> None:
 
 def ort_provider_options(config: mc.ModelConfig, variant: TritonVariant) -> dict[str, dict[str, object]]:
     """Options per ONNX Runtime provider for the Python backend (the model adds each instance's device_id)."""
-    if variant.accelerator != "tensorrt":
+    if variant.accelerator != Accelerator.TENSORRT:
         return {}
     trt: dict[str, object] = {"trt_fp16_enable": variant.fp16, "trt_max_workspace_size": variant.trt_workspace_bytes}
     trt.update(_tensorrt_options(config, variant))
@@ -113,12 +115,13 @@ def ort_provider_options(config: mc.ModelConfig, variant: TritonVariant) -> dict
     return {"TensorrtExecutionProvider": trt}
 
 
-def _python_backend(config: mc.ModelConfig, variant: TritonVariant, onnx_path: Path) -> None:
+def python_backend_onnxruntime(config: mc.ModelConfig, variant: TritonVariant, onnx_path: Path) -> None:
+    """The classifier on the Python backend running ONNX Runtime (`PYTHON_MODEL_FILE`; the bundled server)."""
     config.ClearField("platform")
     config.backend = "python"
     config.instance_group.add(count=variant.instance_count, kind=_instance_kind(variant))
     config.parameters["onnx_path"].string_value = str(onnx_path.resolve())
-    config.parameters["ort_providers"].string_value = json.dumps(ORT_PROVIDERS[variant.accelerator])
+    config.parameters["ort_providers"].string_value = json.dumps(Accelerator(variant.accelerator).providers)
     config.parameters["ort_provider_options"].string_value = json.dumps(ort_provider_options(config, variant))
     config.parameters["ort_threads"].string_value = str(variant.ort_threads or 0)
 
@@ -145,19 +148,16 @@ def fresh_version_dir(dest: Path, model_name: str) -> Path:
     return version_dir
 
 
-def render_repository(config_text: str, onnx_path: Path, dest: Path, variant: TritonVariant) -> Path:
-    """Write `<dest>/<model>/` for `variant` from the canonical `config.pbtxt` text; returns `dest`."""
+def render_repository(config_text: str, onnx_path: Path, dest: Path, variant: TritonVariant,
+                      server: TritonInstallation) -> Path:
+    """Write `<dest>/<model>/` for `variant`, served the way `server` runs it, from the canonical `config.pbtxt`
+    text; returns `dest`."""
     config = text_format.Parse(config_text, mc.ModelConfig())
     model_name = config.name
     config.ClearField("instance_group")
     _batching(config, variant)
     version_dir = fresh_version_dir(dest, model_name)
     _warmup(config, variant.warmup_batch_sizes)
-    if variant.server_kind == "native":
-        _native(config, variant)
-        (version_dir / "model.onnx").symlink_to(onnx_path.resolve())
-    else:
-        _python_backend(config, variant, onnx_path)
-        shutil.copy(PYTHON_MODEL_FILE, version_dir / "model.py")
+    server.serve_classifier(config, variant, onnx_path, version_dir)
     write_config(config, dest / model_name / "config.pbtxt")
     return dest
