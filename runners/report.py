@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.report.build import ReportOptions
     from experiments.report.data import ReportError
     from experiments.report.publish import make_report
+    from experiments.results.records import Status
     from experiments.results.tracking import tracking_uri
 
     args = parse_args(argv)
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     data = published.data
     counts = data.trials["status"].value_counts()
     print(f"tierbench report, sweep {data.sweep_id}: {len(data.trials)} trials "
-          f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped) "
+          f"({', '.join(f'{counts.get(s, 0)} {s}' for s in Status)}) "
           f"on {', '.join(info.label for info in data.tiers.values())}")
     for line in published.report.summary:
         print(f"  - {line}")

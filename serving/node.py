@@ -90,6 +90,13 @@ def ray_node_gpus(node_id: str) -> float:
         return 0.0
 
 
+def current_location() -> dict[str, str]:
+    """The Ray node and host the calling process runs on: what every actor's `where` reports."""
+    import ray
+
+    return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+
+
 def describe_node() -> NodeInfo:
     from serving.accelerators import ort_tensorrt_missing_libs
 

@@ -11,7 +11,7 @@ from experiments.config.compose import compose
 from experiments.config.prices import tier_price_params
 from experiments.measure.metrics import cost_metrics
 from experiments.plan import Trial
-from experiments.results.records import FAILED, OK, SKIPPED
+from experiments.results.records import Status
 from experiments.results.tracking import Tracker
 from experiments.run.slo import SloProbe, SloResult
 from experiments.run.trial import new_record
@@ -23,6 +23,7 @@ TAGS = {"synthetic": "true"}
 # Tier rtx4090 (tagged emulated): primary $0.18/h; p50 and p99 x2, throughput x0.75 of a100's.
 PRICES = {"a100": 0.36, "rtx4090": 0.18}
 A100_SPOT = 0.18
+CROSSCHECK_DIFF = {"a100": 2e-5, "rtx4090": 3e-5}
 # (variant, protocol, batch, concurrency) -> (p50 ms, p99 ms, throughput img/s) on a100
 A100 = {
     ("triton_onnx", "http", 1, 1): (10.0, 20.0, 100.0),
@@ -77,10 +78,13 @@ def build(uri: str, superseded_failure: bool = True) -> dict[str, str]:
             variant, protocol, batch, conc = key
             trial = Trial(tier, "resnet18", variant, variant, protocol, "tensor", batch, conc)
             if superseded_failure and tier == "a100" and key == ("pytorch", "http", 1, 1):
-                failed = new_record(cfg, trial, node, status=FAILED, reason="earlier attempt: server crashed")
+                failed = new_record(cfg, trial, node, status=Status.FAILED, reason="earlier attempt: server crashed")
                 tracker.log_trial(tier_run, failed, _no_dir(), common, "synthetic: true\n")
             record = new_record(cfg, trial, node)
             record.metrics = _metrics(*numbers(tier, key), PRICES[tier], batch)
+            # The cross-check's figures: under the metric names written since (a100), and before (rtx4090).
+            prefix = "crosscheck" if tier == "a100" else "validation"
+            record.metrics |= {f"{prefix}_top1_agreement": 1.0, f"{prefix}_max_abs_diff": CROSSCHECK_DIFF[tier]}
             tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
         if tier == "a100":  # an SLO search result: at most concurrency 6 keeps p99 <= 45 ms (synthetic)
             point = Trial(tier, "resnet18", "triton_onnx", "triton_onnx", "grpc", "tensor", 1, 0)
@@ -92,15 +96,15 @@ def build(uri: str, superseded_failure: bool = True) -> dict[str, str]:
             tracker.log_trial(tier_run, slo, _no_dir(), common, "synthetic: true\n")
         for protocol in ("http", "grpc"):
             trial = Trial(tier, "resnet18", "triton_trt", "triton_trt", protocol, "tensor", 1, 1)
-            record = new_record(cfg, trial, node, status=SKIPPED, reason="needs an NVIDIA GPU (synthetic)")
+            record = new_record(cfg, trial, node, status=Status.SKIPPED, reason="needs an NVIDIA GPU (synthetic)")
             tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
-        tracker.finish(tier_run, OK)
+        tracker.finish(tier_run, Status.OK)
     jpeg = Trial("a100", "resnet18", "pytorch", "pytorch", "http", "jpeg", 1, 1)
-    bad = new_record(_cfg("a100"), jpeg, node, status=FAILED, reason="measurement failed: synthetic failure")
+    bad = new_record(_cfg("a100"), jpeg, node, status=Status.FAILED, reason="measurement failed: synthetic failure")
     tier_run = tracker.tier_run(SWEEP_ID, "a100", sweep_run, {}, {})
     tracker.log_trial(tier_run, bad, _no_dir(), {"sweep_id": SWEEP_ID, "gpu_tier": "a100", "emulated": "false",
                                                  **TAGS}, "synthetic: true\n")
-    tracker.finish(sweep_run, FAILED)
+    tracker.finish(sweep_run, Status.FAILED)
     return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
 
 

@@ -1,4 +1,4 @@
-"""Cross-backend validation: the comparison, the verdict and its reason, and that a wrong model is far out."""
+"""The cross-check of the backends: the comparison, the verdict and its reason, and that a wrong model is far out."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_verdict_uses_the_worst_path_and_names_the_figures() -> None:
     result = CrosscheckResult("fp32", 0.05, 1.0, 8, [PathCheck("http", "tensor", 1.0, 1e-5),
                                                      PathCheck("grpc", "jpeg", 0.25, 4.2)])
     assert not result.passed
-    assert result.metrics() == {"validation_top1_agreement": 0.25, "validation_max_abs_diff": 4.2}
+    assert result.metrics() == {"crosscheck_top1_agreement": 0.25, "crosscheck_max_abs_diff": 4.2}
     reason = result.reason()
     assert "top-1 agreement 0.250" in reason and "4.2" in reason and "worst path grpc/jpeg" in reason
     assert "fp32 tolerance" in reason

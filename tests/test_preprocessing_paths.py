@@ -1,6 +1,6 @@
 """One preprocessing definition: the same JPEG gives the same tensor on every path that decodes it.
 
-Paths: the reference (`serving.images`, what cross-validation feeds PyTorch), Ray Serve's replica over HTTP
+Paths: the reference (`serving.images`, what the cross-check feeds PyTorch), Ray Serve's replica over HTTP
 and over gRPC (from the bytes each client puts on the wire), and Triton's preprocess model (the rendered copy,
 run on the BYTES tensor the Triton client writes, with a stand-in for Triton's `triton_python_backend_utils`).
 The real server's preprocess model is compared in tests/test_triton_transport.py.

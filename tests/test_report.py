@@ -148,6 +148,14 @@ def test_problems_group_failed_and_skipped_with_reasons(data) -> None:
     assert set(skipped["trials"]) == {"triton_trt/grpc/tensor/b1/c1, triton_trt/http/tensor/b1/c1"}
 
 
+def test_crosscheck_figures_are_read_under_their_old_names_too(data, published) -> None:
+    by_tier = data.ok.groupby("tier")["crosscheck_max_abs_diff"].max()
+    assert by_tier.to_dict() == pytest.approx(syn.CROSSCHECK_DIFF)  # rtx4090 logged validation_max_abs_diff
+    assert "validation_max_abs_diff" not in data.ok.columns
+    assert (data.ok["crosscheck_top1_agreement"] == 1.0).all()
+    assert "lowest top-1 agreement was 1.000 and the largest logit difference 3e-05" in published.markdown.read_text()
+
+
 def test_missing_optional_metrics_are_left_out_and_shown_when_present(data) -> None:
     assert tables.present(data.ok, tables.SERVER_METRICS) == []
     with_server = data.ok.assign(server_queue_ms=1.5)
@@ -232,7 +240,7 @@ def test_by_batch_has_a_cell_per_measured_point_only() -> None:
 def test_a_sweep_with_nothing_measured_still_reports_why(tmp_path: Path) -> None:
     from experiments.config.compose import compose
     from experiments.plan import Trial
-    from experiments.results.records import SKIPPED
+    from experiments.results.records import Status
     from experiments.results.tracking import Tracker
     from experiments.run.trial import new_record
     from serving.node import NodeInfo
@@ -243,7 +251,7 @@ def test_a_sweep_with_nothing_measured_still_reports_why(tmp_path: Path) -> None
     tier = tracker.tier_run("synthetic-empty", "local", sweep, {"gpu_tier": "local", "price_per_hour_usd": 0.0}, {})
     cfg = compose(["gpu.price_per_hour_usd=0"])
     record = new_record(cfg, Trial("local", "resnet18", "triton_trt", "triton_trt", "http", "tensor", 1, 1),
-                        NodeInfo("h", "127.0.0.1", "n", "cpu", 2), status=SKIPPED, reason="needs an NVIDIA GPU")
+                        NodeInfo("h", "127.0.0.1", "n", "cpu", 2), status=Status.SKIPPED, reason="needs an NVIDIA GPU")
     tracker.log_trial(tier, record, tmp_path / "none", {"sweep_id": "synthetic-empty", "emulated": "false"}, "")
     published = make_report(uri, "tierbench", "synthetic-empty", tmp_path / "runs", ReportOptions(slo_p99_ms=10))
     md = published.markdown.read_text()

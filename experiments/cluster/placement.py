@@ -6,7 +6,6 @@ cannot fit fails at once, one that stays pending fails after a timeout, both say
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from typing import Any
 from experiments.cluster.connection import ClusterView, TierUnavailableError
 from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, SLIVER, placement_options, tier_resource
 from experiments.config.choices import ClientPlacement
+from serving.node import current_location
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +33,7 @@ class NodeLease:
     """Holds most of a tier node's tier resource while the tier job runs; reports where it is."""
 
     def where(self) -> dict[str, str]:
-        import ray
-
-        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+        return current_location()
 
 
 @dataclass

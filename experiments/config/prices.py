@@ -1,6 +1,7 @@
 """The prices of a tier: the primary one (`gpu.price_per_hour_usd`, which the cost metrics use) and any number
 of alternatives under `gpu.prices` (spot, other providers). Every price is logged as a param so the report
-can give cost figures at each and say which price a figure uses."""
+can give cost figures at each and say which price a figure uses. And what an image costs at a price: the one
+formula the trial metrics, the SLO search and the report use."""
 
 from __future__ import annotations
 
@@ -36,6 +37,17 @@ class Price:
         kind = self.kind.replace("_", "-") if self.name != PRIMARY else ""
         details = [d for d in (kind, self.provider, f"seen {self.seen}" if self.seen else "") if d]
         return f"{self.name} ${self.usd_per_hour:g}/h" + (f" ({', '.join(details)})" if details else "")
+
+
+def cost_per_1k_images(usd_per_hour: Any, throughput_img_s: Any) -> Any:
+    """$ per 1k images = price per hour / 3600 / throughput x 1000: what an image costs while the tier is kept as
+    busy as in the trial. Numbers or pandas Series alike."""
+    return usd_per_hour / 3600.0 / throughput_img_s * 1000.0
+
+
+def images_per_usd(usd_per_hour: Any, throughput_img_s: Any) -> Any:
+    """Images a dollar buys at that throughput: the inverse of the cost (a free tier has none to give)."""
+    return throughput_img_s * 3600.0 / usd_per_hour
 
 
 def validate_prices(gpu: Any) -> None:

@@ -154,7 +154,8 @@ class ToleranceConfig:
 
 @dataclass
 class CrosscheckConfig:
-    """Cross-backend validation before each server group is measured (experiments/run/crosscheck.py)."""
+    """The cross-check of each server group against the PyTorch reference before it is measured
+    (experiments/run/crosscheck.py)."""
 
     enabled: bool = True
     images: int = 8

@@ -6,12 +6,12 @@ back to the driver; the actor never talks to MLflow.
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from experiments.measure.load import LoadGenerator, LoadPoint, WarmupStats
 from experiments.measure.samples import WindowSamples
 from serving.clients.base import ClientSpec, InferenceClient, load_client
+from serving.node import current_location
 
 
 class LoadClientActor:
@@ -21,9 +21,7 @@ class LoadClientActor:
         self._load: LoadGenerator | None = None
 
     def where(self) -> dict[str, str]:
-        import ray
-
-        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+        return current_location()
 
     async def start(self, spec: ClientSpec, load: LoadPoint, max_in_flight: int) -> int:
         """Open a client and start this actor's share of the load; returns the request payload in bytes."""

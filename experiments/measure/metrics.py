@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from experiments.config.prices import cost_per_1k_images, images_per_usd
 from experiments.measure.samples import WindowSamples
 
 PERCENTILES = (50, 90, 95, 99)
@@ -25,12 +26,12 @@ def throughput_metrics(samples: WindowSamples) -> dict[str, float]:
 
 
 def cost_metrics(price_per_hour_usd: float, throughput_img_s: float) -> dict[str, float]:
-    """$ per 1k images = price / 3600 / throughput x 1000; images per $ is its inverse (absent when free)."""
+    """$ per 1k images and images per $ (absent when the tier is free)."""
     if throughput_img_s <= 0:
         return {}
-    out = {"cost_per_1k_images_usd": price_per_hour_usd / 3600.0 / throughput_img_s * 1000.0}
+    out = {"cost_per_1k_images_usd": cost_per_1k_images(price_per_hour_usd, throughput_img_s)}
     if price_per_hour_usd > 0:
-        out["images_per_usd"] = throughput_img_s * 3600.0 / price_per_hour_usd
+        out["images_per_usd"] = images_per_usd(price_per_hour_usd, throughput_img_s)
     return out
 
 

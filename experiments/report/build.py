@@ -14,6 +14,7 @@ from experiments.report import plots, tables
 from experiments.report.data import SweepData
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd, usd_per_hour
 from experiments.report.tables import P50, P99, THROUGHPUT
+from experiments.results.records import Status
 
 STACK_NOTE = "A stack is `backend variant/protocol/input format`; `b` is the batch size, `c` the concurrency."
 
@@ -58,7 +59,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     report = Report(doc)
     counts = data.trials["status"].value_counts()
     doc.p(f"{len(data.trials)} trials on {len(data.tiers)} tier(s) ({', '.join(labels.values())}): "
-          f"{counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped. "
+          f"{', '.join(f'{counts.get(s, 0)} {s}' for s in Status)}. "
           f"Read from {options.source or 'MLflow'}; generated {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}.")
     emulated = [labels[t] for t, info in data.tiers.items() if info.emulated]
     if emulated:
@@ -312,6 +313,12 @@ def _method(doc: Document, data: SweepData) -> None:
     t = data.trials.iloc[0]
     settings = ", ".join(f"{k} = {t[k]}" for k in ("model", "window_s", "warmup_requests", "client_actors")
                          if k in t and pd.notna(t[k]))
+    checked = data.ok.get("crosscheck_top1_agreement", pd.Series(dtype=float)).notna()
+    crosscheck = [] if not checked.any() else [
+        "Cross-check: before a server group was measured, the same images went through each of its paths and the "
+        "logits were compared with the PyTorch reference; over the measured trials the lowest top-1 agreement was "
+        f"{data.ok.loc[checked, 'crosscheck_top1_agreement'].min():.3f} and the largest logit difference "
+        f"{data.ok.loc[checked, 'crosscheck_max_abs_diff'].max():.3g}."]
     doc.bullets([
         "Latency: client-side, from sending a request to its response, one sample per request; warm-up requests "
         "are dropped; percentiles come from the raw samples of every client actor merged (never averaged).",
@@ -321,4 +328,5 @@ def _method(doc: Document, data: SweepData) -> None:
         "Each trial is an MLflow run named `tier/variant/protocol/format/bB/cC` with its raw latencies "
         f"(`latencies.csv`) attached; this sweep's runs carry the tag `sweep_id = {data.sweep_id}`."
         + (f" Measurement settings: {settings}." if settings else ""),
+        *crosscheck,
     ])

@@ -12,12 +12,15 @@ from typing import Any
 import pandas as pd
 
 from experiments.config.prices import Price, prices_from_params
+from experiments.results.records import Status
 
-OK = "ok"
 # Trial params that identify an operating point; batch and concurrency become integers.
 KEY_PARAMS = ("gpu_tier", "backend", "backend_variant", "protocol", "input_format", "batch_size", "concurrency")
 # Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
 INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors")
+# Metrics renamed since: stores written before are read under the current names.
+RENAMED_METRICS = {"validation_top1_agreement": "crosscheck_top1_agreement",
+                   "validation_max_abs_diff": "crosscheck_max_abs_diff"}
 
 
 class ReportError(RuntimeError):
@@ -50,7 +53,7 @@ class SweepData:
 
     @property
     def ok(self) -> pd.DataFrame:
-        return self.trials[self.trials["status"] == OK]
+        return self.trials[self.trials["status"] == Status.OK]
 
 
 @contextlib.contextmanager
@@ -161,12 +164,14 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         out[key] = pd.to_numeric(out[key], errors="coerce").astype("Int64")
     for col in runs.columns:
         if col.startswith("metrics."):
-            out[col.removeprefix("metrics.")] = runs[col].astype(float)
+            name = col.removeprefix("metrics.")
+            name, values = RENAMED_METRICS.get(name, name), runs[col].astype(float)
+            out[name] = out[name].combine_first(values) if name in out else values
         elif col.startswith("params.price_") and col.endswith("_per_hour_usd"):
             out[col.removeprefix("params.")] = pd.to_numeric(runs[col], errors="coerce")
     out["stack"] = out["variant"] + "/" + out["protocol"] + "/" + out["input_format"]
     out["point"] = "b" + out["batch_size"].astype(str) + "/c" + out["concurrency"].astype(str)
-    out["_ok"] = out["status"] == OK
+    out["_ok"] = out["status"] == Status.OK
     out = out.sort_values(["_ok", "start_time"]).drop_duplicates(["tier", "trial_key"], keep="last")
     superseded = len(runs) - len(out)
     out = out.drop(columns="_ok").sort_values(["tier", "variant", "protocol", "input_format", "batch_size",

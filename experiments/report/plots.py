@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.config.prices import Price
-from experiments.report.tables import P50, P99, THROUGHPUT, cost_per_1k
+from experiments.config.prices import Price, cost_per_1k_images
+from experiments.report.tables import P50, P99, THROUGHPUT
 
 DPI = 110
 
@@ -147,7 +147,7 @@ def cost_bars(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]], labels: 
             ax.annotate(f"b{r['batch_size']}/c{r['concurrency']}", (bar.get_x() + bar.get_width() / 2,
                         bar.get_height()), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7)
             for price in prices_by_tier.get(tier, [])[1:]:
-                y = float(cost_per_1k(price.usd_per_hour, pd.Series([r[THROUGHPUT]])).iloc[0])
+                y = float(cost_per_1k_images(price.usd_per_hour, r[THROUGHPUT]))
                 ax.plot([bar.get_x(), bar.get_x() + bar.get_width()], [y, y], color="black", lw=1.5,
                         label=None if ticks_labelled else "other listed prices of the tier")
                 ax.annotate(price.name, (bar.get_x() + bar.get_width(), y), fontsize=6, va="center",

@@ -13,6 +13,7 @@ from typing import Any
 from experiments.report.build import Report, ReportOptions, build_report
 from experiments.report.data import SweepData, load_sweep
 from experiments.results.layout import REPORT_DIR, report_folder
+from experiments.results.records import Status
 from experiments.results.redaction import redact
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def _log_headline_metrics(client: Any, run_id: str, data: SweepData) -> None:
 
     ok, now = data.ok, int(time.time() * 1000)
     counts = data.trials["status"].value_counts()
-    values = {f"trials_{s}": float(counts.get(s, 0)) for s in ("ok", "failed", "skipped")}
+    values = {f"trials_{s}": float(counts.get(s, 0)) for s in Status}
     if not ok.empty:
         values |= {"min_cost_per_1k_images_usd": float(ok["cost_per_1k_images_usd"].min()),
                    "min_latency_p99_ms": float(ok["latency_p99_ms"].min()),

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.config.prices import Price
+from experiments.config.prices import Price, cost_per_1k_images, images_per_usd
+from experiments.results.records import Status
 
 P50, P99, THROUGHPUT = "latency_p50_ms", "latency_p99_ms", "throughput_img_s"
 POINT = ["stack", "batch_size", "concurrency"]
@@ -19,13 +20,6 @@ SERVER_METRICS = ("server_queue_ms", "server_compute_input_ms", "server_compute_
 SLO_SEARCH_METRICS = ("slo_max_throughput_img_s", "cost_per_1k_images_at_slo_usd")
 
 
-def cost_per_1k(usd_per_hour: float | pd.Series, throughput_img_s: pd.Series) -> pd.Series:
-    """$ per 1k images = price / 3600 / throughput x 1000 (as `cost_metrics` computes it)."""
-    return usd_per_hour / 3600.0 / throughput_img_s * 1000.0
-
-
-def images_per_usd(usd_per_hour: float, throughput_img_s: pd.Series) -> pd.Series:
-    return throughput_img_s * 3600.0 / usd_per_hour if usd_per_hour > 0 else throughput_img_s * np.nan
 
 
 def by_batch(ok: pd.DataFrame, metric: str) -> dict[int, pd.DataFrame]:
@@ -84,9 +78,10 @@ def costs_at_prices(ok: pd.DataFrame, prices: list[Price]) -> pd.DataFrame:
     named by price), with images per $ at the primary price."""
     out = ok.set_index(POINT)[[THROUGHPUT, P99]].copy()
     for price in prices:
-        out[price.name] = cost_per_1k(price.usd_per_hour, out[THROUGHPUT])
-    if prices:
-        out["images_per_usd"] = images_per_usd(prices[0].usd_per_hour, out[THROUGHPUT])
+        out[price.name] = cost_per_1k_images(price.usd_per_hour, out[THROUGHPUT])
+    if prices:  # at the primary price; a free tier buys no images per $
+        primary = prices[0].usd_per_hour
+        out["images_per_usd"] = images_per_usd(primary, out[THROUGHPUT]) if primary > 0 else np.nan
     return out.sort_index()
 
 
@@ -106,7 +101,7 @@ def priced_points(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]]) -> p
             f = rows[["tier", *POINT, "variant", "protocol", P50, P99, THROUGHPUT]].copy()
             f["price"] = price.name
             f["usd_per_hour"] = price.usd_per_hour
-            f["cost_per_1k_usd"] = cost_per_1k(price.usd_per_hour, f[THROUGHPUT])
+            f["cost_per_1k_usd"] = cost_per_1k_images(price.usd_per_hour, f[THROUGHPUT])
             frames.append(f)
     if not frames:
         return pd.DataFrame()
@@ -144,13 +139,13 @@ def pareto_frontier(ok: pd.DataFrame, x: str = P99, y: str = "cost_per_1k_images
 def problems(trials: pd.DataFrame) -> pd.DataFrame:
     """Failed and skipped trials grouped by tier, status and reason: how many, and which (run names without
     the tier). Failed ones first."""
-    bad = trials[trials["status"] != "ok"]
+    bad = trials[trials["status"] != Status.OK]
     if bad.empty:
         return pd.DataFrame(columns=["tier", "status", "reason", "count", "trials"])
     bad = bad.assign(short=bad["run_name"].str.split("/", n=1).str[-1])
     out = (bad.groupby(["tier", "status", "reason"], sort=False)["short"]
            .agg(count="size", trials=lambda names: ", ".join(sorted(names))).reset_index())
-    order = out["status"].map({"failed": 0}).fillna(1)
+    order = out["status"].map({Status.FAILED: 0}).fillna(1)
     return out.assign(_o=order).sort_values(["_o", "tier", "status", "reason"]).drop(columns="_o")
 
 

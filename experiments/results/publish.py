@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.results.layout import TIER_ARTIFACTS, TierFolder, server_artifact
-from experiments.results.records import FAILED, OK, TrialRecord, read_record
+from experiments.results.records import Status, TrialRecord, read_record
 from experiments.results.redaction import redact
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class Publisher:
     def ok_keys(self) -> set[str]:
         """Keys of trials of this tier already `ok` in the store (for resume)."""
         found = self._safely("search", "trial_runs", self.info.sweep_id, self.info.tier)
-        return {r.data.tags.get("trial_key") for r in found or [] if r.data.tags.get("status") == OK}
+        return {r.data.tags.get("trial_key") for r in found or [] if r.data.tags.get("status") == Status.OK}
 
     def tier_file(self, name: str, text: str) -> None:
         self._safely("artifact", "log_artifact_text", self.tier_run, text, name)
@@ -143,13 +143,13 @@ def publish_folder(uri: str, tier_folder: TierFolder) -> tuple[int, int]:
     failed = False
     records = sorted(((read_record(d), d) for d in tier_folder.trials()), key=lambda pair: pair[0].started_at)
     for record, trial_dir in records:
-        failed |= record.status == FAILED
+        failed |= record.status == Status.FAILED
         if (record.key, int(record.started_at * 1000)) in existing:
             skipped += 1
             continue
         publisher.trial(record, trial_dir)
         logged += 1
-    publisher.finish(FAILED if failed else OK)
+    publisher.finish(Status.FAILED if failed else Status.OK)
     if not publisher.online:
         raise ConnectionError(f"MLflow store {redact(uri)} failed while logging: {publisher.offline_reason}")
     return logged, skipped

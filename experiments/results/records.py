@@ -10,6 +10,7 @@ import csv
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,14 @@ from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
 from experiments.results.layout import LATENCIES_FILE, RECORD_FILE
 
-OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+
+class Status(StrEnum):
+    """What became of a trial (the `status` tag): measured, attempted and failed (`reason` says why), or not
+    runnable where it was planned (`reason` says why; never faked)."""
+
+    OK = "ok"
+    FAILED = "failed"
+    SKIPPED = "skipped"
 
 
 @dataclass
@@ -60,6 +68,12 @@ class TrialRecord:
         fields = {k: v for k, v in data.items() if k not in ("name", "window")}
         fields["trial"] = Trial(**data["trial"])
         return TrialRecord(**fields)
+
+
+def error_reason(exc: BaseException) -> str:
+    """An error as a record's `reason`: its message (its type when it has none), at most 2,000 characters."""
+    text = str(exc).strip() or type(exc).__name__
+    return text[:2000]
 
 
 def write_record(record: TrialRecord, trial_dir: Path) -> Path:

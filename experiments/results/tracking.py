@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.results.layout import LATENCIES_FILE, RECORD_FILE, SERVER_LOGS_DIR
-from experiments.results.records import FAILED, OK, TrialRecord
+from experiments.results.records import Status, TrialRecord
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class Tracker:
             self.client.log_artifacts(run_id, str(trial_dir / SERVER_LOGS_DIR), SERVER_LOGS_DIR)
         self.client.log_text(run_id, config_yaml, "config.yaml")
         end = int((record.finished_at or time.time()) * 1000)
-        self.client.set_terminated(run_id, "FAILED" if record.status == FAILED else "FINISHED", end_time=end)
+        self.client.set_terminated(run_id, "FAILED" if record.status == Status.FAILED else "FINISHED", end_time=end)
         self._supersede(record, run_id, tags.get("sweep_id", ""))
         return run_id
 
@@ -152,12 +152,12 @@ class Tracker:
 
     def finish_shared(self, run_id: str, status: str) -> None:
         """Finish a run other jobs also finish (the sweep run of parallel tiers): a failure is never undone."""
-        if self.client.get_run(run_id).data.tags.get("status") == FAILED:
-            status = FAILED
+        if self.client.get_run(run_id).data.tags.get("status") == Status.FAILED:
+            status = Status.FAILED
         self.finish(run_id, status)
 
     def finish(self, run_id: str, status: str, tags: dict[str, str] | None = None) -> None:
         for key, value in (tags or {}).items():
             self.client.set_tag(run_id, key, value)
         self.client.set_tag(run_id, "status", status)
-        self.client.set_terminated(run_id, "FINISHED" if status == OK else "FAILED")
+        self.client.set_terminated(run_id, "FINISHED" if status == Status.OK else "FAILED")

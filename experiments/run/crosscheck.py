@@ -1,10 +1,10 @@
-"""Cross-backend validation: a speed figure means nothing if the fast backend computes something else.
+"""Cross-check of the backends: a speed figure means nothing if the fast backend computes something else.
 
 Before a server group is measured, the same inputs go through every (protocol, input format) path its trials
 use (one request of `crosscheck.images` images each, the very payload the load generator sends) and the
 logits are compared with the PyTorch reference: the seeded model (`serving.models`) in float32 on the CPU,
 fed the same tensor or the same JPEGs preprocessed by `serving.images`. The figures (worst path) go on every
-trial of the group as `validation_top1_agreement` and `validation_max_abs_diff`; beyond the tolerance for
+trial of the group as `crosscheck_top1_agreement` and `crosscheck_max_abs_diff`; beyond the tolerance for
 the backend's arithmetic (`crosscheck.tolerances.<fp32|fp16>`) the group is not measured: its trials fail
 with the figures as the reason.
 
@@ -63,11 +63,11 @@ class CrosscheckResult:
         return self.top1_agreement >= self.min_top1_agreement and self.max_abs_diff <= self.max_abs_diff_allowed
 
     def metrics(self) -> dict[str, float]:
-        return {"validation_top1_agreement": self.top1_agreement, "validation_max_abs_diff": self.max_abs_diff}
+        return {"crosscheck_top1_agreement": self.top1_agreement, "crosscheck_max_abs_diff": self.max_abs_diff}
 
     def reason(self) -> str:
         worst = max(self.paths, key=lambda p: (p.max_abs_diff, -p.top1_agreement))
-        return (f"validation failed: outputs differ from the PyTorch reference on {self.images} images beyond the "
+        return (f"cross-check failed: outputs differ from the PyTorch reference on {self.images} images beyond the "
                 f"{self.numerics} tolerance: top-1 agreement {self.top1_agreement:.3f} (need >= "
                 f"{self.min_top1_agreement}), max |logit diff| {self.max_abs_diff:.4g} (allowed "
                 f"{self.max_abs_diff_allowed}); worst path {worst.name}. Paths: "
@@ -148,11 +148,11 @@ def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: l
         actual = ray.get(pending, timeout=timeout_s * (len(specs) + 1) + 120)
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause if isinstance(exc.cause, BaseException) else exc
-        raise RuntimeError(f"validation request failed: {type(cause).__name__}: {cause}") from None
+        raise RuntimeError(f"cross-check request failed: {type(cause).__name__}: {cause}") from None
     checks = [PathCheck(protocol, spec.input_format, *compare(reference, logits))
               for (protocol, spec), reference, logits in zip(specs, references, actual, strict=True)]
     result = CrosscheckResult(backend.numerics, float(tolerance.max_abs_diff), float(tolerance.min_top1_agreement),
                               images, checks)
-    log.info("%s: validation against the PyTorch reference: top-1 agreement %.3f, max |diff| %.3g (%s)",
+    log.info("%s: cross-check against the PyTorch reference: top-1 agreement %.3f, max |diff| %.3g (%s)",
              backend.context.name, result.top1_agreement, result.max_abs_diff, "ok" if result.passed else "FAILED")
     return result

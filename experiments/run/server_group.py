@@ -20,10 +20,10 @@ from experiments.config.schema import backend_settings
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.telemetry import GpuTelemetry, start_gpu_telemetry
 from experiments.plan import Trial, TrialGroup, trial_key
-from experiments.results.records import FAILED, OK, SKIPPED, TrialRecord
+from experiments.results.records import Status, TrialRecord, error_reason
 from experiments.run.crosscheck import CrosscheckResult, crosscheck_group
 from experiments.run.slo import SloProbe, SloResult, search_slo
-from experiments.run.trial import first_line, measurement_settings, new_record, run_trial
+from experiments.run.trial import measurement_settings, new_record, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.node import NodeInfo
 
@@ -71,7 +71,7 @@ class ServerGroup:
         for trial in trials:
             reason = self.backend.unsupported_reason(trial.protocol, trial.input_format)
             if reason:
-                self.finish(new_record(self.cfg, trial, self.node, status=SKIPPED, reason=reason), {})
+                self.finish(new_record(self.cfg, trial, self.node, status=Status.SKIPPED, reason=reason), {})
             else:
                 runnable.append(trial)
         slo_points = self._slo_points(runnable)
@@ -91,19 +91,20 @@ class ServerGroup:
         if self.handle is None and not self._start(pending):
             return None
         if self.check is not None and not self.check.passed:  # computes something else: not worth measuring
-            record = new_record(self.cfg, trial, self.node, self.handle, status=FAILED, reason=self.check.reason())
+            record = new_record(self.cfg, trial, self.node, self.handle, status=Status.FAILED,
+                                reason=self.check.reason())
         else:
             record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients, self.telemetry)
         record.metrics.update(self.check.metrics() if self.check is not None else {})
         if phase != "grid":
             record.tags["phase"] = phase
-        if record.status == FAILED and (self.check is None or self.check.passed):
+        if record.status == Status.FAILED and (self.check is None or self.check.passed):
             log.warning("%s failed (%s): restarting %s", trial.name, record.reason, self.group.variant)
             self.finish(record, self._stop())
             self.clients.restart()
         else:
             self.finish(record, {})
-            if record.status != FAILED:
+            if record.status != Status.FAILED:
                 self.measured[trial] = record
         return record
 
@@ -127,7 +128,7 @@ class ServerGroup:
         lowest, limit, integer = point.load_mode.slo_search_range(exp)
 
         def as_probe(record: TrialRecord | None) -> SloProbe | None:
-            if record is None or record.status != OK:
+            if record is None or record.status != Status.OK:
                 return None
             m = record.metrics
             return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"])
@@ -171,12 +172,12 @@ class ServerGroup:
                 return True
             except Exception as exc:  # noqa: BLE001 - a server that won't serve fails its trials, not the sweep
                 log.error("%s did not start or answer (attempt %d of %d): %s", self.group.variant, attempt,
-                          attempts, first_line(exc))
+                          attempts, error_reason(exc))
                 logs = self._stop()
                 if attempt == attempts:
                     for trial in pending:
-                        reason = f"{self.group.variant} server failed to start: {first_line(exc)}"
-                        self.finish(new_record(self.cfg, trial, self.node, status=FAILED, reason=reason), logs)
+                        reason = f"{self.group.variant} server failed to start: {error_reason(exc)}"
+                        self.finish(new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=reason), logs)
         return False
 
     def _stop(self) -> dict[str, str]:
@@ -188,7 +189,7 @@ class ServerGroup:
         try:
             logs = self.backend.stop()
         except Exception as exc:  # noqa: BLE001 - a crashed server may not stop cleanly; its owner is gone
-            log.warning("stopping %s: %s", self.group.variant, first_line(exc))
+            log.warning("stopping %s: %s", self.group.variant, error_reason(exc))
             return {}
         for name, text in logs.items():
             self.save_server_file(name, text)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from experiments.config.prices import cost_per_1k_images
+
 # Bisection stops when the open-loop rate is known to within this fraction.
 RATE_PRECISION = 0.05
 
@@ -35,7 +37,8 @@ class SloResult:
             out.update(slo_max_load=self.best.load, slo_max_throughput_img_s=self.best.throughput_img_s,
                        slo_p99_at_max_ms=self.best.p99_ms)
             if self.best.throughput_img_s > 0:
-                out["cost_per_1k_images_at_slo_usd"] = price_per_hour_usd / 3600 / self.best.throughput_img_s * 1000
+                out["cost_per_1k_images_at_slo_usd"] = cost_per_1k_images(price_per_hour_usd,
+                                                                          self.best.throughput_img_s)
         return out
 
     def to_json(self) -> dict:

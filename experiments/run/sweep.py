@@ -22,7 +22,7 @@ from experiments.measure.client_actor import ClientPool
 from experiments.plan import Trial, plan_trials
 from experiments.results.layout import CLUSTER_FILE, SERVER_LOGS_DIR, TierFolder
 from experiments.results.publish import Publisher, TierInfo, relog_command
-from experiments.results.records import FAILED, OK, SKIPPED, TrialRecord, read_record, write_record
+from experiments.results.records import Status, TrialRecord, read_record, write_record
 from experiments.results.redaction import redact
 from experiments.results.tracking import tracking_uri
 from experiments.run.progress import SweepProgress, sweep_progress
@@ -83,7 +83,7 @@ class TierSweep:
                                         done_keys).run(pending)
             finally:
                 clients.close()
-        self.publisher.finish(FAILED if self.failed else OK)
+        self.publisher.finish(Status.FAILED if self.failed else Status.OK)
         self._print_where_results_are()
         return 1 if self.failed else 0
 
@@ -92,7 +92,7 @@ class TierSweep:
         keys = self.publisher.ok_keys()
         for trial_dir in self.folder.trials():
             record = read_record(trial_dir)
-            if record.status == OK:
+            if record.status == Status.OK:
                 keys.add(record.key)
         return keys
 
@@ -147,24 +147,24 @@ class TierSweep:
         for name, text in server_logs.items():
             logs_dir.mkdir(parents=True, exist_ok=True)
             (logs_dir / name).write_text(text)
-        if record.status != SKIPPED:
+        if record.status != Status.SKIPPED:
             record.params.update(self.place.client_params(self.clients.locations(record.params.get(
                 "client_actors_used", 1))))
         write_record(record, trial_dir)
         self.publisher.trial(record, trial_dir)
-        self.failed += record.status == FAILED
+        self.failed += record.status == Status.FAILED
         if record.tags.get("run_level", "trial") != "trial" or "phase" in record.tags:
             log.info("[slo search] %s  %s", record.name, _summary(record))
             return
         self.done += 1
         log.info("[%d/%d] %s  %s", self.done, self.total, record.name, _summary(record))
         if self.progress is not None:
-            self.progress.finished(record.trial, skipped=record.status == SKIPPED)
+            self.progress.finished(record.trial, skipped=record.status == Status.SKIPPED)
 
 
 def _summary(record: TrialRecord) -> str:
     m = record.metrics
-    if record.status != OK:
+    if record.status != Status.OK:
         return f"{record.status.upper()}: {record.reason}"
     if "slo_p99_ms" in m:
         if not m["slo_met"]:

@@ -19,7 +19,7 @@ from experiments.measure.metrics import (
 from experiments.measure.telemetry import GpuTelemetry, gpu_params
 from experiments.measure.windows import Measurement, actors_needed, measure
 from experiments.plan import Trial, trial_key
-from experiments.results.records import FAILED, OK, TrialRecord
+from experiments.results.records import Status, TrialRecord, error_reason
 from serving.backend import Backend, ServerHandle
 from serving.node import NodeInfo
 
@@ -34,7 +34,7 @@ def measurement_settings(exp: Any) -> dict[str, Any]:
     return settings
 
 
-def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | None = None, status: str = OK,
+def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | None = None, status: str = Status.OK,
                reason: str | None = None) -> TrialRecord:
     """A record with the trial's params (what ran, where, at what price) and its identity key."""
     exp = cfg.experiment
@@ -84,11 +84,11 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
     try:
         result = _measure_with_enough_clients(cfg, trial, backend, handle, clients)
     except Exception as exc:  # noqa: BLE001 - any failure of the measurement fails the trial, with why
-        record.status, record.reason = FAILED, f"measurement failed: {first_line(exc)}"
+        record.status, record.reason = Status.FAILED, f"measurement failed: {error_reason(exc)}"
         return record
     samples = record.samples = result.samples
     if samples.requests == 0:
-        record.status, record.reason = FAILED, "no request completed inside the measurement window"
+        record.status, record.reason = Status.FAILED, "no request completed inside the measurement window"
         return record
     record.metrics = {
         **window_metrics(samples, float(cfg.gpu.price_per_hour_usd)),
@@ -116,9 +116,3 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
     if record.metrics.get("client_cpu_util_max", 0.0) > exp.client_cpu_limit:
         record.tags["client_bound"] = "true"  # even the most client actors allowed were busy: a lower bound
     return record
-
-
-def first_line(exc: BaseException) -> str:
-    """The gist of an error for a `reason` tag: its message, shortened."""
-    text = str(exc).strip() or type(exc).__name__
-    return text[:2000]

@@ -72,7 +72,7 @@ class InferenceClient(ABC):
         error."""
 
     async def predict(self) -> np.ndarray:
-        """The logits of one request (for validation against the reference)."""
+        """The logits of one request (for the cross-check against the reference)."""
         return (await self.call())[0]
 
     async def infer(self) -> ServerReport | None:

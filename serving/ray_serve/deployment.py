@@ -75,11 +75,9 @@ class TorchImageClassifier:
 
     def where(self) -> dict[str, str]:
         """The Ray node and host this replica runs on (recorded with every trial)."""
-        import socket
+        from serving.node import current_location
 
-        import ray
-
-        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+        return current_location()
 
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         return self.runner.infer(batch)

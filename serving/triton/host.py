@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.export import ensure_onnx
+from serving.node import current_location
 from serving.paths import cache_root
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import find_installation
@@ -83,9 +84,7 @@ class TritonServerHost:
 
     def where(self) -> dict[str, str]:
         """The Ray node and host this actor (and so its tritonserver) runs on."""
-        import ray
-
-        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+        return current_location()
 
     def start(self, timeout_s: float) -> dict[str, Any]:
         import ray
