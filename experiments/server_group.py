@@ -130,7 +130,8 @@ class ServerGroup:
             if record is None or record.status != OK:
                 return None
             m = record.metrics
-            return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"])
+            return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"],
+                            overloaded=m.get("overloaded", 0.0) == 1, stable=m.get("stable", 1.0) == 1)
 
         def measure_at(load: float) -> SloProbe | None:
             trial = point.at_load(load)

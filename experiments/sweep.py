@@ -171,9 +171,14 @@ def _summary(record: TrialRecord) -> str:
             return f"no load meets p99 <= {m['slo_p99_ms']:g} ms"
         return (f"highest load within p99 <= {m['slo_p99_ms']:g} ms: {m['slo_max_load']:g} "
                 f"({m['slo_max_throughput_img_s']:.1f} img/s, ${m['cost_per_1k_images_at_slo_usd']:.4f}/1k img)")
-    stable = "" if m.get("stable", 1) else "  (not stable)"
+    flags = "" if m.get("stable", 1) else "  (not stable)"
+    if m.get("overloaded"):
+        flags += (f"  (OVERLOADED: {m['offered_rate_rps']:.1f} req/s offered, backlog grew by "
+                  f"{m['backlog_growth_requests']:.0f})")
+    if "server_count_ratio" in m:
+        flags += f"  server/client count {m['server_count_ratio']:.3f}"
     return (f"p50 {m['latency_p50_ms']:.1f} ms  p99 {m['latency_p99_ms']:.1f} ms  {m['throughput_img_s']:.1f} img/s"
-            f"  ${m['cost_per_1k_images_usd']:.4f}/1k img{stable}")
+            f"  ${m.get('cost_per_1k_images_usd', float('nan')):.4f}/1k img{flags}")
 
 
 def run_sweep(cfg: Any) -> int:

@@ -94,6 +94,11 @@ class Backend(ABC):
         """Per-request server-side metrics between two `server_counters` snapshots."""
         return {}
 
+    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
+        """Images the server itself counts as served between two `server_counters` snapshots (the check on
+        the clients' throughput); None when it keeps no such count."""
+        return None
+
     @abstractmethod
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         """How a client actor reaches this server for one trial."""

@@ -238,6 +238,11 @@ class TritonBackend(Backend):
 
         return breakdown(before, after)
 
+    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
+        from serving.triton.metrics import served_images
+
+        return served_images(before, after)
+
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         from serving.triton.ensemble import JPEG_INPUT, ensemble_model_name
 
