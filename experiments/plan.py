@@ -15,6 +15,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
+def load_label(load_mode: str, concurrency: int, request_rate: float) -> str:
+    """A load as trial names and the report show it: `c16` (closed loop), `poisson-r200` (open loop, req/s)."""
+    return f"c{concurrency}" if load_mode == "closed" else f"{load_mode}-r{request_rate:g}"
+
+
 @dataclass(frozen=True)
 class Trial:
     tier: str
@@ -30,7 +35,7 @@ class Trial:
 
     @property
     def load_label(self) -> str:
-        return f"c{self.concurrency}" if self.load_mode == "closed" else f"{self.load_mode}-r{self.request_rate:g}"
+        return load_label(self.load_mode, self.concurrency, self.request_rate)
 
     @property
     def name(self) -> str:
