@@ -20,6 +20,7 @@ from experiments.metrics import (
 from experiments.plan import Trial, trial_key
 from experiments.prices import trial_price_params
 from experiments.records import FAILED, OK, TrialRecord
+from experiments.samples import WindowSamples
 from experiments.telemetry import GpuTelemetry, gpu_params
 from serving.backend import Backend, ServerHandle
 from serving.node import NodeInfo
@@ -114,7 +115,7 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
     if result.counters_before and result.counters_after:
         record.metrics.update(backend.server_breakdown(result.counters_before, result.counters_after))
         _check_server_count(record, backend.served_images(result.counters_before, result.counters_after),
-                            result.counters_span_s)
+                            result.counters_span_s, samples)
     record.params["client_actors_used"] = result.actors_used
     record.tags["stable"] = str(result.stable).lower()
     if record.metrics.get("client_cpu_util_max", 0.0) > exp.client_cpu_limit:
@@ -122,13 +123,14 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
     return record
 
 
-def _check_server_count(record: TrialRecord, served_images: float | None, span_s: float) -> None:
+def _check_server_count(record: TrialRecord, served_images: float | None, span_s: float,
+                        samples: WindowSamples) -> None:
     """The server's own count of served images beside the clients' throughput; a trial where they disagree
     by more than a few percent is tagged `server_count_mismatch=true` (and says so in the log)."""
     if served_images is None:
         return
     record.metrics.update(server_count_metrics(served_images, span_s, record.metrics["throughput_img_s"]))
-    if counts_disagree(record.metrics):
+    if counts_disagree(record.metrics, samples):
         record.tags["server_count_mismatch"] = "true"
         log.warning("%s: the server served %.1f img/s, the clients counted %.1f img/s (ratio %.3f)",
                     record.trial.name, record.metrics["server_throughput_img_s"], record.metrics["throughput_img_s"],

@@ -144,6 +144,8 @@ def build_flagged(uri: str) -> dict[str, str]:
         record.tags["stable"] = str(record.metrics["stable"] == 1).lower()
         if "overloaded" in extra:
             record.tags["overloaded"] = str(extra["overloaded"] == 1).lower()
+        if abs(extra.get("server_count_ratio", 1.0) - 1) > 0.05:
+            record.tags["server_count_mismatch"] = "true"
         tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
     tracker.finish(tier_run, OK)
     tracker.finish(sweep_run, OK)

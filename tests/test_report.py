@@ -332,8 +332,8 @@ def test_unstable_and_overloaded_figures_are_marked_in_every_table_and_plot(flag
     assert "2 of 4 points." in md  # ... and counts them
     assert "| triton_onnx/grpc/tensor | 8 | poisson-r60 | 60.0 | 60.2 | 60.2 | 440.0 |" in md  # offered vs served
     assert "| 0.990 | yes ‡ | yes |" in md and "| 1.010 | no | yes |" in md
-    assert ("**Server and clients disagree** on the images served by more than 5% in 1 trial(s): "
-            "triton_onnx/grpc/tensor/b1/c4 (1.120)") in md
+    assert ("**Server and clients disagree** on the images served (by more than 5%) in 1 trial(s), "
+            "server/client: triton_onnx/grpc/tensor/b1/c4 (1.120)") in md
     assert {p.name for p in published.folder.glob("*.png")} == {
         "pareto.png", "cost_per_1k.png", "latency_vs_throughput_a100.png"}
     assert all(p.stat().st_size > 10_000 for p in published.folder.glob("*.png"))

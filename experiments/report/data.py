@@ -182,6 +182,7 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     out["unstable"] = _column(out, "stable", 1.0).astype(float).eq(0)
     out["overloaded"] = _column(out, "overloaded", 0.0).astype(float).eq(1)
     out["marks"] = trial_marks(out["unstable"], out["overloaded"])
+    out["server_count_mismatch"] = _column(runs, "tags.server_count_mismatch", "false").fillna("false") == "true"
     out["_ok"] = out["status"] == OK
     out = out.sort_values(["_ok", "start_time"]).drop_duplicates(["tier", "trial_key"], keep="last")
     superseded = len(runs) - len(out)
