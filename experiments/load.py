@@ -112,6 +112,10 @@ class LoadGenerator(ABC):
         except Exception as exc:  # noqa: BLE001 - any failure fails the trial, with its message
             if len(self.errors) < MAX_ERRORS_KEPT:
                 message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if isinstance(exc, TimeoutError):  # asyncio.timeout's says nothing: say what it means
+                    message = (f"TimeoutError: no response within {self.timeout_s:g} s "
+                               f"(experiment.request_timeout_s) with {len(self._in_flight)} requests in flight: "
+                               "the server is that far behind (in an open loop: overloaded past the timeout)")
                 self.errors.append(message[:500])
             # A failed request invalidates the trial: stop loading a server that is failing.
             self._stopping = True

@@ -193,3 +193,8 @@ def test_open_loop_exposes_queueing_that_send_time_latency_hides() -> None:
     assert sum(c.late_sends for c in samples.clients) > 0
     # Sent late, so fewer were sent than arrived: the achieved rate falls short of the offered one.
     assert samples.sent < samples.requests
+
+
+def test_a_request_that_times_out_says_how_far_behind_the_server_is() -> None:
+    with pytest.raises(LoadError, match=r"no response within 0.05 s \(experiment.request_timeout_s\) with 3 requests"):
+        asyncio.run(_run(ClosedLoopLoad(SlowServer(0.2).infer, 3, timeout_s=0.05, images_per_request=1)))
