@@ -126,7 +126,8 @@ def test_overrides_may_follow_the_multirun_flag(argv: list[str], expected: list[
 
 @pytest.mark.slow
 @cpu_machine
-def test_the_tier_job_refuses_a_node_declaring_a_gpu_tier_it_lacks(tmp_path, no_leftover_processes) -> None:
+def test_the_tier_job_refuses_a_node_declaring_a_gpu_tier_it_lacks(tmp_path, no_leftover_processes,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A node that joined as a100 anyway (say with --skip-doctor): the job refuses it before any server, client
     actor or MLflow run, naming the node's GPU and the tier."""
     import ray
@@ -138,6 +139,12 @@ def test_the_tier_job_refuses_a_node_declaring_a_gpu_tier_it_lacks(tmp_path, no_
     store = tmp_path / "mlflow.db"
     cfg = compose_config(["gpu=a100", "cluster=address", f"results_dir={tmp_path}",
                           f"mlflow.tracking_uri=sqlite:///{store}"])
+    # ray.init writes these into os.environ (RAY_AUTH_MODE=token among them): restored after the test, so later
+    # tests' subprocesses do not inherit them.
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    for key in ("RAY_CLIENT_MODE", "PYTHONBREAKPOINT"):
+        monkeypatch.delenv(key, raising=False)
     ray.init(num_cpus=1, resources=node_declaration(["a100"]), include_dashboard=False, namespace="tierbench")
     try:
         with pytest.raises(TierMismatchError) as refused:
