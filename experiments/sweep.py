@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from experiments.client_actor import ClientPool
-from experiments.cluster import ray_cluster
+from experiments.cluster import TierMismatchError, ray_cluster
 from experiments.placement import TierPlacement, hold_tier_node
 from experiments.plan import Trial, plan_trials
 from experiments.prices import tier_price_params
@@ -25,6 +25,7 @@ from experiments.publish import Publisher, TierInfo, relog_command
 from experiments.records import FAILED, OK, SKIPPED, TrialRecord, read_record, write_record
 from experiments.redaction import redact
 from experiments.server_group import ServerGroup
+from experiments.tiers import tier_gpu_problem
 from experiments.tracking import SERVER_LOGS_DIR, tracking_uri
 from experiments.trial import new_record
 from experiments.validation import validate
@@ -63,6 +64,7 @@ class TierSweep:
             options = place.server_options
             node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
                                      timeout=self.cfg.cluster.schedule_timeout_s)
+            refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
             info = TierInfo(self.sweep_id, self.tier, self.cfg.mlflow.experiment,
                             {**self._tier_params(node), **place.tier_params()}, self.common_tags,
                             redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
@@ -81,7 +83,7 @@ class TierSweep:
                         if pending:
                             ServerGroup(self.cfg, group, node, options, clients, self._finish,
                                         lambda name, text, v=group.variant: self._save_server_file(v, name, text),
-                                        done_keys).run(pending)
+                                        done_keys, place.emulated).run(pending)
             finally:
                 clients.close()
         self.publisher.finish(FAILED if self.failed else OK)
@@ -160,6 +162,19 @@ class TierSweep:
         log.info("[%d/%d] %s  %s", self.done, self.total, record.name, _summary(record))
         if self.progress is not None:
             self.progress.finished(record.trial, skipped=record.status == SKIPPED)
+
+
+def refuse_wrong_gpu(tier_cfg: Any, node: NodeInfo, emulated: bool) -> None:
+    """A node that declares a GPU tier without its GPU would file its figures under the tier's name: refuse it
+    (an emulated cluster's nodes stand in for tiers on purpose; their results are tagged emulated)."""
+    problem = None if emulated else tier_gpu_problem(tier_cfg, node.gpu_names)
+    if problem:
+        nvml = f" ({node.gpu_problem})" if node.gpu_problem else ""
+        raise TierMismatchError(
+            f"gpu={tier_cfg.name}: node {node.hostname} ({node.ray_node_id[:12]}) declares tier {tier_cfg.name}, but "
+            f"{problem}{nvml}. Nothing was started. Re-join it with the tier its GPU detects (`python -m "
+            "runners.node --address HEAD:6379`), or try tiers without their GPUs with cluster=emulated (results "
+            "tagged emulated=true)")
 
 
 def _summary(record: TrialRecord) -> str:

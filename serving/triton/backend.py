@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from serving.accelerators import gpu_extra
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.protocols import parse_protocol
@@ -85,8 +86,9 @@ class TritonBackend(Backend):
 
     @property
     def accelerator(self) -> str:
-        """What actually runs: the CUDA EP falls back to ONNX Runtime's CPU EP on a node without a GPU."""
-        if self.requested_accelerator == "cuda" and not self.context.node.has_gpu:
+        """What actually runs: the CUDA EP falls back to ONNX Runtime's CPU EP on a node without a GPU, unless the
+        tier promises a GPU (then `unsupported_reason` skips the trials instead)."""
+        if self.requested_accelerator == "cuda" and not self.context.node.has_gpu and not self.context.requires_gpu:
             return "cpu"
         return self.requested_accelerator
 
@@ -120,24 +122,50 @@ class TritonBackend(Backend):
             options["num_gpus"] = self.num_gpus
         return options
 
+    def runs_on(self) -> str:
+        server = "native Triton" if self.native else "bundled Triton (Python backend)"
+        return f"{server}, ONNX Runtime {PROVIDER_NAMES[self.accelerator]}"
+
+    def server_reason(self) -> str | None:
+        """Why no Triton can serve this variant on the node: none installed, or the native one lacks the backend."""
+        node = self.context.node
+        if self.native:
+            if node.triton_backends and "onnxruntime" not in node.triton_backends:
+                return (f"the tritonserver on node {node.hostname} has no onnxruntime backend (backends: "
+                        f"{list(node.triton_backends)}); use NVIDIA's Triton container")
+            return None
+        if self.context.triton_server == "native":
+            return (f"serving.triton_server=native but node {node.hostname} has no tritonserver on PATH: run NVIDIA's "
+                    "Triton container there, or serving.triton_server=auto for the bundled server")
+        if node.bundled_triton_problem:
+            return f"no Triton on node {node.hostname}: no tritonserver on PATH, and {node.bundled_triton_problem}"
+        return None
+
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         node = self.context.node
         wire, shared_memory = parse_protocol(protocol)
         if wire not in CLIENTS:
             return f"Triton has no {protocol!r} client here (supported: {sorted(CLIENTS)})"
+        reason = self.gpu_tier_reason() or self.server_reason()
+        if reason:
+            return reason
         if shared_memory == "cuda" and not node.has_gpu:
             return f"CUDA shared memory needs an NVIDIA GPU; node {node.hostname} has none ({node.gpu_name})"
         if self.accelerator == "tensorrt" and not node.has_gpu:
             return (f"the TensorRT execution provider needs an NVIDIA GPU; node {node.hostname} has none "
                     f"({node.gpu_name})")
         provider = PROVIDER_NAMES[self.accelerator]
-        if self.accelerator != "cpu" and not self.native and provider not in node.ort_providers:
-            return (f"onnxruntime on node {node.hostname} lacks {provider} (has {list(node.ort_providers)}): "
-                    "install tierbench[gpu] there, or run NVIDIA's Triton container")
+        extra = f"tierbench[{gpu_extra(node.cuda_version)}]"
+        if self.accelerator != "cpu" and not self.native and provider not in node.ort_usable:
+            state = "lists but cannot load" if provider in node.ort_providers else "lacks"
+            detail = "; ".join(p for p in node.ort_problems if p.startswith((provider, "log", "preload")))
+            return (f"onnxruntime {node.ort_version} on node {node.hostname} {state} {provider} (loads "
+                    f"{list(node.ort_usable)}{': ' + detail if detail else ''}): install {extra} there, or run "
+                    "NVIDIA's Triton container")
         if self.accelerator == "tensorrt" and not self.native and node.trt_missing_libs:
             return (f"ONNX Runtime's TensorRT provider on node {node.hostname} cannot load "
-                    f"{', '.join(node.trt_missing_libs)}: install tierbench[gpu] there (TensorRT 10 for CUDA 13), "
-                    "or run NVIDIA's Triton container")
+                    f"{', '.join(node.trt_missing_libs)}: install {extra} there (TensorRT 10 for the driver's CUDA "
+                    f"{node.cuda_version}), or run NVIDIA's Triton container")
         if input_format not in INPUT_FORMATS:
             return f"input format {input_format!r} not accepted (supported: {list(INPUT_FORMATS)})"
         return None
@@ -146,6 +174,7 @@ class TritonBackend(Backend):
         import ray
 
         from serving.triton.host import TritonServerHost
+        from serving.triton.repository import instances_on_gpu
 
         ctx = self.context
         config_text = (Path(ctx.model_repository) / ctx.model.name / "config.pbtxt").read_text()
@@ -175,6 +204,9 @@ class TritonBackend(Backend):
             artifacts=info["configs"],
             node_id=info.get("node_id"),
             gpu_ids=tuple(info.get("gpu_ids") or ()),
+            # Every instance group of the rendered classifier is KIND_GPU (a Python-backend instance also refuses
+            # to load when ONNX Runtime falls back from the GPU provider it was asked for: python_backend/model.py).
+            on_gpu=instances_on_gpu(info["configs"]["config.pbtxt"]),
         )
 
     def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:

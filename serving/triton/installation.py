@@ -53,19 +53,55 @@ def _cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tierbench"
 
 
-def bundled_installation() -> TritonInstallation:
+def native_backends(preference: str = "auto") -> tuple[str, ...] | None:
+    """The backends of the node's own `tritonserver` (NVIDIA's container), or None when it would not serve."""
+    try:
+        installation = find_installation(preference)
+    except TritonNotFoundError:
+        return None
+    if installation.kind != "native":
+        return None
+    folder = installation.backend_directory
+    return tuple(sorted(p.name for p in folder.iterdir() if p.is_dir())) if folder.is_dir() else ()
+
+
+def _bundled_stub() -> tuple[Path, Path]:
+    """nvidia-pytriton's folder and its Python-backend stub for the running Python (TritonNotFoundError if none)."""
     try:
         import pytriton
-    except ImportError as exc:  # pragma: no cover - a dependency of the package
-        raise TritonNotFoundError("no tritonserver on PATH and nvidia-pytriton is not installed") from exc
-
+    except ImportError as exc:
+        raise TritonNotFoundError(
+            "nvidia-pytriton is not installed (it carries the bundled tritonserver); install tierbench's "
+            "dependencies, or run NVIDIA's Triton container (tritonserver on PATH)") from exc
     package_dir = Path(pytriton.__file__).parent
+    py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = package_dir / "tritonserver" / "python_backend_stubs" / py_version / "triton_python_backend_stub"
+    if not stub.exists():
+        raise TritonNotFoundError(f"nvidia-pytriton {metadata.version('nvidia-pytriton')} has no Python backend "
+                                  f"stub for Python {py_version}")
+    return package_dir, stub
+
+
+def bundled_problem() -> str | None:
+    """Why the server bundled in nvidia-pytriton cannot run here; None when it can (checked without copying it)."""
+    try:
+        _bundled_stub()
+    except TritonNotFoundError as exc:
+        return str(exc)
+    return None
+
+
+def bundled_description() -> str:
+    """`nvidia-pytriton 0.7.0, Python-backend stub for 3.11`: what the bundled server is (assumes it exists)."""
+    return (f"nvidia-pytriton {metadata.version('nvidia-pytriton')}, Python-backend stub for "
+            f"{sys.version_info.major}.{sys.version_info.minor}")
+
+
+def bundled_installation() -> TritonInstallation:
+    package_dir, stub = _bundled_stub()
     source = package_dir / "tritonserver"
     libs = package_dir.parent / "nvidia_pytriton.libs"
     py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = source / "python_backend_stubs" / py_version / "triton_python_backend_stub"
-    if not stub.exists():
-        raise TritonNotFoundError(f"nvidia-pytriton has no Python backend stub for Python {py_version}")
 
     target = _cache_root() / f"tritonserver-pytriton{metadata.version('nvidia-pytriton')}-py{py_version}"
     _copy_once(source, target, stub)
