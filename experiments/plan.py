@@ -41,7 +41,7 @@ class Trial:
 
     @property
     def load_label(self) -> str:
-        return self.load_mode.label(self.load)
+        return self.load_mode.label(self.concurrency, self.request_rate)
 
     @property
     def name(self) -> str:

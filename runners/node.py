@@ -1,9 +1,10 @@
 """`python -m runners.node --address HEAD:6379`: join this machine to a tierbench Ray cluster, its tier declared.
 
-The tier comes from the GPU (nvidia-smi's name matched against `gpu_name_patterns` in conf/gpu/*.yaml) or from
-`--tier`; `--client-pool` makes the node a load generator for `clients.placement=separate`; `--head` starts the
-cluster's head instead of joining one. It runs `ray start` with the tier as the custom resource `tier_<name>`
-(what the sweep places by) and the label `gpu-tier=<name>` (for your own `label_selector`s).
+The tier comes from the GPU (NVML's name matched against `gpu_name_patterns` in conf/gpu/*.yaml) or from `--tier`
+(a GPU tier only on a node with its GPU, or with `--emulated`); `--client-pool` makes the node a load generator for
+`clients.placement=separate`; `--head` starts the cluster's head instead of joining one. It checks the node with
+`runners.doctor` (`--skip-doctor` joins without), then runs `ray start` with the tier as the custom resource
+`tier_<name>` (what the sweep places by) and the label `gpu-tier=<name>` (for your own `label_selector`s).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import shutil
 import subprocess
 import sys
 
-from experiments.cluster.tiers import TIER_LABEL, known_tiers, node_declaration, tiers_for_gpu
+from experiments.cluster.tiers import TIER_LABEL, known_tiers, node_declaration, tier_gpu_problem, tiers_for_gpu
 
 # Fixed ports, so a firewall can open exactly these between the nodes (Ray picks random ones otherwise):
 # the head's GCS port (--port) plus, on every node, these and the worker port range.
@@ -33,7 +34,7 @@ def detect_tier(gpu_names: tuple[str, ...] | list[str]) -> str:
     """The one tier whose GPU name patterns match this node's GPUs."""
     known = sorted(known_tiers())
     if not gpu_names:
-        raise NodeSetupError(f"no NVIDIA GPU found (nvidia-smi lists none): pass --tier (one of {known}), or "
+        raise NodeSetupError(f"no NVIDIA GPU found (NVML lists none): pass --tier (one of {known}), or "
                              "--client-pool for a load-generator node")
     matched = tiers_for_gpu(gpu_names)
     if not matched:
@@ -45,16 +46,24 @@ def detect_tier(gpu_names: tuple[str, ...] | list[str]) -> str:
 
 
 def resolve_tier(args: argparse.Namespace) -> str | None:
-    if args.tier:
-        known = sorted(known_tiers())
-        if args.tier not in known:
-            raise NodeSetupError(f"--tier {args.tier}: unknown tier; choose from {known} (conf/gpu/*.yaml)")
-        return args.tier
-    if args.head or args.client_pool:
-        return None  # a CPU head or a load generator need no tier; pass --tier to make them one too
-    from serving.node import nvidia_smi
+    """The tier this node declares; refused when it is a GPU tier and the node lacks its GPU (unless emulated)."""
+    from serving.node import nvml_gpus
 
-    return detect_tier(nvidia_smi()[0])
+    if not args.tier:
+        if args.head or args.client_pool:
+            return None  # a CPU head or a load generator need no tier; pass --tier to make them one too
+        return detect_tier(nvml_gpus().names)
+    tiers = known_tiers()
+    if args.tier not in tiers:
+        raise NodeSetupError(f"--tier {args.tier}: unknown tier; choose from {sorted(tiers)} (conf/gpu/*.yaml)")
+    gpus = nvml_gpus()
+    problem = None if args.emulated else tier_gpu_problem(tiers[args.tier], gpus.names)
+    if problem:
+        raise NodeSetupError(f"--tier {args.tier}: {problem}{f' ({gpus.problem})' if gpus.problem else ''}: its "
+                             "figures would be filed under a GPU it does not have. Join with the tier its GPU matches "
+                             "(leave out --tier), as a --client-pool, or with --emulated to stand in for the tier on "
+                             "purpose (every result tagged emulated=true)")
+    return args.tier
 
 
 def ray_start_command(args: argparse.Namespace, tier: str | None) -> list[str]:
@@ -65,7 +74,7 @@ def ray_start_command(args: argparse.Namespace, tier: str | None) -> list[str]:
         cmd += ["--head", f"--port={args.port}", "--dashboard-host=127.0.0.1"]
     else:
         cmd += [f"--address={args.address}"]
-    resources = node_declaration([tier] if tier else [], client_pool=args.client_pool)
+    resources = node_declaration([tier] if tier else [], client_pool=args.client_pool, emulated=args.emulated)
     if resources:
         cmd += [f"--resources={json.dumps(resources, separators=(',', ':'))}"]
     if tier:
@@ -98,7 +107,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--random-ports", action="store_true",
                         help="let Ray pick its ports (default: fixed ones, see NODE_PORTS, to open in firewalls)")
     parser.add_argument("--block", action="store_true", help="stay in the foreground (container entry points)")
-    parser.add_argument("--dry-run", action="store_true", help="print the `ray start` command, run nothing")
+    parser.add_argument("--emulated", action="store_true",
+                        help="stand in for --tier on a machine without its GPU (tests, demos): results are tagged "
+                             "emulated=true")
+    parser.add_argument("--skip-doctor", action="store_true",
+                        help="don't check the node first (python -m runners.doctor) before `ray start`")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the node and print the `ray start` command; start nothing")
     return parser.parse_args(argv)
 
 
@@ -109,6 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     except NodeSetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not args.skip_doctor:
+        from runners.doctor import check
+
+        ok, table = check(tier, args.emulated, gpu_tier_default=False)
+        print(table, flush=True)
+        if not ok:
+            print(f"error: this node cannot serve tier {tier} (above); fix it, or pass --skip-doctor to join anyway",
+                  file=sys.stderr)
+            return 2
     cmd = ray_start_command(args, tier)
     role = ", ".join(filter(None, [f"tier {tier}" if tier else "", "client pool" if args.client_pool else "",
                                    "head" if args.head else ""])) or "plain node"
@@ -116,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     if not shutil.which("ray"):
-        print("error: `ray` is not on PATH: install tierbench on this node (pip install -e '.[gpu]')", file=sys.stderr)
+        print("error: `ray` is not on PATH: install tierbench on this node (README: GPU nodes)", file=sys.stderr)
         return 2
     # Ray Serve's per-request logs stay in its log files rather than being streamed to the sweep's console.
     env = {**os.environ, "RAY_SERVE_LOG_TO_STDERR": os.environ.get("RAY_SERVE_LOG_TO_STDERR", "0")}

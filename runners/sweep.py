@@ -73,7 +73,25 @@ def main(cfg: DictConfig) -> None:
                                "and the reason)")
 
 
+def overrides_first(args: list[str]) -> list[str]:
+    """Overrides moved before Hydra's flags, so `gpu=a,b -m experiment.batch_sizes=[1]` works like
+    `gpu=a,b experiment.batch_sizes=[1] -m`: Hydra's parser takes its positional overrides in one run, and
+    argparse calls any after a flag "unrecognized arguments". Hydra's own parser says what is an override."""
+    from hydra._internal.utils import get_args_parser
+
+    known, unknown = get_args_parser().parse_known_args(args)
+    stray = [a for a in unknown if not a.startswith("-")]  # overrides that came after a flag
+    if not stray:
+        return args
+    overrides = list(known.overrides) + stray
+    rest = list(args)
+    for override in overrides:
+        rest.remove(override)  # the first occurrence: the override itself (a flag's value is never an override)
+    return overrides + rest
+
+
 if __name__ == "__main__":
+    sys.argv[1:] = overrides_first(sys.argv[1:])
     try:
         check_overrides(sys.argv[1:])
     except ConfigError as exc:

@@ -96,3 +96,13 @@ def ort_tensorrt_missing_libs() -> tuple[str, ...]:
     if provider is None:
         return ("libonnxruntime_providers_tensorrt.so",)
     return missing_libraries(provider, tensorrt_library_dirs() + nvidia_library_dirs())
+
+
+def gpu_extra(cuda_version: str | None) -> str:
+    """The tierbench extra whose ONNX Runtime and TensorRT builds match a driver supporting `cuda_version`
+    (NVML's figure: the newest CUDA the driver runs): `gpu-cu13` from CUDA 13, else `gpu-cu12`."""
+    try:
+        major = int(str(cuda_version).split(".")[0])
+    except ValueError:
+        major = 0
+    return "gpu-cu13" if major >= 13 else "gpu-cu12"

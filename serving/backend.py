@@ -30,6 +30,8 @@ class ServerHandle:
     artifacts: dict[str, str] = field(default_factory=dict)  # e.g. the rendered config.pbtxt
     node_id: str | None = None  # Ray node the server runs on: GPU telemetry samples there
     gpu_ids: tuple[int, ...] = ()  # GPUs Ray gave the server (empty: it may use every GPU of its node)
+    # What the server itself reports it computes on: True on the GPU, False on the CPU, None when it cannot say.
+    on_gpu: bool | None = None
 
 
 @dataclass
@@ -50,6 +52,9 @@ class BackendContext:
     warmup_batch_sizes: tuple[int, ...] = ()
     input_formats: tuple[str, ...] = tuple(InputFormat)  # what the group's trials send (e.g. skip a JPEG path)
     tier: str = ""  # the GPU tier the sweep measures (names per-tier resources such as Serve apps)
+    # The tier promises a GPU (`gpu.requires_gpu`, outside an emulated cluster): a server that would compute on the
+    # CPU is skipped or failed instead of falling back, so no CPU figure is filed under a GPU tier's name.
+    requires_gpu: bool = False
 
     @property
     def client_host(self) -> str:
@@ -76,6 +81,28 @@ class Backend(ABC):
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         """Why this backend cannot run (protocol, input_format) on this node; None when it can."""
 
+    def runs_on(self) -> str:
+        """What would serve on this node, in a few words (runners.doctor shows it): server and device."""
+        return ""
+
+    def gpu_tier_reason(self) -> str | None:
+        """Why a server on this node could not keep a GPU tier's promise (no GPU at all); None when it can or the
+        tier needs no GPU. Backends add what else they need (torch's CUDA, ONNX Runtime's GPU providers)."""
+        ctx = self.context
+        if ctx.requires_gpu and not ctx.node.has_gpu:
+            return (f"tier {ctx.tier} is a GPU tier and node {ctx.node.hostname} has no NVIDIA GPU "
+                    f"({ctx.node.gpu_problem or ctx.node.gpu_name}): a CPU figure is never filed under a GPU tier")
+        return None
+
+    def gpu_mismatch(self, handle: ServerHandle) -> str | None:
+        """Why a started server breaks a GPU tier's promise: it reports computing on the CPU. None when it does not."""
+        ctx = self.context
+        if ctx.requires_gpu and handle.on_gpu is False:
+            return (f"{ctx.name} started on node {ctx.node.hostname} but reports running on the CPU "
+                    f"({handle.params.get('device') or handle.params.get('execution_provider')}), and tier "
+                    f"{ctx.tier} is a GPU tier: a CPU figure is never filed under a GPU tier")
+        return None
+
     @abstractmethod
     def start(self) -> ServerHandle:
         """Start the server(s) and wait until the model answers; raise with the server log on failure."""
@@ -91,6 +118,11 @@ class Backend(ABC):
     def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
         """Per-request server-side metrics between two `server_counters` snapshots."""
         return {}
+
+    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
+        """Images the server itself counts as served between two `server_counters` snapshots (the check on
+        the clients' throughput); None when it keeps no such count."""
+        return None
 
     @abstractmethod
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:

@@ -4,6 +4,7 @@ every run carries the tag `synthetic=true` and the sweep id says so."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,53 @@ def build(uri: str, superseded_failure: bool = True) -> dict[str, str]:
     tracker.log_trial(tier_run, bad, _no_dir(), {"sweep_id": SWEEP_ID, "gpu_tier": "a100", "emulated": "false",
                                                  **TAGS}, "synthetic: true\n")
     tracker.finish(sweep_run, Status.FAILED)
+    return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
+
+
+FLAGS_SWEEP_ID = "synthetic-flags"
+# A second synthetic sweep (one tier, a100, $0.36/h: $ per 1k = 0.1 / throughput) with the caveats the report
+# must mark: (variant, protocol, batch, load) -> (p50, p99, img/s, extra metrics). Open-loop loads are rates.
+FLAGGED = {
+    ("triton_onnx", "grpc", 1, "c1"): (8.0, 16.0, 125.0, {}),
+    ("triton_onnx", "grpc", 1, "c4"): (20.0, 40.0, 200.0, {"stable": 0.0, "server_count_ratio": 1.12}),  # cheaper
+    ("triton_onnx", "grpc", 8, "c4"): (80.0, 120.0, 400.0, {}),
+    ("pytorch", "http", 1, "c1"): (5.0, 10.0, 50.0, {"stable": 0.0}),  # the fastest, unstable
+    ("triton_onnx", "grpc", 1, 100.0): (9.0, 30.0, 100.0, {
+        "target_rate_rps": 100.0, "offered_rate_rps": 100.4, "achieved_rate_rps": 100.4, "overloaded": 0.0,
+        "backlog_growth_requests": 1.0, "server_count_ratio": 1.01, "server_queue_ms": 1.5}),
+    # 60 req/s of 8 images offered, 55 served: the backlog grew; cheaper than anything if it counted. Stable: once
+    # the backlog is long, a window adds little to it, so its windows can agree.
+    ("triton_onnx", "grpc", 8, 60.0): (2400.0, 4800.0, 440.0, {
+        "target_rate_rps": 60.0, "offered_rate_rps": 60.2, "achieved_rate_rps": 60.2, "overloaded": 1.0,
+        "backlog_growth_requests": 31.0, "server_count_ratio": 0.99, "server_queue_ms": 2300.0}),
+}
+
+
+def build_flagged(uri: str) -> dict[str, str]:
+    """Log the flagged sweep into `uri` (a store of its own: it would be `latest` in the main fixture's)."""
+    tracker = Tracker(uri, "tierbench")
+    sweep_run = tracker.sweep_run(FLAGS_SWEEP_ID, TAGS)
+    node = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
+    cfg = _cfg("a100")
+    cfg.sweep_id = FLAGS_SWEEP_ID
+    common = {"sweep_id": FLAGS_SWEEP_ID, "gpu_tier": "a100", "emulated": "false", **TAGS}
+    tier_run = tracker.tier_run(FLAGS_SWEEP_ID, "a100", sweep_run, {"gpu_tier": "a100", "price_per_hour_usd": 0.36,
+                                                                   **tier_price_params(cfg.gpu)}, common)
+    for (variant, protocol, batch, load), (p50, p99, thr, extra) in FLAGGED.items():
+        trial = Trial("a100", "resnet18", variant, variant, protocol, "tensor", batch,
+                      int(load[1:]) if isinstance(load, str) else 0)
+        if not isinstance(load, str):
+            trial = replace(trial, load_mode="poisson", request_rate=load)
+        record = new_record(cfg, trial, node)
+        record.metrics = {**_metrics(p50, p99, thr, PRICES["a100"], batch), "stable": 1.0, **extra}
+        record.tags["stable"] = str(record.metrics["stable"] == 1).lower()
+        if "overloaded" in extra:
+            record.tags["overloaded"] = str(extra["overloaded"] == 1).lower()
+        if abs(extra.get("server_count_ratio", 1.0) - 1) > 0.05:
+            record.tags["server_count_mismatch"] = "true"
+        tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
+    tracker.finish(tier_run, Status.OK)
+    tracker.finish(sweep_run, Status.OK)
     return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
 
 

@@ -1,8 +1,9 @@
 """On a real NVIDIA GPU: a tiny sweep over every GPU variant, the TensorRT engine cache across a restart, and
 NVML telemetry. Marked `gpu` (skipped where nvidia-smi finds no GPU) and `slow` (real servers).
 
-TensorRT needs more than a GPU: NVIDIA's Triton container (native backends), or `pip install -e '.[gpu]'`
-(onnxruntime-gpu and TensorRT 10 for CUDA 13); without either the TensorRT parts skip and say what is missing.
+TensorRT needs more than a GPU: NVIDIA's Triton container (native backends), or `pip install -e '.[gpu-cu12]'` /
+`'.[gpu-cu13]'` (onnxruntime-gpu and TensorRT 10 for the driver's CUDA); without either the TensorRT parts skip and
+say what is missing.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ def tensorrt_unavailable_reason() -> str | None:
 
     if "TensorrtExecutionProvider" not in onnxruntime.get_available_providers():
         return (f"onnxruntime {onnxruntime.__version__} here lacks TensorrtExecutionProvider "
-                f"(has {onnxruntime.get_available_providers()}): pip install -e '.[gpu]'")
+                f"(has {onnxruntime.get_available_providers()}): pip install -e '.[gpu-cu12]' or '.[gpu-cu13]'")
     missing = ort_tensorrt_missing_libs()
     if missing:
-        return f"ONNX Runtime's TensorRT provider cannot load {', '.join(missing)}: pip install -e '.[gpu]'"
+        return (f"ONNX Runtime's TensorRT provider cannot load {', '.join(missing)}: pip install -e "
+                "'.[gpu-cu12]' or '.[gpu-cu13]'")
     return None
 
 

@@ -59,13 +59,15 @@ def test_tensorrt_on_a_cpu_node_is_skipped_because_there_is_no_gpu() -> None:
 def test_tensorrt_without_the_provider_names_what_to_install() -> None:
     node = NodeInfo(**{**GPU_NODE.__dict__, "ort_providers": ("CPUExecutionProvider",)})
     reason = _triton(node, accelerator="tensorrt").unsupported_reason("http", "tensor")
-    assert "lacks TensorrtExecutionProvider" in reason and "tierbench[gpu]" in reason
+    assert "lacks TensorrtExecutionProvider" in reason and "tierbench[gpu-cu13]" in reason
 
 
 def test_tensorrt_with_its_libraries_missing_names_them() -> None:
     node = NodeInfo(**{**GPU_NODE.__dict__, "trt_missing_libs": ("libnvinfer.so.10", "libnvonnxparser.so.10")})
     reason = _triton(node, accelerator="tensorrt").unsupported_reason("http", "tensor")
-    assert "libnvinfer.so.10, libnvonnxparser.so.10" in reason and "TensorRT 10 for CUDA 13" in reason
+    assert "libnvinfer.so.10, libnvonnxparser.so.10" in reason and "tierbench[gpu-cu13]" in reason
+    cuda12 = NodeInfo(**{**node.__dict__, "driver_version": "550.54", "cuda_version": "12.4"})
+    assert "tierbench[gpu-cu12]" in _triton(cuda12, accelerator="tensorrt").unsupported_reason("http", "tensor")
 
 
 def test_native_triton_brings_its_own_tensorrt() -> None:

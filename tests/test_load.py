@@ -1,14 +1,20 @@
-"""The load generators against servers with a known service time: an in-process asyncio queue for the closed
-loop, and a real HTTP server on loopback for the open loop's coordinated-omission check."""
+"""The load generators against servers with a known service time: an in-process asyncio queue, and a real
+HTTP server on loopback with a known capacity (throughput is what it served, overload is named, coordinated
+omission can't hide queueing)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
+import aiohttp
 import numpy as np
 import pytest
+from aiohttp import web
 
 from experiments.measure.load import ClosedLoopLoad, LoadError, OpenLoopLoad
+from experiments.measure.metrics import open_loop_metrics, window_metrics
+from experiments.measure.samples import WindowSamples
 from serving.clients.base import ServerReport
 
 
@@ -91,41 +97,93 @@ def test_open_loop_hits_its_target_rate_on_a_fast_server(arrival: str) -> None:
         assert np.all(part.latency_s >= part.send_latency_s - 1e-9)
 
 
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 that serves one request at a time in `service_s`, FIFO, its slots laid on an
+    absolute clock (the event loop's wake-up jitter doesn't add up): its capacity is exactly 1 / service_s
+    requests/s while it has work. It notes when it finished each request: its own count to check ours by."""
+
+    def __init__(self, service_s: float) -> None:
+        self.service_s = service_s
+        self.free_at = 0.0
+        self.finished: list[float] = []  # epoch seconds (the load generator's clock is the epoch's too)
+
+    async def _handler(self, request: web.Request) -> web.Response:
+        await request.read()
+        now = time.time()
+        self.free_at = max(self.free_at, now) + self.service_s
+        await asyncio.sleep(self.free_at - now)
+        self.finished.append(time.time())
+        return web.Response(body=b"ok")
+
+    async def __aenter__(self) -> LoopbackServer:
+        app = web.Application()
+        app.router.add_post("/infer", self._handler)
+        self._runner = web.AppRunner(app, handler_cancellation=True)  # requests the clients gave up on end
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/infer"
+        self._session = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._session.close()
+        await self._runner.cleanup()
+
+    async def send(self) -> None:
+        async with self._session.post(self.url, data=b"x") as response:
+            await response.read()
+
+    def served_between(self, start: float, end: float) -> int:
+        return sum(1 for t in self.finished if start <= t < end)
+
+
+def _against_loopback(service_s: float, make_load, window_s: float, windows: int):
+    async def scenario():
+        async with LoopbackServer(service_s) as server:
+            _, parts = await _run(make_load(server.send), window_s, windows)
+            return server, parts
+
+    return asyncio.run(scenario())
+
+
+def test_open_loop_past_capacity_reports_what_the_server_served() -> None:
+    """At 1.5x the capacity of a server that does 50 requests/s, the throughput is those 50/s (as the server
+    itself counted them), not the 75/s offered, and the backlog that grows across the windows names the
+    overload; latency still counts from each arrival's scheduled time."""
+    capacity = 50.0
+    server, parts = _against_loopback(1 / capacity, lambda send: OpenLoopLoad(
+        send, rate=1.5 * capacity, arrival="poisson", timeout_s=30, images_per_request=1, seed=7), 0.75, 3)
+    merged = WindowSamples.merge(parts)
+    m = {**window_metrics(merged, 1.0), **open_loop_metrics(merged, 1.5 * capacity)}
+    assert m["requests_s"] == pytest.approx(capacity, rel=0.03)
+    assert abs(merged.completed - server.served_between(merged.window_start, merged.window_end)) <= 3
+    assert m["offered_rate_rps"] > 1.25 * capacity  # ~75/s of Poisson arrivals were scheduled ...
+    assert m["overloaded"] == 1 and m["backlog_growth_requests"] > 0.15 * merged.requests  # ... a third unserved
+    assert all(p.requests > p.completed for p in parts)  # the backlog grew in every window
+    assert np.percentile(merged.latency_s, 50) > 10 / capacity  # queueing behind the backlog shows
+
+
+def test_closed_loop_completions_match_what_was_scheduled() -> None:
+    """A closed loop can't build a backlog: per window, completions and scheduled requests differ by at most
+    the concurrency (requests straddling its edges), so its throughput is what it was before completions were
+    counted, here the server's full 50 requests/s (the closed-loop maximum an overloaded open loop matches)."""
+    capacity, concurrency = 50.0, 4
+    server, parts = _against_loopback(1 / capacity, lambda send: ClosedLoopLoad(
+        send, concurrency, timeout_s=30, images_per_request=1), 0.75, 3)
+    for part in parts:
+        assert abs(part.completed - part.requests) <= concurrency
+    merged = WindowSamples.merge(parts)
+    assert window_metrics(merged, 1.0)["requests_s"] == pytest.approx(capacity, rel=0.03)
+    assert abs(merged.completed - server.served_between(merged.window_start, merged.window_end)) <= 3
+
+
 def test_open_loop_exposes_queueing_that_send_time_latency_hides() -> None:
     """Coordinated omission: against a slow server on loopback, a client that can only have one request in
     flight sends late; from the send time every request looks like one service time, from the intended time
     the queue behind the slow server shows."""
-    aiohttp = pytest.importorskip("aiohttp")
-    from aiohttp import web
-
-    async def scenario():
-        lock = asyncio.Lock()
-
-        async def handler(request: web.Request) -> web.Response:
-            async with lock:  # one request at a time, 20 ms each: 50 requests/s at most
-                await asyncio.sleep(0.02)
-            return web.Response(body=b"ok")
-
-        app = web.Application()
-        app.router.add_post("/infer", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        async with aiohttp.ClientSession() as session:
-            async def send() -> None:
-                async with session.post(f"http://127.0.0.1:{port}/infer", data=b"x") as response:
-                    await response.read()
-
-            load = OpenLoopLoad(send, rate=45, arrival="poisson", timeout_s=10, images_per_request=1,
-                                max_in_flight=1, seed=3)
-            try:
-                return await _run(load, window_s=2.0)
-            finally:
-                await runner.cleanup()
-
-    _, (samples,) = asyncio.run(scenario())
+    _, (samples,) = _against_loopback(0.02, lambda send: OpenLoopLoad(
+        send, rate=45, arrival="poisson", timeout_s=10, images_per_request=1, max_in_flight=1, seed=3), 2.0, 1)
     intended_p99 = np.percentile(samples.latency_s, 99)
     send_p99 = np.percentile(samples.send_latency_s, 99)
     # Once sent, a request takes about one service time (20 ms; generous bound for a busy machine) ...
@@ -133,6 +191,13 @@ def test_open_loop_exposes_queueing_that_send_time_latency_hides() -> None:
     # ... but the wait before it could be sent is queueing the user saw, and only intended times show it.
     assert intended_p99 > 2 * send_p99
     assert sum(c.late_sends for c in samples.clients) > 0
+    # Sent late, so fewer were sent than arrived: the achieved rate falls short of the offered one.
+    assert samples.sent < samples.requests
+
+
+def test_a_request_that_times_out_says_how_far_behind_the_server_is() -> None:
+    with pytest.raises(LoadError, match=r"no response within 0.05 s \(experiment.request_timeout_s\) with 3 requests"):
+        asyncio.run(_run(ClosedLoopLoad(SlowServer(0.2).infer, 3, timeout_s=0.05, images_per_request=1)))
 
 
 def test_load_modes_split_their_load_and_name_it() -> None:

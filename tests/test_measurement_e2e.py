@@ -32,6 +32,11 @@ def test_poisson_load_and_slo_search_are_logged(tmp_path: Path) -> None:
     m = run.data.metrics
     assert run.data.params["load_mode"] == "poisson" and m["target_rate_rps"] == 20
     assert 10 <= m["achieved_rate_rps"] <= 30  # ~60 Poisson arrivals in the 3 s window
+    assert 10 <= m["offered_rate_rps"] <= 30 and m["overloaded"] == 0 and run.data.tags["overloaded"] == "false"
+    # A tiny model keeps up with 20 req/s: what was served is what arrived, and Triton counted the same images
+    # between the counter reads at the window's boundaries.
+    assert m["throughput_img_s"] == pytest.approx(m["offered_rate_rps"], rel=0.1)
+    assert m["server_count_ratio"] == pytest.approx(1.0, abs=0.05) and "server_count_mismatch" not in run.data.tags
     assert m["late_requests"] >= 0 and "send_latency_p99_ms" in m
     assert m["latency_p99_ms"] >= m["send_latency_p99_ms"] - 1e-6  # intended-time latency includes any wait
 

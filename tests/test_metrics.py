@@ -5,17 +5,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.measure.metrics import cost_metrics, is_stable, server_reported_metrics, window_metrics, windows_stable
+from experiments.measure.metrics import (
+    cost_metrics,
+    counts_disagree,
+    is_stable,
+    open_loop_metrics,
+    server_count_metrics,
+    server_reported_metrics,
+    window_metrics,
+    windows_stable,
+)
 from experiments.measure.samples import WindowSamples
 from serving.clients.ray_serve_http import parse_server_timing
 
 
 def _samples(latencies_ms: list[float], start: float = 100.0, end: float = 110.0, batch: int = 4,
-             actor: int = 0) -> WindowSamples:
+             actor: int = 0, completed: int | None = None, sent: int | None = None) -> WindowSamples:
+    """`n` requests scheduled in the window; by default as many completed and were sent in it (steady state)."""
     n = len(latencies_ms)
-    sent = np.linspace(start, end - 1, n)
-    return WindowSamples(start, end, batch, intended_s=sent, send_s=sent, done_s=sent + np.asarray(latencies_ms) / 1e3,
-                         server_ms=np.full(n, np.nan), actor=np.full(n, actor))
+    times = np.linspace(start, end - 1, n)
+    return WindowSamples(start, end, batch, intended_s=times, send_s=times,
+                         done_s=times + np.asarray(latencies_ms) / 1e3, server_ms=np.full(n, np.nan),
+                         actor=np.full(n, actor), completed=n if completed is None else completed,
+                         sent=n if sent is None else sent)
 
 
 def test_percentiles_throughput_and_cost() -> None:
@@ -30,6 +42,43 @@ def test_percentiles_throughput_and_cost() -> None:
     assert m["images_per_usd"] == pytest.approx(40_000)
 
 
+def test_throughput_counts_what_completed_in_the_window_not_what_was_scheduled() -> None:
+    """An open loop offered 100 requests in 10 s but the server finished only 60 in that time: it served 6/s."""
+    s = _samples([5.0] * 100, completed=60, sent=90)
+    m = window_metrics(s, price_per_hour_usd=3.6)
+    assert m["requests_s"] == pytest.approx(6.0) and m["throughput_img_s"] == pytest.approx(24.0)
+    assert (m["request_count"], m["completed_requests"]) == (100, 60)
+    assert m["cost_per_1k_images_usd"] == pytest.approx(3.6 / 3600 / 24 * 1000)  # cost of what was served
+    o = open_loop_metrics(s, target_rate=10.0)
+    assert (o["target_rate_rps"], o["offered_rate_rps"], o["achieved_rate_rps"]) == pytest.approx((10, 10, 9))
+    assert o["backlog_growth_requests"] == 40 and o["overloaded"] == 1
+
+
+def test_overload_needs_a_backlog_beyond_a_steady_queues_jitter() -> None:
+    """400 arrivals: the backlog may grow by max(5 % of them, 2 sqrt(400)) = 40 before it means overload."""
+    assert open_loop_metrics(_samples([1.0] * 400, completed=360), 40.0)["overloaded"] == 0
+    assert open_loop_metrics(_samples([1.0] * 400, completed=359), 40.0)["overloaded"] == 1
+    assert open_loop_metrics(_samples([1.0] * 400, completed=410), 40.0)["overloaded"] == 0  # a backlog drained
+    # 10,000 arrivals: 5 % (500) is the larger bound
+    assert open_loop_metrics(_samples([1.0] * 10_000, completed=9_500), 1000.0)["overloaded"] == 0
+    assert open_loop_metrics(_samples([1.0] * 10_000, completed=9_499), 1000.0)["overloaded"] == 1
+
+
+def test_the_servers_own_count_is_compared_as_a_rate() -> None:
+    # Triton counted 1,212 images between reads 6.06 s apart: 200 img/s, as the clients counted.
+    m = server_count_metrics(1212.0, 6.06, throughput_img_s=200.0)
+    assert m["server_throughput_img_s"] == pytest.approx(200.0) and m["server_count_ratio"] == pytest.approx(1.0)
+    served = _samples([1.0] * 300, end=106.0, batch=4)  # 300 requests of 4 images in 6 s: 200 img/s
+    assert not counts_disagree(m, served)
+    assert counts_disagree(server_count_metrics(1212.0, 6.06, throughput_img_s=220.0), served)  # 10 % off
+    assert not counts_disagree(server_count_metrics(1212.0, 6.06, throughput_img_s=195.0), served)  # 2.6 %
+    # 15 requests of one image: a request more on the server's side is 6.7 %, yet only a read a few ms late
+    few = _samples([1.0] * 15, end=103.0, batch=1)
+    assert not counts_disagree(server_count_metrics(16.0, 3.0, throughput_img_s=5.0), few)
+    assert counts_disagree(server_count_metrics(18.0, 3.0, throughput_img_s=5.0), few)
+    assert server_count_metrics(10.0, 0.0, 5.0) == {}
+
+
 def test_free_machine_has_zero_cost_and_no_images_per_dollar() -> None:
     assert cost_metrics(0.0, 10.0) == {"cost_per_1k_images_usd": 0.0}
 
@@ -38,7 +87,7 @@ def test_merge_keeps_every_raw_sample() -> None:
     a = _samples([10, 20, 30], actor=0)
     b = _samples([1000], actor=1)
     merged = WindowSamples.merge([a, b])
-    assert merged.requests == 4
+    assert merged.requests == 4 and (merged.completed, merged.sent) == (4, 4)
     assert sorted(merged.latency_s * 1e3) == pytest.approx([10, 20, 30, 1000])
     # The merged p50 is the p50 of all samples, not the mean of per-actor p50s (20 and 1000).
     assert window_metrics(merged, 1.0)["latency_p50_ms"] == pytest.approx(25.0)
@@ -52,8 +101,10 @@ def test_merge_refuses_windows_that_are_neither_the_same_nor_consecutive() -> No
 
 
 def test_consecutive_windows_merge_into_one_longer_window() -> None:
-    merged = WindowSamples.merge([_samples([1.0, 2.0], 100, 110), _samples([3.0, 4.0], 110, 120)])
+    merged = WindowSamples.merge([_samples([1.0, 2.0], 100, 110, completed=3, sent=2),
+                                  _samples([3.0, 4.0], 110, 120, completed=1, sent=2)])
     assert (merged.window_start, merged.window_end, merged.requests) == (100, 120, 4)
+    assert (merged.completed, merged.sent) == (4, 4)  # exact sums, never averages
     assert window_metrics(merged, 1.0)["requests_s"] == pytest.approx(0.2)
 
 

@@ -62,21 +62,21 @@ def test_prices_come_back_from_the_tier_runs_with_their_sources(data) -> None:
 def test_p50_and_throughput_by_batch(data) -> None:
     a100 = data.ok[data.ok["tier"] == "a100"]
     p50 = tables.by_batch(a100, tables.P50)
-    assert set(p50) == {1, 4}
-    assert p50[1].loc["triton_onnx/grpc/tensor", 8] == 50.0
-    assert p50[4].loc["pytorch/http/tensor", 1] == 50.0
+    assert list(p50) == ["c1", "c4"]
+    assert p50["c1"].loc["triton_onnx/grpc/tensor", 8] == 50.0
+    assert p50["c4"].loc["pytorch/http/tensor", 1] == 50.0
     thr = tables.by_batch(a100, tables.THROUGHPUT)
-    assert thr[4].loc["triton_onnx/grpc/tensor", 8] == 400.0
+    assert thr["c4"].loc["triton_onnx/grpc/tensor", 8] == 400.0
 
 
 def test_grpc_over_http_speedup(data) -> None:
     for tier in ("a100", "rtx4090"):  # rtx4090's p50s are a100's x2: same ratios
         speedup = tables.grpc_speedup(data.ok[data.ok["tier"] == tier])
-        assert speedup[1].loc["triton_onnx/tensor", 1] == pytest.approx(10 / 8)
-        assert speedup[1].loc["triton_onnx/tensor", 8] == pytest.approx(40 / 50)
-        assert speedup[4].loc["triton_onnx/tensor", 1] == pytest.approx(30 / 20)
-        assert speedup[4].loc["triton_onnx/tensor", 8] == pytest.approx(100 / 80)
-        assert list(speedup[1].index) == ["triton_onnx/tensor"]  # pytorch has no gRPC pair
+        assert speedup["c1"].loc["triton_onnx/tensor", 1] == pytest.approx(10 / 8)
+        assert speedup["c1"].loc["triton_onnx/tensor", 8] == pytest.approx(40 / 50)
+        assert speedup["c4"].loc["triton_onnx/tensor", 1] == pytest.approx(30 / 20)
+        assert speedup["c4"].loc["triton_onnx/tensor", 8] == pytest.approx(100 / 80)
+        assert list(speedup["c1"].index) == ["triton_onnx/tensor"]  # pytorch has no gRPC pair
 
 
 def test_concurrency_scaling(data) -> None:
@@ -93,19 +93,19 @@ def test_cross_tier_ratios(data) -> None:
     assert ratios["p50_ratio"].tolist() == pytest.approx([2.0] * 12)
     assert ratios["throughput_ratio"].tolist() == pytest.approx([0.75] * 12)
     assert ratios["cost_ratio"].tolist() == pytest.approx([(0.18 / 0.75) / 0.36] * 12)  # 2/3
-    row = ratios.loc[("triton_onnx/grpc/tensor", 1, 4)]
+    row = ratios.loc[("triton_onnx/grpc/tensor", 1, "c4")]
     assert (row["p50_a100"], row["p50_rtx4090"]) == (20.0, 40.0)
 
 
 def test_cost_per_1k_images_at_every_price(data) -> None:
     by_tier = tables.cost_by_tier(data.ok)
-    assert by_tier.loc[("triton_onnx/http/tensor", 1, 1), "a100"] == pytest.approx(0.001)  # 0.36/3600/100*1000
-    assert by_tier.loc[("triton_onnx/http/tensor", 1, 1), "rtx4090"] == pytest.approx(0.18 / 3.6 / 75)
+    assert by_tier.loc[("triton_onnx/http/tensor", 1, "c1"), "a100"] == pytest.approx(0.001)  # 0.36/3600/100*1000
+    assert by_tier.loc[("triton_onnx/http/tensor", 1, "c1"), "rtx4090"] == pytest.approx(0.18 / 3.6 / 75)
     images = tables.cost_by_tier(data.ok, "images_per_usd")
-    assert images.loc[("pytorch/http/tensor", 8, 4), "a100"] == pytest.approx(160 * 3600 / 0.36)
+    assert images.loc[("pytorch/http/tensor", 8, "c4"), "a100"] == pytest.approx(160 * 3600 / 0.36)
     a100 = data.ok[data.ok["tier"] == "a100"]
     costs = tables.costs_at_prices(a100, data.tiers["a100"].prices)
-    point = costs.loc[("triton_onnx/grpc/tensor", 1, 4)]
+    point = costs.loc[("triton_onnx/grpc/tensor", 1, "c4")]
     assert point["primary"] == pytest.approx(0.0005) and point["spot"] == pytest.approx(0.00025)
     assert point["images_per_usd"] == pytest.approx(2_000_000)
     # the report's own formula agrees with the metric the sweep logged
@@ -117,8 +117,8 @@ def test_slo_pick_at_the_primary_price_and_at_any_price(data) -> None:
     priced = tables.priced_points(data.ok, _prices(data))
     pick = tables.slo_pick(priced, 35.0)
     # p99 <= 35: a100 onnx-http b1c1 ($0.001), a100 onnx-grpc b1c1 ($0.0008), rtx4090 onnx-grpc b1c1 ($0.000533)
-    assert (pick["tier"], pick["stack"], pick["batch_size"], pick["concurrency"]) == (
-        "rtx4090", "triton_onnx/grpc/tensor", 1, 1)
+    assert (pick["tier"], pick["stack"], pick["batch_size"], pick["load"]) == (
+        "rtx4090", "triton_onnx/grpc/tensor", 1, "c1")
     assert pick["cost_per_1k_usd"] == pytest.approx(0.18 / 3.6 / 93.75)
     anywhere = tables.slo_pick(priced, 35.0, price=None)  # a100 at its spot price: 0.18/3.6/125 = $0.0004
     assert (anywhere["tier"], anywhere["stack"], anywhere["price"]) == ("a100", "triton_onnx/grpc/tensor", "spot")
@@ -230,10 +230,10 @@ def test_search_runs_leaves_the_global_tracking_uri_alone(store, monkeypatch: py
 
 
 def test_by_batch_has_a_cell_per_measured_point_only() -> None:
-    rows = [{"stack": s, "batch_size": b, "concurrency": 1, tables.P50: float(b)}
+    rows = [{"stack": s, "batch_size": b, "load": "c1", tables.P50: float(b)}
             for s, b in itertools.product(["x/http/tensor"], [1, 8])]
-    rows.append({"stack": "y/http/tensor", "batch_size": 1, "concurrency": 1, tables.P50: 3.0})
-    pivot = tables.by_batch(pd.DataFrame(rows), tables.P50)[1]
+    rows.append({"stack": "y/http/tensor", "batch_size": 1, "load": "c1", tables.P50: 3.0})
+    pivot = tables.by_batch(pd.DataFrame(rows), tables.P50)["c1"]
     assert pivot.loc["x/http/tensor", 8] == 8.0 and pd.isna(pivot.loc["y/http/tensor", 8])
 
 
@@ -267,3 +267,81 @@ def test_slo_search_results_are_reported_per_operating_point(data, published) ->
     markdown = published.markdown.read_text()
     assert "# SLO search" in markdown
     assert "| a100 | triton_onnx/grpc/tensor | 1 | 45.0 | 6 | 240.0 |" in markdown
+
+
+@pytest.fixture(scope="module")
+def flagged(tmp_path_factory: pytest.TempPathFactory):
+    """The flagged synthetic sweep (tests/synthetic_sweep.py FLAGGED), its data and its published report."""
+    folder = tmp_path_factory.mktemp("flagged")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    ids = syn.build_flagged(uri)
+    published = make_report(uri, "tierbench", syn.FLAGS_SWEEP_ID, folder / "runs", ReportOptions(slo_p99_ms=45.0))
+    return uri, ids, published
+
+
+def _answer(data, slo: float | None) -> list[str]:
+    from experiments.report.answer import answer_lines
+
+    labels = {t: info.label for t, info in data.tiers.items()}
+    return answer_lines(data, labels, _prices(data), slo, lambda row: str(row["price"]))
+
+
+def test_open_loop_rates_are_points_of_their_own(flagged) -> None:
+    data = flagged[2].data
+    assert list(data.ok["load"].cat.categories) == ["c1", "c4", "poisson-r60", "poisson-r100"]
+    over = data.ok[data.ok["overloaded"]]
+    assert list(over["load"]) == ["poisson-r60"] and over["marks"].iloc[0] == "‡"
+
+
+def test_an_overloaded_trial_is_never_the_answer_nor_on_the_frontier(flagged) -> None:
+    uri, ids, published = flagged
+    data = published.data
+    overloaded = data.ok[data.ok["overloaded"]].index[0]
+    # Counted in, the overloaded trial would be the cheapest point and on the frontier ...
+    assert tables.slo_pick(tables.priced_points(data.ok, _prices(data)), 10_000)["load"] == "poisson-r60"
+    assert overloaded in tables.pareto_frontier(data.ok).index
+    # ... but it is not what the server sustained: left out of the answer at any target and of the frontier.
+    assert overloaded not in data.sustained.index and overloaded not in tables.pareto_frontier(data.sustained).index
+    for slo in (None, 10_000.0):
+        assert "b8 · c4**: **$0.00025 per 1k images**" in _answer(data, slo)[0]
+    md = published.markdown.read_text()
+    assert "1 open-loop trial(s) overloaded their server (‡) and are left out" in md
+    assert "# Overloaded trials" in md
+    assert ("| a100 | triton_onnx/grpc/tensor | 8 | poisson-r60 | 60.2 | 55.0 | 440.0 | 31 | 2400.0 | "
+            "60.2 req/s arrived, 55.0 served: 31 more requests waiting at the end |") in md
+    frontier = md[md.index("Pareto frontier: p99"):md.index("![p99 latency")]
+    assert "poisson-r60" not in frontier
+    run = MlflowClient(uri).get_run(ids["sweep_run"])
+    assert run.data.metrics["min_cost_per_1k_images_usd"] == pytest.approx(0.1 / 400)  # not 0.1 / 440
+    assert run.data.metrics["trials_overloaded"] == 1 and run.data.metrics["trials_unstable"] == 2
+
+
+def test_the_answer_prefers_stable_trials_and_says_when_the_pick_is_unstable(flagged) -> None:
+    data = flagged[2].data
+    # p99 <= 45 ms: b1/c4 is cheaper ($0.0005) but unstable; the stable b1/c1 ($0.0008) is the answer.
+    (pick, *_) = _answer(data, 45.0)
+    assert "b1 · c1**: **$0.0008 per 1k images**" in pick and "Unstable" not in pick
+    # p99 <= 12 ms: only the unstable pytorch point qualifies: picked, and said so.
+    (pick, *_) = _answer(data, 12.0)
+    assert "pytorch/http/tensor · b1 · c1**" in pick and "† *Unstable*: its windows never agreed" in pick
+    # Without a target, the lowest p99 is the stable 16 ms, not the unstable 10 ms.
+    assert "Lowest p99: **a100 · triton_onnx/grpc/tensor · b1 · c1**: 16.0 ms" in _answer(data, None)[1]
+    assert "2 of 5 trials are unstable (†" in _answer(data, None)[3]
+
+
+def test_unstable_and_overloaded_figures_are_marked_in_every_table_and_plot(flagged) -> None:
+    published = flagged[2]
+    md = published.markdown.read_text()
+    assert "| triton_onnx/grpc/tensor | 20.0 † | 80.0 |" in md  # p50 by batch, concurrency 4
+    assert "† unstable (its measurement windows never agreed within the stability rule): 1 of 2 figures." in md
+    assert "| triton_onnx/grpc/tensor | 2400.0 ‡ |" in md  # p50 by batch, poisson at 60 req/s
+    assert "| triton_onnx/grpc/tensor | 125.0 | 200.0 † | 1.60× † |" in md  # a ratio carries both trials' marks
+    assert "| a100 | pytorch/http/tensor | 1 | c1 † | 10.0 |" in md  # the frontier marks its unstable rows ...
+    assert "2 of 4 points." in md  # ... and counts them
+    assert "| triton_onnx/grpc/tensor | 8 | poisson-r60 | 60.0 | 60.2 | 60.2 | 440.0 |" in md  # offered vs served
+    assert "| 0.990 | yes ‡ | yes |" in md and "| 1.010 | no | yes |" in md
+    assert ("**Server and clients disagree** on the images served (by more than 5%) in 1 trial(s), "
+            "server/client: triton_onnx/grpc/tensor/b1/c4 (1.120)") in md
+    assert {p.name for p in published.folder.glob("*.png")} == {
+        "pareto.png", "cost_per_1k.png", "latency_vs_throughput_a100.png"}
+    assert all(p.stat().st_size > 10_000 for p in published.folder.glob("*.png"))

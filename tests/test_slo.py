@@ -45,3 +45,16 @@ def test_a_target_no_load_meets_and_one_every_load_meets() -> None:
 def test_a_failed_measurement_counts_as_a_miss() -> None:
     result = search_slo(lambda c: None if c >= 4 else _model(c), 50, 1, 64, True)
     assert result.best.load == 3
+
+
+def test_an_overloaded_probe_misses_whatever_its_p99() -> None:
+    """Past 5 req/s this server falls behind its arrivals: a short window's p99 can still look fine (the queue
+    has only begun to grow), yet the load is not sustainable, so the search stops below it."""
+    def server(load: float) -> SloProbe:
+        return SloProbe(load, p99_ms=20.0, throughput_img_s=min(load, 5.0), overloaded=load > 5, stable=load != 4)
+
+    result = search_slo(server, slo_p99_ms=1000, lowest=1, limit=64, integer=True)
+    assert result.best.load == 5 and not result.limited
+    assert any(p.overloaded for p in result.probes)  # measured and kept, but never the answer
+    assert result.metrics(1.0)["slo_stable_at_max"] == 1
+    assert search_slo(server, 1000, 1, 4, True).metrics(1.0)["slo_stable_at_max"] == 0  # the best was unstable

@@ -24,7 +24,9 @@ from experiments.cluster.tiers import (
     CLIENT_POOL_RESOURCE,
     EMULATED_RESOURCE,
     RESOURCE_PREFIX,
+    known_tiers,
     node_declaration,
+    tier_gpu_problem,
     tiers_for_gpu,
     tiers_of_nodes,
 )
@@ -51,12 +53,32 @@ def require_tiers(requested: list[str], available: list[str]) -> None:
         raise TierUnavailableError("\n".join(missing_tier_message(t, available) for t in missing))
 
 
+class TierMismatchError(TierUnavailableError):
+    """A node declares a GPU tier whose GPU it does not have: its figures would be filed under the wrong name."""
+
+
 def local_node_tiers() -> list[str]:
     """Tiers this machine declares when the sweep starts Ray itself: `local`, plus its GPU's tier if known."""
-    from serving.node import nvidia_smi
+    from serving.node import nvml_gpus
 
-    gpus, _, _ = nvidia_smi()
-    return ["local", *tiers_for_gpu(gpus)]
+    return ["local", *tiers_for_gpu(nvml_gpus().names)]
+
+
+def require_local_tiers(requested: list[str], declared: list[str]) -> None:
+    """cluster=local runs on this machine, which is only the tiers its GPU is: refuse another, naming both."""
+    from serving.node import nvml_gpus
+
+    missing = [t for t in dict.fromkeys(requested) if t not in declared]
+    if not missing:
+        return
+    tiers = known_tiers()
+    gpus = nvml_gpus()
+    why = f" ({gpus.problem})" if gpus.problem else ""
+    lines = [f"gpu={tier} with cluster=local: {tier_gpu_problem(tiers[tier], gpus.names) or 'not this machine'}"
+             f"{why}; cluster=local declares only this machine's tiers {declared}" for tier in missing]
+    raise TierMismatchError("\n".join(lines) + ". Run the sweep on a node of the tier, join one to a cluster "
+                            "(cluster=address), or try the tier without its GPU with cluster=emulated (every result "
+                            "tagged emulated=true)")
 
 
 def declared_tiers(cluster_cfg: Any) -> list[str] | None:
@@ -170,7 +192,7 @@ class RayConnection:
         """Connected Ray in which every tier of `tiers` has a live node (TierUnavailableError otherwise)."""
         declared = declared_tiers(self.cfg)
         if declared is not None:  # fail before anything starts: nothing to clean up
-            require_tiers(tiers, declared)
+            (require_tiers if self.cfg.emulated else require_local_tiers)(tiers, declared)
         with _keep_sigterm_handler():
             self._init(declared)
         self._serve_was_running = _serve_running()

@@ -51,14 +51,25 @@ def known_tiers(conf_dir: Path = CONF_GPU_DIR) -> dict[str, Any]:
     return {path.stem: OmegaConf.load(path) for path in sorted(conf_dir.glob("*.yaml"))}
 
 
+def gpu_matches_tier(tier_cfg: Any, gpu_names: tuple[str, ...] | list[str]) -> bool:
+    """Whether one of these GPU names matches the tier's `gpu_name_patterns` (case-insensitive substrings)."""
+    patterns = [p.lower() for p in tier_cfg.get("gpu_name_patterns", [])]
+    return any(p in gpu.lower() for p in patterns for gpu in gpu_names)
+
+
 def tiers_for_gpu(gpu_names: tuple[str, ...] | list[str], conf_dir: Path = CONF_GPU_DIR) -> list[str]:
-    """Tiers whose `gpu_name_patterns` match one of this node's GPU names (case-insensitive substrings)."""
-    matched = []
-    for name, tier in known_tiers(conf_dir).items():
-        patterns = [p.lower() for p in tier.get("gpu_name_patterns", [])]
-        if any(p in gpu.lower() for p in patterns for gpu in gpu_names):
-            matched.append(name)
-    return matched
+    """Tiers whose `gpu_name_patterns` match one of this node's GPU names."""
+    return [name for name, tier in known_tiers(conf_dir).items() if gpu_matches_tier(tier, gpu_names)]
+
+
+def tier_gpu_problem(tier_cfg: Any, gpu_names: tuple[str, ...] | list[str]) -> str | None:
+    """Why a node with these GPUs is not a node of this tier; None when it is, or when the tier needs no GPU
+    (`requires_gpu: false`, e.g. `local`). One rule for runners.node, runners.doctor and the tier job."""
+    if not tier_cfg.get("requires_gpu", True) or gpu_matches_tier(tier_cfg, gpu_names):
+        return None
+    found = f"GPU {', '.join(gpu_names)}" if gpu_names else "no NVIDIA GPU"
+    return (f"tier {tier_cfg.name} ({tier_cfg.get('display_name', tier_cfg.name)}) needs a GPU matching "
+            f"{list(tier_cfg.get('gpu_name_patterns', []))}, and this node has {found}")
 
 
 def tiers_of_nodes(nodes: list[dict[str, Any]]) -> dict[str, list[str]]:

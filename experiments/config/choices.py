@@ -42,9 +42,9 @@ class LoadMode(StrEnum):
     def load_of(self, concurrency: int, request_rate: float) -> float:
         return request_rate if self.open_loop else concurrency
 
-    def label(self, load: float) -> str:
-        """How a run name shows the load: `c16`, `poisson-r200`."""
-        return f"{self}-r{load:g}" if self.open_loop else f"c{int(load)}"
+    def label(self, concurrency: int, request_rate: float) -> str:
+        """How run names and the report show a load: `c16` (closed loop), `poisson-r200` (open loop, req/s)."""
+        return f"{self}-r{request_rate:g}" if self.open_loop else f"c{int(concurrency)}"
 
     def split(self, load: float, actors: int) -> list[float]:
         """Each client actor's share: request loops as evenly as possible (an actor may get none), or the rate

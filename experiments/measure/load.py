@@ -4,14 +4,18 @@ Pure asyncio, independent of Ray, so they can be tested against any coroutine. L
 `start()` to `stop()`: warm-up and measurement windows are cuts of one steady stream, and several client
 actors can cut the same windows (epoch timestamps) out of their own streams.
 
-A request belongs to the window it was *scheduled* in, and a window is collected once every such request has
-returned: a request queued behind warm-up traffic cannot leak into the window, and slow requests at the
-window's end are not dropped (no survivor bias in the percentiles).
+Latency: a request belongs to the window it was *scheduled* in, and a window is collected once every such
+request has returned: a request queued behind warm-up traffic cannot leak into the window's percentiles, and
+slow requests at the window's end are not dropped (no survivor bias). Throughput: the requests that
+*completed* inside the window, whenever they were scheduled (perf_analyzer's and LoadGen's count), so an
+open loop that offers more than the server serves reports what was served; the requests *sent* inside it
+say how fast the client really sent. Records are kept until they completed before the window being cut.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import time
 from abc import ABC, abstractmethod
@@ -108,6 +112,10 @@ class LoadGenerator(ABC):
         except Exception as exc:  # noqa: BLE001 - any failure fails the trial, with its message
             if len(self.errors) < MAX_ERRORS_KEPT:
                 message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if isinstance(exc, TimeoutError):  # asyncio.timeout's says nothing: say what it means
+                    message = (f"TimeoutError: no response within {self.timeout_s:g} s "
+                               f"(experiment.request_timeout_s) with {len(self._in_flight)} requests in flight: "
+                               "the server is that far behind (in an open loop: overloaded past the timeout)")
                 self.errors.append(message[:500])
             # A failed request invalidates the trial: stop loading a server that is failing.
             self._stopping = True
@@ -152,7 +160,8 @@ class LoadGenerator(ABC):
         return self.now()
 
     async def collect(self, window_start: float, window_end: float) -> WindowSamples:
-        """Wait for the window to end and its requests to return; return the requests scheduled inside it."""
+        """Wait for the window to end and its requests to return; return the requests scheduled inside it, with
+        how many requests completed and were sent inside it (whenever scheduled)."""
         await asyncio.sleep(max(0.0, window_end - self.now()))
         while (self._launched_through() < window_end and not self._stopping) or any(
                 t < window_end for t in list(self._in_flight.values())):
@@ -161,16 +170,22 @@ class LoadGenerator(ABC):
         intended = np.asarray(self._intended)
         n = intended.size
         inside = (intended >= window_start) & (intended < window_end)
+        # Every request sent or completed before the window's end was scheduled before it, so it has returned
+        # and is recorded; none of them was forgotten (records go once they completed before a cut window).
+        done = np.asarray(self._done[:n])
+        sent = np.asarray(self._sent[:n])
         samples = WindowSamples(
             window_start=window_start,
             window_end=window_end,
             images_per_request=self.images_per_request,
             intended_s=intended[inside],
-            send_s=np.asarray(self._sent[:n])[inside],
-            done_s=np.asarray(self._done[:n])[inside],
+            send_s=sent[inside],
+            done_s=done[inside],
             server_ms=np.asarray(self._server_ms[:n])[inside],
             server_batch=np.asarray(self._server_batch[:n])[inside],
             actor=np.full(int(inside.sum()), self.actor_index, dtype=np.int32),
+            completed=int(np.count_nonzero((done >= window_start) & (done < window_end))),
+            sent=int(np.count_nonzero((sent >= window_start) & (sent < window_end))),
             clients=[self._health(window_start, window_end)],
         )
         self._forget_before(window_start)
@@ -184,8 +199,10 @@ class LoadGenerator(ABC):
         return ClientHealth(self.actor_index, cpu, float(np.percentile(lags, 99) * 1e3) if lags else 0.0, late)
 
     def _forget_before(self, t: float) -> None:
-        """Drop records of earlier windows so a long trial doesn't grow without bound."""
-        keep = next((i for i, v in enumerate(self._intended) if v >= t), len(self._intended))
+        """Drop the records of requests that completed before `t` (the start of the window just cut), so a long
+        trial doesn't grow without bound. Records are appended as requests complete, so they are in completion
+        order; a request scheduled earlier that completes in a later window is kept, to be counted there."""
+        keep = bisect.bisect_left(self._done, t)
         for records in (self._intended, self._sent, self._done, self._server_ms, self._server_batch):
             del records[:keep]
         self._lags = [x for x in self._lags if x[0] >= t]

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from experiments.config.prices import cost_per_1k_images, images_per_usd
 from experiments.measure.samples import WindowSamples
 
 PERCENTILES = (50, 90, 95, 99)
+# An open loop is overloaded when its backlog (requests scheduled but not yet served) grew over the measured
+# windows by more than this share of the arrivals, and by more than twice their Poisson noise (sqrt of the
+# count): a queue that merely fluctuates near capacity does not trip it, one that falls behind does.
+OVERLOAD_FRACTION = 0.05
+# The client's and the server's count of served images may differ by this share before a trial is flagged.
+SERVER_COUNT_TOLERANCE = 0.05
 
 
 def latency_metrics(latency_s: np.ndarray) -> dict[str, float]:
@@ -21,7 +29,9 @@ def latency_metrics(latency_s: np.ndarray) -> dict[str, float]:
 
 
 def throughput_metrics(samples: WindowSamples) -> dict[str, float]:
-    requests_s = samples.requests / samples.duration_s
+    """What was served: requests (images) that completed inside the windows per second, whenever they were
+    scheduled (perf_analyzer and LoadGen count so), in closed and open loop alike."""
+    requests_s = samples.completed / samples.duration_s
     return {"requests_s": requests_s, "throughput_img_s": requests_s * samples.images_per_request}
 
 
@@ -37,7 +47,7 @@ def cost_metrics(price_per_hour_usd: float, throughput_img_s: float) -> dict[str
 
 def window_metrics(samples: WindowSamples, price_per_hour_usd: float) -> dict[str, float]:
     metrics = {**latency_metrics(samples.latency_s), **throughput_metrics(samples),
-               "request_count": float(samples.requests)}
+               "request_count": float(samples.requests), "completed_requests": float(samples.completed)}
     metrics.update(cost_metrics(price_per_hour_usd, metrics["throughput_img_s"]))
     return metrics
 
@@ -63,15 +73,48 @@ def windows_stable(windows: list[WindowSamples], percent: float, latency_percent
     return is_stable([s[0] for s in stats], percent) and is_stable([s[1] for s in stats], percent)
 
 
+def is_overloaded(samples: WindowSamples) -> bool:
+    """Completions fell behind arrivals: the backlog grew over the windows beyond what a steady queue jitters."""
+    growth = samples.requests - samples.completed
+    return growth > max(OVERLOAD_FRACTION * samples.requests, 2.0 * math.sqrt(samples.requests))
+
+
 def open_loop_metrics(samples: WindowSamples, target_rate: float) -> dict[str, float]:
-    """Achieved vs target rate, late sends, and the send-time latencies that coordinated omission would show."""
+    """The rates side by side: target (configured), offered (arrivals scheduled in the windows), achieved
+    (requests sent in them); the backlog's growth (arrivals - completions) and whether it means overload; late
+    sends, and the send-time latencies that coordinated omission would show."""
     late = sum(c.late_sends for c in samples.clients)
-    out = {"target_rate_rps": target_rate, "achieved_rate_rps": samples.requests / samples.duration_s,
+    out = {"target_rate_rps": target_rate, "offered_rate_rps": samples.requests / samples.duration_s,
+           "achieved_rate_rps": samples.sent / samples.duration_s,
+           "backlog_growth_requests": float(samples.requests - samples.completed),
+           "overloaded": float(is_overloaded(samples)),
            "late_requests": float(late), "late_fraction": late / samples.requests if samples.requests else 0.0}
     if samples.requests:
         values = np.percentile(samples.send_latency_s * 1e3, PERCENTILES)
         out.update({f"send_latency_p{p}_ms": float(v) for p, v in zip(PERCENTILES, values, strict=True)})
     return out
+
+
+def server_count_metrics(server_images: float, server_span_s: float, throughput_img_s: float) -> dict[str, float]:
+    """The server's own count of images it served (e.g. Triton's `nv_inference_count`) over `server_span_s`,
+    as a rate beside the clients' throughput: `server_count_ratio` far from 1 means one of them is wrong."""
+    if server_span_s <= 0:
+        return {}
+    server_img_s = server_images / server_span_s
+    out = {"server_throughput_img_s": server_img_s}
+    if throughput_img_s > 0:
+        out["server_count_ratio"] = server_img_s / throughput_img_s
+    return out
+
+
+def counts_disagree(metrics: dict[str, float], samples: WindowSamples) -> bool:
+    """The two counts differ by more than SERVER_COUNT_TOLERANCE, and by more than the two requests a counter
+    read a few ms off a window's edge can move (which matters in a short, slow trial only)."""
+    ratio = metrics.get("server_count_ratio")
+    images = samples.completed * samples.images_per_request
+    if ratio is None or images == 0:
+        return False
+    return abs(ratio - 1.0) > max(SERVER_COUNT_TOLERANCE, 2.0 * samples.images_per_request / images)
 
 
 def client_metrics(samples: WindowSamples) -> dict[str, float]:

@@ -19,7 +19,12 @@ class ClientHealth:
 
 @dataclass
 class WindowSamples:
-    """Requests *scheduled* inside [window_start, window_end) (epoch seconds), from one or more actors.
+    """Requests *scheduled* inside [window_start, window_end) (epoch seconds), from one or more actors, and
+    how many requests *completed* and were *sent* inside it, whenever they were scheduled.
+
+    The scheduled requests are the latency samples; the completed ones are the throughput (what the server
+    served: in an open loop past the server's capacity, far fewer than were scheduled). Both counts are exact
+    sums over actors and consecutive windows.
 
     `intended_s` is when a request should have gone out: in closed loop the moment its loop was free (= the
     send time), in open loop its arrival time in the schedule. Latency from the intended time includes any
@@ -35,6 +40,8 @@ class WindowSamples:
     done_s: np.ndarray
     server_ms: np.ndarray  # server-reported processing time per request (NaN when the server says nothing)
     actor: np.ndarray  # index of the client actor that sent it
+    completed: int  # requests that completed inside the window (whenever scheduled)
+    sent: int  # requests sent inside the window (whenever scheduled)
     # images of the forward pass the request rode in, as the server reported it (NaN when it says nothing)
     server_batch: np.ndarray | None = None
     errors: list[str] = field(default_factory=list)
@@ -46,6 +53,7 @@ class WindowSamples:
 
     @property
     def requests(self) -> int:
+        """Requests scheduled inside the window: the latency samples (an open loop's arrivals)."""
         return int(self.done_s.size)
 
     @property
@@ -86,6 +94,8 @@ class WindowSamples:
             server_ms=cat("server_ms"),
             server_batch=None if any(p.server_batch is None for p in parts) else cat("server_batch"),
             actor=cat("actor"),
+            completed=sum(p.completed for p in parts),
+            sent=sum(p.sent for p in parts),
             errors=[e for p in parts for e in p.errors],
             clients=[c for p in parts for c in p.clients],
         )

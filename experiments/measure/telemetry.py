@@ -199,7 +199,7 @@ def start_gpu_telemetry(telemetry_cfg: Any, handle: ServerHandle, node: NodeInfo
     if not telemetry_cfg.gpu:
         return None
     if not node.has_gpu:
-        log.info("no GPU telemetry: node %s has no NVIDIA GPU (nvidia-smi finds none)", node.hostname)
+        log.info("no GPU telemetry: node %s has no NVIDIA GPU (NVML finds none)", node.hostname)
         return None
     if handle.node_id:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -1,5 +1,6 @@
 """Measure one trial with the client actors: start load, drop the warm-up, then repeat windows until the last
-few agree (perf_analyzer's stability rule); percentiles come from the merged raw samples of those windows."""
+few agree (perf_analyzer's stability rule); percentiles come from the merged raw samples of those windows.
+The server's counters are read at the window boundaries, so its own count covers the clients' windows."""
 
 from __future__ import annotations
 
@@ -21,6 +22,55 @@ WINDOW_LEAD_S = 0.05
 CounterProbe = Callable[[], dict[str, float] | None]
 
 
+class BoundaryCounters:
+    """The server's cumulative counters read at every window boundary as it passes, also while an earlier
+    window is still being collected (an overloaded server takes seconds to return a window's requests): the
+    server's count then covers the clients' windows, not the driver's collection delays."""
+
+    def __init__(self, probe: CounterProbe | None, first: float, window_s: float) -> None:
+        self.probe = probe
+        self.first = first
+        self.window_s = window_s
+        # Per boundary (first + k * window_s): (epoch time of the read, counters), or None without counters.
+        self.readings: list[tuple[float, dict[str, float]] | None] = []
+
+    def _due(self) -> float:
+        return self.first + len(self.readings) * self.window_s
+
+    def _read(self) -> None:
+        before = time.time()
+        values = self.probe() if self.probe else None
+        self.readings.append(None if values is None else ((before + time.time()) / 2, values))
+
+    def read_through(self, boundary: int) -> None:
+        """Read every boundary up to `boundary`, waiting for those still ahead."""
+        while len(self.readings) <= boundary:
+            time.sleep(max(0.0, self._due() - time.time()))
+            self._read()
+
+    def gather(self, refs: list[Any], remaining: Callable[[], float]) -> list[Any]:
+        """`ray.get(refs)`, reading the counters at each boundary that passes meanwhile."""
+        import ray
+
+        while True:
+            while time.time() >= self._due():
+                self._read()
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=min(max(0.0, self._due() - time.time()),
+                                                                          remaining()))
+            if len(ready) == len(refs):
+                while time.time() >= self._due():  # the window's end has passed: read it before the next cut
+                    self._read()
+                return ray.get(refs)
+
+    def around(self, first: int, last: int) -> tuple[dict[str, float] | None, dict[str, float] | None, float]:
+        """Counters at boundaries `first` and `last`, and the seconds between the two reads."""
+        self.read_through(last)
+        before, after = self.readings[first], self.readings[last]
+        if before is None or after is None:
+            return None, None, 0.0
+        return before[1], after[1], after[0] - before[0]
+
+
 @dataclass
 class Measurement:
     samples: WindowSamples  # the merged samples of the final, agreeing windows
@@ -30,8 +80,9 @@ class Measurement:
     windows: int
     stable: bool
     window_stats: list[tuple[float, float]]  # (img/s, latency percentile ms) of every window
-    counters_before: dict[str, float] | None = None  # server counters around the final windows
+    counters_before: dict[str, float] | None = None  # server counters at the final windows' boundaries
     counters_after: dict[str, float] | None = None
+    counters_span_s: float = 0.0  # seconds between the two reads (the windows' length, give or take a read)
 
 
 def split_load(trial: Trial, actors: int) -> list[LoadPoint]:
@@ -69,29 +120,29 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: Any,
         warmup = ray.get([a.wait_warm.remote(per_actor_warmup, exp.warmup_s, warm_timeout) for a in used],
                          timeout=warm_timeout + 5)
         start = time.time() + WINDOW_LEAD_S
-        time.sleep(max(0.0, start - time.time()))
-        counters = [probe() if probe else None]
+        counters = BoundaryCounters(probe, start, exp.window_s)
         windows: list[WindowSamples] = []
         while True:
             end = start + exp.window_s
-            parts = ray.get([a.collect.remote(start, end) for a in used], timeout=remaining())
+            parts = counters.gather([a.collect.remote(start, end) for a in used], remaining)
             windows.append(WindowSamples.merge(parts))
-            counters.append(probe() if probe else None)
             recent = windows[-stability.windows:]
             stable = len(recent) == stability.windows and windows_stable(recent, stability.percent,
                                                                          stability.latency_percentile)
             if stable or len(windows) >= stability.max_windows:
                 break
             start = end
+        final = windows[-stability.windows:]
+        # Read while the load still runs: a server keeps serving its backlog after the clients stop.
+        before, after, span_s = counters.around(len(windows) - len(final), len(windows))
     finally:
         try:
             ray.get([a.stop.remote() for a in used], timeout=exp.request_timeout_s + 5)
         except Exception:  # noqa: BLE001 - the pool is restarted after a failed trial anyway
             pass
-    final = windows[-stability.windows:]
     return Measurement(
         samples=WindowSamples.merge(final), warmup=warmup, payload_bytes=int(payloads[0]), actors_used=len(used),
         windows=len(windows), stable=stable,
         window_stats=[window_stats(w, stability.latency_percentile) for w in windows],
-        counters_before=counters[-len(final) - 1], counters_after=counters[-1],
+        counters_before=before, counters_after=after, counters_span_s=span_s,
     )

@@ -1,3 +1,4 @@
-"""The cost-per-image report of a sweep: `data` (MLflow runs -> pandas), `tables` (numbers), `plots` (PNG),
-`render` (Markdown/HTML), `build` (the report's sections), `publish` (files + MLflow). Entry point:
-`python -m runners.report`."""
+"""The cost-per-image report of a sweep: `data` (MLflow runs -> pandas), `tables` (numbers), `marks` (caveats on
+figures: unstable, overloaded), `plots` (PNG), `render` (Markdown/HTML), `answer` (the pick), `served` (offered
+vs served: overloaded trials, open-loop rates, server counts), `build` (the report's sections), `publish`
+(files + MLflow). Entry point: `python -m runners.report`."""

@@ -1,5 +1,6 @@
 """Assemble the report of one sweep: the answer first (cheapest option at the SLO), then prices, cross-tier
-tables, per-tier tables in the study's shape, problems, and how the numbers were made."""
+tables, per-tier tables in the study's shape, problems, and how the numbers were made. Overloaded trials are
+listed apart and kept out of every cost figure; unstable figures are marked wherever they appear."""
 
 from __future__ import annotations
 
@@ -10,13 +11,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.report import plots, tables
-from experiments.report.data import SweepData
+from experiments.report import marks, plots, tables
+from experiments.report.answer import answer_lines
+from experiments.report.data import SweepData, TierInfo
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd, usd_per_hour
-from experiments.report.tables import P50, P99, THROUGHPUT
+from experiments.report.served import (
+    load_marks,
+    marked_table,
+    open_loop_table,
+    overloaded_section,
+    point_numeric,
+    server_count_note,
+)
+from experiments.report.tables import MARKS, P50, P99, POINT, THROUGHPUT
 from experiments.results.records import Status
 
-STACK_NOTE = "A stack is `backend variant/protocol/input format`; `b` is the batch size, `c` the concurrency."
+STACK_NOTE = ("A stack is `backend variant/protocol/input format`; `b` is the batch size; a load is `cN` (N "
+              "closed-loop request loops) or `poisson-rR` / `constant-rR` (open-loop arrivals at R req/s).")
 
 
 @dataclass
@@ -33,21 +44,26 @@ class Report:
     summary: list[str] = field(default_factory=list)  # the answer in a few lines (console, MLflow note)
 
 
-def _point(row: pd.Series, labels: dict[str, str]) -> str:
-    return f"**{labels.get(row['tier'], row['tier'])} · {row['stack']} · b{row['batch_size']} · c{row['concurrency']}**"
-
-
 def _numeric(frame: pd.DataFrame, first_text: int) -> list[bool]:
     return [False] * first_text + [True] * (frame.shape[1] - first_text)
 
 
-def _by_batch_table(pivot: pd.DataFrame, fmt: Callable[[object], str], best: str) -> tuple[pd.DataFrame, list[bool]]:
-    pivot = pivot.copy()
-    pivot.columns = [f"b={c}" if c != "scaling" else "scaling" for c in pivot.columns]
+def _by_batch_table(doc: Document, pivot: pd.DataFrame, pivot_marks: pd.DataFrame, fmt: Callable[[object], str],
+                    best: str) -> None:
+    names = {c: f"b={c}" if c != "scaling" else "scaling" for c in pivot.columns}
+    pivot, pivot_marks = pivot.rename(columns=names), pivot_marks.rename(columns=names)
     formats = {c: fmt for c in pivot.columns} | {"scaling": ratio}
-    out = format_frame(pivot, formats, best={c: best for c in pivot.columns if c != "scaling"})
-    out = out.reset_index()
-    return out, _numeric(out, 1)
+    out = format_frame(pivot, formats, best={c: best for c in pivot.columns if c != "scaling"},
+                       marks=pivot_marks).reset_index()
+    marked_table(doc, out, _numeric(out, 1), pivot_marks)
+
+
+def _load_title(load: str) -> str:
+    """`c4` -> `concurrency 4`; `poisson-r80` -> `poisson arrivals at 80 req/s`."""
+    if load.startswith("c") and load[1:].isdigit():
+        return f"concurrency {load[1:]}"
+    mode, _, rate_rps = load.partition("-r")
+    return f"{mode} arrivals at {rate_rps} req/s"
 
 
 def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Report:
@@ -70,10 +86,11 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     if data.superseded:
         doc.note(f"{data.superseded} older run(s) of trials that were run again are left out (the latest `ok` "
                  "run of each trial counts).")
-    _answer(doc, report, data, ok, labels, prices, options)
+    _answer(doc, report, data, labels, options)
+    overloaded_section(doc, data, labels)
     _prices(doc, data)
-    if not ok.empty:
-        _across_tiers(doc, report, folder, ok, labels, prices, options)
+    if not data.sustained.empty:
+        _across_tiers(doc, report, folder, data.sustained, labels, prices, options)
     for tier in sorted(data.tiers):
         if (ok["tier"] == tier).any():
             _tier_section(doc, report, folder, data, ok[ok["tier"] == tier], tier, labels)
@@ -94,9 +111,10 @@ def _slo_search(doc: Document, data: SweepData, labels: dict[str, str]) -> None:
     doc.p("For each operating point, the highest load (concurrency, or request rate in open loop) whose p99 "
           "stayed within the target, found by doubling then bisection over real trials (tag "
           "`phase=slo_search`). “at limit” means the search stopped at its load limit still within the target.")
-    rows = []
+    rows, slo_marks = [], []
     for _, row in data.slo.sort_values(["tier", "variant", "protocol", "input_format", "batch_size"]).iterrows():
         met = row["slo_met"] == 1
+        slo_marks.append(marks.UNSTABLE if met and row.get("slo_stable_at_max") == 0 else "")
         rows.append({
             "tier": labels.get(row["tier"], row["tier"]),
             "stack": f"{row['variant']}/{row['protocol']}/{row['input_format']}", "batch": row["batch_size"],
@@ -109,46 +127,22 @@ def _slo_search(doc: Document, data: SweepData, labels: dict[str, str]) -> None:
             "probes": count(row["slo_probes"]),
         })
     frame = pd.DataFrame(rows)
-    doc.table(frame, _numeric(frame, 3))
+    figure_marks = pd.DataFrame({c: slo_marks for c in ("max load", "img/s at max", "p99 ms at max",
+                                                         "$ per 1k images")}, index=frame.index)
+    marked_table(doc, format_frame(frame, {}, marks=figure_marks), _numeric(frame, 3), figure_marks["max load"],
+                  "operating points")
 
 
-def _answer(doc: Document, report: Report, data: SweepData, ok: pd.DataFrame, labels: dict[str, str],
-            prices: dict, options: ReportOptions) -> None:
+def _answer(doc: Document, report: Report, data: SweepData, labels: dict[str, str], options: ReportOptions) -> None:
     doc.h(1, "Answer")
-    if ok.empty:
+    if data.ok.empty:
         doc.p("No trial succeeded, so there is nothing to compare: see “Failed and skipped trials” below.")
         report.summary.append("no successful trial")
         return
-    priced = tables.priced_points(ok, prices)
-    lines = []
-    if options.slo_p99_ms is not None:
-        slo = options.slo_p99_ms
-        pick = tables.slo_pick(priced, slo)
-        if pick is None:
-            fastest = ok.loc[ok[P99].idxmin()]
-            lines.append(f"Nothing measured meets p99 ≤ {slo:g} ms: the lowest p99 is {ms(fastest[P99])} ms at "
-                         f"{_point(fastest, labels)}.")
-        else:
-            lines.append(f"Cheapest operating point with p99 ≤ {slo:g} ms, at each tier's primary price: "
-                         f"{_point(pick, labels)}: **{usd(pick['cost_per_1k_usd'])} per 1k images** "
-                         f"(p99 {ms(pick[P99])} ms, p50 {ms(pick[P50])} ms, {rate(pick[THROUGHPUT])} img/s, "
-                         f"price {_price_label(data, pick)}).")
-            any_price = tables.slo_pick(priced, slo, price=None)
-            if any_price is not None and any_price["price"] != "primary":
-                lines.append(f"At any listed price: {_point(any_price, labels)} at price "
-                             f"{_price_label(data, any_price)}: **{usd(any_price['cost_per_1k_usd'])} per 1k "
-                             f"images**.")
-    else:
-        cheapest = priced[priced["price"] == "primary"].iloc[0]
-        fastest = ok.loc[ok[P99].idxmin()]
-        lines.append(f"Cheapest operating point at each tier's primary price: {_point(cheapest, labels)}: "
-                     f"**{usd(cheapest['cost_per_1k_usd'])} per 1k images** at p99 {ms(cheapest[P99])} ms.")
-        lines.append(f"Lowest p99: {_point(fastest, labels)}: {ms(fastest[P99])} ms at "
-                     f"{usd(fastest['cost_per_1k_images_usd'])} per 1k images.")
-        lines.append("Give a latency target with `--slo-p99-ms` for a pick; meanwhile the Pareto frontier below "
-                     "answers any target: take the frontier point with the largest p99 within it.")
+    prices = {name: info.prices for name, info in data.tiers.items()}
+    lines = answer_lines(data, labels, prices, options.slo_p99_ms, lambda row: _price_label(data, row))
     doc.bullets(lines)
-    report.summary += [line.replace("**", "") for line in lines]
+    report.summary += [line.replace("**", "").replace("*", "") for line in lines]
 
 
 def _price_label(data: SweepData, row: pd.Series) -> str:
@@ -170,12 +164,13 @@ def _prices(doc: Document, data: SweepData) -> None:
     doc.table(frame, [False, False, True, False, False, False, False])
 
 
-def _across_tiers(doc: Document, report: Report, folder: Path, ok: pd.DataFrame, labels: dict[str, str],
+def _across_tiers(doc: Document, report: Report, folder: Path, sustained: pd.DataFrame, labels: dict[str, str],
                   prices: dict, options: ReportOptions) -> None:
+    """Cost tables, the Pareto frontier and its plots: from the trials whose server kept up (`sustained`)."""
     doc.h(1, "Cost per image across tiers")
     doc.p(f"$ per 1k images = price per hour / 3600 / throughput × 1000: the cost of keeping the tier busy at "
           f"that operating point, at each tier's primary price. {STACK_NOTE}")
-    tiers = sorted(ok["tier"].unique())
+    tiers = sorted(sustained["tier"].unique())
     if len(tiers) == 1:
         doc.p(f"One tier in this sweep: its cost per operating point at each of its prices is in the section "
               f"“Tier {labels[tiers[0]]}” below.")
@@ -183,52 +178,65 @@ def _across_tiers(doc: Document, report: Report, folder: Path, ok: pd.DataFrame,
                                      ("images_per_usd", count, "max", "Images per $ (primary price)")):
         if len(tiers) == 1:
             break
-        pivot = tables.cost_by_tier(ok, metric)
+        pivot = tables.cost_by_tier(sustained, metric)
         if pivot.empty:
             continue
-        pivot.columns = [labels.get(c, c) for c in pivot.columns]
+        pivot_marks = tables.cost_by_tier(sustained, MARKS).reindex(index=pivot.index, columns=pivot.columns)
+        names = {c: labels.get(c, c) for c in pivot.columns}
+        pivot, pivot_marks = pivot.rename(columns=names), pivot_marks.rename(columns=names)
         doc.h(2, title)
-        out = format_frame(pivot, {c: fmt for c in pivot.columns},
-                           best={c: best for c in pivot.columns}).reset_index()
-        out.columns = ["stack", "b", "c", *out.columns[3:]]
-        doc.table(out, _numeric(out, 1))
-    frontier = tables.pareto_frontier(ok)
+        out = format_frame(pivot, {c: fmt for c in pivot.columns}, best={c: best for c in pivot.columns},
+                           marks=pivot_marks).reset_index()
+        out.columns = ["stack", "b", "load", *out.columns[3:]]
+        marked_table(doc, out, point_numeric(out), pivot_marks.where(pivot.notna()))
+    frontier = tables.pareto_frontier(sustained)
     doc.h(2, "Pareto frontier: p99 latency vs $ per 1k images")
     doc.p("No other operating point is both faster (p99) and cheaper. For a p99 target, the cheapest choice is the "
           "last row whose p99 is within it.")
-    f = frontier[["tier", "stack", "batch_size", "concurrency", P99, P50, THROUGHPUT, "cost_per_1k_images_usd"]]
-    f = f.assign(tier=f["tier"].map(labels))
-    out = format_frame(f.rename(columns={"batch_size": "b", "concurrency": "c", P99: "p99 ms", P50: "p50 ms",
-                                         THROUGHPUT: "img/s", "cost_per_1k_images_usd": "$/1k img"}),
-                       {"p99 ms": ms, "p50 ms": ms, "img/s": rate, "$/1k img": usd})
-    doc.table(out, _numeric(out, 2))
+    f = frontier[["tier", "stack", "batch_size", "load", P99, P50, THROUGHPUT, "cost_per_1k_images_usd"]]
+    f = f.assign(tier=f["tier"].map(labels), load=f["load"].astype(str))
+    out = format_frame(f.rename(columns={"batch_size": "b", P99: "p99 ms", P50: "p50 ms", THROUGHPUT: "img/s",
+                                         "cost_per_1k_images_usd": "$/1k img"}),
+                       {"p99 ms": ms, "p50 ms": ms, "img/s": rate, "$/1k img": usd},
+                       marks=load_marks(f, frontier[MARKS]))
+    marked_table(doc, out, [False, *point_numeric(out.iloc[:, 1:])], frontier[MARKS], "points")
     pick = None
     if options.slo_p99_ms is not None:
-        chosen = tables.slo_pick(tables.priced_points(ok, prices), options.slo_p99_ms)
+        chosen = tables.slo_pick(tables.priced_points(sustained, prices), options.slo_p99_ms)
         if chosen is not None:
             pick = chosen.rename({"cost_per_1k_usd": "cost_per_1k_images_usd"})
-    report.images["pareto.png"] = plots.pareto(ok, frontier, labels, folder / "pareto.png", options.slo_p99_ms, pick)
-    doc.image("pareto.png", "p99 latency vs $ per 1k images (primary prices), Pareto frontier in black")
-    report.images["cost_per_1k.png"] = plots.cost_bars(ok, prices, labels, folder / "cost_per_1k.png")
-    doc.image("cost_per_1k.png", "Lowest $ per 1k images per backend stack and tier; ticks: other listed prices")
+    report.images["pareto.png"] = plots.pareto(sustained, frontier, labels, folder / "pareto.png",
+                                               options.slo_p99_ms, pick)
+    doc.image("pareto.png", "p99 latency vs $ per 1k images (primary prices), Pareto frontier in black; hollow "
+                            "markers: unstable trials")
+    report.images["cost_per_1k.png"] = plots.cost_bars(sustained, prices, labels, folder / "cost_per_1k.png")
+    doc.image("cost_per_1k.png", "Lowest $ per 1k images per backend stack and tier; ticks: other listed prices; "
+                                 "hatched: unstable")
     if options.slo_p99_ms is not None:
-        _slo_table(doc, tables.priced_points(ok, prices), labels, options.slo_p99_ms)
+        _slo_table(doc, tables.priced_points(sustained, prices), labels, options.slo_p99_ms)
     if len(tiers) > 1:
-        base = options.baseline_tier if options.baseline_tier in tiers else tiers[0]
-        doc.h(2, f"Cross-tier ratios (each tier over {labels[base]})")
-        doc.p("Ratio = other tier / baseline at the same operating point: p50 > 1 means slower, throughput > 1 "
-              "means more img/s, cost > 1 means dearer per image (primary prices).")
-        for other in (t for t in tiers if t != base):
-            ratios = tables.cross_tier(ok, base, other)
-            if ratios.empty:
-                doc.p(f"{labels[other]} and {labels[base]} share no operating point.")
-                continue
-            doc.h(3, f"{labels[other]} / {labels[base]}")
-            cols = {c: (ratio if c.endswith("_ratio") else usd if c.startswith("cost") else
-                        ms if c.startswith("p50") else rate) for c in ratios.columns}
-            out = format_frame(ratios, cols).reset_index()
-            out.columns = ["stack", "b", "c", *[c.replace("_", " ") for c in out.columns[3:]]]
-            doc.table(out, _numeric(out, 1))
+        _cross_tier_ratios(doc, sustained, tiers, labels, options)
+
+
+def _cross_tier_ratios(doc: Document, sustained: pd.DataFrame, tiers: list[str], labels: dict[str, str],
+                       options: ReportOptions) -> None:
+    base = options.baseline_tier if options.baseline_tier in tiers else tiers[0]
+    doc.h(2, f"Cross-tier ratios (each tier over {labels[base]})")
+    doc.p("Ratio = other tier / baseline at the same operating point: p50 > 1 means slower, throughput > 1 "
+          "means more img/s, cost > 1 means dearer per image (primary prices). A ratio carries the marks of both "
+          "its trials.")
+    for other in (t for t in tiers if t != base):
+        ratios = tables.cross_tier(sustained, base, other)
+        if ratios.empty:
+            doc.p(f"{labels[other]} and {labels[base]} share no operating point.")
+            continue
+        ratio_marks = tables.cross_tier(sustained, base, other, values=MARKS)
+        doc.h(3, f"{labels[other]} / {labels[base]}")
+        cols = {c: (ratio if c.endswith("_ratio") else usd if c.startswith("cost") else
+                    ms if c.startswith("p50") else rate) for c in ratios.columns}
+        out = format_frame(ratios, cols, marks=ratio_marks).reset_index()
+        out.columns = ["stack", "b", "load", *[c.replace("_", " ") for c in out.columns[3:]]]
+        marked_table(doc, out, point_numeric(out), ratio_marks)
 
 
 def _slo_table(doc: Document, priced: pd.DataFrame, labels: dict[str, str], slo: float) -> None:
@@ -237,13 +245,13 @@ def _slo_table(doc: Document, priced: pd.DataFrame, labels: dict[str, str], slo:
     if cands.empty:
         doc.p("None.")
         return
-    out = cands[["tier", "stack", "batch_size", "concurrency", P99, THROUGHPUT, "price", "usd_per_hour",
-                 "cost_per_1k_usd"]].assign(tier=cands["tier"].map(labels))
-    out = format_frame(out.rename(columns={"batch_size": "b", "concurrency": "c", P99: "p99 ms",
-                                           THROUGHPUT: "img/s", "usd_per_hour": "$/h",
-                                           "cost_per_1k_usd": "$/1k img"}),
-                       {"p99 ms": ms, "img/s": rate, "$/h": usd_per_hour, "$/1k img": usd})
-    doc.table(out, [False, False, True, True, True, True, False, True, True])
+    out = cands[["tier", "stack", "batch_size", "load", P99, THROUGHPUT, "price", "usd_per_hour",
+                 "cost_per_1k_usd"]].assign(tier=cands["tier"].map(labels), load=cands["load"].astype(str))
+    out = format_frame(out.rename(columns={"batch_size": "b", P99: "p99 ms", THROUGHPUT: "img/s",
+                                           "usd_per_hour": "$/h", "cost_per_1k_usd": "$/1k img"}),
+                       {"p99 ms": ms, "img/s": rate, "$/h": usd_per_hour, "$/1k img": usd},
+                       marks=load_marks(out, cands[MARKS]))
+    marked_table(doc, out, [False, False, True, False, True, True, False, True, True], cands[MARKS], "rows")
 
 
 def _tier_section(doc: Document, report: Report, folder: Path, data: SweepData, ok: pd.DataFrame, tier: str,
@@ -259,42 +267,59 @@ def _tier_section(doc: Document, report: Report, folder: Path, data: SweepData, 
         doc.note("Emulated tier: these numbers come from an emulated node, not from the named GPU.")
     for title, metric, fmt, best in (("p50 latency (ms)", P50, ms, "min"),
                                      ("Throughput (img/s)", THROUGHPUT, rate, "max")):
-        for conc, pivot in tables.by_batch(ok, metric).items():
-            doc.h(2, f"{title} by batch size, concurrency {conc}")
-            doc.table(*_by_batch_table(pivot, fmt, best))
+        figure_marks = tables.by_batch(ok, MARKS)
+        for load, pivot in tables.by_batch(ok, metric).items():
+            doc.h(2, f"{title} by batch size, {_load_title(load)}")
+            _by_batch_table(doc, pivot, figure_marks[load], fmt, best)
     speedups = tables.grpc_speedup(ok)
     if speedups:
-        for conc, pivot in speedups.items():
-            doc.h(2, f"gRPC speedup over HTTP (p50 HTTP / p50 gRPC; > 1: gRPC faster), concurrency {conc}")
-            doc.table(*_by_batch_table(pivot, ratio, "max"))
+        speedup_marks = tables.grpc_speedup(ok, MARKS)
+        for load, pivot in speedups.items():
+            doc.h(2, f"gRPC speedup over HTTP (p50 HTTP / p50 gRPC; > 1: gRPC faster), {_load_title(load)}")
+            _by_batch_table(doc, pivot, speedup_marks[load], ratio, "max")
     else:
         doc.p("No backend was measured over both HTTP and gRPC on this tier: no gRPC/HTTP speedup.")
+    scaling_marks = tables.concurrency_scaling(ok, MARKS)
     for batch, pivot in tables.concurrency_scaling(ok).items():
         if pivot.shape[1] < 2:
             continue
         doc.h(2, f"Concurrency scaling: throughput (img/s) at batch {batch}")
-        pivot = pivot.rename(columns={c: f"c={c}" for c in pivot.columns if c != "scaling"})
-        out = format_frame(pivot, {c: rate for c in pivot.columns} | {"scaling": ratio}).reset_index()
-        doc.table(out, _numeric(out, 1))
-    doc.h(2, "Cost per 1k images at each listed price")
-    costs = tables.costs_at_prices(ok, info.prices)
-    names = {p.name: f"$/1k @{p.name} (${p.usd_per_hour:g}/h)" for p in info.prices}
-    costs = costs.rename(columns={**names, THROUGHPUT: "img/s", P99: "p99 ms", "images_per_usd": "img/$ @primary"})
-    out = format_frame(costs, {"img/s": rate, "p99 ms": ms, "img/$ @primary": count} | {v: usd for v in names.values()},
-                       best={v: "min" for v in names.values()}).reset_index()
-    out.columns = ["stack", "b", "c", *out.columns[3:]]
-    doc.table(out, _numeric(out, 1))
+        names = {c: f"c={c}" for c in pivot.columns if c != "scaling"}
+        pivot, pivot_marks = pivot.rename(columns=names), scaling_marks[batch].rename(columns=names)
+        out = format_frame(pivot, {c: rate for c in pivot.columns} | {"scaling": ratio},
+                           marks=pivot_marks).reset_index()
+        marked_table(doc, out, _numeric(out, 1), pivot_marks)
+    open_loop_table(doc, ok)
+    _tier_costs(doc, ok[~ok["overloaded"]], info)
     for title, metrics in (("Server-side breakdown (ms per request)", tables.SERVER_METRICS),
                            ("Highest load within the SLO", tables.SLO_SEARCH_METRICS)):
         found = tables.present(ok, metrics)
         if found:
             doc.h(2, title)
-            frame = ok.set_index(tables.POINT)[found].sort_index()
-            out = format_frame(frame, {m: (usd if "usd" in m else rate if "img_s" in m else ms) for m in found})
-            doc.table(out.reset_index(), _numeric(out.reset_index(), 1))
+            rows = ok.set_index(POINT).sort_index()
+            frame = rows[found].reset_index().rename(columns={"batch_size": "b"})
+            out = format_frame(frame, {m: (usd if "usd" in m else rate if "img_s" in m else ms) for m in found},
+                               marks=load_marks(frame, rows[MARKS]))
+            marked_table(doc, out, point_numeric(out), rows[MARKS], "trials")
+    server_count_note(doc, ok)
     name = f"latency_vs_throughput_{tier}.png"
     report.images[name] = plots.latency_vs_throughput(ok, info.label, folder / name)
-    doc.image(name, f"Latency vs throughput per backend, tier {info.label}")
+    doc.image(name, f"Latency vs throughput per backend, tier {info.label}; hollow: unstable, red ring: overloaded")
+
+
+def _tier_costs(doc: Document, sustained: pd.DataFrame, info: TierInfo) -> None:
+    doc.h(2, "Cost per 1k images at each listed price")
+    if sustained.empty:
+        doc.p("Every trial on this tier overloaded its server: no cost figure (see “Overloaded trials”).")
+        return
+    costs = tables.costs_at_prices(sustained, info.prices)
+    names = {p.name: f"$/1k @{p.name} (${p.usd_per_hour:g}/h)" for p in info.prices}
+    row_marks = sustained.set_index(POINT)[MARKS].reindex(costs.index)
+    costs = costs.reset_index().rename(columns={**names, "batch_size": "b", THROUGHPUT: "img/s", P99: "p99 ms",
+                                                "images_per_usd": "img/$ @primary"})
+    out = format_frame(costs, {"img/s": rate, "p99 ms": ms, "img/$ @primary": count} | {v: usd for v in names.values()},
+                       best={v: "min" for v in names.values()}, marks=load_marks(costs, row_marks))
+    marked_table(doc, out, point_numeric(out), row_marks, "trials")
 
 
 def _problems(doc: Document, data: SweepData) -> None:
@@ -322,10 +347,18 @@ def _method(doc: Document, data: SweepData) -> None:
     doc.bullets([
         "Latency: client-side, from sending a request to its response, one sample per request; warm-up requests "
         "are dropped; percentiles come from the raw samples of every client actor merged (never averaged).",
-        "Throughput: images completed inside the common measurement window / the window's length.",
+        "Throughput: images whose requests *completed* inside the common measurement windows / their length "
+        "(as perf_analyzer and LoadGen count), closed and open loop alike; an open loop also logs its offered "
+        "rate (arrivals scheduled) and achieved rate (requests sent). Triton's own count of inferred images over "
+        "the same windows checks it (`server_count_ratio`).",
+        f"Overloaded ({marks.OVERLOADED}): an open loop whose backlog (arrivals − completions) grew across the "
+        "windows: listed apart, never in a cost figure or the answer. Unstable "
+        f"({marks.UNSTABLE}): a trial whose windows never agreed within the stability rule: marked wherever it "
+        "appears; the answer takes a stable trial wherever one qualifies.",
         "Cost: price per hour / 3600 / throughput × 1000 per 1k images; images per $ is its inverse. It assumes "
         "the tier is kept as busy as in the trial.",
-        "Each trial is an MLflow run named `tier/variant/protocol/format/bB/cC` with its raw latencies "
+        "Each trial is an MLflow run named `tier/variant/protocol/format/bB/cC` (open loop: `.../bB/poisson-rR`) "
+        "with its raw latencies "
         f"(`latencies.csv`) attached; this sweep's runs carry the tag `sweep_id = {data.sweep_id}`."
         + (f" Measurement settings: {settings}." if settings else ""),
         *crosscheck,

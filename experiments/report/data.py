@@ -11,11 +11,15 @@ from typing import Any
 
 import pandas as pd
 
+from experiments.config.choices import LoadMode
 from experiments.config.prices import Price, prices_from_params
+from experiments.report.marks import trial_marks
 from experiments.results.records import Status
 
 # Trial params that identify an operating point; batch and concurrency become integers.
 KEY_PARAMS = ("gpu_tier", "backend", "backend_variant", "protocol", "input_format", "batch_size", "concurrency")
+# How a trial loaded its server: closed loop at `concurrency`, or open loop (`load_mode`) at `request_rate`.
+LOAD_PARAMS = ("load_mode", "request_rate")
 # Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
 INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors")
 # Metrics renamed since: stores written before are read under the current names.
@@ -54,6 +58,12 @@ class SweepData:
     @property
     def ok(self) -> pd.DataFrame:
         return self.trials[self.trials["status"] == Status.OK]
+
+    @property
+    def sustained(self) -> pd.DataFrame:
+        """`ok` trials whose load the server kept up with: the only ones a cost figure may come from."""
+        ok = self.ok
+        return ok[~ok["overloaded"]]
 
 
 @contextlib.contextmanager
@@ -120,7 +130,7 @@ def load_sweep(uri: str, experiment: str, sweep_id: str = "latest") -> SweepData
 
 
 SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_max_load", "slo_max_throughput_img_s",
-               "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes")
+               "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes", "slo_stable_at_max")
 
 
 def tidy_slo(runs: pd.DataFrame) -> pd.DataFrame:
@@ -157,11 +167,13 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         "emulated": _column(runs, "tags.emulated", "false").fillna("false").astype(str).str.lower() == "true",
         "trial_key": _column(runs, "tags.trial_key").fillna(runs["run_id"]),
     })
-    for key in (*KEY_PARAMS[1:], *INFO_PARAMS):
+    for key in (*KEY_PARAMS[1:], *LOAD_PARAMS, *INFO_PARAMS):
         out[key] = _column(runs, f"params.{key}")
     out["variant"] = out.pop("backend_variant").fillna(out["backend"])
     for key in ("batch_size", "concurrency"):
         out[key] = pd.to_numeric(out[key], errors="coerce").astype("Int64")
+    out["load_mode"] = out["load_mode"].fillna(LoadMode.CLOSED)
+    out["request_rate"] = pd.to_numeric(out["request_rate"], errors="coerce").fillna(0.0)
     for col in runs.columns:
         if col.startswith("metrics."):
             name = col.removeprefix("metrics.")
@@ -170,13 +182,37 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         elif col.startswith("params.price_") and col.endswith("_per_hour_usd"):
             out[col.removeprefix("params.")] = pd.to_numeric(runs[col], errors="coerce")
     out["stack"] = out["variant"] + "/" + out["protocol"] + "/" + out["input_format"]
-    out["point"] = "b" + out["batch_size"].astype(str) + "/c" + out["concurrency"].astype(str)
+    out["load"] = _load_labels(out)
+    # Flags from the trial's 0/1 metrics (absent: the trial predates them, or a closed loop can't overload).
+    out["unstable"] = _column(out, "stable", 1.0).astype(float).eq(0)
+    out["overloaded"] = _column(out, "overloaded", 0.0).astype(float).eq(1)
+    out["marks"] = trial_marks(out["unstable"], out["overloaded"])
+    out["server_count_mismatch"] = _column(runs, "tags.server_count_mismatch", "false").fillna("false") == "true"
     out["_ok"] = out["status"] == Status.OK
     out = out.sort_values(["_ok", "start_time"]).drop_duplicates(["tier", "trial_key"], keep="last")
     superseded = len(runs) - len(out)
     out = out.drop(columns="_ok").sort_values(["tier", "variant", "protocol", "input_format", "batch_size",
-                                               "concurrency"]).reset_index(drop=True)
+                                               "load"]).reset_index(drop=True)
     return out, superseded
+
+
+def open_loop(trials: pd.DataFrame) -> pd.Series:
+    """Which trials loaded their server in an open loop (by `load_mode`)."""
+    return trials["load_mode"].map(lambda mode: LoadMode(mode).open_loop).astype(bool)
+
+
+def _load_labels(trials: pd.DataFrame) -> pd.Categorical:
+    """`c4`, `poisson-r80`: ordered closed loops first by concurrency, then open loops by mode and rate (an
+    open-loop trial logs concurrency 0, so concurrency alone would fold all its rates into one point)."""
+    loads = list(zip(trials["load_mode"], trials["concurrency"].fillna(0).astype(int), trials["request_rate"],
+                     strict=True))
+    order = sorted(set(loads), key=lambda load: (LoadMode(load[0]).open_loop, *load))
+
+    def label(load: tuple[str, int, float]) -> str:
+        return LoadMode(load[0]).label(load[1], load[2])
+
+    return pd.Categorical([label(load) for load in loads],
+                          categories=list(dict.fromkeys(label(load) for load in order)), ordered=True)
 
 
 def tier_infos(tier_runs: pd.DataFrame, trials: pd.DataFrame) -> dict[str, TierInfo]:

@@ -1,5 +1,6 @@
 """The report's plots (matplotlib, Agg backend, PNG): latency vs throughput per backend for each tier, p99 vs
-$ per 1k images with the Pareto frontier, and cost per 1k images by tier and backend."""
+$ per 1k images with the Pareto frontier, and cost per 1k images by tier and backend. Unstable trials are
+drawn hollow (hatched bars), overloaded ones ringed in red, and each legend says how many."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Any
 
 import pandas as pd
 
+from experiments.config.choices import LoadMode
 from experiments.config.prices import Price, cost_per_1k_images
+from experiments.report.marks import UNSTABLE
 from experiments.report.tables import P50, P99, THROUGHPUT
 
 DPI = 110
+OVERLOAD_COLOR = "crimson"
 
 
 def _pyplot() -> Any:
@@ -38,9 +42,30 @@ def _log_if_wide(ax: Any, values: pd.Series, axis: str) -> None:
         target.set_minor_formatter(sparse if v.max() / v.min() < 200 else FuncFormatter(lambda x, _: ""))
 
 
+def _scatter_marked(ax: Any, rows: pd.DataFrame, x: str, y: str, **style: Any) -> None:
+    """Points filled when stable, hollow when unstable, ringed in red when overloaded."""
+    color = style.pop("color")
+    stable = rows[~rows["unstable"]]
+    unstable = rows[rows["unstable"]]
+    ax.scatter(stable[x], stable[y], color=color, **style)
+    ax.scatter(unstable[x], unstable[y], facecolors="white", edgecolors=color, linewidths=1.4, **style)
+    over = rows[rows["overloaded"]]
+    ax.scatter(over[x], over[y], s=190, facecolors="none", edgecolors=OVERLOAD_COLOR, linewidths=1.6, zorder=4)
+
+
+def _mark_legend(ax: Any, rows: pd.DataFrame) -> None:
+    """Legend entries for the marks, with how many of the panel's points carry them."""
+    if rows["unstable"].any():
+        ax.scatter([], [], facecolors="white", edgecolors="gray", linewidths=1.4,
+                   label=f"hollow {UNSTABLE}: unstable ({int(rows['unstable'].sum())} of {len(rows)})")
+    if rows["overloaded"].any():
+        ax.scatter([], [], s=190, facecolors="none", edgecolors=OVERLOAD_COLOR, linewidths=1.6,
+                   label=f"red ring: overloaded ({int(rows['overloaded'].sum())} of {len(rows)})")
+
+
 def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path:
-    """One panel per backend variant; a line per (protocol, format, batch) through its concurrency levels:
-    p50 solid, p99 dotted, each point labelled with its concurrency."""
+    """One panel per backend variant; a line per (protocol, format, batch, load mode) through its loads
+    (concurrency levels or open-loop rates): p50 solid, p99 dotted, each point labelled with its load."""
     plt = _pyplot()
     variants = sorted(ok["variant"].unique())
     ncols = min(len(variants), 3)
@@ -49,26 +74,33 @@ def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path
     cmap = plt.get_cmap("tab10")
     for ax, variant in zip(axes.flat, variants, strict=False):
         rows = ok[ok["variant"] == variant]
-        groups = rows.groupby(["protocol", "input_format", "batch_size"], sort=True)
-        for i, ((protocol, fmt, batch), line) in enumerate(groups):
-            line = line.sort_values("concurrency")
+        groups = rows.groupby(["protocol", "input_format", "batch_size", "load_mode"], sort=True)
+        for i, ((protocol, fmt, batch, mode), line) in enumerate(groups):
+            line = line.sort_values(["concurrency", "request_rate"])
             color = cmap(i % 10)
-            ax.plot(line[THROUGHPUT], line[P50], "o-", color=color, label=f"{protocol}/{fmt} b{batch}")
-            ax.plot(line[THROUGHPUT], line[P99], "x:", color=color, alpha=0.8)
-            for x, y, c in zip(line[THROUGHPUT], line[P50], line["concurrency"], strict=True):
-                ax.annotate(f"c{c}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7,
-                            color=color)
+            open_loop = f" {mode}" if LoadMode(mode).open_loop else ""
+            ax.plot(line[THROUGHPUT], line[P50], "-", color=color, label=f"{protocol}/{fmt} b{batch}{open_loop}")
+            ax.plot(line[THROUGHPUT], line[P99], ":", color=color, alpha=0.8)
+            _scatter_marked(ax, line, THROUGHPUT, P50, color=color, marker="o", s=28, zorder=3)
+            ax.scatter(line[THROUGHPUT], line[P99], color=color, marker="x", alpha=0.8)
+            for x, y, load, over in zip(line[THROUGHPUT], line[P50], line["load"].astype(str), line["overloaded"],
+                                        strict=True):
+                short = load.rpartition("-")[2]  # c4, or r80 (the line's label names the arrival mode)
+                ax.annotate(short + (" overloaded" if over else ""), (x, y), textcoords="offset points",
+                            xytext=(4, -10), fontsize=7, color=OVERLOAD_COLOR if over else color)
         _log_if_wide(ax, pd.concat([rows[P50], rows[P99]]), "y")
+        ax.margins(x=0.15)  # room for the labels of the outermost points
         ax.set_title(variant)
-        ax.set_xlabel("throughput (img/s)")
+        ax.set_xlabel("throughput (img/s served)")
         ax.set_ylabel("latency (ms)")
         ax.plot([], [], "o-", color="gray", label="p50 (solid)")
         ax.plot([], [], "x:", color="gray", label="p99 (dotted)")
+        _mark_legend(ax, rows)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(variants):]:
         ax.set_visible(False)
-    fig.suptitle(f"Latency vs throughput, tier {tier_label} (points: concurrency levels)")
+    fig.suptitle(f"Latency vs throughput, tier {tier_label} (points: loads)")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -85,8 +117,11 @@ def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], pat
     cmap = plt.get_cmap("tab10")
     for i, (tier, rows) in enumerate(ok.groupby("tier", sort=True)):
         for variant, vrows in rows.groupby("variant", sort=True):
-            ax.scatter(vrows[P99], vrows["cost_per_1k_images_usd"], color=cmap(i % 10), alpha=0.55,
-                       marker=markers.get(variant, "o"), label=f"{labels.get(str(tier), tier)} · {variant}")
+            _scatter_marked(ax, vrows, P99, "cost_per_1k_images_usd", color=cmap(i % 10), alpha=0.7,
+                            marker=markers.get(variant, "o"))
+            ax.scatter([], [], color=cmap(i % 10), alpha=0.7, marker=markers.get(variant, "o"),
+                       label=f"{labels.get(str(tier), tier)} · {variant}")
+    _mark_legend(ax, ok)
     key: list[str] = []
     if not frontier.empty:
         ax.step(frontier[P99], frontier["cost_per_1k_images_usd"], where="post", color="black", lw=1.2,
@@ -97,7 +132,8 @@ def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], pat
             ax.annotate(str(n), (row[P99], row["cost_per_1k_images_usd"]), textcoords="offset points",
                         xytext=(0, 7 if n % 2 else -13), ha="center", fontsize=8, fontweight="bold")
             key.append(f"{n}  {labels.get(row['tier'], row['tier'])}/{row['stack']}/b{row['batch_size']}"
-                       f"/c{row['concurrency']}: p99 {row[P99]:.1f} ms, ${row['cost_per_1k_images_usd']:.3g}/1k img")
+                       f"/{row['load']}: p99 {row[P99]:.1f} ms, ${row['cost_per_1k_images_usd']:.3g}/1k img"
+                       + (f"  {UNSTABLE} unstable" if row["unstable"] else ""))
     if pick is not None:
         ax.scatter([pick[P99]], [pick["cost_per_1k_images_usd"]], s=220, facecolors="none", edgecolors="crimson",
                    lw=1.8, label="SLO pick (primary price)", zorder=5)
@@ -124,9 +160,11 @@ def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], pat
 def cost_bars(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]], labels: dict[str, str],
               path: Path) -> Path:
     """Per backend stack (variant/protocol/format) and tier: the lowest $ per 1k images over its operating
-    points at the tier's primary price (bar, labelled with its batch/concurrency), and at each other listed
-    price of the tier (black ticks)."""
+    points at the tier's primary price (bar, labelled with its batch/load; hatched when unstable), and at each
+    other listed price of the tier (black ticks)."""
     plt = _pyplot()
+    from matplotlib.patches import Patch
+
     best = ok.loc[ok.groupby(["stack", "tier"])["cost_per_1k_images_usd"].idxmin()]
     stacks = sorted(best["stack"].unique())
     tiers = sorted(best["tier"].unique())
@@ -134,18 +172,25 @@ def cost_bars(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]], labels: 
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(stacks) * max(len(tiers), 1)), 5.5))
     cmap = plt.get_cmap("tab10")
     ticks_labelled = False
+    tier_handles = []
     for i, tier in enumerate(tiers):
         rows = best[best["tier"] == tier].set_index("stack")
         xs = [k + (i - (len(tiers) - 1) / 2) * width for k, s in enumerate(stacks) if s in rows.index]
         present = [s for s in stacks if s in rows.index]
         values = rows.loc[present, "cost_per_1k_images_usd"]
-        bars = ax.bar(xs, values, width=width * 0.92, color=cmap(i % 10), label=f"{labels.get(tier, tier)} "
-                      f"(primary ${prices_by_tier[tier][0].usd_per_hour:g}/h)" if prices_by_tier.get(tier)
-                      else labels.get(tier, tier))
+        bars = ax.bar(xs, values, width=width * 0.92, color=cmap(i % 10))
+        # A patch of its own: a bar container's legend entry copies its first bar, hatched or not.
+        tier_handles.append(Patch(color=cmap(i % 10), label=f"{labels.get(tier, tier)} (primary "
+                                  f"${prices_by_tier[tier][0].usd_per_hour:g}/h)" if prices_by_tier.get(tier)
+                                  else labels.get(tier, tier)))
         for bar, stack in zip(bars, present, strict=True):
             r = rows.loc[stack]
-            ax.annotate(f"b{r['batch_size']}/c{r['concurrency']}", (bar.get_x() + bar.get_width() / 2,
-                        bar.get_height()), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7)
+            if r["unstable"]:
+                bar.set_hatch("//")
+                bar.set_edgecolor("white")
+            ax.annotate(f"b{r['batch_size']}/{r['load']}" + (f" {UNSTABLE}" if r["unstable"] else ""),
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()), textcoords="offset points",
+                        xytext=(0, 2), ha="center", fontsize=7)
             for price in prices_by_tier.get(tier, [])[1:]:
                 y = float(cost_per_1k_images(price.usd_per_hour, r[THROUGHPUT]))
                 ax.plot([bar.get_x(), bar.get_x() + bar.get_width()], [y, y], color="black", lw=1.5,
@@ -156,10 +201,14 @@ def cost_bars(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]], labels: 
     ax.set_xticks(range(len(stacks)))
     ax.set_xticklabels(stacks, rotation=20, ha="right")
     _log_if_wide(ax, best["cost_per_1k_images_usd"], "y")
-    ax.set_ylabel("$ per 1k images (lowest over batch/concurrency)")
+    ax.set_ylabel("$ per 1k images (lowest over batch/load)")
     ax.set_title("Cheapest operating point per backend stack and tier")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    handles = tier_handles + ax.get_legend_handles_labels()[0]
+    if best["unstable"].any():
+        handles.append(Patch(facecolor="gray", hatch="//", edgecolor="white",
+                             label=f"hatched {UNSTABLE}: unstable ({int(best['unstable'].sum())} of {len(best)} bars)"))
+    ax.legend(handles=handles, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)

@@ -17,7 +17,6 @@ from experiments.results.records import Status
 from experiments.results.redaction import redact
 
 log = logging.getLogger(__name__)
-
 NOTE_TAG = "mlflow.note.content"  # the run description the MLflow UI shows
 
 
@@ -75,13 +74,15 @@ def _log_headline_metrics(client: Any, run_id: str, data: SweepData) -> None:
     """A few figures on the sweep run, so the UI's run list and compare view line sweeps up side by side."""
     from mlflow.entities import Metric
 
-    ok, now = data.ok, int(time.time() * 1000)
+    ok, sustained, now = data.ok, data.sustained, int(time.time() * 1000)
     counts = data.trials["status"].value_counts()
     values = {f"trials_{s}": float(counts.get(s, 0)) for s in Status}
-    if not ok.empty:
-        values |= {"min_cost_per_1k_images_usd": float(ok["cost_per_1k_images_usd"].min()),
-                   "min_latency_p99_ms": float(ok["latency_p99_ms"].min()),
-                   "max_throughput_img_s": float(ok["throughput_img_s"].max())}
+    values |= {"trials_overloaded": float(ok["overloaded"].sum()), "trials_unstable": float(ok["unstable"].sum())}
+    if not sustained.empty:  # an overloaded trial's latency and cost describe no load the server could keep up
+        values |= {"min_cost_per_1k_images_usd": float(sustained["cost_per_1k_images_usd"].min()),
+                   "min_latency_p99_ms": float(sustained["latency_p99_ms"].min())}
+    if not ok.empty:  # what the server served flat out, overloaded or not
+        values["max_throughput_img_s"] = float(ok["throughput_img_s"].max())
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in values.items()])
 
 
@@ -99,3 +100,4 @@ def make_report(uri: str, experiment: str, sweep_id: str, results_dir: Path, opt
     md, html = write_report(report, folder)
     logged = log_report(uri, data, folder, report.summary) if log_to_mlflow else None
     return Published(folder, md, html, data, report, logged)
+

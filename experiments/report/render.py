@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from experiments.report.marks import suffix
+
 MISSING_CELL = "—"
 
 
@@ -136,8 +138,10 @@ plain = _safe(lambda v: f"{v:g}")
 
 
 def format_frame(frame: pd.DataFrame, formats: dict[str, Callable[[object], str]],
-                 default: Callable[[object], str] = plain, best: dict[str, str] | None = None) -> pd.DataFrame:
-    """Format numbers column by column; `best` = {column: "min"|"max"} bolds that column's best value."""
+                 default: Callable[[object], str] = plain, best: dict[str, str] | None = None,
+                 marks: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Format numbers column by column; `best` = {column: "min"|"max"} bolds that column's best value;
+    `marks` (same index, some of the columns) holds caveat marks that follow their cells (`12.5 †`)."""
     out = pd.DataFrame(index=frame.index)
     for col in frame.columns:
         fmt = formats.get(str(col), default)
@@ -147,6 +151,8 @@ def format_frame(frame: pd.DataFrame, formats: dict[str, Callable[[object], str]
         if rule and values.notna().sum() > 1:
             target = values.min() if rule == "min" else values.max()
             cells = cells.where(values != target, "**" + cells + "**")
+        if marks is not None and col in marks.columns:
+            cells = cells + suffix(marks[col].reindex(frame.index))
         out[str(col)] = cells
     return out
 

@@ -6,70 +6,90 @@ can check exact values; formatting lives in `render`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
 from experiments.config.prices import Price, cost_per_1k_images, images_per_usd
+from experiments.report import marks
+from experiments.report.data import open_loop as open_loop_rows
 from experiments.results.records import Status
 
 P50, P99, THROUGHPUT = "latency_p50_ms", "latency_p99_ms", "throughput_img_s"
-POINT = ["stack", "batch_size", "concurrency"]
+MARKS = "marks"  # per trial: its caveat marks (experiments.report.marks), '' when none
+# An operating point; `load` is `c4` (closed loop) or `poisson-r80` (open loop).
+POINT = ["stack", "batch_size", "load"]
+# Open-loop trials side by side: what was asked, offered, sent and served, and what it did to latency.
+OPEN_LOOP_METRICS = ("target_rate_rps", "offered_rate_rps", "achieved_rate_rps", THROUGHPUT, P50, P99,
+                     "server_queue_ms", "backlog_growth_requests", "server_count_ratio")
 # Server-side breakdown and SLO-search metrics (issue 4): shown when the trials carry them.
 SERVER_METRICS = ("server_queue_ms", "server_compute_input_ms", "server_compute_infer_ms",
                   "server_compute_output_ms", "server_request_ms")
 SLO_SEARCH_METRICS = ("slo_max_throughput_img_s", "cost_per_1k_images_at_slo_usd")
+# A figure from two trials: a ratio of numbers, or both trials' marks when the table's marks are asked for.
+Combine = Callable[[pd.Series, pd.Series], pd.Series]
 
 
+def _ratio(a: pd.Series, b: pd.Series) -> pd.Series:
+    return a / b
 
 
-def by_batch(ok: pd.DataFrame, metric: str) -> dict[int, pd.DataFrame]:
-    """For one tier: `metric` by stack (rows) x batch size (columns), one table per concurrency."""
-    return {int(conc): rows.pivot_table(index="stack", columns="batch_size", values=metric, aggfunc="first")
-            for conc, rows in ok.groupby("concurrency", sort=True)}
+def _combine_for(values: str) -> Combine:
+    return marks.merge if values == MARKS else _ratio
 
 
-def grpc_speedup(ok: pd.DataFrame) -> dict[int, pd.DataFrame]:
+def by_batch(ok: pd.DataFrame, metric: str) -> dict[str, pd.DataFrame]:
+    """For one tier: `metric` by stack (rows) x batch size (columns), one table per load."""
+    return {str(load): rows.pivot_table(index="stack", columns="batch_size", values=metric, aggfunc="first")
+            for load, rows in ok.groupby("load", sort=True, observed=True)}
+
+
+def grpc_speedup(ok: pd.DataFrame, values: str = P50) -> dict[str, pd.DataFrame]:
     """For one tier: p50 over HTTP / p50 over gRPC (> 1: gRPC faster) per backend variant and input format
-    (rows) x batch size (columns), one table per concurrency. Pairs hit the same server: the ratio is pure
-    transport."""
+    (rows) x batch size (columns), one table per load. Pairs hit the same server: the ratio is pure
+    transport. `values=MARKS`: the same table of the figures' marks."""
     out = {}
-    for conc, rows in ok.groupby("concurrency", sort=True):
-        pivot = rows.pivot_table(index=["variant", "input_format", "batch_size"], columns="protocol", values=P50,
-                                 aggfunc="first")
+    for load, rows in ok.groupby("load", sort=True, observed=True):
+        pivot = rows.pivot_table(index=["variant", "input_format", "batch_size"], columns="protocol",
+                                 values=values, aggfunc="first")
         if not {"http", "grpc"} <= set(pivot.columns):
             continue
-        ratio = (pivot["http"] / pivot["grpc"]).dropna()
+        ratio = _combine_for(values)(pivot["http"], pivot["grpc"]).dropna()
         if ratio.empty:
             continue
         table = ratio.rename("speedup").reset_index()
         table["pair"] = table["variant"] + "/" + table["input_format"]
-        out[int(conc)] = table.pivot_table(index="pair", columns="batch_size", values="speedup", aggfunc="first")
+        out[str(load)] = table.pivot_table(index="pair", columns="batch_size", values="speedup", aggfunc="first")
     return out
 
 
-def concurrency_scaling(ok: pd.DataFrame) -> dict[int, pd.DataFrame]:
-    """For one tier: throughput by stack (rows) x concurrency (columns), one table per batch size, with
-    `scaling` = throughput at the highest concurrency / at the lowest."""
+def concurrency_scaling(ok: pd.DataFrame, values: str = THROUGHPUT) -> dict[int, pd.DataFrame]:
+    """For one tier's closed-loop trials: throughput by stack (rows) x concurrency (columns), one table per
+    batch size, with `scaling` = throughput at the highest concurrency / at the lowest. `values=MARKS`: the
+    same table of the figures' marks."""
     out = {}
-    for batch, rows in ok.groupby("batch_size", sort=True):
-        table = rows.pivot_table(index="stack", columns="concurrency", values=THROUGHPUT, aggfunc="first")
+    for batch, rows in ok[~open_loop_rows(ok)].groupby("batch_size", sort=True):
+        table = rows.pivot_table(index="stack", columns="concurrency", values=values, aggfunc="first")
         if table.shape[1] > 1:
-            table["scaling"] = table[table.columns[-1]] / table[table.columns[0]]
+            table["scaling"] = _combine_for(values)(table[table.columns[-1]], table[table.columns[0]])
         out[int(batch)] = table
     return out
 
 
-def cross_tier(ok: pd.DataFrame, base: str, other: str) -> pd.DataFrame:
-    """`other` over `base` at every operating point both measured: p50, throughput and $/1k (primary prices)."""
+def cross_tier(ok: pd.DataFrame, base: str, other: str, values: str | None = None) -> pd.DataFrame:
+    """`other` over `base` at every operating point both measured: p50, throughput and $/1k (primary prices).
+    `values=MARKS`: the same table of the figures' marks."""
     cols = [P50, THROUGHPUT, "cost_per_1k_images_usd"]
-    a = ok[ok["tier"] == base].set_index(POINT)[cols]
-    b = ok[ok["tier"] == other].set_index(POINT)[cols]
+    a = ok[ok["tier"] == base].set_index(POINT)[[*cols, MARKS]]
+    b = ok[ok["tier"] == other].set_index(POINT)[[*cols, MARKS]]
     both = a.join(b, how="inner", lsuffix="_a", rsuffix="_b")
     out = pd.DataFrame(index=both.index)
     for col, short in zip(cols, ("p50", "throughput", "cost"), strict=True):
-        out[f"{short}_{base}"] = both[f"{col}_a"]
-        out[f"{short}_{other}"] = both[f"{col}_b"]
-        out[f"{short}_ratio"] = both[f"{col}_b"] / both[f"{col}_a"]
+        name = values or col
+        out[f"{short}_{base}"] = both[f"{name}_a"]
+        out[f"{short}_{other}"] = both[f"{name}_b"]
+        out[f"{short}_ratio"] = _combine_for(name)(both[f"{name}_b"], both[f"{name}_a"])
     return out.sort_index()
 
 
@@ -79,8 +99,8 @@ def costs_at_prices(ok: pd.DataFrame, prices: list[Price]) -> pd.DataFrame:
     out = ok.set_index(POINT)[[THROUGHPUT, P99]].copy()
     for price in prices:
         out[price.name] = cost_per_1k_images(price.usd_per_hour, out[THROUGHPUT])
-    if prices:  # at the primary price; a free tier buys no images per $
-        primary = prices[0].usd_per_hour
+    if prices:
+        primary = prices[0].usd_per_hour  # a free tier buys no images per $
         out["images_per_usd"] = images_per_usd(primary, out[THROUGHPUT]) if primary > 0 else np.nan
     return out.sort_index()
 
@@ -90,7 +110,7 @@ def cost_by_tier(ok: pd.DataFrame, metric: str = "cost_per_1k_images_usd") -> pd
     trial has it: images per $ is not logged for a free tier)."""
     if metric not in ok.columns:
         return pd.DataFrame()
-    return ok.pivot_table(index=POINT, columns="tier", values=metric, aggfunc="first")
+    return ok.pivot_table(index=POINT, columns="tier", values=metric, aggfunc="first", observed=True)
 
 
 def priced_points(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]]) -> pd.DataFrame:
@@ -98,7 +118,7 @@ def priced_points(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]]) -> p
     frames = []
     for tier, rows in ok.groupby("tier", sort=True):
         for price in prices_by_tier.get(str(tier), []):
-            f = rows[["tier", *POINT, "variant", "protocol", P50, P99, THROUGHPUT]].copy()
+            f = rows[["tier", *POINT, "variant", "protocol", P50, P99, THROUGHPUT, "unstable", MARKS]].copy()
             f["price"] = price.name
             f["usd_per_hour"] = price.usd_per_hour
             f["cost_per_1k_usd"] = cost_per_1k_images(price.usd_per_hour, f[THROUGHPUT])
@@ -116,11 +136,14 @@ def slo_candidates(priced: pd.DataFrame, slo_p99_ms: float) -> pd.DataFrame:
 
 
 def slo_pick(priced: pd.DataFrame, slo_p99_ms: float, price: str | None = "primary") -> pd.Series | None:
-    """The cheapest (tier, stack, batch, concurrency) whose p99 meets the SLO: at each tier's primary price,
-    or at any listed price with `price=None`. None when nothing meets it."""
+    """The cheapest (tier, stack, batch, load) whose p99 meets the SLO: at each tier's primary price, or at
+    any listed price with `price=None`; a stable trial when one meets it (an unstable one only when none
+    does: its `unstable` says so). None when nothing meets it."""
     rows = slo_candidates(priced, slo_p99_ms)
     if price is not None and not rows.empty:
         rows = rows[rows["price"] == price]
+    if "unstable" in rows and (~rows["unstable"]).any():
+        rows = rows[~rows["unstable"]]
     return None if rows.empty else rows.iloc[0]
 
 
@@ -134,6 +157,12 @@ def pareto_frontier(ok: pd.DataFrame, x: str = P99, y: str = "cost_per_1k_images
             keep.append(idx)
             best = cost
     return pts.loc[keep]
+
+
+def open_loop(ok: pd.DataFrame) -> pd.DataFrame:
+    """For one tier: its open-loop trials by point, with the rates, throughput and latency side by side."""
+    rows = ok[open_loop_rows(ok)]
+    return rows.set_index(POINT)[[m for m in OPEN_LOOP_METRICS if m in rows.columns]].sort_index()
 
 
 def problems(trials: pd.DataFrame) -> pd.DataFrame:

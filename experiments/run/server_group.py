@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 Finish = Callable[[TrialRecord, dict[str, str]], None]
 
 
-def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, Any]) -> Backend:
-    """The `_target_` class of `backends.<name>`, built with its typed settings."""
+def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, Any],
+                  emulated: bool = False) -> Backend:
+    """The `_target_` class of `backends.<name>`, built with its typed settings. A GPU tier (`gpu.requires_gpu`)
+    holds its servers to the GPU, except in an emulated cluster (CPU nodes standing in for tiers, results tagged)."""
     serving = cfg.serving
     context = BackendContext(
         name=name, model=cfg.model, node=node, ray_options=ray_options, host=serving.host,
@@ -42,6 +44,7 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
         triton_server=serving.triton_server, request_timeout_s=cfg.experiment.request_timeout_s, tier=cfg.gpu.name,
         warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
         input_formats=tuple(cfg.experiment.input_formats),
+        requires_gpu=bool(cfg.gpu.requires_gpu) and not emulated,
     )
     settings = backend_settings(cfg, name)
     return get_class(settings._target_)(context, settings)
@@ -50,7 +53,7 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
 class ServerGroup:
     def __init__(self, cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str, Any],
                  clients: ClientPool, finish: Finish, save_server_file: Callable[[str, str], None],
-                 done_keys: set[str] | None = None) -> None:
+                 done_keys: set[str] | None = None, emulated: bool = False) -> None:
         self.cfg = cfg
         self.group = group
         self.node = node
@@ -59,7 +62,7 @@ class ServerGroup:
         self.save_server_file = save_server_file
         self.done_keys = done_keys or set()
         self.ray_options = ray_options
-        self.backend = build_backend(cfg, group.variant, node, ray_options)
+        self.backend = build_backend(cfg, group.variant, node, ray_options, emulated)
         self.handle: ServerHandle | None = None
         self.telemetry: GpuTelemetry | None = None
         self.check: CrosscheckResult | None = None
@@ -131,7 +134,8 @@ class ServerGroup:
             if record is None or record.status != Status.OK:
                 return None
             m = record.metrics
-            return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"])
+            return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"],
+                            overloaded=m.get("overloaded", 0.0) == 1, stable=m.get("stable", 1.0) == 1)
 
         def measure_at(load: float) -> SloProbe | None:
             trial = point.at_load(load)
@@ -167,6 +171,13 @@ class ServerGroup:
                 self.handle = self.backend.start()
                 for name, text in self.handle.artifacts.items():
                     self.save_server_file(name, text)
+                off_gpu = self.backend.gpu_mismatch(self.handle)
+                if off_gpu:  # nothing to retry: the same server would land on the CPU again
+                    log.error("%s", off_gpu)
+                    logs = self._stop()
+                    for trial in pending:
+                        self.finish(new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=off_gpu), logs)
+                    return False
                 self.telemetry = start_gpu_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
                 self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options)
                 return True

@@ -2,7 +2,8 @@
 
 Doubling from the lowest load until p99 breaks the target (or the load limit is hit), then bisection between
 the last load that met it and the first that didn't. Every probe is a real measured trial; loads already
-measured by the grid are reused.
+measured by the grid are reused. An overloaded probe (an open loop whose completions fell behind its arrivals)
+misses, whatever its p99: its latency only grows with the length of the trial.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ class SloProbe:
     load: float
     p99_ms: float
     throughput_img_s: float
+    overloaded: bool = False
+    stable: bool = True
+
+    def meets(self, slo_p99_ms: float) -> bool:
+        return not self.overloaded and self.p99_ms <= slo_p99_ms
 
 
 @dataclass
@@ -35,7 +41,7 @@ class SloResult:
                "slo_met": float(self.best is not None), "slo_limited": float(self.limited)}
         if self.best is not None:
             out.update(slo_max_load=self.best.load, slo_max_throughput_img_s=self.best.throughput_img_s,
-                       slo_p99_at_max_ms=self.best.p99_ms)
+                       slo_p99_at_max_ms=self.best.p99_ms, slo_stable_at_max=float(self.best.stable))
             if self.best.throughput_img_s > 0:
                 out["cost_per_1k_images_at_slo_usd"] = cost_per_1k_images(price_per_hour_usd,
                                                                           self.best.throughput_img_s)
@@ -56,7 +62,7 @@ def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float
         return probes[load]
 
     def meets(result: SloProbe | None) -> bool:
-        return result is not None and result.p99_ms <= slo_p99_ms
+        return result is not None and result.meets(slo_p99_ms)
 
     good: float | None = None
     bad: float | None = None

@@ -14,8 +14,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.cluster.connection import ray_cluster
+from experiments.cluster.connection import TierMismatchError, ray_cluster
 from experiments.cluster.placement import TierPlacement, hold_tier_node
+from experiments.cluster.tiers import tier_gpu_problem
 from experiments.config.prices import tier_price_params
 from experiments.config.validation import validate
 from experiments.measure.client_actor import ClientPool
@@ -62,6 +63,7 @@ class TierSweep:
             options = place.server_options
             node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
                                      timeout=self.cfg.cluster.schedule_timeout_s)
+            refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
             info = TierInfo(self.sweep_id, self.tier, self.cfg.mlflow.experiment,
                             {**self._tier_params(node), **place.tier_params()}, self.common_tags,
                             redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
@@ -80,7 +82,7 @@ class TierSweep:
                         if pending:
                             ServerGroup(self.cfg, group, node, options, clients, self._finish,
                                         lambda name, text, v=group.variant: self._save_server_file(v, name, text),
-                                        done_keys).run(pending)
+                                        done_keys, place.emulated).run(pending)
             finally:
                 clients.close()
         self.publisher.finish(Status.FAILED if self.failed else Status.OK)
@@ -162,6 +164,19 @@ class TierSweep:
             self.progress.finished(record.trial, skipped=record.status == Status.SKIPPED)
 
 
+def refuse_wrong_gpu(tier_cfg: Any, node: NodeInfo, emulated: bool) -> None:
+    """A node that declares a GPU tier without its GPU would file its figures under the tier's name: refuse it
+    (an emulated cluster's nodes stand in for tiers on purpose; their results are tagged emulated)."""
+    problem = None if emulated else tier_gpu_problem(tier_cfg, node.gpu_names)
+    if problem:
+        nvml = f" ({node.gpu_problem})" if node.gpu_problem else ""
+        raise TierMismatchError(
+            f"gpu={tier_cfg.name}: node {node.hostname} ({node.ray_node_id[:12]}) declares tier {tier_cfg.name}, but "
+            f"{problem}{nvml}. Nothing was started. Re-join it with the tier its GPU detects (`python -m "
+            "runners.node --address HEAD:6379`), or try tiers without their GPUs with cluster=emulated (results "
+            "tagged emulated=true)")
+
+
 def _summary(record: TrialRecord) -> str:
     m = record.metrics
     if record.status != Status.OK:
@@ -171,9 +186,14 @@ def _summary(record: TrialRecord) -> str:
             return f"no load meets p99 <= {m['slo_p99_ms']:g} ms"
         return (f"highest load within p99 <= {m['slo_p99_ms']:g} ms: {m['slo_max_load']:g} "
                 f"({m['slo_max_throughput_img_s']:.1f} img/s, ${m['cost_per_1k_images_at_slo_usd']:.4f}/1k img)")
-    stable = "" if m.get("stable", 1) else "  (not stable)"
+    flags = "" if m.get("stable", 1) else "  (not stable)"
+    if m.get("overloaded"):
+        flags += (f"  (OVERLOADED: {m['offered_rate_rps']:.1f} req/s offered, backlog grew by "
+                  f"{m['backlog_growth_requests']:.0f})")
+    if "server_count_ratio" in m:
+        flags += f"  server/client count {m['server_count_ratio']:.3f}"
     return (f"p50 {m['latency_p50_ms']:.1f} ms  p99 {m['latency_p99_ms']:.1f} ms  {m['throughput_img_s']:.1f} img/s"
-            f"  ${m['cost_per_1k_images_usd']:.4f}/1k img{stable}")
+            f"  ${m.get('cost_per_1k_images_usd', float('nan')):.4f}/1k img{flags}")
 
 
 def run_sweep(cfg: Any) -> int:

@@ -12,10 +12,13 @@ from experiments.config.schema import backend_settings
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.metrics import (
     client_metrics,
+    counts_disagree,
     open_loop_metrics,
+    server_count_metrics,
     server_reported_metrics,
     window_metrics,
 )
+from experiments.measure.samples import WindowSamples
 from experiments.measure.telemetry import GpuTelemetry, gpu_params
 from experiments.measure.windows import Measurement, actors_needed, measure
 from experiments.plan import Trial, trial_key
@@ -106,13 +109,31 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
     }
     if trial.load_mode.open_loop:
         record.metrics.update(open_loop_metrics(samples, trial.request_rate))
+        record.tags["overloaded"] = str(record.metrics["overloaded"] == 1).lower()
     if telemetry is not None:
         record.metrics.update(telemetry.window_metrics(samples.window_start, samples.window_end,
-                                                       samples.requests * samples.images_per_request))
+                                                       samples.completed * samples.images_per_request))
     if result.counters_before and result.counters_after:
         record.metrics.update(backend.server_breakdown(result.counters_before, result.counters_after))
+        _check_server_count(record, backend.served_images(result.counters_before, result.counters_after),
+                            result.counters_span_s, samples)
     record.params["client_actors_used"] = result.actors_used
     record.tags["stable"] = str(result.stable).lower()
     if record.metrics.get("client_cpu_util_max", 0.0) > exp.client_cpu_limit:
         record.tags["client_bound"] = "true"  # even the most client actors allowed were busy: a lower bound
     return record
+
+
+def _check_server_count(record: TrialRecord, served_images: float | None, span_s: float,
+                        samples: WindowSamples) -> None:
+    """The server's own count of served images beside the clients' throughput; a trial where they disagree
+    by more than a few percent is tagged `server_count_mismatch=true` (and says so in the log)."""
+    if served_images is None:
+        return
+    record.metrics.update(server_count_metrics(served_images, span_s, record.metrics["throughput_img_s"]))
+    if counts_disagree(record.metrics, samples):
+        record.tags["server_count_mismatch"] = "true"
+        log.warning("%s: the server served %.1f img/s, the clients counted %.1f img/s (ratio %.3f)",
+                    record.trial.name, record.metrics["server_throughput_img_s"], record.metrics["throughput_img_s"],
+                    record.metrics["server_count_ratio"])
+

@@ -84,7 +84,28 @@ class RayServeTorchBackend(Backend):
             options["num_gpus"] = self.settings.replica_num_gpus
         return options
 
+    def runs_on(self) -> str:
+        version = self.context.node.torch_version
+        return f"Ray Serve, torch {version + ' ' if version else ''}on {self.device}"
+
+    def gpu_tier_reason(self) -> str | None:
+        """A GPU tier needs torch to see the node's GPU: a CPU build, or a CUDA build the driver cannot run, would
+        put the replica on the CPU."""
+        reason = super().gpu_tier_reason()
+        node = self.context.node
+        if reason or not self.context.requires_gpu or self.device == "cuda":
+            return reason
+        build = f"built for CUDA {node.torch_cuda_build}" if node.torch_cuda_build else "a CPU-only build"
+        why = f": {node.torch_problem}" if node.torch_problem else ""
+        return (f"torch {node.torch_version or '(unknown version)'} on node {node.hostname} ({build}) does not see "
+                f"its GPU {node.gpu_name} (driver {node.driver_version}, CUDA {node.cuda_version}){why}; tier "
+                f"{self.context.tier} is a GPU tier, so the replica would measure the CPU. Install a torch built "
+                "for the driver's CUDA (or use the image's own torch)")
+
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
+        reason = self.gpu_tier_reason()
+        if reason:
+            return reason
         reason = self.options.unsupported_reason(self.device)
         if reason:
             node = self.context.node
@@ -140,6 +161,7 @@ class RayServeTorchBackend(Backend):
             metrics=metrics,
             node_id=info.get("node_id"),
             gpu_ids=tuple(info.get("gpu_ids") or ()),
+            on_gpu=str(info.get("device", "")).startswith("cuda"),  # the replica's own torch device
         )
 
     def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from serving.accelerators import gpu_extra
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.protocols import InputFormat, parse_protocol
@@ -39,9 +40,10 @@ class TritonBackend(Backend):
 
     @property
     def accelerator(self) -> Accelerator:
-        """What actually runs: the CUDA EP falls back to ONNX Runtime's CPU EP on a node without a GPU."""
+        """What actually runs: the CUDA EP falls back to ONNX Runtime's CPU EP on a node without a GPU, unless the
+        tier promises a GPU (then `unsupported_reason` skips the trials instead)."""
         requested = Accelerator(self.settings.accelerator)
-        if requested is Accelerator.CUDA and not self.context.node.has_gpu:
+        if requested is Accelerator.CUDA and not self.context.node.has_gpu and not self.context.requires_gpu:
             return Accelerator.CPU
         return requested
 
@@ -76,24 +78,34 @@ class TritonBackend(Backend):
             options["num_gpus"] = self.settings.num_gpus
         return options
 
+    def runs_on(self) -> str:
+        return f"{self.server.label}, ONNX Runtime {self.accelerator.provider}"
+
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         node = self.context.node
         wire, shared_memory = parse_protocol(protocol)
         if wire not in CLIENTS:
             return f"Triton has no {protocol!r} client here (supported: {sorted(CLIENTS)})"
+        reason = self.gpu_tier_reason() or self.server.unavailable_reason(node, self.context.triton_server)
+        if reason:
+            return reason
         if shared_memory == "cuda" and not node.has_gpu:
             return f"CUDA shared memory needs an NVIDIA GPU; node {node.hostname} has none ({node.gpu_name})"
         if self.accelerator is Accelerator.TENSORRT and not node.has_gpu:
             return (f"the TensorRT execution provider needs an NVIDIA GPU; node {node.hostname} has none "
                     f"({node.gpu_name})")
         provider = self.accelerator.provider
-        if self.accelerator.gpu and self.server.uses_node_onnxruntime and provider not in node.ort_providers:
-            return (f"onnxruntime on node {node.hostname} lacks {provider} (has {list(node.ort_providers)}): "
-                    "install tierbench[gpu] there, or run NVIDIA's Triton container")
+        extra = f"tierbench[{gpu_extra(node.cuda_version)}]"
+        if self.accelerator.gpu and self.server.uses_node_onnxruntime and provider not in node.ort_usable:
+            state = "lists but cannot load" if provider in node.ort_providers else "lacks"
+            detail = "; ".join(p for p in node.ort_problems if p.startswith((provider, "log", "preload")))
+            return (f"onnxruntime {node.ort_version} on node {node.hostname} {state} {provider} (loads "
+                    f"{list(node.ort_usable)}{': ' + detail if detail else ''}): install {extra} there, or run "
+                    "NVIDIA's Triton container")
         if self.accelerator is Accelerator.TENSORRT and self.server.uses_node_onnxruntime and node.trt_missing_libs:
             return (f"ONNX Runtime's TensorRT provider on node {node.hostname} cannot load "
-                    f"{', '.join(node.trt_missing_libs)}: install tierbench[gpu] there (TensorRT 10 for CUDA 13), "
-                    "or run NVIDIA's Triton container")
+                    f"{', '.join(node.trt_missing_libs)}: install {extra} there (TensorRT 10 for the driver's CUDA "
+                    f"{node.cuda_version}), or run NVIDIA's Triton container")
         if input_format not in list(InputFormat):
             return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
         return None
@@ -102,6 +114,7 @@ class TritonBackend(Backend):
         import ray
 
         from serving.triton.host import TritonServerHost
+        from serving.triton.repository import instances_on_gpu
 
         ctx = self.context
         config_text = (Path(ctx.model_repository) / ctx.model.name / "config.pbtxt").read_text()
@@ -131,6 +144,9 @@ class TritonBackend(Backend):
             artifacts=info["configs"],
             node_id=info.get("node_id"),
             gpu_ids=tuple(info.get("gpu_ids") or ()),
+            # Every instance group of the rendered classifier is KIND_GPU (a Python-backend instance also refuses
+            # to load when ONNX Runtime falls back from the GPU provider it was asked for: python_backend/model.py).
+            on_gpu=instances_on_gpu(info["configs"]["config.pbtxt"]),
         )
 
     def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
@@ -193,6 +209,11 @@ class TritonBackend(Backend):
         from serving.triton.metrics import breakdown
 
         return breakdown(before, after)
+
+    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
+        from serving.triton.metrics import served_images
+
+        return served_images(before, after)
 
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         from serving.triton.ensemble import JPEG_INPUT, ensemble_model_name

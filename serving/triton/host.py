@@ -56,9 +56,9 @@ def _cache_lock(cache_dir: Path | None) -> Iterator[None]:
 
 def _gpu_name(gpu_ids: list[int]) -> str:
     """The name of the GPU this actor was given (the node's first GPU when Ray gave none)."""
-    from serving.node import nvidia_smi
+    from serving.node import nvml_gpus
 
-    names, _, _ = nvidia_smi()
+    names = nvml_gpus().names
     if not names:
         return "cpu"
     index = gpu_ids[0] if gpu_ids and gpu_ids[0] < len(names) else 0

@@ -58,8 +58,15 @@ class TritonInstallation(ABC):
 
     kind: ClassVar[TritonServerKind]
     server_mode: ClassVar[str]  # the trial param `server_mode`
+    label: ClassVar[str]  # how runners.doctor names it
     # Whether it runs ONNX Runtime from the node's onnxruntime package (whose providers the node must have).
     uses_node_onnxruntime: ClassVar[bool]
+
+    @classmethod
+    @abstractmethod
+    def unavailable_reason(cls, node: Any, preference: str) -> str | None:
+        """Why this server cannot serve the classifier on `node` (a NodeInfo, from its own description), asked by
+        the driver for `serving.triton_server=preference`; None when it can."""
 
     @classmethod
     @abstractmethod
@@ -81,7 +88,15 @@ class TritonInstallation(ABC):
 class NativeTriton(TritonInstallation):
     kind: ClassVar[TritonServerKind] = TritonServerKind.NATIVE
     server_mode: ClassVar[str] = "triton_native"
+    label: ClassVar[str] = "native Triton"
     uses_node_onnxruntime: ClassVar[bool] = False
+
+    @classmethod
+    def unavailable_reason(cls, node: Any, preference: str) -> str | None:
+        if node.triton_backends and "onnxruntime" not in node.triton_backends:
+            return (f"the tritonserver on node {node.hostname} has no onnxruntime backend (backends: "
+                    f"{list(node.triton_backends)}); use NVIDIA's Triton container")
+        return None
 
     @classmethod
     def discover(cls) -> NativeTriton:
@@ -108,22 +123,56 @@ class NativeTriton(TritonInstallation):
 class BundledTriton(TritonInstallation):
     kind: ClassVar[TritonServerKind] = TritonServerKind.BUNDLED
     server_mode: ClassVar[str] = "triton_python_backend"
+    label: ClassVar[str] = "bundled Triton (Python backend)"
     uses_node_onnxruntime: ClassVar[bool] = True
 
     @classmethod
-    def discover(cls) -> BundledTriton:
+    def unavailable_reason(cls, node: Any, preference: str) -> str | None:
+        if preference == TritonServerKind.NATIVE:  # wanted the node's own, which it lacks
+            return (f"serving.triton_server=native but node {node.hostname} has no tritonserver on PATH: run NVIDIA's "
+                    "Triton container there, or serving.triton_server=auto for the bundled server")
+        if node.bundled_triton_problem:
+            return f"no Triton on node {node.hostname}: no tritonserver on PATH, and {node.bundled_triton_problem}"
+        return None
+
+    @classmethod
+    def stub(cls) -> tuple[Path, Path]:
+        """nvidia-pytriton's folder and its Python-backend stub for the running Python (TritonNotFoundError if none)."""
         try:
             import pytriton
-        except ImportError as exc:  # pragma: no cover - a dependency of the package
-            raise TritonNotFoundError("no tritonserver on PATH and nvidia-pytriton is not installed") from exc
-
+        except ImportError as exc:
+            raise TritonNotFoundError(
+                "nvidia-pytriton is not installed (it carries the bundled tritonserver); install tierbench's "
+                "dependencies, or run NVIDIA's Triton container (tritonserver on PATH)") from exc
         package_dir = Path(pytriton.__file__).parent
+        py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        stub = package_dir / "tritonserver" / "python_backend_stubs" / py_version / "triton_python_backend_stub"
+        if not stub.exists():
+            raise TritonNotFoundError(f"nvidia-pytriton {metadata.version('nvidia-pytriton')} has no Python backend "
+                                      f"stub for Python {py_version}")
+        return package_dir, stub
+
+    @classmethod
+    def problem(cls) -> str | None:
+        """Why the bundled server cannot run here; None when it can (checked without copying it)."""
+        try:
+            cls.stub()
+        except TritonNotFoundError as exc:
+            return str(exc)
+        return None
+
+    @classmethod
+    def description(cls) -> str:
+        """`nvidia-pytriton 0.7.0, Python-backend stub for 3.11`: what the bundled server is (assumes it exists)."""
+        return (f"nvidia-pytriton {metadata.version('nvidia-pytriton')}, Python-backend stub for "
+                f"{sys.version_info.major}.{sys.version_info.minor}")
+
+    @classmethod
+    def discover(cls) -> BundledTriton:
+        package_dir, stub = cls.stub()
         source = package_dir / "tritonserver"
         libs = package_dir.parent / "nvidia_pytriton.libs"
         py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        stub = source / "python_backend_stubs" / py_version / "triton_python_backend_stub"
-        if not stub.exists():
-            raise TritonNotFoundError(f"nvidia-pytriton has no Python backend stub for Python {py_version}")
         target = cache_root() / f"tritonserver-pytriton{metadata.version('nvidia-pytriton')}-py{py_version}"
         _copy_once(source, target, stub)
         env = dict(os.environ)
@@ -151,6 +200,15 @@ class BundledTriton(TritonInstallation):
 
 INSTALLATIONS: dict[TritonServerKind, type[TritonInstallation]] = {
     TritonServerKind.NATIVE: NativeTriton, TritonServerKind.BUNDLED: BundledTriton}
+
+
+def native_backends() -> tuple[str, ...] | None:
+    """The backends of the node's own `tritonserver` (NVIDIA's container); None when it has none."""
+    try:
+        folder = NativeTriton.discover().backend_directory
+    except TritonNotFoundError:
+        return None
+    return tuple(sorted(p.name for p in folder.iterdir() if p.is_dir())) if folder.is_dir() else ()
 
 
 def installation_kind(preference: str, native_on_path: bool) -> type[TritonInstallation]:

@@ -48,3 +48,8 @@ def breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     if executions > 0:
         out["server_batch_avg"] = (after["nv_inference_count"] - before["nv_inference_count"]) / executions
     return out
+
+
+def served_images(before: dict[str, float], after: dict[str, float]) -> float:
+    """Images inferred between two snapshots (`nv_inference_count` counts a batch of n as n)."""
+    return after["nv_inference_count"] - before["nv_inference_count"]

@@ -59,6 +59,12 @@ def write_config(config: mc.ModelConfig, path: Path) -> None:
     path.write_text(text_format.MessageToString(config))
 
 
+def instances_on_gpu(config_text: str) -> bool:
+    """Whether every instance group of a rendered `config.pbtxt` runs on a GPU (KIND_GPU)."""
+    groups = text_format.Parse(config_text, mc.ModelConfig()).instance_group
+    return bool(groups) and all(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in groups)
+
+
 def _instance_kind(variant: TritonVariant) -> int:
     return mc.ModelInstanceGroup.KIND_GPU if Accelerator(variant.accelerator).gpu else mc.ModelInstanceGroup.KIND_CPU
 

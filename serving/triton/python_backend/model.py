@@ -73,8 +73,9 @@ class TritonPythonModel:
         if self.providers[0] != names[0]:
             raise RuntimeError(
                 f"ONNX Runtime {ort.__version__} could not use {names[0]} (session got {self.providers}; "
-                f"available here: {ort.get_available_providers()}). On a GPU node install tierbench[gpu] "
-                "(onnxruntime-gpu with CUDA 13, TensorRT 10 for CUDA 13), or serve from NVIDIA's Triton container.")
+                f"available here: {ort.get_available_providers()}). On a GPU node install tierbench[gpu-cu12] or "
+                "[gpu-cu13] for the driver's CUDA (python -m runners.doctor tells which loads), or serve from NVIDIA's "
+                "Triton container.")
 
     def execute(self, requests: list) -> list:
         # With the dynamic batcher on, several requests arrive at once: one ONNX Runtime run for all of them.

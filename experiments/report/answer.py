@@ -1,0 +1,81 @@
+"""The report's answer: the cheapest operating point (within a p99 target when one is given) and the fastest,
+taken from trials whose server kept up with their load, stable ones first, saying when the pick itself is
+unstable."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+from experiments.report import tables
+from experiments.report.data import SweepData
+from experiments.report.marks import OVERLOADED, UNSTABLE
+from experiments.report.render import ms, rate, usd
+from experiments.report.tables import P50, P99, THROUGHPUT
+
+UNSTABLE_PICK = (f" {UNSTABLE} *Unstable*: its windows never agreed, and no stable trial qualifies; re-run it "
+                 "with more or longer windows (`experiment.stability.max_windows`, `experiment.window_s`).")
+
+
+def point_name(row: pd.Series, labels: dict[str, str]) -> str:
+    return f"**{labels.get(row['tier'], row['tier'])} · {row['stack']} · b{row['batch_size']} · {row['load']}**"
+
+
+def _caveat(row: pd.Series) -> str:
+    return UNSTABLE_PICK if bool(row.get("unstable", False)) else ""
+
+
+def fastest(rows: pd.DataFrame) -> pd.Series:
+    """The lowest p99, among stable trials when there are any."""
+    stable = rows[~rows["unstable"]]
+    rows = stable if not stable.empty else rows
+    return rows.loc[rows[P99].idxmin()]
+
+
+def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_ms: float | None,
+                 price_label: Callable[[pd.Series], str]) -> list[str]:
+    """The answer in a few Markdown lines (the report's first section, the console, the MLflow note)."""
+    sustained = data.sustained
+    lines: list[str] = []
+    if sustained.empty:
+        lines.append(f"Every successful trial overloaded its server ({OVERLOADED}): there is no cost figure to "
+                     "give; see “Overloaded trials”.")
+    else:
+        priced = tables.priced_points(sustained, prices)
+        best = fastest(sustained)
+        if slo_p99_ms is not None:
+            pick = tables.slo_pick(priced, slo_p99_ms)
+            if pick is None:
+                lines.append(f"Nothing measured meets p99 ≤ {slo_p99_ms:g} ms: the lowest p99 is {ms(best[P99])} ms "
+                             f"at {point_name(best, labels)}.{_caveat(best)}")
+            else:
+                lines.append(f"Cheapest operating point with p99 ≤ {slo_p99_ms:g} ms, at each tier's primary price: "
+                             f"{point_name(pick, labels)}: **{usd(pick['cost_per_1k_usd'])} per 1k images** "
+                             f"(p99 {ms(pick[P99])} ms, p50 {ms(pick[P50])} ms, {rate(pick[THROUGHPUT])} img/s, "
+                             f"price {price_label(pick)}).{_caveat(pick)}")
+                anywhere = tables.slo_pick(priced, slo_p99_ms, price=None)
+                if anywhere is not None and anywhere["price"] != "primary":
+                    lines.append(f"At any listed price: {point_name(anywhere, labels)} at price "
+                                 f"{price_label(anywhere)}: **{usd(anywhere['cost_per_1k_usd'])} per 1k "
+                                 f"images**.{_caveat(anywhere)}")
+        else:
+            cheapest = tables.slo_pick(priced, math.inf)
+            lines.append(f"Cheapest operating point at each tier's primary price: {point_name(cheapest, labels)}: "
+                         f"**{usd(cheapest['cost_per_1k_usd'])} per 1k images** at p99 {ms(cheapest[P99])} ms."
+                         f"{_caveat(cheapest)}")
+            lines.append(f"Lowest p99: {point_name(best, labels)}: {ms(best[P99])} ms at "
+                         f"{usd(best['cost_per_1k_images_usd'])} per 1k images.{_caveat(best)}")
+            lines.append("Give a latency target with `--slo-p99-ms` for a pick; meanwhile the Pareto frontier below "
+                         "answers any target: take the frontier point with the largest p99 within it.")
+        unstable = int(sustained["unstable"].sum())
+        if unstable:
+            lines.append(f"{unstable} of {len(sustained)} trials are unstable ({UNSTABLE}: their windows never "
+                         "agreed within the stability rule): the answer takes stable trials wherever one "
+                         "qualifies, and every table and plot marks the unstable figures.")
+    overloaded = int(data.ok["overloaded"].sum())
+    if overloaded:
+        lines.append(f"{overloaded} open-loop trial(s) overloaded their server ({OVERLOADED}) and are left out of "
+                     "the answer, the Pareto frontier and every cost figure: see “Overloaded trials”.")
+    return lines

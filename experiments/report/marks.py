@@ -1,0 +1,41 @@
+"""Marks on figures that need a caveat, wherever a table or plot shows them: † a trial whose windows never
+agreed within the stability rule (perf_analyzer warns of such a figure, LoadGen invalidates the run), ‡ an
+open-loop trial its server fell behind (overloaded: its latency only grows with the trial's length, and it
+is left out of every cost figure)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+UNSTABLE = "†"
+OVERLOADED = "‡"
+MEANING = {
+    UNSTABLE: "unstable (its measurement windows never agreed within the stability rule)",
+    OVERLOADED: "overloaded (completions fell behind arrivals)",
+}
+
+
+def trial_marks(unstable: pd.Series, overloaded: pd.Series) -> pd.Series:
+    """Per trial: its marks, '' when none."""
+    return unstable.map({True: UNSTABLE, False: ""}) + overloaded.map({True: OVERLOADED, False: ""})
+
+
+def merge(a: pd.Series, b: pd.Series) -> pd.Series:
+    """The marks of a figure computed from two trials (a ratio): both trials' marks; NaN where either is
+    missing (as the ratio is)."""
+    return (a + b).map(lambda m: "".join(c for c in MEANING if c in m) if isinstance(m, str) else m)
+
+
+def legend(marks: pd.DataFrame | pd.Series, what: str = "figures") -> str | None:
+    """What the marks in a table mean and how many of its `what` carry each; None when it carries none.
+    `marks` holds one string per figure (NaN where the table has no figure)."""
+    cells = pd.Series(np.ravel(marks.to_numpy()), dtype=object).dropna().astype(str)
+    parts = [f"{mark} {meaning}: {n} of {len(cells)} {what}" for mark, meaning in MEANING.items()
+             if (n := int(cells.str.contains(mark, regex=False).sum()))]
+    return "; ".join(parts) + "." if parts else None
+
+
+def suffix(marks: pd.Series) -> pd.Series:
+    """Marks as they follow a formatted figure: ' †' (or '' when none)."""
+    return marks.fillna("").map(lambda m: f" {m}" if m else "")

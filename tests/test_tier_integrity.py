@@ -1,0 +1,133 @@
+"""A tier is what it says: on a GPU tier no server computes on the CPU, whether the node lacks the GPU, its torch
+cannot see it, its ONNX Runtime cannot load a GPU provider, or a started server reports the CPU. Checked without a
+GPU: real backends judging NodeInfo facts, and a ServerGroup whose server start reports the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from experiments.config.compose import compose
+from experiments.plan import plan_trials
+from experiments.results.records import Status, TrialRecord
+from experiments.run.server_group import ServerGroup, build_backend
+from serving.backend import ServerHandle
+from serving.node import NodeInfo
+from serving.paths import REPO_ROOT
+from serving.triton.installation import INSTALLATIONS, TritonServerKind
+from serving.triton.repository import TritonVariant, instances_on_gpu, render_repository
+
+A100_NODE = NodeInfo("a100-box", "10.0.0.3", "n2", "Some CPU", 16, gpu_names=("NVIDIA A100-SXM4-80GB",),
+                     driver_version="550.54.15", cuda_version="12.4", torch_cuda=True, ray_gpus=1.0,
+                     torch_version="2.6.0a0+ecf3bae40a", torch_cuda_build="12.8", ort_version="1.26.0",
+                     ort_providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
+                     ort_loaded=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"))
+CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2, ort_providers=("CPUExecutionProvider",),
+                    gpu_problem="NVML: NVML Shared Library Not Found")
+
+
+def _backend(tier: str, variant: str, node: NodeInfo, emulated: bool = False) -> Any:
+    return build_backend(compose([f"gpu={tier}"]), variant, node, {}, emulated)
+
+
+def test_a_gpu_tier_node_without_a_gpu_skips_every_variant_instead_of_falling_back_to_the_cpu() -> None:
+    for variant in ("triton_onnx", "pytorch", "pytorch_batched"):
+        backend = _backend("a100", variant, CPU_NODE)
+        reason = backend.unsupported_reason("grpc", "tensor")
+        assert reason is not None and "tier a100 is a GPU tier" in reason and "no NVIDIA GPU" in reason, variant
+        assert "NVML Shared Library Not Found" in reason
+    assert _backend("a100", "triton_onnx", CPU_NODE).accelerator == "cuda", "no silent CPU execution provider"
+
+
+def test_the_local_tier_and_emulated_clusters_keep_running_on_the_cpu() -> None:
+    local = _backend("local", "triton_onnx", CPU_NODE)
+    assert local.accelerator == "cpu" and local.unsupported_reason("grpc", "tensor") is None
+    assert _backend("local", "pytorch", CPU_NODE).unsupported_reason("http", "jpeg") is None
+    emulated = _backend("a100", "triton_onnx", CPU_NODE, emulated=True)
+    assert emulated.accelerator == "cpu" and emulated.unsupported_reason("grpc", "tensor") is None
+
+
+def test_a_gpu_node_whose_torch_does_not_see_the_gpu_skips_pytorch_on_a_gpu_tier() -> None:
+    cpu_torch = NodeInfo(**{**A100_NODE.__dict__, "torch_cuda": False, "torch_version": "2.14.1+cu130",
+                            "torch_cuda_build": "13.0", "torch_problem": "The NVIDIA driver on your system is too old "
+                                                                         "(found version 12040)"})
+    reason = _backend("a100", "pytorch", cpu_torch).unsupported_reason("http", "tensor")
+    assert "torch 2.14.1+cu130" in reason and "built for CUDA 13.0" in reason and "does not see" in reason
+    assert "driver 550.54.15, CUDA 12.4" in reason and "too old" in reason
+    cpu_build = NodeInfo(**{**cpu_torch.__dict__, "torch_cuda_build": None, "torch_problem": None})
+    assert "a CPU-only build" in _backend("a100", "pytorch", cpu_build).unsupported_reason("http", "tensor")
+    assert _backend("a100", "pytorch", A100_NODE).unsupported_reason("http", "tensor") is None
+    assert _backend("a100", "triton_onnx", cpu_torch).unsupported_reason("grpc", "tensor") is None, \
+        "Triton does not need torch's CUDA"
+
+
+def test_a_gpu_node_whose_onnxruntime_cannot_load_the_cuda_provider_skips_triton_on_a_gpu_tier() -> None:
+    listed_not_loaded = NodeInfo(**{**A100_NODE.__dict__, "ort_loaded": ("CPUExecutionProvider",), "ort_problems": (
+        "CUDAExecutionProvider: did not load: the session fell back to ['CPUExecutionProvider']",)})
+    reason = _backend("a100", "triton_onnx", listed_not_loaded).unsupported_reason("grpc", "tensor")
+    assert "lists but cannot load CUDAExecutionProvider" in reason and "fell back" in reason
+    assert "tierbench[gpu-cu12]" in reason, "the extra for the driver's CUDA 12.4"
+    cpu_wheel = NodeInfo(**{**A100_NODE.__dict__, "ort_providers": ("CPUExecutionProvider",),
+                            "ort_loaded": ("CPUExecutionProvider",)})
+    assert "lacks CUDAExecutionProvider" in _backend("a100", "triton_onnx", cpu_wheel).unsupported_reason("http",
+                                                                                                         "tensor")
+    native = NodeInfo(**{**cpu_wheel.__dict__, "native_triton": True, "triton_backends": ("onnxruntime", "python")})
+    assert _backend("a100", "triton_onnx", native).unsupported_reason("http", "tensor") is None, \
+        "NVIDIA's container brings its own ONNX Runtime"
+    no_ort_backend = NodeInfo(**{**native.__dict__, "triton_backends": ("python",)})
+    assert "has no onnxruntime backend" in _backend("a100", "triton_onnx", no_ort_backend).unsupported_reason(
+        "http", "tensor")
+
+
+def test_no_triton_at_all_is_a_skip_with_the_reason() -> None:
+    node = NodeInfo(**{**CPU_NODE.__dict__, "bundled_triton_problem": "nvidia-pytriton is not installed"})
+    reason = _backend("local", "triton_onnx", node).unsupported_reason("grpc", "tensor")
+    assert "no Triton on node cpu-box" in reason and "nvidia-pytriton is not installed" in reason
+
+
+def test_servers_report_whether_they_compute_on_the_gpu(tmp_path: Path) -> None:
+    config = (REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt").read_text()
+    onnx = tmp_path / "m.onnx"
+    onnx.write_bytes(b"")
+    for accelerator, on_gpu in (("cuda", True), ("tensorrt", True), ("cpu", False)):
+        for kind in ("bundled", "native"):
+            server = INSTALLATIONS[TritonServerKind(kind)](Path("tritonserver"), Path("backends"))
+            out = render_repository(config, onnx, tmp_path / kind / accelerator, TritonVariant(accelerator), server)
+            assert instances_on_gpu((out / "resnet18" / "config.pbtxt").read_text()) is on_gpu, (kind, accelerator)
+
+
+class _Finished:
+    def __init__(self) -> None:
+        self.records: list[TrialRecord] = []
+
+    def __call__(self, record: TrialRecord, logs: dict[str, str]) -> None:
+        self.records.append(record)
+
+
+def test_a_server_that_starts_on_the_cpu_under_a_gpu_tier_fails_its_trials_once_without_a_retry() -> None:
+    cfg = compose(["gpu=a100", "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
+                          "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
+                          "experiment.concurrency=[1,2]"])
+    (group,) = plan_trials(cfg)
+    finished = _Finished()
+    server = ServerGroup(cfg, group, A100_NODE, {}, clients=None, finish=finished,
+                         save_server_file=lambda name, text: None)
+    calls = {"start": 0, "stop": 0}
+
+    def start() -> ServerHandle:  # the server process stands in here: it came up on the CPU execution provider
+        calls["start"] += 1
+        return ServerHandle("triton_python_backend", {}, params={"execution_provider": "CPUExecutionProvider"},
+                            on_gpu=False)
+
+    def stop() -> dict[str, str]:
+        calls["stop"] += 1
+        return {}
+
+    server.backend.start, server.backend.stop = start, stop
+    server.run(group.trials)
+    assert calls["start"] == 1 and calls["stop"] >= 1, "stopped, and not started again (idempotent stop)"
+    assert [r.status for r in finished.records] == [Status.FAILED, Status.FAILED]
+    reason = finished.records[0].reason
+    assert "reports running on the CPU (CPUExecutionProvider)" in reason and "tier a100 is a GPU tier" in reason
+    assert not any(r.metrics for r in finished.records), "nothing measured"
+    assert Status.SKIPPED not in {r.status for r in finished.records}
