@@ -1,7 +1,9 @@
-"""Run `python -m runners.sweep` as a user would, in a subprocess whose output a test can wait on."""
+"""Run `python -m runners.sweep` as a user would: to its end (`run_sweep_command`), or in a subprocess whose
+output a test can wait on (`SweepProcess`)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -10,12 +12,22 @@ import time
 from pathlib import Path
 
 from serving.paths import REPO_ROOT
+from tests.helpers import store_overrides, store_uri
+
+
+def run_sweep_command(args: list[str], env: dict[str, str] | None = None,
+                      timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
+    """`python -m runners.sweep ARGS` to its end (extra `env` variables on top of this one's); it and its seconds."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return proc, time.monotonic() - started
 
 
 class SweepProcess:
     def __init__(self, tmp: Path, *overrides: str, store: str | None = None) -> None:
-        self.store = store or f"sqlite:///{tmp / 'mlflow.db'}"
-        args = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={self.store}", *overrides]
+        self.store = store or store_uri(tmp)
+        args = [*store_overrides(tmp)[:1], f"mlflow.tracking_uri={self.store}", *overrides]
         self.proc = subprocess.Popen([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
         self.lines: list[str] = []

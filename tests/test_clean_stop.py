@@ -4,12 +4,11 @@ actors and the Ray the sweep started: nothing of it is left in the process table
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import server_processes, wait_for_no_new_processes
+from tests.processes import server_processes, wait_for_no_new_processes, wait_for_process
 from tests.sweep_process import SweepProcess
 
 pytestmark = pytest.mark.slow
@@ -26,11 +25,7 @@ def test_signal_mid_sweep_leaves_nothing_running(tmp_path: Path, signum: int, wh
     try:
         # Interrupt during the first trial of the group whose server we want to catch running.
         sweep.wait_for(r"\[1/4\]" if while_running == "tritonserver" else r"\[3/4\]")
-        time.sleep(0.5)
-        ours = server_processes() - before
-        names = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid in ours
-                         if Path(f"/proc/{pid}/cmdline").exists())
-        assert while_running in names, "the server should be running when the signal arrives"
+        wait_for_process(while_running, before)  # the server is running when the signal arrives
         sweep.proc.send_signal(signum)
         code = sweep.wait(timeout_s=120)
     finally:

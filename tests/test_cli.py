@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-
-from serving.paths import REPO_ROOT
-from tests.conftest import server_processes
-
-
-def _sweep(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout)
-    return proc, time.monotonic() - start
+from tests.helpers import store_overrides
+from tests.processes import server_processes
+from tests.sweep_process import run_sweep_command
 
 
 def test_missing_tiers_fail_fast_and_are_named(tmp_path) -> None:
     """cluster=local is this machine: a GPU tier its GPU does not match is refused, naming the GPU found and the
     tier asked, before Ray starts. Overrides after -m count like those before it."""
     before = server_processes()
-    proc, seconds = _sweep("gpu=a100,rtx4090", "-m", f"results_dir={tmp_path}",
-                           f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}")
+    proc, seconds = run_sweep_command(["gpu=a100,rtx4090", "-m", *store_overrides(tmp_path)])
     output = proc.stderr + proc.stdout
     assert proc.returncode == 2, output
     assert seconds < 60

@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from experiments.config.compose import compose
+from experiments.config.compose import compose, options
 from experiments.config.validation import validate
 from experiments.plan import plan_trials
 from serving.paths import REPO_ROOT
 
+# Every option of every group composes and validates. Options interact through validate() only where an experiment
+# meets a model (batch sizes within its max_batch_size, backend settings sized by it): those pairs all, the other
+# groups' options each once beside the defaults (their checks read nothing of the other groups).
+CASES = [*(dict(experiment=e, model=m) for e in options("experiment") for m in options("model")),
+         *(dict(gpu=g) for g in options("gpu")), *(dict(cluster=c) for c in options("cluster"))]
 
-def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (REPO_ROOT / "conf" / group).glob("*.yaml"))
 
-
-@pytest.mark.parametrize(
-    "gpu,model,experiment,cluster",
-    list(itertools.product(_options("gpu"), _options("model"), _options("experiment"), _options("cluster"))),
-)
-def test_every_config_composes_and_validates(gpu: str, model: str, experiment: str, cluster: str) -> None:
-    cfg = compose([f"gpu={gpu}", f"model={model}", f"experiment={experiment}", f"cluster={cluster}"])
+@pytest.mark.parametrize("choice", CASES, ids=[",".join(f"{k}={v}" for k, v in c.items()) for c in CASES])
+def test_every_config_option_composes_and_validates(choice: dict[str, str]) -> None:
+    cfg = compose([f"{group}={option}" for group, option in choice.items()])
     validate(cfg)
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     assert plan_trials(cfg), "a config must plan at least one trial"
@@ -75,7 +73,7 @@ def test_checked_in_triton_configs_match_the_model_configs() -> None:
     from serving.export import INPUT_NAME, OUTPUT_NAME
     from serving.triton.repository import read_config
 
-    for model in _options("model"):
+    for model in options("model"):
         cfg = compose([f"model={model}"]).model
         pbtxt = read_config(Path(REPO_ROOT / "model_repository" / model / "config.pbtxt"))
         assert pbtxt.name == model and pbtxt.platform == "onnxruntime_onnx"

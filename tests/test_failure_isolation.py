@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import server_processes, wait_for_no_new_processes
+from tests.processes import server_processes, wait_for_no_new_processes, wait_for_process
 from tests.sweep_process import SweepProcess
 
 pytestmark = pytest.mark.slow
@@ -19,25 +18,17 @@ pytestmark = pytest.mark.slow
 THREE_TRIALS = ["experiment.protocols=[http]", "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
                 "experiment.concurrency=[1,2,3]", "experiment.window_s=3", "experiment.warmup_s=0.3",
                 "experiment.warmup_requests=2"]
-
-
-def _pids_matching(pattern: str, exclude: set[int]) -> list[int]:
-    """This session's new processes whose command line matches `pattern`."""
-    import re
-
-    return [pid for pid in server_processes() - exclude
-            if re.search(pattern, Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())]
+# A client actor loading the server: Ray names the process after the method it runs (warm-up, then windows).
+CLIENTS_LOADING = r"ray::LoadClientActor\.(wait_warm|collect)"
 
 
 def _kill_during_second_trial(tmp_path: Path, backend: str, victim: str, sweep_id: str) -> tuple[SweepProcess, dict]:
     before = server_processes()
     sweep = SweepProcess(tmp_path, f"sweep_id={sweep_id}", f"experiment.backends=[{backend}]", *THREE_TRIALS)
     try:
-        sweep.wait_for(r"\[1/3\]")
-        time.sleep(1.0)  # inside the second trial's warm-up or window
-        victims = _pids_matching(victim, exclude=before)
-        assert victims, f"no {victim} process to kill"
-        for pid in victims:
+        sweep.wait_for(r"\[1/3\]")  # the first trial is recorded: what loads the server now is the second
+        wait_for_process(CLIENTS_LOADING, before)
+        for pid in wait_for_process(victim, before):
             os.kill(pid, signal.SIGKILL)
         code = sweep.wait()
     finally:
@@ -50,26 +41,28 @@ def _kill_during_second_trial(tmp_path: Path, backend: str, victim: str, sweep_i
     return sweep, {"code": code, "statuses": statuses}
 
 
-def _check_one_failed_then_ok(sweep: SweepProcess, result: dict, log_name: str) -> None:
+def _check_one_failed_then_ok(sweep: SweepProcess, result: dict, server_logs: set[str]) -> None:
+    """The second trial failed, with the reason and the server logs the backend keeps (in the run folder and on
+    its run); the first and third are ok; the exit code says a trial failed."""
     statuses = result["statuses"]
     assert [statuses[c][0] for c in (1, 2, 3)] == ["ok", "failed", "ok"], sweep.output[-4000:]
     assert result["code"] != 0, "the exit code must say a trial failed"
     failed_dir = statuses[2][1]
-    assert (failed_dir / "server_logs" / log_name).exists() if log_name else True
+    assert {p.name for p in (failed_dir / "server_logs").glob("*")} == server_logs
     client = MlflowClient(sweep.store)
     exp = client.get_experiment_by_name("tierbench")
     (failed_run,) = client.search_runs([exp.experiment_id], "tags.status = 'failed' and tags.run_level = 'trial'")
     assert failed_run.data.tags["reason"]
-    if log_name:
-        artifacts = {a.path for a in client.list_artifacts(failed_run.info.run_id, "server_logs")}
-        assert f"server_logs/{log_name}" in artifacts
+    artifacts = {a.path for a in client.list_artifacts(failed_run.info.run_id, "server_logs")}
+    assert artifacts == {f"server_logs/{name}" for name in server_logs}
 
 
 def test_killing_triton_mid_trial_fails_that_trial_only(tmp_path: Path) -> None:
     sweep, result = _kill_during_second_trial(tmp_path, "triton_onnx", "bin/tritonserver", "kill-triton")
-    _check_one_failed_then_ok(sweep, result, "tritonserver.log")
+    _check_one_failed_then_ok(sweep, result, {"tritonserver.log"})
 
 
 def test_killing_a_ray_serve_replica_fails_that_trial_only(tmp_path: Path) -> None:
+    """Ray Serve keeps no server log of its own to attach (its replicas log into Ray's session folder)."""
     sweep, result = _kill_during_second_trial(tmp_path, "pytorch", "ServeReplica", "kill-replica")
-    _check_one_failed_then_ok(sweep, result, "")
+    _check_one_failed_then_ok(sweep, result, set())

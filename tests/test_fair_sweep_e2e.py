@@ -7,13 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 import experiments.run.server_group as server_group
 from experiments.config.compose import compose
 from experiments.run.sweep import run_sweep
 from serving.clients.base import ClientSpec, jpeg_batch
-from tests.ownership import owned_environment
+from tests import helpers
+from tests.helpers import store_overrides, store_uri
+from tests.processes import owned_environment
 
 pytestmark = pytest.mark.slow
 
@@ -25,17 +26,6 @@ BATCHING_PARAMS = {"server_batching", "server_max_batch_size", "server_batch_wai
                    "server_preferred_batch_sizes"}
 
 
-def _store(tmp: Path, sweep_id: str) -> list[str]:
-    return [f"sweep_id={sweep_id}", f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri=sqlite:///{tmp / 'mlflow.db'}"]
-
-
-def _trial_runs(tmp: Path, sweep_id: str) -> list:
-    client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("tierbench")
-    return client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}' and tags.run_level = 'trial'",
-                              max_results=1000)
-
-
 def _my_regions() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("tierbench_*")}
 
@@ -43,14 +33,14 @@ def _my_regions() -> set[str]:
 @pytest.fixture(scope="module")
 def fair_runs(tmp_path_factory: pytest.TempPathFactory) -> list:
     tmp = tmp_path_factory.mktemp("fair")
-    cfg = compose(["experiment=fair_comparison", *_store(tmp, "fair-e2e"), *LEAN,
+    cfg = compose(["experiment=fair_comparison", *store_overrides(tmp, "fair-e2e"), *LEAN,
                           "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynbatch]",
                           "experiment.protocols=[http,grpc,http_shm,grpc_shm]"])
     regions_before = _my_regions()
     with owned_environment():  # fails if the sweep left a process running
         code = run_sweep(cfg)
     assert _my_regions() <= regions_before, "the sweep left shared-memory regions behind"
-    runs = _trial_runs(tmp, "fair-e2e")
+    runs = helpers.runs(store_uri(tmp), sweep_id="fair-e2e")
     failed = [(r.info.run_name, r.data.tags.get("reason")) for r in runs if r.data.tags["status"] == "failed"]
     assert code == 0 and not failed, failed
     return runs
@@ -98,7 +88,7 @@ def test_server_batching_settings_are_params_comparable_across_servers(fair_runs
 
 def test_a_server_with_other_weights_fails_the_crosscheck_unmeasured(tmp_path: Path, monkeypatch) -> None:
     """The server gets model.seed=1, the reference keeps seed 0: the group must fail with the figures."""
-    cfg = compose([*_store(tmp_path, "wrong-model"), *LEAN, "experiment.backends=[pytorch]",
+    cfg = compose([*store_overrides(tmp_path, "wrong-model"), *LEAN, "experiment.backends=[pytorch]",
                           "experiment.protocols=[http]", "experiment.input_formats=[tensor,jpeg]"])
     wrong = compose(["model.seed=1", "experiment.backends=[pytorch]"])
     real_build = server_group.build_backend
@@ -106,7 +96,7 @@ def test_a_server_with_other_weights_fails_the_crosscheck_unmeasured(tmp_path: P
                         lambda cfg_, name, node, options: real_build(wrong, name, node, options))
     with owned_environment():
         assert run_sweep(cfg) == 1
-    runs = _trial_runs(tmp_path, "wrong-model")
+    runs = helpers.runs(store_uri(tmp_path), sweep_id="wrong-model")
     assert len(runs) == 2
     for run in runs:
         assert run.data.tags["status"] == "failed"

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from experiments.config.compose import compose
-from tests.conftest import has_gpu, server_processes, wait_for_no_new_processes
+from tests import helpers
+from tests.conftest import has_gpu
+from tests.helpers import store_overrides, store_uri
+from tests.processes import server_processes, wait_for_no_new_processes
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -54,9 +56,8 @@ def gpu_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, l
     from experiments.run.sweep import run_sweep
 
     tmp = tmp_path_factory.mktemp("gpu-sweep")
-    store = f"sqlite:///{tmp / 'mlflow.db'}"
     cfg = compose([
-        f"sweep_id={SWEEP_ID}", f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store}",
+        *store_overrides(tmp, SWEEP_ID),
         f"experiment.backends=[{','.join(BACKENDS)}]", "experiment.protocols=[http,grpc]",
         "experiment.input_formats=[tensor]", f"experiment.batch_sizes=[{','.join(map(str, BATCHES))}]",
         "experiment.concurrency=[1,4]", "experiment.window_s=2.0", "experiment.warmup_s=0.5",
@@ -67,11 +68,7 @@ def gpu_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, l
     before = server_processes()
     code = run_sweep(cfg)
     assert not wait_for_no_new_processes(before), "the sweep left processes running"
-    client = MlflowClient(store)
-    exp = client.get_experiment_by_name("tierbench")
-    runs = client.search_runs([exp.experiment_id], f"tags.sweep_id = '{SWEEP_ID}' and tags.run_level = 'trial'",
-                              max_results=1000)
-    yield code, runs
+    yield code, helpers.runs(store_uri(tmp), sweep_id=SWEEP_ID)
 
 
 def _ok(runs: list) -> list:

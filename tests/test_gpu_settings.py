@@ -33,11 +33,7 @@ from serving.ray_serve.settings import RayServeTorchSettings
 from serving.triton.backend import TritonBackend
 from serving.triton.installation import BundledTriton, NativeTriton
 from serving.triton.settings import TritonSettings
-
-CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
-GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVIDIA GeForce RTX 4090",),
-                    driver_version="580.65", cuda_version="13.0", torch_cuda=True, ray_gpus=1.0,
-                    ort_providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"))
+from tests.helpers import CPU_NODE, GPU_NODE
 
 
 def _context(node: NodeInfo, name: str = "triton_trt", batches: tuple[int, ...] = (1, 8)) -> BackendContext:

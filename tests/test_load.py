@@ -64,7 +64,7 @@ def test_closed_loop_measures_a_single_server_queue() -> None:
     assert np.allclose(samples.server_ms, 20.0)  # what the server reported travels with each sample
     assert np.all(samples.server_batch == 1)
     (health,) = samples.clients
-    assert 0 <= health.cpu_util < 1.0 and health.loop_lag_p99_ms >= 0
+    assert 0 <= health.cpu_util < 1.0 and 0 <= health.loop_lag_p99_ms < 1000  # the loop never stalled a second
 
 
 def test_consecutive_windows_share_no_request() -> None:

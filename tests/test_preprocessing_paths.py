@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from experiments.config.compose import compose
 from serving.clients.base import ClientSpec, jpeg_batch
 from serving.images import decode_and_preprocess
 from serving.paths import REPO_ROOT
+from tests.helpers import fake_triton_utils
 
 SPEC = ClientSpec(target="", url="", model_name="resnet18", input_format="jpeg", batch_size=5,
                   input_shape=(3, 224, 224), num_classes=1000)
@@ -32,28 +32,6 @@ def reference() -> np.ndarray:
     return decode_and_preprocess(jpeg_batch(SPEC))
 
 
-def _fake_pb_utils() -> types.ModuleType:
-    """Just what the Python-backend models use, with Triton's semantics (inputs by name, tensors, responses)."""
-    pb = types.ModuleType("triton_python_backend_utils")
-
-    class Tensor:
-        def __init__(self, name: str, array: np.ndarray) -> None:
-            self.name, self.array = name, array
-
-        def as_numpy(self) -> np.ndarray:
-            return self.array
-
-    class InferenceResponse:
-        def __init__(self, output_tensors: list, error: object = None) -> None:
-            self.output_tensors, self.error = output_tensors, error
-
-    pb.Tensor = Tensor
-    pb.InferenceResponse = InferenceResponse
-    pb.TritonError = RuntimeError
-    pb.get_input_tensor_by_name = lambda request, name: Tensor(name, request[name])
-    return pb
-
-
 def _rendered_preprocess_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
     from serving.triton.ensemble import preprocess_model_name, render_jpeg_ensemble
     from serving.triton.repository import read_config
@@ -61,7 +39,7 @@ def _rendered_preprocess_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     classifier = read_config(REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt")
     render_jpeg_ensemble(classifier, tmp_path, preprocess_instances=1)
     version_dir = tmp_path / preprocess_model_name("resnet18") / "1"
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_triton_utils())
     spec = importlib.util.spec_from_file_location("rendered_preprocess_model", version_dir / "model.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -16,28 +16,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from serving.triton.repository import PYTHON_MODEL_FILE
-
-
-class _Tensor:
-    def __init__(self, name: str, array: np.ndarray) -> None:
-        self.name, self.array = name, array
-
-    def as_numpy(self) -> np.ndarray:
-        return self.array
-
-
-class _Response:
-    def __init__(self, output_tensors: list[_Tensor]) -> None:
-        self.output_tensors = output_tensors
+from tests.helpers import fake_triton_utils
 
 
 @pytest.fixture
 def model_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    utils = types.ModuleType("triton_python_backend_utils")
-    utils.Tensor = _Tensor
-    utils.InferenceResponse = _Response
-    utils.get_input_tensor_by_name = lambda request, name: request[name]
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_triton_utils())
     spec = importlib.util.spec_from_file_location("tierbench_python_backend_model", PYTHON_MODEL_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -68,7 +52,7 @@ def _args(onnx_path: Path, providers: list[str], options: dict | None = None, de
 def test_cpu_provider_serves_the_onnx_model(model_module: types.ModuleType, doubling_onnx: Path) -> None:
     model = model_module.TritonPythonModel()
     model.initialize(_args(doubling_onnx, ["CPUExecutionProvider"]))
-    (response,) = model.execute([{"input": _Tensor("input", np.ones((2, 3), dtype=np.float32))}])
+    (response,) = model.execute([{"input": np.ones((2, 3), dtype=np.float32)}])
     np.testing.assert_array_equal(response.output_tensors[0].as_numpy(), np.full((2, 3), 2.0, dtype=np.float32))
 
 

@@ -13,7 +13,9 @@ from mlflow.tracking import MlflowClient
 
 from serving.paths import REPO_ROOT
 from serving.process import free_ports
-from tests.conftest import server_processes, wait_for_no_new_processes
+from tests import helpers
+from tests.helpers import store_uri
+from tests.processes import server_processes, wait_for_no_new_processes
 from tests.sweep_process import SweepProcess
 
 pytestmark = pytest.mark.slow
@@ -21,12 +23,6 @@ pytestmark = pytest.mark.slow
 TINY = ["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
         "experiment.batch_sizes=[1]", "experiment.window_s=1", "experiment.warmup_s=0.3",
         "experiment.warmup_requests=2"]
-
-
-def _trial_runs(store: str, sweep_id: str) -> list:
-    client = MlflowClient(store)
-    exp = client.get_experiment_by_name("tierbench")
-    return client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}' and tags.run_level = 'trial'")
 
 
 def test_unreachable_store_then_relog_then_resume(tmp_path: Path) -> None:
@@ -44,11 +40,11 @@ def test_unreachable_store_then_relog_then_resume(tmp_path: Path) -> None:
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
 
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = store_uri(tmp_path)
     relog = subprocess.run([sys.executable, "-m", "runners.relog", str(tmp_path / "runs" / "offline"),
                             "--tracking-uri", store], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert relog.returncode == 0, relog.stderr
-    runs = _trial_runs(store, "offline")
+    runs = helpers.runs(store, sweep_id="offline")
     assert {r.info.run_name for r in runs} == {"local/triton_onnx/grpc/tensor/b1/c1",
                                                "local/triton_onnx/grpc/tensor/b1/c2"}
     for run in runs:
@@ -60,19 +56,19 @@ def test_unreachable_store_then_relog_then_resume(tmp_path: Path) -> None:
     again = subprocess.run([sys.executable, "-m", "runners.relog", str(folder), "--tracking-uri", store], cwd=REPO_ROOT,
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "0 trial runs logged, 2 already" in again.stdout
-    assert len(_trial_runs(store, "offline")) == 2
+    assert len(helpers.runs(store, sweep_id="offline")) == 2
 
     # Resume: the same sweep_id with one more load point runs only that trial.
     resumed = SweepProcess(tmp_path, "sweep_id=offline", "experiment.concurrency=[1,2,3]", *TINY, store=store)
     assert resumed.wait() == 0, resumed.output[-3000:]
     assert resumed.output.count("already ok in sweep offline") == 2
-    runs = _trial_runs(store, "offline")
+    runs = helpers.runs(store, sweep_id="offline")
     assert sorted(r.info.run_name[-2:] for r in runs) == ["c1", "c2", "c3"]
     assert not wait_for_no_new_processes(before)
 
 
 def test_resume_reruns_failed_trials_and_marks_the_old_run(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = store_uri(tmp_path)
     first = SweepProcess(tmp_path, "sweep_id=rerun", "experiment.concurrency=[1]", *TINY, store=store)
     assert first.wait() == 0
     # Pretend the trial failed (in the folder and in the store), as after a crash.
@@ -81,13 +77,13 @@ def test_resume_reruns_failed_trials_and_marks_the_old_run(tmp_path: Path) -> No
     record["status"], record["reason"] = "failed", "simulated failure for the resume test"
     record_file.write_text(json.dumps(record))
     client = MlflowClient(store)
-    (old,) = _trial_runs(store, "rerun")
+    (old,) = helpers.runs(store, sweep_id="rerun")
     client.set_tag(old.info.run_id, "status", "failed")
 
     second = SweepProcess(tmp_path, "sweep_id=rerun", "experiment.concurrency=[1]", *TINY, store=store)
     assert second.wait() == 0
     assert "already ok in sweep" not in second.output
-    runs = {r.info.run_id: r for r in _trial_runs(store, "rerun")}
+    runs = {r.info.run_id: r for r in helpers.runs(store, sweep_id="rerun")}
     assert len(runs) == 2
     new_id = next(i for i in runs if i != old.info.run_id)
     assert runs[new_id].data.tags["status"] == "ok"

@@ -11,6 +11,9 @@ from mlflow.tracking import MlflowClient
 
 from experiments.config.compose import compose
 from experiments.run.sweep import run_sweep
+from tests import helpers
+from tests.helpers import store_overrides, store_uri
+from tests.processes import server_processes, wait_for_no_new_processes
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +27,8 @@ TRIAL_METRICS = {"latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, MlflowClient, str, Path]:
     tmp = tmp_path_factory.mktemp("sweep")
-    store = f"sqlite:///{tmp / 'mlflow.db'}"
     cfg = compose([
-        "sweep_id=e2e-test",
-        f"results_dir={tmp / 'runs'}",
-        f"mlflow.tracking_uri={store}",
+        *store_overrides(tmp, "e2e-test"),
         "experiment.input_formats=[tensor,jpeg]",
         "experiment.batch_sizes=[1,2]",
         "experiment.concurrency=[1,2]",
@@ -38,27 +38,22 @@ def finished_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Mlflo
         "experiment.warmup_s=0.3",
         "experiment.warmup_requests=2",
     ])
-    from tests.conftest import server_processes, wait_for_no_new_processes
-
     before = server_processes()
     code = run_sweep(cfg)
     left = wait_for_no_new_processes(before)
     assert not left, f"the sweep left processes running: {left}"
-    return code, MlflowClient(store), "e2e-test", tmp / "runs"
+    return code, MlflowClient(store_uri(tmp)), "e2e-test", tmp / "runs"
 
 
 def _trial_runs(client: MlflowClient, sweep_id: str) -> list:
-    exp = client.get_experiment_by_name("tierbench")
-    return client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}' and tags.run_level = 'trial'",
-                              max_results=1000)
+    return helpers.runs(client.tracking_uri, sweep_id=sweep_id)
 
 
 def test_sweep_succeeds_and_nests_trials_under_tier_and_sweep(finished_sweep) -> None:
     code, client, sweep_id, _ = finished_sweep
     assert code == 0
-    exp = client.get_experiment_by_name("tierbench")
-    (sweep,) = client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}' and tags.run_level = 'sweep'")
-    (tier,) = client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}' and tags.run_level = 'tier'")
+    (sweep,) = helpers.runs(client.tracking_uri, "sweep", sweep_id)
+    (tier,) = helpers.runs(client.tracking_uri, "tier", sweep_id)
     assert tier.data.tags["mlflow.parentRunId"] == sweep.info.run_id
     runs = _trial_runs(client, sweep_id)
     assert len(runs) == 3 * 2 * 2 * 2 * 2  # backends x protocols x formats x batches x concurrency
@@ -132,7 +127,7 @@ def test_relog_of_the_run_folder_gives_the_same_runs(finished_sweep, tmp_path: P
     from runners.relog import main as relog
 
     _, client, sweep_id, runs_dir = finished_sweep
-    store = f"sqlite:///{tmp_path / 'relogged.db'}"
+    store = f"sqlite:///{tmp_path / 'relogged.db'}"  # another store than the sweep's
     assert relog([str(runs_dir / sweep_id), "--tracking-uri", store]) == 0
 
     def comparable(c: MlflowClient) -> dict:

@@ -14,12 +14,8 @@ from experiments.measure.telemetry import (
     summarize,
 )
 from serving.backend import ServerHandle
-from serving.node import NodeInfo
 from tests.conftest import has_gpu
-
-CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
-GPU_NODE = NodeInfo("gpu-box", "127.0.0.1", "n1", "Some CPU", 16, gpu_names=("NVIDIA A100-SXM4-80GB",),
-                    driver_version="580.65", cuda_version="13.0")
+from tests.helpers import CPU_NODE, GPU_NODE
 
 
 def _samples(start: float, seconds: float, hz: float = 20.0) -> tuple[np.ndarray, ...]:
@@ -138,8 +134,7 @@ def test_sampler_combines_gpus_and_summarizes_a_window(monkeypatch: pytest.Monke
     try:
         assert sampler.describe() == {"indices": [0, 1], "names": ["Fake GPU 0", "Fake GPU 1"],
                                       "driver_version": "580.65.06", "cuda_version": "13.0", "energy_counter": True}
-        time.sleep(0.2)
-        start = time.time()
+        start = time.time()  # the sampler took its first sample when it started
         end = start + 0.5
         metrics = sampler.window(start, end)  # waits for a sample past `end`
     finally:

@@ -6,21 +6,18 @@ checks see those and nobody else's."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import time
 import uuid
 from itertools import product
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from experiments.config.compose import compose
-from serving.paths import REPO_ROOT
-from tests.ownership import TOKEN_VARIABLE as MARK_VAR
-from tests.ownership import wait_until_gone as wait_for_no_marked_processes
+from tests.helpers import runs, store_overrides, store_uri
+from tests.processes import TOKEN_VARIABLE as MARK_VAR
+from tests.processes import wait_until_gone as wait_for_no_marked_processes
+from tests.sweep_process import run_sweep_command
 
 pytestmark = pytest.mark.slow
 
@@ -29,18 +26,12 @@ TINY = ["experiment.protocols=[http]", "experiment.input_formats=[tensor]", "exp
 
 
 def _sweep(args: list[str], tmp: Path, marker: str, timeout: float = 540) -> tuple[subprocess.CompletedProcess, float]:
-    env = {**os.environ, MARK_VAR: marker}
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "runners.sweep", f"results_dir={tmp / 'runs'}",
-                           f"mlflow.tracking_uri=sqlite:///{tmp / 'mlflow.db'}", *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    return proc, time.monotonic() - started
+    """A sweep of this machine's emulated or joined cluster, every process it starts marked with `marker`."""
+    return run_sweep_command([*store_overrides(tmp), *args], env={MARK_VAR: marker}, timeout=timeout)
 
 
 def _runs(tmp: Path, level: str) -> list:
-    client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("tierbench")
-    return client.search_runs([exp.experiment_id], f"tags.run_level = '{level}'", max_results=1000)
+    return runs(store_uri(tmp), level)
 
 
 def _tier_nodes(runs_dir: Path, tier: str) -> set[str]:

@@ -21,7 +21,7 @@ from serving.node import NodeInfo
 from serving.paths import REPO_ROOT
 from serving.triton.backend import TritonBackend
 from serving.triton.settings import TritonSettings
-from tests.ownership import owned_environment
+from tests.processes import owned_environment
 
 pytestmark = pytest.mark.slow
 

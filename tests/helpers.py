@@ -1,0 +1,58 @@
+"""What several tests share: a results folder and MLflow store of their own, the runs a sweep logged there,
+nodes described without a GPU and with one, and a stand-in for Triton's Python-backend utilities."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from serving.node import NodeInfo
+
+CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
+GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVIDIA GeForce RTX 4090",),
+                    driver_version="580.65", cuda_version="13.0", torch_cuda=True, ray_gpus=1.0,
+                    ort_providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"))
+
+
+def store_uri(tmp: Path) -> str:
+    return f"sqlite:///{tmp / 'mlflow.db'}"
+
+
+def store_overrides(tmp: Path, sweep_id: str | None = None) -> list[str]:
+    """A sweep writing its run folder and MLflow store under `tmp` (and named `sweep_id`)."""
+    overrides = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp)}"]
+    return overrides + ([f"sweep_id={sweep_id}"] if sweep_id else [])
+
+
+def runs(store: str, level: str = "trial", sweep_id: str | None = None) -> list:
+    """The runs of one level (sweep | tier | trial | slo) in `store`, of one sweep when `sweep_id` is given."""
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("tierbench")
+    query = f"tags.run_level = '{level}'" + (f" and tags.sweep_id = '{sweep_id}'" if sweep_id else "")
+    return client.search_runs([exp.experiment_id], query, max_results=1000)
+
+
+def fake_triton_utils() -> types.ModuleType:
+    """Just what the Python-backend models use of `triton_python_backend_utils`, with Triton's semantics (inputs
+    by name, tensors, responses with an optional error)."""
+    pb = types.ModuleType("triton_python_backend_utils")
+
+    class Tensor:
+        def __init__(self, name: str, array: np.ndarray) -> None:
+            self.name, self.array = name, array
+
+        def as_numpy(self) -> np.ndarray:
+            return self.array
+
+    class InferenceResponse:
+        def __init__(self, output_tensors: list, error: object = None) -> None:
+            self.output_tensors, self.error = output_tensors, error
+
+    pb.Tensor = Tensor
+    pb.InferenceResponse = InferenceResponse
+    pb.TritonError = RuntimeError
+    pb.get_input_tensor_by_name = lambda request, name: Tensor(name, request[name])
+    return pb

@@ -1,0 +1,92 @@
+"""Leak checks that only look at the processes this test session (or one test) started, on a machine other
+people's tests share.
+
+Every process inherits its parent's environment: the session marks its own (`SESSION_VARIABLE`, set when this
+module is imported), and a test can mark what it starts with a token of its own (`owned_environment`). Marked
+processes are found through /proc/<pid>/environ, even after they have been reparented (Ray's gcs_server,
+raylets and workers, tritonserver, the Python-backend stubs)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+SESSION_VARIABLE = "TIERBENCH_TEST_SESSION"
+TOKEN_VARIABLE = "TIERBENCH_TEST_OWNER"
+os.environ.setdefault(SESSION_VARIABLE, uuid.uuid4().hex)
+SERVER_PROCESS_NAMES = ("tritonserver", "triton_python_backend_stub", "raylet", "gcs_server", "ray::",
+                        "default_worker.py", "ServeReplica", "ServeController")
+
+
+def marked_processes(variable: str, value: str) -> set[int]:
+    """PIDs of the processes whose environment has `variable=value` (this process aside)."""
+    marker = f"{variable}={value}".encode()
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                pids.add(int(entry.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return pids
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def server_processes() -> set[int]:
+    """PIDs of Triton / Ray server processes started by this test session."""
+    names = re.compile("|".join(re.escape(name) for name in SERVER_PROCESS_NAMES))
+    return {pid for pid in marked_processes(SESSION_VARIABLE, os.environ[SESSION_VARIABLE])
+            if names.search(command_line(pid))}
+
+
+def wait_for_no_new_processes(before: set[int], timeout_s: float = 30) -> set[int]:
+    """Wait up to `timeout_s` for the session's server processes started after `before` to end; those left."""
+    deadline = time.monotonic() + timeout_s
+    while (left := server_processes() - before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+def wait_for_process(pattern: str, before: set[int], timeout_s: float = 60) -> list[int]:
+    """Wait until a server process of the session, started after `before`, has a command line matching `pattern`;
+    its PIDs (AssertionError when none appeared)."""
+    regex = re.compile(pattern)
+    deadline = time.monotonic() + timeout_s
+    while not (found := [pid for pid in server_processes() - before if regex.search(command_line(pid))]):
+        assert time.monotonic() < deadline, f"no process matching {pattern!r} appeared within {timeout_s} s"
+        time.sleep(0.1)
+    return found
+
+
+def wait_until_gone(token: str, timeout_s: float = 30) -> set[int]:
+    """Wait up to `timeout_s` for the processes carrying `token` to end; those still running."""
+    deadline = time.monotonic() + timeout_s
+    while (left := marked_processes(TOKEN_VARIABLE, token)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+@contextmanager
+def owned_environment(timeout_s: float = 30) -> Iterator[str]:
+    """Mark the environment; on exit, wait up to `timeout_s` for every marked process to end, else fail."""
+    token = uuid.uuid4().hex
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(TOKEN_VARIABLE, token)
+        yield token
+    left = wait_until_gone(token, timeout_s)
+    assert not left, f"processes this test started are still running: {sorted(left)}"
