@@ -14,15 +14,12 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.triton.settings import Accelerator
-
-if TYPE_CHECKING:
-    from serving.triton.installation import TritonInstallation
 
 PYTHON_MODEL_FILE = Path(__file__).parent / "python_backend" / "model.py"
 
@@ -49,6 +46,13 @@ class TritonVariant:
     dynamic_batching: bool = False
     max_queue_delay_us: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
+
+
+class ClassifierServer(Protocol):
+    """What rendering asks of the server it renders for (a `serving.triton.installation.TritonInstallation`)."""
+
+    def serve_classifier(self, config: mc.ModelConfig, variant: TritonVariant, onnx_path: Path,
+                         version_dir: Path) -> None: ...
 
 
 def read_config(path: Path) -> mc.ModelConfig:
@@ -155,7 +159,7 @@ def fresh_version_dir(dest: Path, model_name: str) -> Path:
 
 
 def render_repository(config_text: str, onnx_path: Path, dest: Path, variant: TritonVariant,
-                      server: TritonInstallation) -> Path:
+                      server: ClassifierServer) -> Path:
     """Write `<dest>/<model>/` for `variant`, served the way `server` runs it, from the canonical `config.pbtxt`
     text; returns `dest`."""
     config = text_format.Parse(config_text, mc.ModelConfig())
