@@ -138,6 +138,11 @@ def test_half_precision_is_skipped_on_a_node_without_cuda() -> None:
     assert _torch(GPU_NODE, half=True).unsupported_reason("http", "tensor") is None
 
 
+def test_half_precision_is_cross_checked_with_the_fp16_tolerance() -> None:
+    assert _torch(GPU_NODE, half=True).numerics == "fp16"
+    assert _torch(GPU_NODE).numerics == "fp32"
+
+
 def test_replicas_hold_a_gpu_fraction_on_gpu_nodes_only() -> None:
     assert _torch(GPU_NODE, replica_num_gpus=0.25).actor_options()["num_gpus"] == 0.25
     assert _torch(GPU_NODE).device == "cuda"

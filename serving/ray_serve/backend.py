@@ -73,6 +73,11 @@ class RayServeTorchBackend(Backend):
         self._running = False
 
     @property
+    def numerics(self) -> str:
+        """fp16 with half precision: its logits are compared with the fp16 tolerance, as TensorRT FP16's are."""
+        return "fp16" if self.settings.half else "fp32"
+
+    @property
     def device(self) -> str:
         return "cuda" if self.context.node.torch_cuda else "cpu"
 
