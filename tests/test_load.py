@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from experiments.measure.load import ClosedLoopLoad, LoadError, OpenLoopLoad
-from experiments.measure.metrics import open_loop_metrics, window_metrics
+from experiments.measure.metrics import client_metrics, open_loop_metrics, window_metrics
 from experiments.measure.samples import WindowSamples
 from serving.clients.base import ServerReport
 
@@ -65,6 +65,22 @@ def test_closed_loop_measures_a_single_server_queue() -> None:
     assert np.all(samples.server_batch == 1)
     (health,) = samples.clients
     assert 0 <= health.cpu_util < 1.0 and 0 <= health.loop_lag_p99_ms < 1000  # the loop never stalled a second
+
+
+def test_client_cpu_per_request_counts_what_the_client_spent() -> None:
+    """A send that burns 2 ms of CPU before an instant answer: the client's CPU per request is at least that
+    (and at most its share of the wall time), from the actor's own process CPU accounting."""
+    async def burning_send() -> None:
+        until = time.process_time() + 0.002
+        while time.process_time() < until:
+            pass
+        await asyncio.sleep(0)
+
+    _, (samples,) = asyncio.run(_run(ClosedLoopLoad(burning_send, 1, timeout_s=5, images_per_request=1)))
+    (health,) = samples.clients
+    assert health.completed == samples.completed > 100
+    us = client_metrics(samples)["client_cpu_us_per_request"]
+    assert 1800 <= us <= 1e6 * samples.duration_s / samples.completed * 1.05
 
 
 def test_consecutive_windows_share_no_request() -> None:

@@ -184,19 +184,20 @@ class LoadGenerator(ABC):
             server_ms=np.asarray(self._server_ms[:n])[inside],
             server_batch=np.asarray(self._server_batch[:n])[inside],
             actor=np.full(int(inside.sum()), self.actor_index, dtype=np.int32),
-            completed=int(np.count_nonzero((done >= window_start) & (done < window_end))),
+            completed=(completed := int(np.count_nonzero((done >= window_start) & (done < window_end)))),
             sent=int(np.count_nonzero((sent >= window_start) & (sent < window_end))),
-            clients=[self._health(window_start, window_end)],
+            clients=[self._health(window_start, window_end, completed)],
         )
         self._forget_before(window_start)
         return samples
 
-    def _health(self, start: float, end: float) -> ClientHealth:
+    def _health(self, start: float, end: float, completed: int) -> ClientHealth:
         marks = [(t, cpu) for t, cpu in self._cpu_marks if start <= t <= end]
         cpu = (marks[-1][1] - marks[0][1]) / (marks[-1][0] - marks[0][0]) if len(marks) > 1 else 0.0
         lags = [lag for t, lag in self._lags if start <= t <= end]
         late = sum(1 for t in self._late if start <= t < end)
-        return ClientHealth(self.actor_index, cpu, float(np.percentile(lags, 99) * 1e3) if lags else 0.0, late)
+        return ClientHealth(self.actor_index, cpu, float(np.percentile(lags, 99) * 1e3) if lags else 0.0, late,
+                            cpu * (end - start), completed)
 
     def _forget_before(self, t: float) -> None:
         """Drop the records of requests that completed before `t` (the start of the window just cut), so a long

@@ -118,11 +118,17 @@ def counts_disagree(metrics: dict[str, float], samples: WindowSamples) -> bool:
 
 
 def client_metrics(samples: WindowSamples) -> dict[str, float]:
-    """The busiest client actor: a client near a full core measures itself, not the server."""
+    """The busiest client actor (a client near a full core measures itself, not the server), and the clients'
+    CPU per completed request over every actor and window: set against the latency, it says how much of a
+    request's time the client itself may have taken (close to it: the trial was client-bound)."""
     if not samples.clients:
         return {}
-    return {"client_cpu_util_max": max(c.cpu_util for c in samples.clients),
-            "client_loop_lag_p99_ms_max": max(c.loop_lag_p99_ms for c in samples.clients)}
+    out = {"client_cpu_util_max": max(c.cpu_util for c in samples.clients),
+           "client_loop_lag_p99_ms_max": max(c.loop_lag_p99_ms for c in samples.clients)}
+    completed = sum(c.completed for c in samples.clients)
+    if completed:
+        out["client_cpu_us_per_request"] = sum(c.cpu_s for c in samples.clients) / completed * 1e6
+    return out
 
 
 def server_reported_metrics(samples: WindowSamples) -> dict[str, float]:

@@ -15,6 +15,8 @@ class ClientHealth:
     cpu_util: float  # process CPU seconds / wall seconds (1.0 = one core saturated)
     loop_lag_p99_ms: float  # how late the event loop ran a 10 ms ticker
     late_sends: int = 0  # open loop: requests sent later than scheduled
+    cpu_s: float = 0.0  # process CPU seconds spent over the window (cpu_util x the window's length)
+    completed: int = 0  # requests this actor completed inside the window: cpu_s / completed is its cost per request
 
 
 @dataclass

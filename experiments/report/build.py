@@ -292,14 +292,19 @@ def _tier_section(doc: Document, report: Report, folder: Path, data: SweepData, 
     open_loop_table(doc, ok)
     _tier_costs(doc, ok[~ok["overloaded"]], info)
     for title, metrics in (("Server-side breakdown (ms per request)", tables.SERVER_METRICS),
-                           ("Highest load within the SLO", tables.SLO_SEARCH_METRICS)):
+                           ("Highest load within the SLO", tables.SLO_SEARCH_METRICS),
+                           ("Client cost per request", tables.CLIENT_METRICS)):
         found = tables.present(ok, metrics)
-        if found:
+        if found and found != [P50]:
             doc.h(2, title)
+            if metrics is tables.CLIENT_METRICS:
+                doc.p("The client actors' CPU time over the requests they completed (µs), the busiest actor's CPU "
+                      "(1 = a full core) and the p50 (ms) beside them: a client whose CPU per request comes "
+                      "close to the latency, or an actor near a full core, measured itself as much as the server.")
             rows = ok.set_index(POINT).sort_index()
             frame = rows[found].reset_index().rename(columns={"batch_size": "b"})
-            out = format_frame(frame, {m: (usd if "usd" in m else rate if "img_s" in m else ms) for m in found},
-                               marks=load_marks(frame, rows[MARKS]))
+            out = format_frame(frame, {m: (usd if "usd" in m else rate if "img_s" in m else count if "_us_" in m
+                                           else ms) for m in found}, marks=load_marks(frame, rows[MARKS]))
             marked_table(doc, out, point_numeric(out), rows[MARKS], "trials")
     server_count_note(doc, ok)
     name = f"latency_vs_throughput_{tier}.png"

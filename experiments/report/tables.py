@@ -27,6 +27,8 @@ OPEN_LOOP_METRICS = ("target_rate_rps", "offered_rate_rps", "achieved_rate_rps",
 SERVER_METRICS = ("server_queue_ms", "server_compute_input_ms", "server_compute_infer_ms",
                   "server_compute_output_ms", "server_request_ms")
 SLO_SEARCH_METRICS = ("slo_max_throughput_img_s", "cost_per_1k_images_at_slo_usd")
+# The clients' own cost (issue 15): CPU per completed request over all actors, and the busiest actor's CPU.
+CLIENT_METRICS = ("client_cpu_us_per_request", "client_cpu_util_max", P50)
 # A figure from two trials: a ratio of numbers, or both trials' marks when the table's marks are asked for.
 Combine = Callable[[pd.Series, pd.Series], pd.Series]
 

@@ -1,4 +1,5 @@
-"""Ray Serve's HTTP ingress (aiohttp): JPEG bytes or raw float32 tensors, one request per batch.
+"""Ray Serve's HTTP ingress, through the project's HTTP/1.1 client (`http1.py`, as Triton's HTTP): JPEG bytes or
+raw float32 tensors, one request per batch.
 
 Wire format (see serving/ray_serve/deployment.py): `Content-Type: image/jpeg` with the batch's JPEGs
 concatenated and their lengths in `X-Image-Lengths`, or `application/octet-stream` with a C-order float32
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, tensor_batch
+from serving.clients.http1 import Http1Client, build_request
 from serving.protocols import InputFormat
 
 JPEG_CONTENT_TYPE = "image/jpeg"
@@ -46,29 +48,26 @@ def encode_request(spec: ClientSpec) -> tuple[bytes, dict[str, str]]:
 class RayServeHttpClient(InferenceClient):
     def __init__(self, spec: ClientSpec) -> None:
         super().__init__(spec)
-        self._body, self._headers = encode_request(spec)
-        self._session = None
+        body, headers = encode_request(spec)
+        self._payload_bytes = len(body)
+        self._request = build_request("POST", spec.url, body, headers)
+        self._http: Http1Client | None = None
 
     @property
     def payload_bytes(self) -> int:
-        return len(self._body)
+        return self._payload_bytes
 
     async def open(self) -> None:
-        import aiohttp
-
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
-            timeout=aiohttp.ClientTimeout(total=self.spec.timeout_s),
-        )
+        self._http = Http1Client(self.spec.url, self.spec.timeout_s)
 
     async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        async with self._session.post(self.spec.url, data=self._body, headers=self._headers) as response:
-            body = await response.read()
-            if response.status != 200:
-                raise RuntimeError(f"HTTP {response.status}: {body[:300].decode(errors='replace')}")
-            timing = response.headers.get(TIMING_HEADER)
-        return np.frombuffer(body, dtype=np.float32).reshape(-1, self.spec.num_classes), parse_server_timing(timing)
+        response = await self._http.send(self._request)
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
+        logits = np.frombuffer(response.body, dtype=np.float32).reshape(-1, self.spec.num_classes)
+        return logits, parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.close()

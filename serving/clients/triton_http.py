@@ -1,24 +1,44 @@
 """Triton over HTTP/REST with binary tensors: through the socket, tritonclient's request body built once and
-sent with aiohttp; through shared memory, `tritonclient.http.aio`.
+sent as pre-built bytes by the project's HTTP/1.1 client (`http1.py`); through shared memory,
+`tritonclient.http.aio`.
 
 Binary tensors, not JSON (JSON tensors were ~50x slower and would measure the encoder). `tritonclient.http.aio`
 rebuilds the ~600 KB body on every call; the prepared body comes from tritonclient's own
-`generate_request_body`, the reply is read with its `parse_response_body`.
+`generate_request_body`, the reply's binary output is read in place (`binary_output`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 
+from serving.clients.http1 import Http1Client, build_request
 from serving.clients.triton_base import TritonClient
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
 
+def binary_output(body: bytes, header_length: str | None, name: str) -> np.ndarray:
+    """Output `name` of a binary-data response: its JSON header, then each output's bytes in order. ~9 µs, where
+    tritonclient's `parse_response_body(...).as_numpy` takes ~75 µs (an `InferResult` per response)."""
+    if header_length is None:
+        raise RuntimeError(f"Triton answered without {HEADER_LENGTH}: the outputs are not binary data")
+    header = json.loads(body[:int(header_length)])
+    offset = int(header_length)
+    for output in header["outputs"]:
+        size = output.get("parameters", {}).get("binary_data_size", 0)
+        if output["name"] == name:
+            if output["datatype"] != "FP32":
+                raise RuntimeError(f"output {name} is {output['datatype']}, expected FP32")
+            return np.frombuffer(body, np.float32, size // 4, offset).reshape(output["shape"])
+        offset += size
+    raise RuntimeError(f"Triton's response has no output {name!r}: {[o['name'] for o in header['outputs']]}")
+
+
 class TritonHttpClient(TritonClient):
-    _session: Any = None
+    _http: Http1Client | None = None
 
     def _connect(self) -> Any:
         import tritonclient.http.aio as http_aio
@@ -45,30 +65,23 @@ class TritonHttpClient(TritonClient):
         return await self._client.infer(self.spec.model_name, inputs, outputs=outputs)
 
     async def _open_prepared(self) -> None:
-        import aiohttp
         import tritonclient.http as http
 
-        self._body, json_size = http.InferenceServerClient.generate_request_body(self._inputs, outputs=self._outputs)
-        self._headers = {"Content-Type": "application/octet-stream"}
+        body, json_size = http.InferenceServerClient.generate_request_body(self._inputs, outputs=self._outputs)
+        headers = {"Content-Type": "application/octet-stream"}
         if json_size is not None:
-            self._headers[HEADER_LENGTH] = str(json_size)
-        self._url = f"http://{self.spec.url}/v2/models/{self.spec.model_name}/infer"
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                              timeout=aiohttp.ClientTimeout(total=self.spec.timeout_s))
+            headers[HEADER_LENGTH] = str(json_size)
+        url = f"http://{self.spec.url}/v2/models/{self.spec.model_name}/infer"
+        self._request = build_request("POST", url, body, headers)
+        self._http = Http1Client(url, self.spec.timeout_s)
 
     async def _send_prepared(self) -> np.ndarray:
-        import tritonclient.http as http
-
-        async with self._session.post(self._url, data=self._body, headers=self._headers) as response:
-            body = await response.read()
-            if response.status != 200:
-                raise RuntimeError(f"HTTP {response.status}: {body[:300].decode(errors='replace')}")
-            header_length = response.headers.get(HEADER_LENGTH)
-        result = http.InferenceServerClient.parse_response_body(
-            body, header_length=int(header_length) if header_length else None)
-        return result.as_numpy(self.spec.output_name)
+        response = await self._http.send(self._request)
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
+        return binary_output(response.body, response.headers.get(HEADER_LENGTH.lower()), self.spec.output_name)
 
     async def _close_prepared(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.close()
