@@ -1,0 +1,99 @@
+"""The compiled load tools the project's client is compared with, each run as a subprocess on loopback:
+perf_analyzer (C++, Triton's; from the tritonclient wheel) and wrk (C, Debian's `wrk` package, for Ray Serve's
+HTTP ingress), and the loopback stub that answers instantly (benchmarks/loopback_stub.py)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+STUB = Path(__file__).with_name("loopback_stub.py")
+
+
+def perf_analyzer_env() -> tuple[str, dict[str, str]]:
+    binary = shutil.which("perf_analyzer") or str(Path(sys.executable).parent / "perf_analyzer")
+    if not Path(binary).exists():
+        raise SystemExit("perf_analyzer not found: it comes with `pip install tritonclient[all]==2.51.0`")
+    import pytriton
+
+    libs = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"
+    links = Path(tempfile.mkdtemp(prefix="tierbench-pa-libs-"))
+    for pattern, name in (("libb64-*.so.0d", "libb64.so.0d"), ("libcudart-*.so.12*", "libcudart.so.12")):
+        (links / name).symlink_to(next(libs.glob(pattern)))
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = f"{links}:{env.get('LD_LIBRARY_PATH', '')}"
+    return binary, env
+
+
+def run_perf_analyzer(binary: str, env: dict[str, str], model: str, url: str, protocol: str, concurrency: int,
+                      window_s: float) -> dict[str, float]:
+    """perf_analyzer at one concurrency; its stability threshold is relaxed (10 -> 20 -> 40 %) when a busy
+    machine won't let it settle, and the threshold used is reported."""
+    for stability in (10, 20, 40):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "pa.csv"
+            cmd = [binary, "-m", model, "-u", url, "-i", protocol, "-b", "1",
+                   f"--concurrency-range={concurrency}:{concurrency}",
+                   f"--measurement-interval={int(window_s * 1000)}", f"--stability-percentage={stability}",
+                   "--max-trials=10", "--input-data=random", "-f", str(out)]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+            if proc.returncode == 0:
+                (row,) = list(csv.DictReader(out.open()))
+                return {"throughput": float(row["Inferences/Second"]), "p50_ms": float(row["p50 latency"]) / 1000,
+                        "p99_ms": float(row["p99 latency"]) / 1000, "stability_pct": stability}
+            if "stable" not in proc.stdout + proc.stderr:
+                raise RuntimeError(f"perf_analyzer failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    raise RuntimeError(f"perf_analyzer found no stable measurement even at 40 %: {proc.stdout[-1000:]}")
+
+
+def _wrk_ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def run_wrk(url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float) -> dict[str, float]:
+    """wrk, one thread, `concurrency` keep-alive connections POSTing `body`: a 1 s warm-up, then the measured run;
+    its requests/s and p50 (from `--latency`). Any non-2xx answer fails the row."""
+    binary = shutil.which("wrk")
+    if binary is None:
+        raise SystemExit("wrk not found: `apt-get install wrk` (Debian), or leave out the Ray Serve rows")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "body.bin").write_bytes(body)
+        lines = ['wrk.method = "POST"', *(f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items()),
+                 f'local f = io.open("{tmp}/body.bin", "rb")', "wrk.body = f:read(\"*all\")", "f:close()"]
+        script = Path(tmp) / "post.lua"
+        script.write_text("\n".join(lines) + "\n")
+        for duration in (1, seconds):
+            proc = subprocess.run([binary, "-t1", f"-c{concurrency}", f"-d{duration:g}s", "--latency", "-s",
+                                   str(script), url], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 or "Non-2xx" in proc.stdout or "Socket errors" in proc.stdout:
+        raise RuntimeError(f"wrk failed: {proc.stdout[-2000:]}{proc.stderr[-1000:]}")
+    return {"throughput": float(re.search(r"Requests/sec:\s+([\d.]+)", proc.stdout).group(1)),
+            "p50_ms": _wrk_ms(re.search(r"^\s+50%\s+(\S+)", proc.stdout, re.M).group(1)),
+            "p99_ms": _wrk_ms(re.search(r"^\s+99%\s+(\S+)", proc.stdout, re.M).group(1))}
+
+
+@contextmanager
+def loopback_stub(http_port: int, grpc_port: int) -> Iterator[dict[str, str]]:
+    """The instant server as a subprocess (stopped on exit, failure and Ctrl-C too); its client URLs."""
+    proc = subprocess.Popen([sys.executable, str(STUB), "--http-port", str(http_port), "--grpc-port",
+                             str(grpc_port)], stdout=subprocess.PIPE, text=True)
+    try:
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the loopback stub did not start (exit {proc.poll()})")
+        yield {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}"}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
