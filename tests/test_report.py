@@ -345,3 +345,9 @@ def test_unstable_and_overloaded_figures_are_marked_in_every_table_and_plot(flag
     assert {p.name for p in published.folder.glob("*.png")} == {
         "pareto.png", "cost_per_1k.png", "latency_vs_throughput_a100.png"}
     assert all(p.stat().st_size > 10_000 for p in published.folder.glob("*.png"))
+
+
+def test_the_clients_cost_per_request_is_shown_beside_p50(flagged) -> None:
+    md = flagged[2].markdown.read_text()
+    assert "## Client cost per request" in md
+    assert "| triton_onnx/grpc/tensor | 1 | c1 | 310 | 0.42 | 8.00 |" in md
