@@ -215,7 +215,8 @@ def main() -> None:
                "throughput_ratio", "tierbench_p50_ms", "tool_p50_ms", "p50_ratio", "target_rps", "offered_rps",
                "achieved_ratio", "achieved_vs_target", "late_fraction", "client_cpu_us_per_request", "client_cpu_max",
                "client_actors", "meets_goal"]
-    report(f"client_overhead_{args.model}", columns, rows, {
+    sections = "" if set(args.sections) == set(SECTIONS) else "_" + "_".join(args.sections)
+    report(f"client_overhead_{args.model}{sections}", columns, rows, {
         "model": args.model, "window_s": args.window_s, "runs": args.runs, "goal": GOAL,
         "rows_meeting_goal": f"{sum(r['meets_goal'] for r in rows)} of {len(rows)}"})
 
