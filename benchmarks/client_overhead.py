@@ -35,7 +35,7 @@ from experiments.config.compose import compose  # noqa: E402
 GOAL = {"throughput_ratio": 0.95, "p50_ratio": 1.1, "late_fraction": 0.01, "achieved_ratio": 0.98}
 SECTIONS = ("triton", "serve", "open", "ceiling")
 OPEN_FRACTIONS = (0.7, 0.85)
-CEILING_RATES = (500, 1000, 1500, 2000, 2500, 3000, 4000, 5000)
+CEILING_RATES = (100, 200, 300, 400, 500, 700, 1000, 1500, 2000, 3000, 4000)
 
 
 def _meets(row: dict[str, Any]) -> bool:
