@@ -1,6 +1,7 @@
 """A minimal HTTP/1.1 client for load generation: keep-alive connections, each request's bytes built once, the
 response read by an `asyncio.Protocol`. Every HTTP client of the load (Triton's binary protocol, Ray Serve's
-ingress) sends through it, so two backends are never compared through two different HTTP stacks.
+ingress) sends through it, so two backends are never compared through two different HTTP stacks (Triton's
+shared-memory trials, which send no tensor bytes, keep `tritonclient.http.aio` for its region calls).
 
 Why not aiohttp: per request it builds headers, a writer, a response object and a stream; here a request is one
 `transport.write` of pre-built bytes and a response one parse of its head, on the event loop's own transport
