@@ -179,11 +179,12 @@ def test_closed_loop_completions_match_what_was_scheduled() -> None:
 
 
 def test_open_loop_exposes_queueing_that_send_time_latency_hides() -> None:
-    """Coordinated omission: against a slow server on loopback, a client that can only have one request in
-    flight sends late; from the send time every request looks like one service time, from the intended time
-    the queue behind the slow server shows."""
+    """Coordinated omission: a client that can have only one request in flight, offered 1.5x what a 20 ms server
+    does one at a time, sends late; from the send time every request looks like one service time, from the
+    intended time the queue behind the slow server shows. (Offered just under capacity, a backlog may clear by
+    the window's end, so whether fewer were sent than arrived would be chance.)"""
     _, (samples,) = _against_loopback(0.02, lambda send: OpenLoopLoad(
-        send, rate=45, arrival="poisson", timeout_s=10, images_per_request=1, max_in_flight=1, seed=3), 2.0, 1)
+        send, rate=75, arrival="poisson", timeout_s=10, images_per_request=1, max_in_flight=1, seed=3), 2.0, 1)
     intended_p99 = np.percentile(samples.latency_s, 99)
     send_p99 = np.percentile(samples.send_latency_s, 99)
     # Once sent, a request takes about one service time (20 ms; generous bound for a busy machine) ...
@@ -191,8 +192,8 @@ def test_open_loop_exposes_queueing_that_send_time_latency_hides() -> None:
     # ... but the wait before it could be sent is queueing the user saw, and only intended times show it.
     assert intended_p99 > 2 * send_p99
     assert sum(c.late_sends for c in samples.clients) > 0
-    # Sent late, so fewer were sent than arrived: the achieved rate falls short of the offered one.
-    assert samples.sent < samples.requests
+    # Sent late, so fewer were sent than arrived (at most one per service time): achieved < offered.
+    assert samples.sent <= 2.0 / 0.02 + 1 < samples.requests
 
 
 def test_a_request_that_times_out_says_how_far_behind_the_server_is() -> None:
