@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -66,6 +67,18 @@ def resolve_tier(args: argparse.Namespace) -> str | None:
     return args.tier
 
 
+def is_this_host(address: str) -> bool:
+    """Whether HOST:PORT names this machine (an address one of its interfaces holds)."""
+    host = address.rpartition(":")[0].strip("[]") or address
+    try:
+        ip = socket.gethostbyname(host)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind((ip, 0))  # only an address of this machine can be bound
+        return True
+    except OSError:
+        return False
+
+
 def ray_start_command(args: argparse.Namespace, tier: str | None) -> list[str]:
     """The `ray start` command line declaring this node's tier and roles."""
     cmd = ["ray", "start", "--disable-usage-stats"]
@@ -74,6 +87,10 @@ def ray_start_command(args: argparse.Namespace, tier: str | None) -> list[str]:
         cmd += ["--head", f"--port={args.port}", "--dashboard-host=127.0.0.1"]
     else:
         cmd += [f"--address={args.address}"]
+        if is_this_host(args.address):
+            # Nodes on one machine share the session's log folder, and each node's log monitor would stream every
+            # line of it to the sweep's console: one copy per node. The head's monitor streams them all once.
+            cmd += ["--include-log-monitor=false"]
     resources = node_declaration([tier] if tier else [], client_pool=args.client_pool, emulated=args.emulated)
     if resources:
         cmd += [f"--resources={json.dumps(resources, separators=(',', ':'))}"]

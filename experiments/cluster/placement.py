@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.cluster.connection import ClusterView, TierUnavailableError
+from experiments.cluster.node_loss import NodeLoss, probe_node
 from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, SLIVER, placement_options, tier_resource
 from experiments.config.choices import ClientPlacement
 from serving.node import current_location
@@ -45,6 +46,12 @@ class TierPlacement:
     client_placement: str
     server_options: dict[str, Any]
     client_options: dict[str, Any]
+    address: str = ""
+    lease: Any = None  # the NodeLease actor holding the node: it answers while the node is alive
+
+    def lost(self) -> NodeLoss | None:
+        """None while the held node answers; else what became of it (`experiments.cluster.node_loss`)."""
+        return probe_node(self.lease, self.tier, self.node_id, self.address) if self.lease is not None else None
 
     @property
     def emulated_tag(self) -> str:
@@ -136,7 +143,8 @@ def hold_tier_node(cfg: Any, view: ClusterView) -> Iterator[TierPlacement]:
         placement = TierPlacement(
             tier=tier, node_id=node_id, hostname=where["hostname"], emulated=view.is_emulated(node_id),
             client_placement=cfg.clients.placement, server_options=placement_options(tier, node_id),
-            client_options=client_options(cfg, view, tier, node_id))
+            client_options=client_options(cfg, view, tier, node_id),
+            address=str(view.node(node_id).get("NodeManagerAddress", "")), lease=lease)
         log.info("gpu=%s: holding node %s (%s)%s; clients %s", tier, node_id[:12], where["hostname"],
                  " [emulated]" if placement.emulated else "", cfg.clients.placement)
         yield placement

@@ -127,8 +127,13 @@ class ClusterConfig:
     # Results from this cluster are tagged emulated=true (also when a node declares the emulated marker).
     emulated: bool = False
     nodes: list[EmulatedNodeConfig] = field(default_factory=list)  # emulated: the worker nodes to start
-    # Wait this long for a node of the tier that another sweep holds before giving up.
+    # Wait this long for a node of the tier that another sweep holds before giving up; also the bound on
+    # waiting for a replacement of a lost node (replace_lost_node).
     lease_timeout_s: float = 3600.0
+    # A tier whose node is lost mid-sweep (a spot instance taken back) waits for another node of the tier to join
+    # (the autoscaler, or `runners.node` run again) and finishes the sweep there. Off: its trials not yet run are
+    # recorded `failed` ("not run: node ... was lost"), with the resume command printed.
+    replace_lost_node: bool = False
     # An actor or replica still pending after this long fails with what it asked for and what the node has.
     schedule_timeout_s: float = 60.0
     # Ray Serve's direct ingress (alpha in Ray 2.60): every replica also serves HTTP/gRPC on its own port,

@@ -14,9 +14,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.cluster.connection import TierMismatchError, ray_cluster
+from experiments.cluster.connection import ClusterView, TierMismatchError, ray_cluster
+from experiments.cluster.node_loss import NodeLoss, NodeLostError
 from experiments.cluster.placement import TierPlacement, hold_tier_node
 from experiments.cluster.tiers import tier_gpu_problem
+from experiments.cluster.waiting import NodeWaitTimeout, wait_for_tier_node
 from experiments.config.prices import tier_price_params
 from experiments.config.validation import validate
 from experiments.measure.client_actor import ClientPool
@@ -27,11 +29,13 @@ from experiments.results.records import Status, TrialRecord, read_record, write_
 from experiments.results.redaction import redact
 from experiments.results.tracking import tracking_uri
 from experiments.run.progress import SweepProgress, sweep_progress
+from experiments.run.resume import resume_command
 from experiments.run.server_group import ServerGroup
 from experiments.run.trial import new_record
 from serving.node import NodeInfo, describe_node
 
 log = logging.getLogger(__name__)
+NOT_RUN = "not run: "  # the reason of a trial whose node was lost before its turn
 
 
 class TierSweep:
@@ -44,50 +48,111 @@ class TierSweep:
         self.folder = TierFolder.of(cfg.results_dir, self.sweep_id, self.tier)
         self.groups = plan_trials(cfg)
         self.total = sum(len(g.trials) for g in self.groups)
-        self.done = 0
-        self.failed = 0
+        self.counted: set[str] = set()  # keys of trials finished or found ok, this run (the `[n/N]` count)
+        self.failed_keys: set[str] = set()  # failed and not measured ok since (a replacement node may rerun them)
         self.resumed = 0
+        self.publisher: Publisher | None = None
+        self.node: NodeInfo | None = None
         self.progress: SweepProgress | None = None
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
 
     def run(self) -> int:
+        with ray_cluster(self.cfg.cluster, self.tier) as view:
+            while True:
+                try:
+                    self._run_on_a_node(view)
+                    break
+                except NodeLostError as lost:
+                    log.error("%s", lost)
+                    if not self._replacement_joined(lost.loss):
+                        self._record_not_run(lost.loss)
+                        break
+                    view = ClusterView.read(self.cfg.cluster.emulated)
+        if self.publisher is None:  # the node went before anything was recorded
+            return 1
+        self.publisher.finish(Status.FAILED if self.failed_keys else Status.OK)
+        self._print_where_results_are()
+        return 1 if self.failed_keys else 0
+
+    def _run_on_a_node(self, view: ClusterView) -> None:
+        """Hold a node of the tier and run every trial not yet ok on it; NodeLostError when the node goes."""
         import ray
 
-        with ray_cluster(self.cfg.cluster, self.tier) as view, hold_tier_node(self.cfg, view) as place:
+        with hold_tier_node(self.cfg, view) as place:
             self.place: TierPlacement = place
-            self.common_tags["emulated"] = place.emulated_tag
-            self.folder.path.mkdir(parents=True, exist_ok=True)
-            self.folder.cluster_file.write_text(json.dumps(view.summary(), indent=2))  # where things could run
-            log.info("sweep %s, tier %s: %d trials; raw results in %s", self.sweep_id, self.tier, self.total,
-                     self.folder.path.resolve())
-            options = place.server_options
-            node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
-                                     timeout=self.cfg.cluster.schedule_timeout_s)
-            refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
+            try:
+                self._run_trials(ray, view, place)
+            except NodeLostError:
+                raise
+            except Exception as exc:  # a lost node surfaces as whatever call reached it first: name it
+                loss = place.lost()
+                if loss is None:
+                    raise
+                raise NodeLostError(loss) from exc
+
+    def _run_trials(self, ray: Any, view: ClusterView, place: TierPlacement) -> None:
+        self.common_tags["emulated"] = place.emulated_tag
+        self.folder.path.mkdir(parents=True, exist_ok=True)
+        self.folder.cluster_file.write_text(json.dumps(view.summary(), indent=2))  # where things could run
+        log.info("sweep %s, tier %s: %d trials; raw results in %s", self.sweep_id, self.tier, self.total,
+                 self.folder.path.resolve())
+        options = place.server_options
+        node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
+                                 timeout=self.cfg.cluster.schedule_timeout_s)
+        refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
+        self.node = node
+        if self.publisher is None:  # once per tier job, also when a replacement node takes over
             info = TierInfo(self.sweep_id, self.tier, self.cfg.mlflow.experiment,
                             {**self._tier_params(node), **place.tier_params()}, self.common_tags,
                             redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
             info.save(self.folder)
             self.publisher = Publisher(tracking_uri(self.cfg.mlflow.tracking_uri), info, self.folder)
             self.publisher.open()
-            self.publisher.tier_file(CLUSTER_FILE, self.folder.cluster_file.read_text())
-            done_keys = self._ok_keys()
-            clients = self.clients = ClientPool(self.cfg.experiment, place.client_options,
-                                                self.cfg.cluster.schedule_timeout_s).start()
-            trials = [t for g in self.groups for t in g.trials]
-            try:
-                with sweep_progress(trials, self.tier, bool(self.cfg.quiet)) as self.progress:
-                    for group in self.groups:
-                        pending = [t for t in group.trials if not self._already_ok(t, node, done_keys)]
-                        if pending:
-                            ServerGroup(self.cfg, group, node, options, clients, self._finish,
-                                        lambda name, text, v=group.variant: self._save_server_file(v, name, text),
-                                        done_keys, place.emulated).run(pending)
-            finally:
-                clients.close()
-        self.publisher.finish(Status.FAILED if self.failed else Status.OK)
-        self._print_where_results_are()
-        return 1 if self.failed else 0
+        self.publisher.tier_file(CLUSTER_FILE, self.folder.cluster_file.read_text())
+        done_keys = self._ok_keys()
+        clients = self.clients = ClientPool(self.cfg.experiment, place.client_options,
+                                            self.cfg.cluster.schedule_timeout_s).start()
+        trials = [t for g in self.groups for t in g.trials]
+        try:
+            with sweep_progress(trials, self.tier, bool(self.cfg.quiet)) as self.progress:
+                for group in self.groups:
+                    pending = [t for t in group.trials if not self._already_ok(t, node, done_keys)]
+                    if pending:
+                        ServerGroup(self.cfg, group, node, options, clients, self._finish,
+                                    lambda name, text, v=group.variant: self._save_server_file(v, name, text),
+                                    done_keys, place.emulated).run(pending)
+        finally:
+            clients.close()
+
+    def _replacement_joined(self, loss: NodeLoss) -> bool:
+        """With `cluster.replace_lost_node`, wait (bounded by `cluster.lease_timeout_s`) for another node of the
+        tier to join; whether one did."""
+        cluster = self.cfg.cluster
+        if not cluster.replace_lost_node:
+            return False
+        try:
+            wait_for_tier_node(self.tier, cluster.lease_timeout_s, "to replace the lost node",
+                               "cluster.lease_timeout_s", exclude=[loss.node_id])
+        except NodeWaitTimeout as exc:
+            log.error("%s", exc)
+            return False
+        log.info("gpu=%s: resuming sweep %s on the new node; trials already ok are kept", self.tier, self.sweep_id)
+        return True
+
+    def _record_not_run(self, loss: NodeLoss) -> None:
+        """Every planned trial with no record yet gets one (failed, `not run: <the loss>`): it is in the run folder,
+        in MLflow and in the report, and the resume command runs it."""
+        if self.publisher is None:  # lost before anything was set up: nothing planned was recorded
+            log.error("gpu=%s: nothing was run. Resume with: %s", self.tier, redact(resume_command(self.cfg)))
+            return
+        reason = f"{NOT_RUN}{loss.describe()}"
+        not_run = [t for g in self.groups for t in g.trials
+                   if new_record(self.cfg, t, self.node).key not in self.counted]
+        for trial in not_run:
+            self._finish(new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=reason), {})
+        log.error("%s; %d trials not run. Resume on a node of tier %s (re-join one with `python -m runners.node "
+                  "--address HEAD:6379 --tier %s`): %s", loss.describe(), len(not_run), self.tier, self.tier,
+                  redact(resume_command(self.cfg)))
 
     def _ok_keys(self) -> set[str]:
         """Trials of this sweep and tier already measured `ok`: in the run folder or in the store."""
@@ -99,18 +164,22 @@ class TierSweep:
         return keys
 
     def _already_ok(self, trial: Trial, node: NodeInfo, done_keys: set[str]) -> bool:
-        if new_record(self.cfg, trial, node).key not in done_keys:
+        key = new_record(self.cfg, trial, node).key
+        if key not in done_keys:
             return False
-        self.done += 1
+        if key in self.counted:  # measured by this job before its node was replaced
+            self.progress.finished(trial, skipped=True)
+            return True
+        self.counted.add(key)
         self.resumed += 1
-        log.info("[%d/%d] %s  already ok in sweep %s", self.done, self.total, trial.name, self.sweep_id)
+        log.info("[%d/%d] %s  already ok in sweep %s", len(self.counted), self.total, trial.name, self.sweep_id)
         self.progress.finished(trial, skipped=True)
         return True
 
     def _print_where_results_are(self) -> None:
         uri = redact(self.publisher.uri)
-        log.info("done: %d trials (%d already ok from an earlier run), %d failed. Raw results: %s", self.done,
-                 self.resumed, self.failed, self.folder.path.resolve())
+        log.info("done: %d trials (%d already ok from an earlier run), %d failed. Raw results: %s",
+                 len(self.counted), self.resumed, len(self.failed_keys), self.folder.path.resolve())
         if not self.publisher.online:
             log.warning("MLflow store %s was unreachable: log these results with: %s", uri,
                         relog_command(self.folder))
@@ -139,7 +208,12 @@ class TierSweep:
         self.publisher.server_file(variant, name, text)
 
     def _finish(self, record: TrialRecord, server_logs: dict[str, str]) -> None:
-        """Persist first (nothing measured is lost), then publish to MLflow, then report progress."""
+        """Persist first (nothing measured is lost), then publish to MLflow, then report progress. A failure
+        because the node went is said so, and stops the node's work (NodeLostError)."""
+        not_run = (record.reason or "").startswith(NOT_RUN)
+        lost = self.place.lost() if record.status == Status.FAILED and not not_run else None
+        if lost is not None:
+            record.reason = f"{lost.describe()}; {record.reason}"
         record.finished_at = time.time()
         trial_dir = self.folder.trial(record.slug)
         logs_dir = trial_dir / SERVER_LOGS_DIR
@@ -149,19 +223,24 @@ class TierSweep:
         for name, text in server_logs.items():
             logs_dir.mkdir(parents=True, exist_ok=True)
             (logs_dir / name).write_text(text)
-        if record.status != Status.SKIPPED:
+        if record.status != Status.SKIPPED and lost is None and not not_run:
             record.params.update(self.place.client_params(self.clients.locations(record.params.get(
                 "client_actors_used", 1))))
         write_record(record, trial_dir)
         self.publisher.trial(record, trial_dir)
-        self.failed += record.status == Status.FAILED
+        if record.status == Status.FAILED:
+            self.failed_keys.add(record.key)
+        else:
+            self.failed_keys.discard(record.key)
         if record.tags.get("run_level", "trial") != "trial" or "phase" in record.tags:
             log.info("[slo search] %s  %s", record.name, _summary(record))
-            return
-        self.done += 1
-        log.info("[%d/%d] %s  %s", self.done, self.total, record.name, _summary(record))
-        if self.progress is not None:
-            self.progress.finished(record.trial, skipped=record.status == Status.SKIPPED)
+        else:
+            self.counted.add(record.key)
+            log.info("[%d/%d] %s  %s", len(self.counted), self.total, record.name, _summary(record))
+            if self.progress is not None:
+                self.progress.finished(record.trial, skipped=record.status == Status.SKIPPED)
+        if lost is not None:
+            raise NodeLostError(lost)
 
 
 def refuse_wrong_gpu(tier_cfg: Any, node: NodeInfo, emulated: bool) -> None:
