@@ -1,6 +1,7 @@
 """Reach Ray for a sweep: start a private Ray (cluster=local), start an emulated multi-node cluster on this
-machine (cluster=emulated) or join a running one (cluster=address); check that every requested tier has a live node
-before anything is placed; stop only what was started.
+machine (cluster=emulated) or join a running one (cluster=address); check that every requested tier has a live node,
+or a node type the cluster's autoscaler can start (`experiments.cluster.autoscaling`), before anything is placed;
+stop only what was started.
 
 The owner of the connection is whoever opens it first: the multirun callback (`experiments.run.multirun`, one
 cluster shared by every tier job) or a single run's `ray_cluster`. A tier job that finds Ray already connected
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from experiments.cluster.autoscaling import Autoscaling, read_autoscaling
 from experiments.cluster.tiers import (
     CLIENT_POOL_RESOURCE,
     EMULATED_RESOURCE,
@@ -39,18 +41,36 @@ class TierUnavailableError(RuntimeError):
     """A requested tier has no live node: say which tiers there are and how to add one."""
 
 
-def missing_tier_message(tier: str, available: list[str]) -> str:
+def missing_tier_message(tier: str, available: list[str], autoscaling: Autoscaling | None = None) -> str:
     have = ", ".join(sorted(available)) or "none"
+    if autoscaling is not None:
+        return (f"gpu={tier}: no live node of tier '{tier}' and no autoscaler node type offers it (live tiers: {have}; "
+                f"{autoscaling.describe()}). Add a node type whose resources declare {{tier_{tier}: 1}}, join a node "
+                f"of the tier (`python -m runners.node --address HEAD:6379 --tier {tier}`), or pick one of: "
+                f"{', '.join(sorted(set(available) | autoscaling.tiers())) or 'none'}")
     return (f"gpu={tier}: no live node of tier '{tier}' in the Ray cluster (tiers it has: {have}). "
             f"Join a node of that tier (`python -m runners.node --address HEAD:6379 --tier {tier}`) "
             f"or pick one of: {have}")
 
 
-def require_tiers(requested: list[str], available: list[str]) -> None:
-    """Raise TierUnavailableError naming every requested tier without a node, and the tiers there are."""
-    missing = [t for t in dict.fromkeys(requested) if t not in available]
+def require_tiers(requested: list[str], available: list[str], autoscaling: Autoscaling | None = None) -> None:
+    """Raise TierUnavailableError naming every requested tier that no live node has and no autoscaler node type
+    offers, and the tiers (and node types) there are."""
+    offered = autoscaling.tiers() if autoscaling else set()
+    missing = [t for t in dict.fromkeys(requested) if t not in available and t not in offered]
     if missing:
-        raise TierUnavailableError("\n".join(missing_tier_message(t, available) for t in missing))
+        raise TierUnavailableError("\n".join(missing_tier_message(t, available, autoscaling) for t in missing))
+
+
+def require_live_or_offered(cluster_cfg: Any, requested: list[str], view: ClusterView) -> Autoscaling | None:
+    """`require_tiers` on a connected cluster: the autoscaler's node types are read only when a requested tier has
+    no live node (then returned: the tier job waits for the node the autoscaler starts)."""
+    live = list(view.tiers)
+    if all(tier in live for tier in requested):
+        return None
+    autoscaling = read_autoscaling(cluster_cfg)
+    require_tiers(requested, live, autoscaling)
+    return autoscaling
 
 
 class TierMismatchError(TierUnavailableError):
@@ -198,7 +218,7 @@ class RayConnection:
         self._serve_was_running = _serve_running()
         try:
             view = ClusterView.read(self.cfg.emulated)
-            require_tiers(tiers, list(view.tiers))
+            require_live_or_offered(self.cfg, tiers, view)
         except BaseException:
             self.close()
             raise
@@ -274,7 +294,7 @@ def ray_cluster(cluster_cfg: Any, tier: str) -> Iterator[ClusterView]:
 
     if ray.is_initialized():  # owned by the multirun callback, or we run inside the cluster (Ray launcher job)
         view = ClusterView.read(cluster_cfg.emulated)
-        require_tiers([tier], list(view.tiers))
+        require_live_or_offered(cluster_cfg, [tier], view)
         yield view
         return
     connection = RayConnection(cluster_cfg)

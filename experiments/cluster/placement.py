@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from experiments.cluster.connection import ClusterView, TierUnavailableError
 from experiments.cluster.node_loss import NodeLoss, probe_node
 from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, SLIVER, placement_options, tier_resource
+from experiments.cluster.waiting import PROGRESS_EVERY_S, NodeWaitTimeout, minutes
 from experiments.config.choices import ClientPlacement
 from serving.node import current_location
 
@@ -48,6 +49,8 @@ class TierPlacement:
     client_options: dict[str, Any]
     address: str = ""
     lease: Any = None  # the NodeLease actor holding the node: it answers while the node is alive
+    view: ClusterView | None = None  # the live nodes once the node was held (it may have just started)
+    node_time: NodeTime | None = None
 
     def lost(self) -> NodeLoss | None:
         """None while the held node answers; else what became of it (`experiments.cluster.node_loss`)."""
@@ -71,29 +74,73 @@ def _cpus(node: dict[str, Any]) -> float:
     return float(node.get("Resources", {}).get("CPU", 0.0))
 
 
-def lease_tier_node(tier: str, view: ClusterView, timeout_s: float) -> tuple[Any, dict[str, str]]:
-    """A NodeLease actor on a free node of `tier` and where it is; waits (with progress) while others hold them."""
+@dataclass
+class NodeTime:
+    """How long a tier job kept a node up, the cost of the benchmark itself: from asking for it when the autoscaler
+    had to start it (the node is billed while it boots), else from getting it, to letting it go."""
+
+    asked_at: float
+    scaled_up: bool  # no live node of the tier when the job asked: the autoscaler started one for it
+    node_id: str = ""
+    placed_at: float | None = None
+    released_at: float | None = None
+
+    @property
+    def uptime_s(self) -> float:
+        start = self.asked_at if self.scaled_up else (self.placed_at or self.asked_at)
+        return max(0.0, (self.released_at or time.time()) - start)
+
+
+def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: Any) -> tuple[Any, dict[str, str], NodeTime]:
+    """A NodeLease actor on a free node of `tier`, where it is, and since when the job holds a node.
+
+    With no live node of the tier, the pending lease is the demand the cluster's autoscaler answers by starting a
+    node of a type that declares the tier: wait for it up to `cluster.scale_up_timeout_s`. With live nodes all held
+    by other jobs, wait up to `cluster.lease_timeout_s`. Progress is logged either way; on timeout the lease is
+    killed, which withdraws the demand."""
     import ray
 
     nodes = view.tiers.get(tier, [])
-    if not any(view.node(n)["Resources"].get(tier_resource(tier), 0) >= LEASE_SHARE for n in nodes):
+    if nodes and not any(view.node(n)["Resources"].get(tier_resource(tier), 0) >= LEASE_SHARE for n in nodes):
         raise PlacementError(f"gpu={tier}: the tier's nodes declare less than {LEASE_SHARE} of {tier_resource(tier)}; "
                              f"start them with `python -m runners.node --tier {tier}` (declares 1)")
+    scale_up = not nodes
+    timeout_s = cluster_cfg.scale_up_timeout_s if scale_up else cluster_cfg.lease_timeout_s
+    node_time = NodeTime(asked_at=time.time(), scaled_up=scale_up)
     lease = ray.remote(NodeLease).options(num_cpus=0, resources={tier_resource(tier): LEASE_SHARE}).remote()
     ref = lease.where.remote()
     started = time.monotonic()
+    if scale_up:
+        log.info("gpu=%s: no live node of tier %s: asking the autoscaler for one; limit %s "
+                 "(cluster.scale_up_timeout_s)", tier, tier, minutes(timeout_s))
     while True:
-        ready, _ = ray.wait([ref], timeout=min(30.0, max(0.1, timeout_s - (time.monotonic() - started))))
+        remaining = timeout_s - (time.monotonic() - started)
+        ready, _ = ray.wait([ref], timeout=min(PROGRESS_EVERY_S, max(0.1, remaining)))
         if ready:
-            return lease, ray.get(ref)
+            where = ray.get(ref)
+            node_time.node_id, node_time.placed_at = where["node_id"], time.time()
+            if scale_up:
+                log.info("gpu=%s: node %s of tier %s is up after %s", tier, where["node_id"][:12], tier,
+                         minutes(node_time.placed_at - node_time.asked_at))
+            return lease, where, node_time
         waited = time.monotonic() - started
         if waited >= timeout_s:
             ray.kill(lease)
+            if scale_up:
+                raise NodeWaitTimeout(
+                    f"gpu={tier}: the autoscaler started no node of tier {tier} within {minutes(timeout_s)} "
+                    f"(cluster.scale_up_timeout_s={timeout_s:g}); the tier's demand is withdrawn. `ray status` on "
+                    "the head and the autoscaler's log (logs/monitor.* in the head's Ray session folder) say why: "
+                    "cloud quota or capacity, or the cluster's max_workers reached")
             raise PlacementError(f"gpu={tier}: all {len(nodes)} node(s) of the tier were held by other sweeps for "
                                  f"{waited:.0f} s (cluster.lease_timeout_s={timeout_s:g}); add a node of the tier "
                                  "or try again later")
-        log.info("gpu=%s: every node of the tier is held by another job (of this sweep or another); waited "
-                 "%.0f s (up to %g s)", tier, waited, timeout_s)
+        if scale_up:
+            log.info("gpu=%s: waiting for a node of tier %s: %s, limit %s", tier, tier, minutes(waited),
+                     minutes(timeout_s))
+        else:
+            log.info("gpu=%s: every node of the tier is held by another job (of this sweep or another); waited "
+                     "%.0f s (up to %g s)", tier, waited, timeout_s)
 
 
 def client_options(cfg: Any, view: ClusterView, tier: str, node_id: str) -> dict[str, Any]:
@@ -132,21 +179,29 @@ def client_options(cfg: Any, view: ClusterView, tier: str, node_id: str) -> dict
 
 
 @contextmanager
-def hold_tier_node(cfg: Any, view: ClusterView) -> Iterator[TierPlacement]:
-    """Hold a node of the tier for the job; yields where servers and clients go. Releases it at the end."""
+def hold_tier_node(cfg: Any, view: ClusterView,
+                   on_release: Callable[[NodeTime], None] | None = None) -> Iterator[TierPlacement]:
+    """Hold a node of the tier for the job; yields where servers and clients go. Releases it at the end, then
+    tells `on_release` how long the job kept the node up."""
     import ray
 
     tier = cfg.gpu.name
-    lease, where = lease_tier_node(tier, view, cfg.cluster.lease_timeout_s)
+    lease, where, node_time = lease_tier_node(tier, view, cfg.cluster)
     try:
         node_id = where["node_id"]
+        if not any(n["NodeID"] == node_id for n in view.nodes):  # a node the autoscaler just started
+            view = ClusterView.read(view.emulated_config)
         placement = TierPlacement(
             tier=tier, node_id=node_id, hostname=where["hostname"], emulated=view.is_emulated(node_id),
             client_placement=cfg.clients.placement, server_options=placement_options(tier, node_id),
             client_options=client_options(cfg, view, tier, node_id),
-            address=str(view.node(node_id).get("NodeManagerAddress", "")), lease=lease)
+            address=str(view.node(node_id).get("NodeManagerAddress", "")), lease=lease, view=view,
+            node_time=node_time)
         log.info("gpu=%s: holding node %s (%s)%s; clients %s", tier, node_id[:12], where["hostname"],
                  " [emulated]" if placement.emulated else "", cfg.clients.placement)
         yield placement
     finally:
-        ray.kill(lease)
+        ray.kill(lease)  # nothing of this job holds the node now: an autoscaler may let it go when idle
+        node_time.released_at = time.time()
+        if on_release is not None:
+            on_release(node_time)

@@ -134,6 +134,12 @@ class ClusterConfig:
     # (the autoscaler, or `runners.node` run again) and finishes the sweep there. Off: its trials not yet run are
     # recorded `failed` ("not run: node ... was lost"), with the resume command printed.
     replace_lost_node: bool = False
+    # On a cluster with an autoscaler, a tier with no live node but a node type declaring its tier resource asks
+    # the autoscaler for a node (the tier job's pending lease) and waits this long for it; then that tier fails.
+    scale_up_timeout_s: float = 900.0
+    # The cluster config the autoscaler runs (a Ray cluster YAML as `ray up` takes, or a KubeRay RayCluster), on
+    # this machine: its node types say which tiers can be started. null: ~/ray_bootstrap_config.yaml on the head.
+    autoscaling_config: str | None = None
     # An actor or replica still pending after this long fails with what it asked for and what the node has.
     schedule_timeout_s: float = 60.0
     # Ray Serve's direct ingress (alpha in Ray 2.60): every replica also serves HTTP/gRPC on its own port,

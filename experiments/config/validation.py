@@ -78,6 +78,7 @@ def validate(cfg: Any) -> None:
         _fail("telemetry.sample_hz", cfg.telemetry.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")
     for name in exp.backends:
         _check_backend(cfg, name)
+    _check_cluster(cfg.cluster)
     _check_crosscheck(cfg.crosscheck)
 
 
@@ -107,6 +108,16 @@ def _check_backend(cfg: Any, name: str) -> None:
     problems = settings.check(name, cfg.model, cfg.cluster)
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def _check_cluster(cluster: Any) -> None:
+    from experiments.cluster.autoscaling import load_autoscaling
+
+    for key in ("lease_timeout_s", "scale_up_timeout_s", "schedule_timeout_s"):
+        if cluster[key] <= 0:
+            _fail(f"cluster.{key}", cluster[key], "a time in seconds > 0")
+    if cluster.autoscaling_config:
+        load_autoscaling(str(cluster.autoscaling_config))  # the file exists and names node types
 
 
 def _check_crosscheck(check: Any) -> None:

@@ -5,6 +5,7 @@
       <tier>/                            one tier job: `TierFolder`
         tier.json                        tier params and tags, experiment name, resolved config (`TierInfo`)
         cluster.json                     the live Ray nodes the job saw
+        node_time.json                   each node the job held: since when, until when (`results.node_time`)
         servers/<variant>/               server logs and rendered configs of each server group
         trials/<trial>/                  record.json, latencies.csv, server_logs/ of a failed trial
 """
@@ -17,12 +18,13 @@ from pathlib import Path
 REPORT_DIR = "report"
 TIER_FILE = "tier.json"
 CLUSTER_FILE = "cluster.json"
+NODE_TIME_FILE = "node_time.json"
 SERVERS_DIR = "servers"
 TRIALS_DIR = "trials"
 RECORD_FILE = "record.json"
 LATENCIES_FILE = "latencies.csv"
 SERVER_LOGS_DIR = "server_logs"
-TIER_ARTIFACTS = (CLUSTER_FILE,)  # files of the tier folder that go onto the tier run
+TIER_ARTIFACTS = (CLUSTER_FILE, NODE_TIME_FILE)  # files of the tier folder that go onto the tier run
 
 
 def sweep_folder(results_dir: str | Path, sweep_id: str) -> Path:
@@ -62,6 +64,10 @@ class TierFolder:
     @property
     def cluster_file(self) -> Path:
         return self.path / CLUSTER_FILE
+
+    @property
+    def node_time_file(self) -> Path:
+        return self.path / NODE_TIME_FILE
 
     @property
     def servers(self) -> Path:

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.results.layout import TIER_ARTIFACTS, TierFolder, server_artifact
+from experiments.results.layout import NODE_TIME_FILE, TIER_ARTIFACTS, TierFolder, server_artifact
+from experiments.results.node_time import node_time_metrics
 from experiments.results.records import Status, TrialRecord, read_record
 from experiments.results.redaction import redact
 
@@ -121,6 +122,11 @@ class Publisher:
                             self.info.config_yaml)
 
     def finish(self, status: str) -> None:
+        """Log the node time the tier's runs took (`results.node_time`), then close the tier and sweep runs."""
+        metrics = node_time_metrics(self.folder)
+        if metrics:
+            self._safely("metrics", "log_metrics", self.tier_run, metrics)
+            self.tier_file(NODE_TIME_FILE, self.folder.node_time_file.read_text())
         self._safely("finish", "finish", self.tier_run, status)
         self._safely("finish", "finish_shared", self.sweep_run, status)
 

@@ -147,6 +147,9 @@ class Tracker:
             params=[Param(k, str(v)[:6000]) for k, v in (params or {}).items()],
         )
 
+    def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        self._log(run_id, metrics=metrics)
+
     def log_artifact_text(self, run_id: str, text: str, path: str) -> None:
         self.client.log_text(run_id, text, path)
 

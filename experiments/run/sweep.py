@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import asdict
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from experiments.cluster.connection import ClusterView, TierMismatchError, ray_cluster
 from experiments.cluster.node_loss import NodeLoss, NodeLostError
-from experiments.cluster.placement import TierPlacement, hold_tier_node
+from experiments.cluster.placement import NodeTime, TierPlacement, hold_tier_node
 from experiments.cluster.tiers import tier_gpu_problem
 from experiments.cluster.waiting import NodeWaitTimeout, wait_for_tier_node
 from experiments.config.prices import tier_price_params
@@ -24,6 +25,7 @@ from experiments.config.validation import validate
 from experiments.measure.client_actor import ClientPool
 from experiments.plan import Trial, plan_trials
 from experiments.results.layout import CLUSTER_FILE, SERVER_LOGS_DIR, TierFolder
+from experiments.results.node_time import record_node_time
 from experiments.results.publish import Publisher, TierInfo, relog_command
 from experiments.results.records import Status, TrialRecord, read_record, write_record
 from experiments.results.redaction import redact
@@ -78,10 +80,10 @@ class TierSweep:
         """Hold a node of the tier and run every trial not yet ok on it; NodeLostError when the node goes."""
         import ray
 
-        with hold_tier_node(self.cfg, view) as place:
+        with hold_tier_node(self.cfg, view, on_release=self._node_released) as place:
             self.place: TierPlacement = place
             try:
-                self._run_trials(ray, view, place)
+                self._run_trials(ray, place.view or view, place)
             except NodeLostError:
                 raise
             except Exception as exc:  # a lost node surfaces as whatever call reached it first: name it
@@ -123,6 +125,14 @@ class TierSweep:
                                     done_keys, place.emulated).run(pending)
         finally:
             clients.close()
+
+    def _node_released(self, node_time: NodeTime) -> None:
+        """Keep what holding the node cost (`results.node_time`): in the tier folder now, on the tier run at the
+        end."""
+        record_node_time(self.folder, {**asdict(node_time), "uptime_s": round(node_time.uptime_s, 3),
+                                       "price_per_hour_usd": float(self.cfg.gpu.price_per_hour_usd)})
+        log.info("gpu=%s: released node %s after %.0f s up for this sweep (%s)", self.tier, node_time.node_id[:12],
+                 node_time.uptime_s, "started for it by the autoscaler" if node_time.scaled_up else "already up")
 
     def _replacement_joined(self, loss: NodeLoss) -> bool:
         """With `cluster.replace_lost_node`, wait (bounded by `cluster.lease_timeout_s`) for another node of the
