@@ -1,0 +1,138 @@
+"""Tiers on demand, on a real autoscaling Ray cluster on this machine: a head started with Ray's fake multi-node
+provider (`RAY_FAKE_CLUSTER=1`, its worker "nodes" are local processes the autoscaler starts and stops) whose node
+types declare tiers with `min_workers: 0`. The node types are read where `ray up` leaves them, the bootstrap config
+in the head's home. A multirun over three tiers starts with no tier node alive: the autoscaler starts a node for two
+of them (the cluster's `max_workers: 2`), each tier runs there and is charged its node time, the third waits out
+`cluster.scale_up_timeout_s` and fails alone, and the nodes are removed once idle. A tier no node type offers is
+refused in seconds. The head is started and ended here by pid (with every node it started), never `ray stop`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.cluster.tiers import EMULATED_RESOURCE, tier_resource
+from experiments.config.compose import compose
+from tests.helpers import runs, store_overrides
+from tests.ray_nodes import RAY_ENV, RayNodes
+from tests.sweep_process import SweepProcess, run_sweep_command
+
+pytestmark = pytest.mark.slow
+
+TIERS = ("a100", "rtx4090", "h100")
+IDLE_TIMEOUT_MIN = 0.2
+SWEEP = ["experiment.backends=[pytorch]", "experiment.protocols=[http]", "experiment.input_formats=[tensor]",
+         "experiment.batch_sizes=[1]", "experiment.concurrency=[1]", "experiment.window_s=1",
+         "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "crosscheck.images=2", "quiet=true"]
+
+
+def cluster_config(gcs_address: str) -> dict:
+    """A Ray cluster YAML for the fake provider: a head with no CPU for trials, one node type per tier."""
+    tier_types = {f"{tier}-node": {"resources": {"CPU": 1, tier_resource(tier): 1, EMULATED_RESOURCE: 1,
+                                                 "object_store_memory": 83886080},
+                                   "labels": {"gpu-tier": tier}, "node_config": {},
+                                   "min_workers": 0, "max_workers": 1} for tier in TIERS}
+    return {"cluster_name": "tierbench-autoscaling-test", "max_workers": 2, "upscaling_speed": 1.0,
+            "idle_timeout_minutes": IDLE_TIMEOUT_MIN,
+            "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
+                         "disable_launch_config_check": True, "gcs_address": gcs_address},
+            "auth": {}, "docker": {}, "head_node_type": "head",
+            "available_node_types": {"head": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+                                     **tier_types},
+            "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
+            "rsync_exclude": [], "rsync_filter": [], "initialization_commands": [], "setup_commands": [],
+            "head_setup_commands": [], "worker_setup_commands": [], "head_start_ray_commands": [],
+            "worker_start_ray_commands": []}
+
+
+def live_nodes(address: str) -> list[dict]:
+    script = (f"import json, ray; ray.init(address={address!r}, log_to_driver=False); "
+              "print(json.dumps([n for n in ray.nodes() if n['Alive']]))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **RAY_ENV}, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def tier_nodes(address: str) -> list[dict]:
+    return [n for n in live_nodes(address) if any(r.startswith("tier_") for r in n["Resources"])]
+
+
+@pytest.fixture(scope="module")
+def autoscaling_cluster(tmp_path_factory: pytest.TempPathFactory) -> RayNodes:
+    home = tmp_path_factory.mktemp("head-home")  # the head's home: where `ray up` leaves the bootstrap config
+    nodes = RayNodes(extra_env={"RAY_FAKE_CLUSTER": "1", "HOME": str(home)})
+    config = home / "ray_bootstrap_config.yaml"
+    config.write_text(yaml.safe_dump(cluster_config(nodes.address)))
+    try:
+        nodes.start("head", "--emulated", "--num-cpus", "0", extra=(f"--autoscaling-config={config}",))
+        yield nodes
+    finally:
+        left = nodes.stop()  # the head's processes, and the nodes its autoscaler started (they carry its marker)
+        nodes.cleanup_dir()
+    assert not left, f"processes of the test cluster still running: {left}"
+
+
+def test_a_tier_no_node_type_offers_is_refused_before_anything_starts(autoscaling_cluster: RayNodes,
+                                                                      tmp_path: Path) -> None:
+    proc, _ = run_sweep_command(["cluster=address", f"cluster.address={autoscaling_cluster.address}",
+                                 *store_overrides(tmp_path), "gpu=a100,local", *SWEEP, "-m"])
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-3000:]
+    message = next(line for line in output.splitlines() if "gpu=local:" in line)
+    assert "no autoscaler node type offers it" in message
+    assert "a100-node (tier a100, up to 1)" in message and "~/ray_bootstrap_config.yaml on the head node" in message
+    assert "gpu=a100:" not in output  # a100 is offered: not refused
+    assert tier_nodes(autoscaling_cluster.address) == []  # nothing was asked of the autoscaler
+
+
+def test_tiers_come_up_on_demand_run_there_and_go_when_idle(autoscaling_cluster: RayNodes, tmp_path: Path) -> None:
+    address = autoscaling_cluster.address
+    assert tier_nodes(address) == []
+    sweep = SweepProcess(tmp_path, "cluster=address", f"cluster.address={address}", f"gpu={','.join(TIERS)}",
+                         "cluster.scale_up_timeout_s=25", *SWEEP, "-m")
+    try:
+        code = sweep.wait(timeout_s=420)
+    finally:
+        sweep.kill()
+    output = sweep.output
+    assert code != 0, output[-4000:]  # one tier could not get a node
+    # (Each line shows several times here: every fake node runs a log monitor over the one machine's Ray logs.)
+    assert set(re.findall(r"no live node of tier (\w+): asking the autoscaler for one", output)) == set(TIERS)
+    timed_out = set(re.findall(r"gpu=(\w+): the autoscaler started no node of tier \1 within 25 s "
+                               r"\(cluster\.scale_up_timeout_s=25\)", output))
+    assert len(timed_out) == 1, output[-4000:]
+    ran = [t for t in TIERS if t not in timed_out]
+    price = {t: compose([f"gpu={t}"]).gpu.price_per_hour_usd for t in ran}
+    tier_runs = {r.data.tags["gpu_tier"]: r for r in runs(sweep.store, "tier")}
+    assert sorted(tier_runs) == sorted(ran)
+    node_ids = set()
+    for tier in ran:
+        tier_run = tier_runs[tier]
+        node_id = tier_run.data.params["node_id"]
+        assert node_id.startswith("ffff") and node_id not in node_ids  # a node the fake provider started
+        node_ids.add(node_id)
+        trials = [r for r in runs(sweep.store) if r.data.tags["gpu_tier"] == tier]
+        assert trials and all(r.data.tags["status"] == "ok" for r in trials)
+        held = tier_run_node_time(tmp_path, tier)
+        assert [row["node_id"] for row in held] == [node_id] and held[0]["scaled_up"]
+        metrics = tier_run.data.metrics
+        assert 0 < metrics["node_scale_up_s"] < metrics["node_uptime_s"]
+        assert metrics["sweep_cost_usd"] == pytest.approx(metrics["node_uptime_s"] * price[tier] / 3600, rel=1e-3)
+    # Released: nothing of the sweep holds the nodes, so the autoscaler removes them after its idle timeout.
+    deadline = time.monotonic() + IDLE_TIMEOUT_MIN * 60 + 90
+    while (left := tier_nodes(address)) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not left, f"tier nodes still up {IDLE_TIMEOUT_MIN * 60 + 90:.0f} s after the sweep: {left}"
+
+
+def tier_run_node_time(tmp: Path, tier: str) -> list[dict]:
+    (path,) = tmp.glob(f"runs/*/{tier}/node_time.json")
+    return json.loads(path.read_text())
