@@ -89,6 +89,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     _answer(doc, report, data, labels, options)
     overloaded_section(doc, data, labels)
     _prices(doc, data)
+    _benchmark_cost(doc, report, data)
     if not data.sustained.empty:
         _across_tiers(doc, report, folder, data.sustained, labels, prices, options)
     for tier in sorted(data.tiers):
@@ -162,6 +163,25 @@ def _prices(doc: Document, data: SweepData) -> None:
             for info in data.tiers.values() for p in info.prices]
     frame = format_frame(pd.DataFrame(rows), {"$/h": usd_per_hour})
     doc.table(frame, [False, False, True, False, False, False, False])
+
+
+def _benchmark_cost(doc: Document, report: Report, data: SweepData) -> None:
+    """What the sweep itself cost: each tier's node up time while the sweep held it, at the tier's price."""
+    held = [info for info in data.tiers.values() if info.sweep_cost_usd is not None]
+    if not held:
+        return
+    doc.h(1, "What this benchmark cost")
+    doc.p("Node up time while the sweep held each tier's node (from asking the autoscaler for it, when it had to "
+          "start one), at the tier's primary price. Not included: an autoscaler's idle timeout after the sweep let "
+          "the node go, and the head node.")
+    rows = [{"tier": info.label, "node up time": f"{info.node_uptime_s / 60:.1f} min",
+             "cost": usd(info.sweep_cost_usd)} for info in held]
+    total = sum(info.sweep_cost_usd for info in held)
+    rows.append({"tier": "all tiers", "node up time": f"{sum(i.node_uptime_s for i in held) / 60:.1f} min",
+                 "cost": usd(total)})
+    doc.table(pd.DataFrame(rows), [False, True, True])
+    report.summary.append(f"this benchmark kept {len(held)} tier node(s) up for "
+                          f"{sum(i.node_uptime_s for i in held) / 60:.1f} min: {usd(total)}")
 
 
 def _across_tiers(doc: Document, report: Report, folder: Path, sustained: pd.DataFrame, labels: dict[str, str],
