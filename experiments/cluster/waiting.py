@@ -1,6 +1,7 @@
-"""Waiting for a node of a tier to join the cluster, bounded and with progress: the one mechanism behind a
-replacement for a lost node (`cluster.replace_lost_node`, bound `cluster.lease_timeout_s`) and a node the
-autoscaler starts for a tier (bound `cluster.scale_up_timeout_s`). Nothing waits forever or silently."""
+"""Waiting for a node of a tier, bounded and with progress. A lost node's replacement (`cluster.replace_lost_node`,
+bound `cluster.lease_timeout_s`) is awaited here by watching the live nodes; a node the autoscaler starts for a tier
+(bound `cluster.scale_up_timeout_s`) is awaited by the tier job's pending lease (`experiments.cluster.placement`),
+with the same progress lines and the same NodeWaitTimeout. Nothing waits forever or silently."""
 
 from __future__ import annotations
 
