@@ -31,6 +31,7 @@ TIERS = ("a100", "rtx4090", "h100")
 IDLE_TIMEOUT_MIN = 0.2
 SWEEP = ["experiment.backends=[pytorch]", "experiment.protocols=[http]", "experiment.input_formats=[tensor]",
          "experiment.batch_sizes=[1]", "experiment.concurrency=[1]", "experiment.window_s=1",
+         "experiment.stability.windows=1",
          "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "crosscheck.images=2", "quiet=true"]
 
 

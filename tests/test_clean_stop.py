@@ -15,7 +15,8 @@ pytestmark = pytest.mark.slow
 
 MATRIX = ["experiment.backends=[triton_onnx,pytorch]", "experiment.protocols=[http]",
           "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]", "experiment.concurrency=[1,2]",
-          "experiment.window_s=2", "experiment.warmup_s=0.3", "experiment.warmup_requests=2"]
+          "experiment.window_s=2", "experiment.stability.windows=1", "experiment.warmup_s=0.3",
+          "experiment.warmup_requests=2"]
 
 
 @pytest.mark.parametrize("signum,while_running", [(signal.SIGINT, "tritonserver"), (signal.SIGTERM, "ServeReplica")])

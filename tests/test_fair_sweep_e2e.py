@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 # Batch 1 and a 1.5 s window: on a 2-core machine shared with other test runs a PyTorch request of 2 JPEGs can
 # take over a second, and a window no request was sent in is a failed trial.
 LEAN = ["experiment.batch_sizes=[1]", "experiment.concurrency=[2]", "experiment.window_s=1.5",
+        "experiment.stability.windows=1",
         "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "crosscheck.images=4"]
 BATCHING_PARAMS = {"server_batching", "server_max_batch_size", "server_batch_wait_ms", "server_instances",
                    "server_preferred_batch_sizes"}

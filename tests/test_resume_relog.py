@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 TINY = ["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
         "experiment.batch_sizes=[1]", "experiment.window_s=1", "experiment.warmup_s=0.3",
+        "experiment.stability.windows=1",
         "experiment.warmup_requests=2"]
 
 
