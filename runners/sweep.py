@@ -97,4 +97,10 @@ if __name__ == "__main__":
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    main()
+    signal.signal(signal.SIGTERM, _interrupt_on_signal)  # a multirun's driver too: its jobs are stopped cleanly
+    try:
+        main()
+    except KeyboardInterrupt:  # a multirun's driver (a single run exits 130 from `main` itself)
+        log.error("interrupted: the tier jobs stopped their servers and released their nodes. Resume with the "
+                  "same command and the sweep_id each tier printed (trials already ok are skipped)")
+        sys.exit(EXIT_INTERRUPTED)

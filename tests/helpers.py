@@ -3,6 +3,8 @@ nodes described without a GPU and with one, and a stand-in for Triton's Python-b
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import types
 from pathlib import Path
 
@@ -21,8 +23,27 @@ def store_uri(tmp: Path) -> str:
     return f"sqlite:///{tmp / 'mlflow.db'}"
 
 
-def store_overrides(tmp: Path, sweep_id: str | None = None) -> list[str]:
-    """A sweep writing its run folder and MLflow store under `tmp` (and named `sweep_id`)."""
+_TEMPLATE_DIR = tempfile.TemporaryDirectory(prefix="tierbench-store-")  # removed when the test session ends
+
+
+def premigrated_store(tmp: Path) -> None:
+    """Put an empty MLflow SQLite store with its schema already migrated at `store_uri(tmp)`: MLflow's migrations
+    take seconds per new store, paid once per test session instead of once per sweep, for tests that measure
+    something else. The other sweeps (tests/test_sweep_e2e.py among them) create their store from nothing."""
+    template = Path(_TEMPLATE_DIR.name) / "mlflow.db"
+    if not template.exists():
+        MlflowClient(f"sqlite:///{template}").search_experiments()  # creates and migrates it
+    target = tmp / "mlflow.db"
+    if not target.exists():
+        tmp.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template, target)
+
+
+def store_overrides(tmp: Path, sweep_id: str | None = None, premigrated: bool = False) -> list[str]:
+    """A sweep writing its run folder and MLflow store under `tmp` (and named `sweep_id`); with `premigrated`, the
+    store is there before the sweep (`premigrated_store`)."""
+    if premigrated:
+        premigrated_store(tmp)
     overrides = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp)}"]
     return overrides + ([f"sweep_id={sweep_id}"] if sweep_id else [])
 

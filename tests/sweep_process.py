@@ -27,7 +27,8 @@ def run_sweep_command(args: list[str], env: dict[str, str] | None = None,
 class SweepProcess:
     def __init__(self, tmp: Path, *overrides: str, store: str | None = None) -> None:
         self.store = store or store_uri(tmp)
-        args = [*store_overrides(tmp)[:1], f"mlflow.tracking_uri={self.store}", *overrides]
+        args = [*store_overrides(tmp, premigrated=store is None)[:1], f"mlflow.tracking_uri={self.store}",
+                *overrides]
         self.proc = subprocess.Popen([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
         self.lines: list[str] = []

@@ -3,14 +3,16 @@ provider (`RAY_FAKE_CLUSTER=1`, its worker "nodes" are local processes the autos
 types declare tiers with `min_workers: 0`. The node types are read where `ray up` leaves them, the bootstrap config
 in the head's home. A multirun over three tiers starts with no tier node alive: the autoscaler starts a node for two
 of them (the cluster's `max_workers: 2`), each tier runs there and is charged its node time, the third waits out
-`cluster.scale_up_timeout_s` and fails alone, and the nodes are removed once idle. A tier no node type offers is
-refused in seconds. The head is started and ended here by pid (with every node it started), never `ray stop`."""
+`cluster.scale_up_timeout_s` and fails alone, and the nodes are removed once idle, also after a Ctrl-C mid-trial.
+A tier no node type offers is refused in seconds. The head is started and ended here by pid (with every node it
+started), never `ray stop`."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +31,9 @@ pytestmark = pytest.mark.slow
 
 TIERS = ("a100", "rtx4090", "h100")
 IDLE_TIMEOUT_MIN = 0.2
+# The type the fake provider gives its head node: under another name the autoscaler keeps launching (and removing)
+# a head of the configured type, a busy loop of node starts.
+HEAD_TYPE = "ray.head.default"
 SWEEP = ["experiment.backends=[pytorch]", "experiment.protocols=[http]", "experiment.input_formats=[tensor]",
          "experiment.batch_sizes=[1]", "experiment.concurrency=[1]", "experiment.window_s=1",
          "experiment.stability.windows=1",
@@ -45,8 +50,8 @@ def cluster_config(gcs_address: str) -> dict:
             "idle_timeout_minutes": IDLE_TIMEOUT_MIN,
             "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
                          "disable_launch_config_check": True, "gcs_address": gcs_address},
-            "auth": {}, "docker": {}, "head_node_type": "head",
-            "available_node_types": {"head": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+            "auth": {}, "docker": {}, "head_node_type": HEAD_TYPE,
+            "available_node_types": {HEAD_TYPE: {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
                                      **tier_types},
             "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
             "rsync_exclude": [], "rsync_filter": [], "initialization_commands": [], "setup_commands": [],
@@ -128,12 +133,37 @@ def test_tiers_come_up_on_demand_run_there_and_go_when_idle(autoscaling_cluster:
         assert 0 < metrics["node_scale_up_s"] < metrics["node_uptime_s"]
         assert metrics["sweep_cost_usd"] == pytest.approx(metrics["node_uptime_s"] * price[tier] / 3600, rel=1e-3)
     # Released: nothing of the sweep holds the nodes, so the autoscaler removes them after its idle timeout.
-    deadline = time.monotonic() + IDLE_TIMEOUT_MIN * 60 + 90
-    while (left := tier_nodes(address)) and time.monotonic() < deadline:
-        time.sleep(2)
-    assert not left, f"tier nodes still up {IDLE_TIMEOUT_MIN * 60 + 90:.0f} s after the sweep: {left}"
+    wait_for_no_tier_nodes(address)
 
 
 def tier_run_node_time(tmp: Path, tier: str) -> list[dict]:
     (path,) = tmp.glob(f"runs/*/{tier}/node_time.json")
     return json.loads(path.read_text())
+
+
+def test_an_interrupted_sweep_lets_its_node_go(autoscaling_cluster: RayNodes, tmp_path: Path) -> None:
+    """Ctrl-C while a trial loads its tier's node: the sweep stops, and nothing of it (lease, Serve replica,
+    client actors) keeps the node from going idle, so the autoscaler removes it."""
+    address = autoscaling_cluster.address
+    wait_for_no_tier_nodes(address)
+    sweep = SweepProcess(tmp_path, "cluster=address", f"cluster.address={address}", "gpu=a100", *SWEEP,
+                         "experiment.concurrency=[1,2,3]", "-m")
+    try:
+        sweep.wait_for(r"\[1/3\] a100/pytorch", timeout_s=300)  # the replica and clients load the node now
+        sweep.proc.send_signal(signal.SIGINT)
+        code = sweep.wait(timeout_s=120)
+    finally:
+        sweep.kill()
+    assert code == 130, sweep.output[-4000:]
+    assert "interrupted: stopping 1 tier job(s); each stops its servers and releases its node" in sweep.output
+    assert "did not stop within" not in sweep.output
+    wait_for_no_tier_nodes(address)
+
+
+def wait_for_no_tier_nodes(address: str) -> None:
+    """Until the autoscaler has removed every tier node (its idle timeout, plus time to notice and stop them)."""
+    limit_s = IDLE_TIMEOUT_MIN * 60 + 90
+    deadline = time.monotonic() + limit_s
+    while (left := tier_nodes(address)) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not left, f"tier nodes still up {limit_s:.0f} s after the sweep let them go: {left}"

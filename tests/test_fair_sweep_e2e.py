@@ -34,7 +34,7 @@ def _my_regions() -> set[str]:
 @pytest.fixture(scope="module")
 def fair_runs(tmp_path_factory: pytest.TempPathFactory) -> list:
     tmp = tmp_path_factory.mktemp("fair")
-    cfg = compose(["experiment=fair_comparison", *store_overrides(tmp, "fair-e2e"), *LEAN,
+    cfg = compose(["experiment=fair_comparison", *store_overrides(tmp, "fair-e2e", premigrated=True), *LEAN,
                           "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynbatch]",
                           "experiment.protocols=[http,grpc,http_shm,grpc_shm]"])
     regions_before = _my_regions()
@@ -89,7 +89,7 @@ def test_server_batching_settings_are_params_comparable_across_servers(fair_runs
 
 def test_a_server_with_other_weights_fails_the_crosscheck_unmeasured(tmp_path: Path, monkeypatch) -> None:
     """The server gets model.seed=1, the reference keeps seed 0: the group must fail with the figures."""
-    cfg = compose([*store_overrides(tmp_path, "wrong-model"), *LEAN, "experiment.backends=[pytorch]",
+    cfg = compose([*store_overrides(tmp_path, "wrong-model", premigrated=True), *LEAN, "experiment.backends=[pytorch]",
                           "experiment.protocols=[http]", "experiment.input_formats=[tensor,jpeg]"])
     wrong = compose(["model.seed=1", "experiment.backends=[pytorch]"])
     real_build = server_group.build_backend

@@ -22,7 +22,6 @@ pytestmark = pytest.mark.slow
 TRIALS = 3
 SWEEP = ["experiment.backends=[triton_onnx]", f"experiment.concurrency=[{','.join(map(str, range(1, TRIALS + 1)))}]",
          "experiment.window_s=1", "experiment.protocols=[http]", "experiment.input_formats=[tensor]",
-         "experiment.stability.windows=1",
          "experiment.batch_sizes=[1]", "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "quiet=true"]
 WORKER = ("--emulated", "--num-cpus", "1")
 

@@ -25,9 +25,11 @@ TINY = ["experiment.protocols=[http]", "experiment.input_formats=[tensor]", "exp
         "experiment.warmup_s=0.3", "experiment.warmup_requests=2"]
 
 
-def _sweep(args: list[str], tmp: Path, marker: str, timeout: float = 540) -> tuple[subprocess.CompletedProcess, float]:
+def _sweep(args: list[str], tmp: Path, marker: str, timeout: float = 540,
+           premigrated: bool = False) -> tuple[subprocess.CompletedProcess, float]:
     """A sweep of this machine's emulated or joined cluster, every process it starts marked with `marker`."""
-    return run_sweep_command([*store_overrides(tmp), *args], env={MARK_VAR: marker}, timeout=timeout)
+    return run_sweep_command([*store_overrides(tmp, premigrated=premigrated), *args], env={MARK_VAR: marker},
+                             timeout=timeout)
 
 
 def _runs(tmp: Path, level: str) -> list:
@@ -45,7 +47,9 @@ def two_tiers(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     tmp = tmp_path_factory.mktemp("tiers")
     marker = uuid.uuid4().hex
     proc, _ = _sweep(["cluster=emulated", "gpu=a100,rtx4090", "experiment.backends=[triton_onnx,pytorch]",
-                      "experiment.concurrency=[1,2]", "experiment.window_s=3", *TINY, "-m"], tmp, marker)
+                      "experiment.concurrency=[1,2]", "experiment.window_s=2",
+                      "experiment.stability.windows=2", "experiment.stability.max_windows=2", *TINY, "-m"],
+                     tmp, marker, premigrated=True)
     left = wait_for_no_marked_processes(marker)
     return proc, left, tmp
 

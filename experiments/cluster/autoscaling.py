@@ -11,6 +11,7 @@ the autoscaler answers (`experiments.cluster.placement`).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import yaml
 from experiments.cluster.tiers import RESOURCE_PREFIX
 from experiments.config.errors import ConfigError
 
+log = logging.getLogger(__name__)
 BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"  # where `ray up` puts the cluster config on the head node
 CONFIG_KEY = "cluster.autoscaling_config"
 
@@ -135,5 +137,10 @@ def read_autoscaling(cluster_cfg: Any, timeout_s: float = 30.0) -> Autoscaling |
     import ray
 
     task = ray.remote(_read_head_bootstrap_config).options(num_cpus=0, resources={"node:__internal_head__": 0.001})
-    text = ray.get(task.remote(), timeout=timeout_s)
+    try:
+        text = ray.get(task.remote(), timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - the head did not answer: judge by the live nodes alone
+        log.warning("could not read the autoscaler's node types (%s on the head node: %s); only live nodes count. "
+                    "Name the cluster YAML with %s=PATH", BOOTSTRAP_CONFIG, exc, CONFIG_KEY)
+        return None
     return parse_autoscaling(yaml.safe_load(text), f"{BOOTSTRAP_CONFIG} on the head node") if text else None

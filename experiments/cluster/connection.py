@@ -207,6 +207,7 @@ class RayConnection:
         self._emulated: Any = None  # ray.cluster_utils.Cluster when this connection started one
         self._started_local = False
         self._serve_was_running = True
+        self.autoscaling: Autoscaling | None = None  # node types the autoscaler can start, when a tier needs one
 
     def open(self, tiers: list[str]) -> ClusterView:
         """Connected Ray in which every tier of `tiers` has a live node (TierUnavailableError otherwise)."""
@@ -218,7 +219,7 @@ class RayConnection:
         self._serve_was_running = _serve_running()
         try:
             view = ClusterView.read(self.cfg.emulated)
-            require_live_or_offered(self.cfg, tiers, view)
+            self.autoscaling = require_live_or_offered(self.cfg, tiers, view)
         except BaseException:
             self.close()
             raise

@@ -70,6 +70,10 @@ class ClusterCallback(Callback):
         have = {tier: len(nodes) for tier, nodes in sorted(view.tiers.items())}
         log.info("Ray cluster (%s): %d live nodes, tiers %s; running tiers %s", config.cluster.name,
                  len(view.nodes), have, tiers)
+        if connection.autoscaling is not None:
+            starts = [tier for tier in tiers if tier not in have]
+            log.info("tiers %s have no live node: the autoscaler starts one per tier job (%s)", starts,
+                     connection.autoscaling.describe())
         _create_sweep_run(config, view)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

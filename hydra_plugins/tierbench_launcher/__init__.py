@@ -1,0 +1,1 @@
+"""tierbench's Hydra launcher plugin (Hydra loads launchers only from the `hydra_plugins` namespace)."""
