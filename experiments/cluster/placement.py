@@ -50,7 +50,6 @@ class TierPlacement:
     address: str = ""
     lease: Any = None  # the NodeLease actor holding the node: it answers while the node is alive
     view: ClusterView | None = None  # the live nodes once the node was held (it may have just started)
-    node_time: NodeTime | None = None
 
     def lost(self) -> NodeLoss | None:
         """None while the held node answers; else what became of it (`experiments.cluster.node_loss`)."""
@@ -195,8 +194,7 @@ def hold_tier_node(cfg: Any, view: ClusterView,
             tier=tier, node_id=node_id, hostname=where["hostname"], emulated=view.is_emulated(node_id),
             client_placement=cfg.clients.placement, server_options=placement_options(tier, node_id),
             client_options=client_options(cfg, view, tier, node_id),
-            address=str(view.node(node_id).get("NodeManagerAddress", "")), lease=lease, view=view,
-            node_time=node_time)
+            address=str(view.node(node_id).get("NodeManagerAddress", "")), lease=lease, view=view)
         log.info("gpu=%s: holding node %s (%s)%s; clients %s", tier, node_id[:12], where["hostname"],
                  " [emulated]" if placement.emulated else "", cfg.clients.placement)
         yield placement
