@@ -19,8 +19,12 @@ GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVI
                     ort_providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"))
 
 
+def store_path(tmp: Path) -> Path:
+    return tmp / "mlflow.db"
+
+
 def store_uri(tmp: Path) -> str:
-    return f"sqlite:///{tmp / 'mlflow.db'}"
+    return f"sqlite:///{store_path(tmp)}"
 
 
 _TEMPLATE_DIR = tempfile.TemporaryDirectory(prefix="tierbench-store-")  # removed when the test session ends
@@ -33,7 +37,7 @@ def premigrated_store(tmp: Path) -> None:
     template = Path(_TEMPLATE_DIR.name) / "mlflow.db"
     if not template.exists():
         MlflowClient(f"sqlite:///{template}").search_experiments()  # creates and migrates it
-    target = tmp / "mlflow.db"
+    target = store_path(tmp)
     if not target.exists():
         tmp.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(template, target)

@@ -5,6 +5,7 @@ and end everything it started by pid at the end. Never `ray stop`: it kills ever
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -110,9 +111,17 @@ class RayNodes:
         shutil.rmtree(Path(self.temp_dir), ignore_errors=True)
 
 
-def _live_nodes(address: str) -> int:
-    script = (f"import ray; ray.init(address={address!r}, log_to_driver=False); "
-              "print(sum(n['Alive'] for n in ray.nodes()))")
+def live_nodes(address: str) -> list[dict]:
+    """The live nodes as the head lists them (`ray.nodes()`), read by a short-lived driver of their own."""
+    script = (f"import json, ray; ray.init(address={address!r}, log_to_driver=False); "
+              "print(json.dumps([n for n in ray.nodes() if n['Alive']]))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, **RAY_ENV})
-    return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else 0
+                         env={**os.environ, **RAY_ENV}, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _live_nodes(address: str) -> int:
+    try:
+        return len(live_nodes(address))
+    except subprocess.CalledProcessError:  # the head not answering yet
+        return 0

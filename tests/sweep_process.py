@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from serving.paths import REPO_ROOT
-from tests.helpers import store_overrides, store_uri
+from tests.helpers import premigrated_store, store_overrides, store_uri
 
 
 def run_sweep_command(args: list[str], env: dict[str, str] | None = None,
@@ -26,9 +26,10 @@ def run_sweep_command(args: list[str], env: dict[str, str] | None = None,
 
 class SweepProcess:
     def __init__(self, tmp: Path, *overrides: str, store: str | None = None) -> None:
+        if store is None:
+            premigrated_store(tmp)
         self.store = store or store_uri(tmp)
-        args = [*store_overrides(tmp, premigrated=store is None)[:1], f"mlflow.tracking_uri={self.store}",
-                *overrides]
+        args = [*store_overrides(tmp)[:1], f"mlflow.tracking_uri={self.store}", *overrides]
         self.proc = subprocess.Popen([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
         self.lines: list[str] = []

@@ -10,11 +10,8 @@ started), never `ray stop`."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +21,7 @@ import yaml
 from experiments.cluster.tiers import EMULATED_RESOURCE, tier_resource
 from experiments.config.compose import compose
 from tests.helpers import runs, store_overrides
-from tests.ray_nodes import RAY_ENV, RayNodes
+from tests.ray_nodes import RayNodes, live_nodes
 from tests.sweep_process import SweepProcess, run_sweep_command
 
 pytestmark = pytest.mark.slow
@@ -57,14 +54,6 @@ def cluster_config(gcs_address: str) -> dict:
             "rsync_exclude": [], "rsync_filter": [], "initialization_commands": [], "setup_commands": [],
             "head_setup_commands": [], "worker_setup_commands": [], "head_start_ray_commands": [],
             "worker_start_ray_commands": []}
-
-
-def live_nodes(address: str) -> list[dict]:
-    script = (f"import json, ray; ray.init(address={address!r}, log_to_driver=False); "
-              "print(json.dumps([n for n in ray.nodes() if n['Alive']]))")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, **RAY_ENV}, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def tier_nodes(address: str) -> list[dict]:

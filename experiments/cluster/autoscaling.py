@@ -116,9 +116,9 @@ def load_autoscaling(path: str) -> Autoscaling:
                           f"{BOOTSTRAP_CONFIG} on the head node") from None
     try:
         return parse_autoscaling(doc, str(path))
+    except ConfigError:
+        raise
     except (TypeError, ValueError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
         raise ConfigError(f"{CONFIG_KEY}={path!r} is not allowed: its node types cannot be read ({exc})") from None
 
 

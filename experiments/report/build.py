@@ -177,11 +177,10 @@ def _benchmark_cost(doc: Document, report: Report, data: SweepData) -> None:
     rows = [{"tier": info.label, "node up time": f"{info.node_uptime_s / 60:.1f} min",
              "cost": usd(info.sweep_cost_usd)} for info in held]
     total = sum(info.sweep_cost_usd for info in held)
-    rows.append({"tier": "all tiers", "node up time": f"{sum(i.node_uptime_s for i in held) / 60:.1f} min",
-                 "cost": usd(total)})
+    minutes = sum(info.node_uptime_s for info in held) / 60
+    rows.append({"tier": "all tiers", "node up time": f"{minutes:.1f} min", "cost": usd(total)})
     doc.table(pd.DataFrame(rows), [False, True, True])
-    report.summary.append(f"this benchmark kept {len(held)} tier node(s) up for "
-                          f"{sum(i.node_uptime_s for i in held) / 60:.1f} min: {usd(total)}")
+    report.summary.append(f"this benchmark kept {len(held)} tier node(s) up for {minutes:.1f} min: {usd(total)}")
 
 
 def _across_tiers(doc: Document, report: Report, folder: Path, sustained: pd.DataFrame, labels: dict[str, str],

@@ -24,7 +24,9 @@ TRIALS_DIR = "trials"
 RECORD_FILE = "record.json"
 LATENCIES_FILE = "latencies.csv"
 SERVER_LOGS_DIR = "server_logs"
-TIER_ARTIFACTS = (CLUSTER_FILE, NODE_TIME_FILE)  # files of the tier folder that go onto the tier run
+# Files of the tier folder that go onto the tier run when written; node_time.json goes with the run's end
+# (`Publisher.finish`), with the metrics summed from it.
+TIER_ARTIFACTS = (CLUSTER_FILE,)
 
 
 def sweep_folder(results_dir: str | Path, sweep_id: str) -> Path:
