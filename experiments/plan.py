@@ -91,8 +91,11 @@ def planned_trial(cfg: Any, variant: str, protocol: str, input_format: str, batc
     return trial.at_load(load)
 
 
-def trial_key(trial: Trial, measurement: dict[str, Any], backend: dict[str, Any]) -> str:
+def trial_key(trial: Trial, measurement: dict[str, Any], backend: dict[str, Any],
+              model: dict[str, Any] | None = None) -> str:
     """Identity of a trial's resolved config: what it measures and how (for resume and deduplication); `backend`
-    is its settings' `identity()`."""
+    is its settings' `identity()`, `model` what identifies the model beyond its name (its file's content)."""
     payload = {"trial": asdict(trial), "measurement": measurement, "backend": backend}
+    if model:  # absent for seeded models: their keys stay those of earlier sweeps
+        payload["model"] = model
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

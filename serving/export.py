@@ -1,4 +1,4 @@
-"""Export a model to ONNX (dynamic batch) into a Triton model repository and check it against PyTorch."""
+"""Export a PyTorch model to ONNX (dynamic batch) into a Triton model repository and check it against PyTorch."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from serving.models import build_model, example_batch
+from serving.models import ModelSource, build_model, example_batch
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +20,8 @@ OUTPUT_NAME = "logits"
 OPSET = 17
 # Bump when the export procedure changes, so files written by an older one count as stale.
 EXPORT_FORMAT_VERSION = 1
+# Model config keys the exported file does not depend on (changing them must not rebuild TensorRT engines).
+NOT_IN_THE_ONNX_FILE = ("preprocess", "max_file_mb")
 
 
 @dataclass
@@ -39,8 +41,11 @@ def export_fingerprint(model_cfg: Any) -> str:
     """What the exported file depends on: the model config, torch version and export procedure."""
     import torch
 
+    model = OmegaConf.to_container(model_cfg, resolve=True) if OmegaConf.is_config(model_cfg) else dict(model_cfg)
+    for key in NOT_IN_THE_ONNX_FILE:
+        model.pop(key, None)
     payload = {
-        "model": OmegaConf.to_container(model_cfg, resolve=True) if OmegaConf.is_config(model_cfg) else model_cfg,
+        "model": model,
         "torch": torch.__version__,
         "opset": OPSET,
         "format": EXPORT_FORMAT_VERSION,
@@ -113,11 +118,16 @@ def compare_with_pytorch(model_cfg: Any, onnx_path: Path, batch_size: int, model
 
 
 def ensure_onnx(model_cfg: Any, repository: Path) -> ExportReport:
-    """Export when the file is missing or was written for another config / torch / export procedure.
+    """Export when the file is missing or was written for another config / torch / export procedure; an ONNX model
+    (`model.source=onnx`) is its own file, served as is.
 
     A file lock serialises concurrent sweeps (several tiers on one machine) exporting the same model.
     """
     import fcntl
+
+    if ModelSource(model_cfg.source) is ModelSource.ONNX:
+        return ExportReport(onnx_path=str(model_cfg.path), fingerprint=export_fingerprint(model_cfg),
+                            max_abs_diff=0.0, check_batch_size=0, exported=False)
 
     onnx_path = onnx_path_for(repository, model_cfg.name)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,34 +7,72 @@ flip and re-encoded, so JPEG payloads have realistic sizes and content. Nothing 
 from __future__ import annotations
 
 import io
+import json
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import numpy as np
 from PIL import Image
 
-IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
-IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
-RESIZE_SHORTER_TO = 256
-CROP = 224
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CROP_FRACTION = 0.875  # torchvision's and timm's default: resize to 256, crop 224
+INTERPOLATIONS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "nearest": Image.NEAREST}
+CHANNEL_ORDERS = ("RGB", "BGR")
 
 
-def preprocess_image(image: Image.Image, crop: int = CROP, resize_to: int = RESIZE_SHORTER_TO) -> np.ndarray:
-    """Resize the shorter side to 256 (bilinear), center-crop 224, scale to [0, 1], normalise: CHW float32."""
+@dataclass(frozen=True)
+class Preprocessing:
+    """How an encoded image becomes the model's input: what the model was trained with (`model.preprocess`).
+
+    Plain values only: this module is copied into Triton's Python-backend stub, which has no tierbench package."""
+
+    height: int = 224
+    width: int = 224
+    resize_shorter_to: int | None = None  # None: the crop's longer side / CROP_FRACTION (256 for 224)
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    channel_order: str = "RGB"  # the order of the model's input channels: RGB, or BGR (OpenCV-trained models)
+    interpolation: str = "bilinear"
+
+    @property
+    def resize_to(self) -> int:
+        return self.resize_shorter_to or round(max(self.height, self.width) / CROP_FRACTION)
+
+    @classmethod
+    def from_json(cls, text: str) -> Preprocessing:
+        values = json.loads(text)
+        return cls(**{**values, "mean": tuple(values["mean"]), "std": tuple(values["std"])})
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+DEFAULT_PREPROCESSING = Preprocessing()
+
+
+def preprocess_image(image: Image.Image, preprocessing: Preprocessing = DEFAULT_PREPROCESSING) -> np.ndarray:
+    """Resize the shorter side, center-crop to the model's input, scale to [0, 1], normalise: CHW float32."""
+    p = preprocessing
     image = image.convert("RGB")
     width, height = image.size
-    scale = resize_to / min(width, height)
-    resized = image.resize((max(crop, round(width * scale)), max(crop, round(height * scale))), Image.BILINEAR)
-    left = (resized.width - crop) // 2
-    top = (resized.height - crop) // 2
-    cropped = resized.crop((left, top, left + crop, top + crop))
+    scale = p.resize_to / min(width, height)
+    size = (max(p.width, round(width * scale)), max(p.height, round(height * scale)))
+    resized = image.resize(size, INTERPOLATIONS[p.interpolation])
+    left = (resized.width - p.width) // 2
+    top = (resized.height - p.height) // 2
+    cropped = resized.crop((left, top, left + p.width, top + p.height))
     array = np.asarray(cropped, dtype=np.float32) / 255.0
-    return ((array - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1).copy()
+    normalised = (array - np.array(p.mean, dtype=np.float32)) / np.array(p.std, dtype=np.float32)
+    if p.channel_order == "BGR":
+        normalised = normalised[:, :, ::-1]
+    return normalised.transpose(2, 0, 1).copy()
 
 
-def decode_and_preprocess(jpegs: list[bytes], crop: int = CROP) -> np.ndarray:
-    """A batch [N, 3, crop, crop] float32 from encoded images: every JPEG path calls this (Ray Serve's replica,
+def decode_and_preprocess(jpegs: list[bytes], preprocessing: Preprocessing = DEFAULT_PREPROCESSING) -> np.ndarray:
+    """A batch [N, 3, height, width] float32 from encoded images: every JPEG path calls this (Ray Serve's replica,
     Triton's preprocess model, the cross-backend reference)."""
-    return np.stack([preprocess_image(Image.open(io.BytesIO(data)), crop=crop) for data in jpegs])
+    return np.stack([preprocess_image(Image.open(io.BytesIO(data)), preprocessing) for data in jpegs])
 
 
 @lru_cache(maxsize=4)

@@ -43,15 +43,37 @@ class GpuTierConfig:
 
 
 @dataclass
+class PreprocessConfig:
+    """How a JPEG becomes the model's input, as the model was trained: every JPEG path (Ray Serve's replica,
+    Triton's preprocess model, the cross-check's reference) uses it (`serving.images.Preprocessing`). The crop is
+    `model.input_shape`'s height and width."""
+
+    resize_shorter_to: int | None = None  # null: the crop / 0.875 (256 for a 224 crop)
+    mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])  # of [0, 1] pixels, in RGB order
+    std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
+    channel_order: str = "RGB"  # RGB | BGR: the order of the model's input channels
+    interpolation: str = "bilinear"  # bilinear | bicubic | nearest
+
+
+@dataclass
 class ModelConfig:
-    """An image classifier built by a torchvision factory with deterministic random weights."""
+    """The image classifier to serve, from one of `serving.models.ModelSource`: a factory (torchvision-style or
+    `timm:<name>`) with seeded random or local weights, a TorchScript or torch.export program, or an ONNX file.
+    Files are checked before anything starts and travel to the tier nodes through Ray's object store."""
 
     name: str = MISSING
-    factory: str = MISSING
+    source: str = "factory"  # ModelSource: factory | torchscript | torch_export | onnx
+    # factory: a callable taking (weights=None, num_classes=...), e.g. torchvision.models.resnet18, or timm:<model>
+    factory: str | None = None
+    weights: str | None = None  # factory: a state_dict file (torch.save); null: random weights drawn from `seed`
+    path: str | None = None  # torchscript | torch_export | onnx: the model file
     seed: int = 0
     num_classes: int = 1000
     input_shape: list[int] = field(default_factory=lambda: [3, 224, 224])
     max_batch_size: int = 32
+    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+    # Bigger files are refused up front: each tier job puts the file in Ray's object store once.
+    max_file_mb: float = 2048.0
 
 
 @dataclass

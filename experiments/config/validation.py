@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from experiments.config.choices import ClientPlacement, LoadMode
 from experiments.config.errors import ConfigError
+from experiments.config.model_check import check_model
 from experiments.config.prices import validate_prices
 from experiments.config.schema import backend_settings
 from serving.protocols import PROTOCOLS, InputFormat
@@ -80,6 +81,7 @@ def validate(cfg: Any) -> None:
         _check_backend(cfg, name)
     _check_cluster(cfg.cluster)
     _check_crosscheck(cfg.crosscheck)
+    check_model(cfg.model)  # last: it loads and runs a model the user brings
 
 
 def _check_loads(mode: LoadMode, exp: Any) -> None:

@@ -2,8 +2,9 @@
 
 Before a server group is measured, the same inputs go through every (protocol, input format) path its trials
 use (one request of `crosscheck.images` images each, the very payload the load generator sends) and the
-logits are compared with the PyTorch reference: the seeded model (`serving.models`) in float32 on the CPU,
-fed the same tensor or the same JPEGs preprocessed by `serving.images`. The figures (worst path) go on every
+logits are compared with the reference: the model (`serving.models`) in PyTorch, float32, on the CPU (ONNX
+Runtime's CPU provider for an ONNX model), fed the same tensor or the same JPEGs preprocessed by `serving.images`
+as the model's config says. The figures (worst path) go on every
 trial of the group as `crosscheck_top1_agreement` and `crosscheck_max_abs_diff`; beyond the tolerance for
 the backend's arithmetic (`crosscheck.tolerances.<fp32|fp16>`) the group is not measured: its trials fail
 with the figures as the reason.
@@ -25,6 +26,7 @@ import numpy as np
 
 from serving.backend import Backend, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.models import reference_name
 from serving.protocols import InputFormat
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ class CrosscheckResult:
     min_top1_agreement: float
     images: int
     paths: list[PathCheck] = field(default_factory=list)
+    reference: str = "PyTorch"  # what computed the expected outputs (serving.models.reference_name)
 
     @property
     def top1_agreement(self) -> float:
@@ -67,8 +70,8 @@ class CrosscheckResult:
 
     def reason(self) -> str:
         worst = max(self.paths, key=lambda p: (p.max_abs_diff, -p.top1_agreement))
-        return (f"cross-check failed: outputs differ from the PyTorch reference on {self.images} images beyond the "
-                f"{self.numerics} tolerance: top-1 agreement {self.top1_agreement:.3f} (need >= "
+        return (f"cross-check failed: outputs differ from the {self.reference} reference on {self.images} images "
+                f"beyond the {self.numerics} tolerance: top-1 agreement {self.top1_agreement:.3f} (need >= "
                 f"{self.min_top1_agreement}), max |logit diff| {self.max_abs_diff:.4g} (allowed "
                 f"{self.max_abs_diff_allowed}); worst path {worst.name}. Paths: "
                 + ", ".join(f"{p.name} top1 {p.top1_agreement:.3f} diff {p.max_abs_diff:.4g}" for p in self.paths))
@@ -82,21 +85,19 @@ def compare(reference: np.ndarray, actual: np.ndarray) -> tuple[float, float]:
     return agreement, float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64))))
 
 
-def reference_logits(model_cfg: Any, spec: ClientSpec, model: Any = None) -> np.ndarray:
-    """What the seeded PyTorch model (float32, CPU) returns for the payload a client of `spec` sends."""
-    import torch
-
+def reference_logits(model_cfg: Any, spec: ClientSpec, reference: Any = None) -> np.ndarray:
+    """What the reference (`serving.models.reference_runner`: PyTorch float32 on the CPU, or ONNX Runtime's CPU
+    provider for an ONNX model) returns for the payload a client of `spec` sends."""
     from serving.clients.base import jpeg_batch, tensor_batch
     from serving.images import decode_and_preprocess
-    from serving.models import build_model
+    from serving.models import preprocessing, reference_runner
 
     if spec.input_format == InputFormat.JPEG:
-        batch = decode_and_preprocess(jpeg_batch(spec), crop=int(model_cfg.input_shape[-1]))
+        batch = decode_and_preprocess(jpeg_batch(spec), preprocessing(model_cfg))
     else:
         batch = tensor_batch(spec)
-    model = model if model is not None else build_model(model_cfg)
-    with torch.inference_mode():
-        return model(torch.from_numpy(batch)).float().numpy()
+    reference = reference if reference is not None else reference_runner(model_cfg)
+    return reference(batch)
 
 
 async def _server_logits(spec: ClientSpec) -> np.ndarray:
@@ -123,8 +124,9 @@ def _cached_reference(model_json: str, spec: ClientSpec) -> np.ndarray:
 
 
 def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: list[Any],
-                     ray_options: dict[str, Any]) -> CrosscheckResult | None:
-    """Check every (protocol, input format) of `trials` against the reference; None when disabled."""
+                     ray_options: dict[str, Any], reference_model: Any) -> CrosscheckResult | None:
+    """Check every (protocol, input format) of `trials` against the reference, `reference_model` (the model config
+    reading its file from the driver's own copy); None when disabled."""
     import ray
     from omegaconf import OmegaConf
 
@@ -139,7 +141,7 @@ def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: l
     tolerance = check_cfg.tolerances[backend.numerics]
     task = ray.remote(server_logits_on_node).options(num_cpus=0, **ray_options)
     pending = task.remote([spec for _, spec in specs])
-    model_json = json.dumps(OmegaConf.to_container(cfg.model, resolve=True), sort_keys=True)
+    model_json = json.dumps(OmegaConf.to_container(reference_model, resolve=True), sort_keys=True)
     # The payload depends on the input format and batch size only, not on the path's URL or protocol.
     references = [_cached_reference(model_json, replace(spec, target="", url="", model_name="", input_name="",
                                                         shared_memory="none", timeout_s=0.0))
@@ -152,7 +154,8 @@ def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: l
     checks = [PathCheck(protocol, spec.input_format, *compare(reference, logits))
               for (protocol, spec), reference, logits in zip(specs, references, actual, strict=True)]
     result = CrosscheckResult(backend.numerics, float(tolerance.max_abs_diff), float(tolerance.min_top1_agreement),
-                              images, checks)
-    log.info("%s: cross-check against the PyTorch reference: top-1 agreement %.3f, max |diff| %.3g (%s)",
-             backend.context.name, result.top1_agreement, result.max_abs_diff, "ok" if result.passed else "FAILED")
+                              images, checks, reference_name(reference_model))
+    log.info("%s: cross-check against the %s reference: top-1 agreement %.3f, max |diff| %.3g (%s)",
+             backend.context.name, result.reference, result.top1_agreement, result.max_abs_diff,
+             "ok" if result.passed else "FAILED")
     return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from hydra.utils import get_class
@@ -25,6 +26,7 @@ from experiments.run.crosscheck import CrosscheckResult, crosscheck_group
 from experiments.run.slo import SloProbe, SloResult, search_slo
 from experiments.run.trial import measurement_settings, new_record, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
+from serving.model_files import model_identity
 from serving.node import NodeInfo
 
 log = logging.getLogger(__name__)
@@ -34,12 +36,13 @@ Finish = Callable[[TrialRecord, dict[str, str]], None]
 
 
 def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, Any],
-                  emulated: bool = False) -> Backend:
-    """The `_target_` class of `backends.<name>`, built with its typed settings. A GPU tier (`gpu.requires_gpu`)
+                  emulated: bool = False, model: Any = None) -> Backend:
+    """The `_target_` class of `backends.<name>`, built with its typed settings, serving `model` (default
+    `cfg.model`; the sweep passes the config reading the file staged on the node). A GPU tier (`gpu.requires_gpu`)
     holds its servers to the GPU, except in an emulated cluster (CPU nodes standing in for tiers, results tagged)."""
     serving = cfg.serving
     context = BackendContext(
-        name=name, model=cfg.model, node=node, ray_options=ray_options, host=serving.host,
+        name=name, model=cfg.model if model is None else model, node=node, ray_options=ray_options, host=serving.host,
         start_timeout_s=serving.start_timeout_s, stop_timeout_s=serving.stop_timeout_s,
         triton_server=serving.triton_server, request_timeout_s=cfg.experiment.request_timeout_s, tier=cfg.gpu.name,
         warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
@@ -50,11 +53,21 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
     return get_class(settings._target_)(context, settings)
 
 
+@dataclass(frozen=True)
+class StagedModel:
+    """The model config twice: reading its file from the copy staged on the tier node (what the servers load) and
+    from the driver's own copy (what the cross-check's reference runs). Both are `cfg.model` for a seeded model."""
+
+    on_node: Any
+    in_driver: Any
+
+
 class ServerGroup:
     def __init__(self, cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str, Any],
                  clients: ClientPool, finish: Finish, save_server_file: Callable[[str, str], None],
-                 done_keys: set[str] | None = None, emulated: bool = False) -> None:
+                 done_keys: set[str] | None = None, emulated: bool = False, model: StagedModel | None = None) -> None:
         self.cfg = cfg
+        self.model = model or StagedModel(cfg.model, cfg.model)
         self.group = group
         self.node = node
         self.clients = clients
@@ -62,7 +75,7 @@ class ServerGroup:
         self.save_server_file = save_server_file
         self.done_keys = done_keys or set()
         self.ray_options = ray_options
-        self.backend = build_backend(cfg, group.variant, node, ray_options, emulated)
+        self.backend = build_backend(cfg, group.variant, node, ray_options, emulated, self.model.on_node)
         self.handle: ServerHandle | None = None
         self.telemetry: GpuTelemetry | None = None
         self.check: CrosscheckResult | None = None
@@ -124,7 +137,8 @@ class ServerGroup:
     def _slo_key(self, point: Trial) -> str:
         slo = OmegaConf.to_container(self.cfg.experiment.slo, resolve=True)
         settings = backend_settings(self.cfg, point.variant).identity()
-        return trial_key(point.at_load(0), {**measurement_settings(self.cfg.experiment), "slo": slo}, settings)
+        return trial_key(point.at_load(0), {**measurement_settings(self.cfg.experiment), "slo": slo}, settings,
+                         model_identity(self.cfg.model))
 
     def _search(self, point: Trial) -> None:
         exp = self.cfg.experiment
@@ -179,7 +193,8 @@ class ServerGroup:
                         self.finish(new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=off_gpu), logs)
                     return False
                 self.telemetry = start_gpu_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
-                self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options)
+                self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options,
+                                              self.model.in_driver)
                 return True
             except Exception as exc:  # noqa: BLE001 - a server that won't serve fails its trials, not the sweep
                 log.error("%s did not start or answer (attempt %d of %d): %s", self.group.variant, attempt,

@@ -32,8 +32,9 @@ from experiments.results.redaction import redact
 from experiments.results.tracking import tracking_uri
 from experiments.run.progress import SweepProgress, sweep_progress
 from experiments.run.resume import resume_command
-from experiments.run.server_group import ServerGroup
+from experiments.run.server_group import ServerGroup, StagedModel
 from experiments.run.trial import new_record
+from serving.model_files import ShippedFile, ship, with_model_file
 from serving.node import NodeInfo, describe_node
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class TierSweep:
         self.publisher: Publisher | None = None
         self.node: NodeInfo | None = None
         self.progress: SweepProgress | None = None
+        self.shipped: ShippedFile | None = None  # the model's file in Ray's object store, once per tier job
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
 
     def run(self) -> int:
@@ -111,6 +113,7 @@ class TierSweep:
             self.publisher = Publisher(tracking_uri(self.cfg.mlflow.tracking_uri), info, self.folder)
             self.publisher.open()
         self.publisher.tier_file(CLUSTER_FILE, self.folder.cluster_file.read_text())
+        model = self._stage_model(options)
         done_keys = self._ok_keys()
         clients = self.clients = ClientPool(self.cfg.experiment, place.client_options,
                                             self.cfg.cluster.schedule_timeout_s).start()
@@ -122,9 +125,21 @@ class TierSweep:
                     if pending:
                         ServerGroup(self.cfg, group, node, options, clients, self._finish,
                                     lambda name, text, v=group.variant: self._save_server_file(v, name, text),
-                                    done_keys, place.emulated).run(pending)
+                                    done_keys, place.emulated, model).run(pending)
         finally:
             clients.close()
+
+    def _stage_model(self, server_options: dict[str, Any]) -> StagedModel:
+        """The model's file, if any, shipped once through Ray's object store and staged on the tier's node (again
+        on a replacement node); the servers load that copy, the reference the driver's own."""
+        model = self.cfg.model
+        if self.shipped is None:
+            self.shipped = ship(model)
+        if self.shipped is None:
+            return StagedModel(model, model)
+        on_node = self.shipped.staged_on(server_options, self.cfg.cluster.schedule_timeout_s + 600)
+        log.info("model %s: staged on node %s at %s", model.name, self.node.hostname, on_node)
+        return StagedModel(with_model_file(model, on_node), with_model_file(model, self.shipped.driver_copy))
 
     def _node_released(self, node_time: NodeTime) -> None:
         """Keep what holding the node cost (`results.node_time`): in the tier folder now, on the tier run at the

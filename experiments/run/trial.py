@@ -24,6 +24,7 @@ from experiments.measure.windows import Measurement, actors_needed, measure
 from experiments.plan import Trial, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
 from serving.backend import Backend, ServerHandle
+from serving.model_files import model_identity
 from serving.node import NodeInfo
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         "stability_latency_percentile": exp.stability.latency_percentile,
         **(handle.params if handle else {}),
     }
-    key = trial_key(trial, measurement, settings.identity())
+    model = model_identity(cfg.model)
+    params.update(model_source=cfg.model.source, **model)
+    key = trial_key(trial, measurement, settings.identity(), model)
     return TrialRecord(trial=trial, key=key, status=status, reason=reason, params=params)
 
 

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.models import ModelSource
 from serving.process import free_ports
 from serving.protocols import InputFormat
 from serving.ray_serve.settings import RayServeTorchSettings
@@ -108,6 +109,9 @@ class RayServeTorchBackend(Backend):
                 "for the driver's CUDA (or use the image's own torch)")
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
+        if not ModelSource(self.context.model.source).pytorch:
+            return (f"model {self.context.model.name} is an ONNX file (model.source={self.context.model.source}): "
+                    "PyTorch cannot run it; the Triton backends serve it")
         reason = self.gpu_tier_reason()
         if reason:
             return reason
@@ -175,6 +179,8 @@ class RayServeTorchBackend(Backend):
         params: dict[str, Any] = {"device": self.device, "num_replicas": self.settings.num_replicas,
                                   "torch_dtype": info["dtype"], "torch_compile": info["torch_compile"],
                                   "server_warmup_batch_sizes": batches}
+        if info.get("model_file"):
+            params["server_model_file"] = info["model_file"]  # the copy the replica loaded (serving.model_files)
         if self.options.compile:
             params["torch_compile_mode"] = self.options.compile_mode or "default"
             params["torch_compile_backend"] = self.options.compile_backend

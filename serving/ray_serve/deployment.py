@@ -1,4 +1,4 @@
-"""Ray Serve deployment: a torchvision classifier in PyTorch behind Serve's HTTP and gRPC ingresses.
+"""Ray Serve deployment: an image classifier in PyTorch behind Serve's HTTP and gRPC ingresses.
 
 Accepts a batch of JPEGs (decoded and preprocessed in the replica with `serving.images`, the definition every
 JPEG path shares) or a raw float32 tensor; a batch of n images is one request. Replies with float32 logits.
@@ -46,6 +46,7 @@ class TorchImageClassifier:
         import torch
         from omegaconf import OmegaConf
 
+        from serving.models import preprocessing
         from serving.ray_serve.torch_runner import TorchOptions, TorchRunner
 
         # Ray sets OMP_NUM_THREADS=1 in workers with fractional CPUs; a replica owns the node's cores like a
@@ -54,6 +55,7 @@ class TorchImageClassifier:
         self.model_cfg = OmegaConf.create(model)
         self.runner = TorchRunner(self.model_cfg, device, TorchOptions(**(options or {})))
         self.input_shape = tuple(self.model_cfg.input_shape)
+        self.preprocessing = preprocessing(self.model_cfg)  # the model's own (model.preprocess)
         self._infer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer")
         # Compiled and warmed up for every measured batch size, on the serving thread, before the replica is ready.
         self._infer_thread.submit(self.runner.warm_up, tuple(warmup_batch_sizes)).result()
@@ -101,7 +103,7 @@ class TorchImageClassifier:
         from serving.images import decode_and_preprocess
 
         return await asyncio.get_running_loop().run_in_executor(None, decode_and_preprocess, jpegs,
-                                                                self.input_shape[-1])
+                                                                self.preprocessing)
 
     async def __call__(self, request: Request) -> Response:
         body = await request.body()

@@ -38,7 +38,7 @@ class TorchRunner:
     def __init__(self, model_cfg: Any, device: str, options: TorchOptions) -> None:
         import torch
 
-        from serving.models import build_model
+        from serving.models import build_model, model_file
 
         reason = options.unsupported_reason(device)
         if reason:
@@ -55,7 +55,8 @@ class TorchRunner:
                                   dynamic=options.compile_dynamic)
         self.model = model
         self.info: dict[str, Any] = {"device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
-                                     "torch_compile": options.compile, "torch_version": torch.__version__}
+                                     "torch_compile": options.compile, "torch_version": torch.__version__,
+                                     "model_file": model_file(model_cfg) or ""}
         if self.device.type == "cuda":
             self.info["cuda_device_name"] = torch.cuda.get_device_name(self.device)
 

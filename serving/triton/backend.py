@@ -117,11 +117,9 @@ class TritonBackend(Backend):
         from serving.triton.repository import instances_on_gpu
 
         ctx = self.context
-        config_text = (Path(ctx.model_repository) / ctx.model.name / "config.pbtxt").read_text()
         actor_cls = ray.remote(TritonServerHost).options(**self.actor_options())
-        self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), config_text,
-                                       self.variant_settings(), ctx.triton_server, ctx.host,
-                                       str(Path(ctx.model_repository).resolve()),
+        self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), self.variant_settings(),
+                                       ctx.triton_server, ctx.host, str(Path(ctx.model_repository).resolve()),
                                        self.settings.preprocess_instance_count, InputFormat.JPEG in ctx.input_formats)
         try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
             ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
@@ -163,6 +161,8 @@ class TritonBackend(Backend):
                                   "server_warmup_batch_sizes": ",".join(str(b) for b in
                                                                         self.variant_settings()["warmup_batch_sizes"])}
         metrics = {"server_ready_s": float(info["ready_s"])}
+        if info.get("model_file"):
+            params["server_model_file"] = info["model_file"]
         if info.get("gpu_ids"):
             params["server_gpu_ids"] = ",".join(str(i) for i in info["gpu_ids"])
         if self.accelerator is Accelerator.TENSORRT:

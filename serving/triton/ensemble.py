@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serving.images import Preprocessing
 from serving.triton.repository import fresh_version_dir, write_config
 
 JPEG_INPUT = "jpeg"
@@ -22,6 +23,7 @@ PREPROCESSED = "preprocessed"
 PREPROCESS_MODEL_FILE = Path(__file__).parent / "python_backend" / "preprocess.py"
 IMAGES_MODULE = Path(__file__).parents[1] / "images.py"
 IMAGES_MODULE_COPY = "tierbench_images.py"
+PREPROCESSING_PARAMETER = "preprocessing"  # the model's `Preprocessing`, as JSON
 
 
 def preprocess_model_name(model_name: str) -> str:
@@ -32,13 +34,15 @@ def ensemble_model_name(model_name: str) -> str:
     return f"{model_name}_jpeg"
 
 
-def _preprocess_config(classifier: mc.ModelConfig, instance_count: int) -> mc.ModelConfig:
+def _preprocess_config(classifier: mc.ModelConfig, instance_count: int, preprocessing: Preprocessing
+                       ) -> mc.ModelConfig:
     image_input = classifier.input[0]
     config = mc.ModelConfig(name=preprocess_model_name(classifier.name), backend="python",
                             max_batch_size=classifier.max_batch_size)
     config.input.add(name=JPEG_INPUT, data_type=mc.TYPE_STRING, dims=[1])
     config.output.add(name=image_input.name, data_type=image_input.data_type, dims=list(image_input.dims))
     config.instance_group.add(count=instance_count, kind=mc.ModelInstanceGroup.KIND_CPU)
+    config.parameters[PREPROCESSING_PARAMETER].string_value = preprocessing.to_json()
     return config
 
 
@@ -58,9 +62,11 @@ def _ensemble_config(classifier: mc.ModelConfig) -> mc.ModelConfig:
     return config
 
 
-def render_jpeg_ensemble(classifier: mc.ModelConfig, dest: Path, preprocess_instances: int) -> list[str]:
-    """Write `<model>_preprocess/` and `<model>_jpeg/` into the repository `dest`; returns their names."""
-    preprocess = _preprocess_config(classifier, preprocess_instances)
+def render_jpeg_ensemble(classifier: mc.ModelConfig, dest: Path, preprocess_instances: int,
+                         preprocessing: Preprocessing) -> list[str]:
+    """Write `<model>_preprocess/` (running `preprocessing`, the model's own) and `<model>_jpeg/` into the
+    repository `dest`; returns their names."""
+    preprocess = _preprocess_config(classifier, preprocess_instances, preprocessing)
     version_dir = fresh_version_dir(dest, preprocess.name)
     shutil.copy(PREPROCESS_MODEL_FILE, version_dir / "model.py")
     shutil.copy(IMAGES_MODULE, version_dir / IMAGES_MODULE_COPY)

@@ -1,8 +1,9 @@
 """The Ray actor that owns a `tritonserver` process on a tier node.
 
-Everything node-local happens here: the ONNX export (on demand), the rendered repository, the process and
-its log. The actor is a plain (threaded-off) actor so the process is started from the worker's main thread,
-which the child's parent-death signal is tied to.
+Everything node-local happens here: the ONNX export (on demand; an ONNX model is served as is), the rendered
+repository, the process and its log. The model's file (if any) is the copy staged on this node. The actor is a
+plain (threaded-off) actor so the process is started from the worker's main thread, which the child's
+parent-death signal is tied to.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from omegaconf import OmegaConf
 
 from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.export import ensure_onnx
+from serving.models import model_file, preprocessing
 from serving.node import current_location
 from serving.paths import cache_root
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import find_installation
-from serving.triton.repository import TritonVariant, read_config, render_repository
+from serving.triton.repository import TritonVariant, classifier_config, read_config, render_repository
 from serving.triton.server import TritonServer
 
 log = logging.getLogger(__name__)
@@ -66,11 +68,10 @@ def _gpu_name(gpu_ids: list[int]) -> str:
 
 
 class TritonServerHost:
-    def __init__(self, model: dict[str, Any], config_text: str, variant: dict[str, Any], preference: str,
+    def __init__(self, model: dict[str, Any], variant: dict[str, Any], preference: str,
                  host: str, model_repository: str, preprocess_instances: int | None = None,
                  jpeg_ensemble: bool = True) -> None:
         self.model = OmegaConf.create(model)
-        self.config_text = config_text
         self.variant_settings = variant
         # JPEG decoding runs one request per Python-backend instance: by default one per core of this node (up
         # to MAX_DEFAULT_PREPROCESS_INSTANCES processes).
@@ -112,12 +113,15 @@ class TritonServerHost:
             cache_dir.mkdir(parents=True, exist_ok=True)
             settings["engine_cache_dir"] = str(cache_dir)
         variant = TritonVariant(**settings)
-        repository = render_repository(self.config_text, Path(export.onnx_path), self.work_dir / "repository",
-                                       variant, installation)
+        canonical = classifier_config(self.model.name, Path(export.onnx_path), self.model.max_batch_size,
+                                      list(self.model.input_shape), self.model.num_classes)
+        repository = render_repository(canonical, Path(export.onnx_path), self.work_dir / "repository", variant,
+                                       installation)
         models = [self.model.name]
         if self.jpeg_ensemble:  # JPEG input: the preprocess model and the ensemble chaining it to the classifier
             classifier = read_config(repository / self.model.name / "config.pbtxt")
-            models += render_jpeg_ensemble(classifier, repository, self.preprocess_instances)
+            models += render_jpeg_ensemble(classifier, repository, self.preprocess_instances,
+                                           preprocessing(self.model))
         self.server = TritonServer(installation, repository, models, self.work_dir / "tritonserver.log",
                                    host=self.host)
         with _cache_lock(cache_dir):  # one engine build per cache folder at a time (several tiers, one node)
@@ -132,6 +136,7 @@ class TritonServerHost:
             "endpoints": asdict(endpoints),
             "server_mode": installation.server_mode,
             "export": asdict(export),
+            "model_file": model_file(self.model) or "",  # the copy staged on this node (serving.model_files)
             "startup_s": time.monotonic() - started,
             "ready_s": ready_s,
             "preprocess_instances": self.preprocess_instances if self.jpeg_ensemble else 0,

@@ -1,7 +1,8 @@
-"""Render the Triton model repository a server start needs, from the checked-in `model_repository/`.
+"""Render the Triton model repository a server start needs, from the classifier's ONNX file.
 
-`model_repository/<model>/config.pbtxt` is the canonical config for NVIDIA's container (native ONNX Runtime
-backend, `platform: "onnxruntime_onnx"`). A server start renders a copy for its variant: the execution
+The canonical config (`classifier_config`, as checked in at `model_repository/<model>/config.pbtxt` for the
+built-in models) is for NVIDIA's container (native ONNX Runtime backend, `platform: "onnxruntime_onnx"`). A server
+start renders a copy for its variant: the execution
 accelerator (CPU, CUDA EP, TensorRT EP), instance count, warm-up, with or without Triton's dynamic batcher; how
 the classifier is served is the installation's (`serving.triton.installation`): the native backend, or, in the
 server bundled in nvidia-pytriton, the same ONNX file behind the Python backend running ONNX Runtime. Configs
@@ -53,6 +54,24 @@ class ClassifierServer(Protocol):
 
     def serve_classifier(self, config: mc.ModelConfig, variant: TritonVariant, onnx_path: Path,
                          version_dir: Path) -> None: ...
+
+
+def classifier_config(name: str, onnx_path: Path, max_batch_size: int, input_shape: list[int],
+                      num_classes: int) -> mc.ModelConfig:
+    """The canonical `config.pbtxt` of a classifier ONNX file for Triton's onnxruntime backend: tensor names from the
+    file (an ONNX file the user brings keeps its own), dims from the model config, checked against the file before
+    the sweep started (experiments.config.model_check). `model_repository/<model>/config.pbtxt` holds it for the
+    built-in models, for NVIDIA's container as is."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    (image,) = [i for i in graph.input if i.name not in initializers]
+    config = mc.ModelConfig(name=name, platform="onnxruntime_onnx", max_batch_size=int(max_batch_size))
+    config.input.add(name=image.name, data_type=mc.TYPE_FP32, dims=[int(d) for d in input_shape])
+    config.output.add(name=graph.output[0].name, data_type=mc.TYPE_FP32, dims=[int(num_classes)])
+    config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_AUTO)
+    return config
 
 
 def read_config(path: Path) -> mc.ModelConfig:
@@ -158,11 +177,12 @@ def fresh_version_dir(dest: Path, model_name: str) -> Path:
     return version_dir
 
 
-def render_repository(config_text: str, onnx_path: Path, dest: Path, variant: TritonVariant,
+def render_repository(canonical: mc.ModelConfig, onnx_path: Path, dest: Path, variant: TritonVariant,
                       server: ClassifierServer) -> Path:
-    """Write `<dest>/<model>/` for `variant`, served the way `server` runs it, from the canonical `config.pbtxt`
-    text; returns `dest`."""
-    config = text_format.Parse(config_text, mc.ModelConfig())
+    """Write `<dest>/<model>/` for `variant`, served the way `server` runs it, from the canonical config
+    (`classifier_config`); returns `dest`."""
+    config = mc.ModelConfig()
+    config.CopyFrom(canonical)
     model_name = config.name
     config.ClearField("instance_group")
     _batching(config, variant)

@@ -27,8 +27,10 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.input_name = config["input"][0]["name"]
         self.output_name = config["output"][0]["name"]
-        self.crop = int(config["output"][0]["dims"][-1])  # the classifier's input size
-        self.decode_and_preprocess = _load_images_module().decode_and_preprocess
+        images = _load_images_module()
+        # The model's preprocessing (serving.images.Preprocessing), written into this model's config when rendered.
+        self.preprocessing = images.Preprocessing.from_json(config["parameters"]["preprocessing"]["string_value"])
+        self.decode_and_preprocess = images.decode_and_preprocess
 
     def execute(self, requests: list) -> list:
         responses = []
@@ -36,7 +38,7 @@ class TritonPythonModel:
             # BYTES input [B, 1]: an object array of encoded images.
             blobs = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy().reshape(-1)
             try:
-                batch = self.decode_and_preprocess([bytes(b) for b in blobs], crop=self.crop)
+                batch = self.decode_and_preprocess([bytes(b) for b in blobs], self.preprocessing)
             except Exception as exc:  # noqa: BLE001 - a bad image fails its request, not the model
                 error = pb_utils.TritonError(f"cannot decode the request's images: {exc}")
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
