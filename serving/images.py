@@ -52,15 +52,19 @@ DEFAULT_PREPROCESSING = Preprocessing()
 
 
 def preprocess_image(image: Image.Image, preprocessing: Preprocessing = DEFAULT_PREPROCESSING) -> np.ndarray:
-    """Resize the shorter side, center-crop to the model's input, scale to [0, 1], normalise: CHW float32."""
+    """Resize the shorter side, center-crop to the model's input, scale to [0, 1], normalise: CHW float32.
+
+    Sizes and crop offsets are rounded as torchvision's Resize(int) and CenterCrop round them, so a model trained
+    with those transforms sees the tensor it was trained on."""
     p = preprocessing
     image = image.convert("RGB")
     width, height = image.size
-    scale = p.resize_to / min(width, height)
-    size = (max(p.width, round(width * scale)), max(p.height, round(height * scale)))
+    short, long = sorted((width, height))
+    new_long = int(p.resize_to * long / short)
+    size = (p.resize_to, new_long) if width <= height else (new_long, p.resize_to)
     resized = image.resize(size, INTERPOLATIONS[p.interpolation])
-    left = (resized.width - p.width) // 2
-    top = (resized.height - p.height) // 2
+    left = int(round((resized.width - p.width) / 2.0))
+    top = int(round((resized.height - p.height) / 2.0))
     cropped = resized.crop((left, top, left + p.width, top + p.height))
     array = np.asarray(cropped, dtype=np.float32) / 255.0
     normalised = (array - np.array(p.mean, dtype=np.float32)) / np.array(p.std, dtype=np.float32)

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from experiments.config.compose import compose
 from serving.clients.base import ClientSpec, jpeg_batch
-from serving.images import decode_and_preprocess
+from serving.images import DEFAULT_PREPROCESSING, decode_and_preprocess
 from serving.paths import REPO_ROOT
 from tests.helpers import fake_triton_utils
 
@@ -33,25 +33,32 @@ def reference() -> np.ndarray:
 
 
 def _rendered_preprocess_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
-    from serving.triton.ensemble import preprocess_model_name, render_jpeg_ensemble
+    from serving.triton.ensemble import render_jpeg_ensemble
     from serving.triton.repository import read_config
 
     classifier = read_config(REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt")
-    render_jpeg_ensemble(classifier, tmp_path, preprocess_instances=1)
-    version_dir = tmp_path / preprocess_model_name("resnet18") / "1"
+    render_jpeg_ensemble(classifier, tmp_path, preprocess_instances=1, preprocessing=DEFAULT_PREPROCESSING)
+    return load_rendered_preprocess_model(tmp_path, "resnet18", monkeypatch)
+
+
+def load_rendered_preprocess_model(repository: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> object:
+    """The preprocess model rendered into `repository`, initialised as Triton's Python backend would."""
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from serving.triton.ensemble import preprocess_model_name
+
+    version_dir = repository / preprocess_model_name(model) / "1"
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_triton_utils())
     spec = importlib.util.spec_from_file_location("rendered_preprocess_model", version_dir / "model.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    model = module.TritonPythonModel()
-    config = (tmp_path / preprocess_model_name("resnet18") / "config.pbtxt").read_text()
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
+    instance = module.TritonPythonModel()
+    config = (repository / preprocess_model_name(model) / "config.pbtxt").read_text()
     model_config = json_format.MessageToJson(text_format.Parse(config, mc.ModelConfig()),
                                              preserving_proto_field_name=True)
-    model.initialize({"model_config": model_config})
-    return model
+    instance.initialize({"model_config": model_config})
+    return instance
 
 
 def test_triton_preprocess_model_runs_the_same_code_on_the_wire_bytes(tmp_path, monkeypatch, reference) -> None:

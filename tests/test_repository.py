@@ -1,4 +1,5 @@
-"""Rendering the served repository for each Triton variant, from the checked-in config.pbtxt."""
+"""Rendering the served repository for each Triton variant, from the canonical config (checked in for the built-in
+models, generated from the ONNX file for any other)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serving.images import DEFAULT_PREPROCESSING
 from serving.paths import REPO_ROOT
 from serving.triton.installation import INSTALLATIONS, TritonServerKind
 from serving.triton.repository import TritonVariant, read_config, render_repository
 
-SOURCE = (REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt").read_text()
+SOURCE = read_config(REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt")
 
 
 # Each kind of server as the factory would build it, without looking for one on this machine.
@@ -141,7 +143,8 @@ def test_jpeg_ensemble_chains_the_preprocess_model_to_the_classifier(tmp_path: P
     from serving.triton.ensemble import render_jpeg_ensemble
 
     classifier = _render(tmp_path, "native", TritonVariant("cuda"))
-    names = render_jpeg_ensemble(classifier, tmp_path / "repo", preprocess_instances=3)
+    names = render_jpeg_ensemble(classifier, tmp_path / "repo", preprocess_instances=3,
+                                 preprocessing=DEFAULT_PREPROCESSING)
     assert names == ["resnet18_preprocess", "resnet18_jpeg"]
     preprocess = read_config(tmp_path / "repo" / "resnet18_preprocess" / "config.pbtxt")
     ensemble = read_config(tmp_path / "repo" / "resnet18_jpeg" / "config.pbtxt")
@@ -176,3 +179,26 @@ def test_one_factory_builds_the_native_or_the_bundled_server(monkeypatch: pytest
     monkeypatch.setattr(installation.shutil, "which", lambda name: None)
     with pytest.raises(installation.TritonNotFoundError, match="serving.triton_server=native but no `tritonserver`"):
         installation.find_installation("native")
+
+
+def test_the_checked_in_configs_are_what_the_server_generates_from_the_onnx_file(tmp_path: Path) -> None:
+    """One definition: `classifier_config` writes what model_repository/ holds for NVIDIA's container, for every
+    built-in model."""
+    from experiments.config.compose import compose
+    from serving.export import export_onnx
+    from serving.triton.repository import classifier_config
+
+    for name in ("resnet18", "tiny"):
+        model = compose([f"model={name}"]).model
+        onnx = export_onnx(model, tmp_path).onnx_path if name == "tiny" else _exported_resnet_stand_in(tmp_path, model)
+        generated = classifier_config(model.name, Path(onnx), model.max_batch_size, list(model.input_shape),
+                                      model.num_classes)
+        assert generated == read_config(REPO_ROOT / "model_repository" / name / "config.pbtxt"), name
+
+
+def _exported_resnet_stand_in(tmp_path: Path, model: object) -> str:
+    """An ONNX file with the exporter's tensor names (exporting resnet18 itself would take seconds for nothing)."""
+    from experiments.config.compose import compose
+    from serving.export import export_onnx
+
+    return export_onnx(compose(["model=tiny"]).model, tmp_path / "stand_in").onnx_path

@@ -15,7 +15,7 @@ from serving.backend import ServerHandle
 from serving.node import NodeInfo
 from serving.paths import REPO_ROOT
 from serving.triton.installation import INSTALLATIONS, TritonServerKind
-from serving.triton.repository import TritonVariant, instances_on_gpu, render_repository
+from serving.triton.repository import TritonVariant, instances_on_gpu, read_config, render_repository
 
 A100_NODE = NodeInfo("a100-box", "10.0.0.3", "n2", "Some CPU", 16, gpu_names=("NVIDIA A100-SXM4-80GB",),
                      driver_version="550.54.15", cuda_version="12.4", torch_cuda=True, ray_gpus=1.0,
@@ -86,7 +86,7 @@ def test_no_triton_at_all_is_a_skip_with_the_reason() -> None:
 
 
 def test_servers_report_whether_they_compute_on_the_gpu(tmp_path: Path) -> None:
-    config = (REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt").read_text()
+    config = read_config(REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt")
     onnx = tmp_path / "m.onnx"
     onnx.write_bytes(b"")
     for accelerator, on_gpu in (("cuda", True), ("tensorrt", True), ("cpu", False)):

@@ -17,8 +17,10 @@ CONF_DIR = REPO_ROOT / "conf"
 
 
 def options(group: str) -> list[str]:
-    """The options of a config group: its files under conf/<group>/."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """The options of a config group: its files under conf/<group>/, those in subfolders as `<folder>/<name>`
+    (e.g. model=examples/onnx)."""
+    folder = CONF_DIR / group
+    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
 
 
 def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:

@@ -24,6 +24,10 @@ def check_model(model_cfg: Any) -> None:
     source = ModelSource(model_cfg.source)
     _check_shapes(model_cfg)
     _check_preprocess(model_cfg.preprocess)
+    resize, crop = model_cfg.preprocess.resize_shorter_to, max(model_cfg.input_shape[1:])
+    if resize is not None and resize < crop:
+        raise ConfigError(f"model.preprocess.resize_shorter_to={resize} is not allowed: smaller than the crop "
+                          f"({crop}, from model.input_shape); give a size >= {crop}, or null for the crop / 0.875")
     if source is ModelSource.FACTORY:
         _check_factory(model_cfg)
     elif not model_cfg.path:

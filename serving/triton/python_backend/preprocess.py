@@ -8,6 +8,7 @@ the server runs the very code the Ray Serve path and the reference run. Needs nu
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ def _load_images_module():
     path = Path(__file__).with_name("tierbench_images.py")
     spec = importlib.util.spec_from_file_location("tierbench_images", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
