@@ -10,7 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import text_format
 from omegaconf import OmegaConf
+from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.accelerators import gpu_extra
 from serving.backend import Backend, BackendContext, ServerHandle
@@ -33,6 +35,9 @@ class TritonBackend(Backend):
     def __init__(self, context: BackendContext, settings: TritonSettings) -> None:
         super().__init__(context, settings)
         self._actor: Any = None  # the TritonServerHost while the server runs
+        # The classifier's tensor names, from the config the server rendered (an ONNX file the user brings has its
+        # own; an exported model has serving.export's).
+        self._tensor_names: tuple[str, str] | None = None
 
     @property
     def numerics(self) -> str:
@@ -129,6 +134,8 @@ class TritonBackend(Backend):
         info: dict[str, Any] = ray.get(self._actor.start.remote(self.start_timeout_s),
                                        timeout=self.start_timeout_s + 600)  # + an ONNX export on first use
         endpoints = info["endpoints"]
+        classifier = text_format.Parse(info["configs"]["config.pbtxt"], mc.ModelConfig())
+        self._tensor_names = (classifier.input[0].name, classifier.output[0].name)
         host = ctx.client_host
         log.info("%s: %s serving %s (%s)", ctx.name, info["server_mode"], ctx.model.name, self.accelerator)
         params, metrics = self._start_facts(info)
@@ -221,6 +228,8 @@ class TritonBackend(Backend):
         wire, shared_memory = parse_protocol(protocol)
         name = self.context.model.name
         spec = self._spec(CLIENTS[wire], handle.urls[wire], name, input_format, batch_size)
+        if self._tensor_names is not None:
+            spec = replace(spec, input_name=self._tensor_names[0], output_name=self._tensor_names[1])
         if input_format == InputFormat.JPEG:
             spec = replace(spec, model_name=ensemble_model_name(name), input_name=JPEG_INPUT)
         return replace(spec, shared_memory=shared_memory)
