@@ -25,13 +25,15 @@ def run_sweep_command(args: list[str], env: dict[str, str] | None = None,
 
 
 class SweepProcess:
-    def __init__(self, tmp: Path, *overrides: str, store: str | None = None) -> None:
+    def __init__(self, tmp: Path, *overrides: str, store: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
         if store is None:
             premigrated_store(tmp)
         self.store = store or store_uri(tmp)
         args = [*store_overrides(tmp)[:1], f"mlflow.tracking_uri={self.store}", *overrides]
         self.proc = subprocess.Popen([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1,
+                                     env={**os.environ, **(env or {})})
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
