@@ -1,9 +1,11 @@
 """`python -m runners.export model=resnet18`: export the model to ONNX in the Triton model repository and
-report how far ONNX Runtime's output is from PyTorch's."""
+report how far ONNX Runtime's output is from PyTorch's. A model of your own (`model=examples/...`) gets its
+`config.pbtxt` written beside the file, so `model_repository/<name>/` is what NVIDIA's container serves as is."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -15,12 +17,30 @@ from serving.paths import MODEL_REPOSITORY
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
+    from experiments.config.errors import ConfigError
+    from experiments.config.model_check import check_model
     from serving.export import export_onnx
+    from serving.models import ModelSource
+    from serving.triton.repository import classifier_config, write_config
 
-    report = export_onnx(cfg.model, MODEL_REPOSITORY)
+    model = cfg.model
+    try:
+        check_model(model)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if ModelSource(model.source) is ModelSource.ONNX:
+        print(f"model {model.name} is an ONNX file already ({model.path}): Triton serves it as is")
+        return
+    report = export_onnx(model, MODEL_REPOSITORY)
     print(f"wrote {report.onnx_path}")
     print(f"ONNX Runtime vs PyTorch on a batch of {report.check_batch_size}: "
           f"max abs difference {report.max_abs_diff:.3g}")
+    config_path = MODEL_REPOSITORY / model.name / "config.pbtxt"
+    if not config_path.exists():
+        write_config(classifier_config(model.name, Path(report.onnx_path), model.max_batch_size,
+                                       list(model.input_shape), model.num_classes), config_path)
+        print(f"wrote {config_path}")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,12 @@ def ship(model_cfg: Any) -> ShippedFile | None:
     data = origin.read_bytes()
     sha = hashlib.sha256(data).hexdigest()
     _SHA256_BY_PATH[str(origin)] = sha
-    ref = ray.put(data)
+    try:
+        ref = ray.put(data)
+    except ray.exceptions.ObjectStoreFullError as exc:
+        raise RuntimeError(f"model {model_cfg.name}: {origin} ({len(data) / 1e6:.0f} MB) does not fit Ray's object "
+                           "store on this machine: start the cluster's nodes with a larger --object-store-memory "
+                           f"(cluster.object_store_memory for the clusters tierbench starts) ({exc})") from None
     driver_copy = stage(data, sha, origin.name)
     log.info("model %s: shipped %s (%.1f MB, sha256 %s) through Ray's object store; the tier nodes load their "
              "own copy of it", model_cfg.name, origin, len(data) / 1e6, sha[:12])
