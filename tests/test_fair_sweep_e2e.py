@@ -94,7 +94,8 @@ def test_a_server_with_other_weights_fails_the_crosscheck_unmeasured(tmp_path: P
     wrong = compose(["model.seed=1", "experiment.backends=[pytorch]"])
     real_build = server_group.build_backend
     monkeypatch.setattr(server_group, "build_backend",
-                        lambda cfg_, name, node, options, *rest: real_build(wrong, name, node, options, *rest))
+                        lambda cfg_, name, node, options, emulated=False, model=None:
+                        real_build(wrong, name, node, options, emulated))  # the server reads `wrong.model`
     with owned_environment():
         assert run_sweep(cfg) == 1
     runs = helpers.runs(store_uri(tmp_path), sweep_id="wrong-model")

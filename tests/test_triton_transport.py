@@ -39,9 +39,8 @@ def triton() -> Iterator[tuple[TritonBackend, ServerHandle]]:
     variant = {"accelerator": "cpu", "instance_count": 1, "dynamic_batching": True,
                "max_queue_delay_us": QUEUE_DELAY_US}
     with owned_environment():  # fails if the server or its stubs outlive the stop
-        host = TritonServerHost(OmegaConf.to_container(cfg.model, resolve=True),
-                                (REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt").read_text(), variant,
-                                "bundled", "127.0.0.1", str(REPO_ROOT / "model_repository"), preprocess_instances=1)
+        host = TritonServerHost(OmegaConf.to_container(cfg.model, resolve=True), variant, "bundled", "127.0.0.1",
+                                str(REPO_ROOT / "model_repository"), preprocess_instances=1)
         try:
             info = host.start(180)
             ep = info["endpoints"]
