@@ -14,7 +14,8 @@ client and the transport are everything). Goal on every row: throughput ratio >=
   arrivals, Poisson's own noise (1/sqrt(n), ~2 %) moves it as much as the client does.
 - ceiling: the client alone against a server that answers instantly (benchmarks/loopback_stub.py), Poisson,
   rising rates: the highest rate it sustains (<= 1 % late, achieved within 2 %) is where its figures stop being
-  valid. In-process on uvloop, as a client actor runs it, without Ray around it.
+  valid. On uvloop in a fresh process per protocol, as a client actor runs it, without Ray around it; after
+  gRPC's rates, one HTTP rate again in the process gRPC ran in (what sharing a process with gRPC costs HTTP).
 
 Every row carries the client's CPU per request (`client_cpu_us_per_request`, the actors' own accounting).
 """
@@ -36,6 +37,7 @@ GOAL = {"throughput_ratio": 0.95, "p50_ratio": 1.1, "late_fraction": 0.01, "achi
 SECTIONS = ("triton", "serve", "open", "ceiling")
 OPEN_FRACTIONS = (0.7, 0.85)
 CEILING_RATES = (100, 200, 300, 400, 500, 700, 1000, 1500, 2000, 3000, 4000)
+HTTP_AFTER_GRPC_RATE = 300  # within HTTP's ceiling on this machine (docs/benchmarks.md)
 
 
 def _meets(row: dict[str, Any]) -> bool:
@@ -141,8 +143,12 @@ def serve_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: int
     return rows
 
 
-def ceiling_rows(args: Any, run: int) -> list[dict[str, Any]]:
-    """Per protocol, rising Poisson rates against the instant stub until the client falls behind."""
+CLIENTS = {"http": "serving.clients.triton_http.TritonHttpClient",
+           "grpc": "serving.clients.triton_grpc.TritonGrpcClient"}
+
+
+def _at_rate(url: str, protocol: str, rate: float, window_s: float) -> dict[str, float]:
+    """One Poisson rate against the stub, in this process, on uvloop: warm-up, then two windows."""
     import uvloop
 
     from experiments.config.choices import LoadMode
@@ -151,10 +157,10 @@ def ceiling_rows(args: Any, run: int) -> list[dict[str, Any]]:
     from experiments.measure.samples import WindowSamples
     from serving.clients.base import ClientSpec, load_client
 
-    targets = {"http": "serving.clients.triton_http.TritonHttpClient",
-               "grpc": "serving.clients.triton_grpc.TritonGrpcClient"}
+    spec = ClientSpec(target=CLIENTS[protocol], url=url, model_name="stub", input_format="tensor", batch_size=1,
+                      input_shape=(3, 224, 224), num_classes=1000)
 
-    async def at_rate(spec: ClientSpec, rate: float) -> dict[str, float]:
+    async def measure() -> dict[str, float]:
         client = load_client(spec)
         await client.open()
         load = OpenLoopLoad(client.infer, rate, LoadMode.POISSON, 30, 1, max_in_flight=1024)
@@ -162,25 +168,44 @@ def ceiling_rows(args: Any, run: int) -> list[dict[str, Any]]:
             load.start()
             await load.wait_warm(min_requests=50, min_seconds=1.0, timeout_s=30)
             start = load.now() + 0.01
-            parts = [await load.collect(start + i * args.window_s, start + (i + 1) * args.window_s)
-                     for i in range(2)]
+            parts = [await load.collect(start + i * window_s, start + (i + 1) * window_s) for i in range(2)]
         finally:
             await load.stop()
             await client.close()
         samples = WindowSamples.merge(parts)
         return {**window_metrics(samples, 1.0), **open_loop_metrics(samples, rate), **client_metrics(samples)}
 
+    return uvloop.run(measure())
+
+
+def _ceiling_of(urls: dict[str, str], protocol: str, window_s: float, run: int) -> list[dict[str, Any]]:
+    """Rising rates for one protocol until one misses the goal; after gRPC, HTTP at its last good rate again in the
+    same process (what sharing a client process with gRPC costs HTTP: why `ClientPool` keeps them apart)."""
+    rows = []
+    for rate in CEILING_RATES:
+        rows.append(_open_row(_at_rate(urls[protocol], protocol, rate, window_s), run=run, section="ceiling",
+                              server="loopback stub", protocol=protocol, load=f"poisson-r{rate}"))
+        if not rows[-1]["meets_goal"]:
+            break
+    if protocol == "grpc":
+        rate = HTTP_AFTER_GRPC_RATE
+        rows.append(_open_row(_at_rate(urls["http"], "http", rate, window_s), run=run, section="ceiling",
+                              server="loopback stub", protocol="http, in the process gRPC ran in",
+                              load=f"poisson-r{rate}"))
+    return rows
+
+
+def ceiling_rows(args: Any, run: int) -> list[dict[str, Any]]:
+    """Per protocol, in a fresh process of its own (as the sweep's client actors are), rising Poisson rates against
+    the instant stub until the client falls behind."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     rows = []
     with loopback_stub(18700 + run * 2, 18701 + run * 2) as urls:
         for protocol in args.protocols:
-            spec = ClientSpec(target=targets[protocol], url=urls[protocol], model_name="stub",
-                              input_format="tensor", batch_size=1, input_shape=(3, 224, 224), num_classes=1000)
-            for rate in CEILING_RATES:
-                row = _open_row(uvloop.run(at_rate(spec, rate)), run=run, section="ceiling", server="loopback stub",
-                                protocol=protocol, load=f"poisson-r{rate}")
-                rows.append(row)
-                if not row["meets_goal"]:
-                    break
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
+                rows += fresh.submit(_ceiling_of, urls, protocol, args.window_s, run).result()
     return rows
 
 

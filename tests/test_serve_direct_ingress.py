@@ -3,6 +3,7 @@ cluster starts Serve with it; with it, trials over HTTP and gRPC reach the repli
 
 from __future__ import annotations
 
+import os
 from urllib.parse import urlsplit
 
 import pytest
@@ -53,6 +54,10 @@ def test_direct_ingress_trials_reach_the_replica_port_over_http_and_grpc() -> No
                 record = run_trial(cfg, trial, backends["pytorch_direct"], direct, node, clients)
                 assert record.status == "ok", record.reason
                 assert record.metrics["server_batch_avg"] == pytest.approx(1.0)
+            # HTTP never measures from a process gRPC ran in (grpc's threads outlive its channel)
+            pids = {p: ray.get(clients.ensure(1, p)[0].__ray_call__.remote(lambda _: os.getpid()))
+                    for p in ("http", "grpc", "http_shm")}
+            assert pids["http"] != pids["grpc"] and pids["http"] == pids["http_shm"]
         finally:
             for backend in backends.values():
                 backend.stop()

@@ -12,6 +12,7 @@ from experiments.measure.load import LoadGenerator, LoadPoint, WarmupStats
 from experiments.measure.samples import WindowSamples
 from serving.clients.base import ClientSpec, InferenceClient, load_client
 from serving.node import current_location
+from serving.protocols import parse_protocol
 
 
 class LoadClientActor:
@@ -48,31 +49,42 @@ class LoadClientActor:
 
 
 class ClientPool:
-    """The tier's client actors; recreated after a failed trial so a stuck client can't poison the next one."""
+    """The tier's client actors, one set per wire protocol; recreated after a failed trial so a stuck client can't
+    poison the next one.
+
+    HTTP and gRPC never share a process: once grpc has run in a process its threads keep taking the GIL from the
+    event loop after the channel closed, and an HTTP trial measured there sends late (docs/benchmarks.md, the
+    client's ceiling)."""
 
     def __init__(self, exp: Any, ray_options: dict[str, Any], timeout_s: float) -> None:
         self.exp = exp
         self.ray_options = ray_options
         self.timeout_s = timeout_s
-        self.actors: list[Any] = []
-        self._where: list[dict[str, str]] = []
+        self._actors: dict[str, list[Any]] = {}
+        self._where: dict[str, list[dict[str, str]]] = {}
 
     def start(self) -> ClientPool:
-        self.ensure(max(1, self.exp.client_actors))
+        """Start the actors the experiment's protocols need first, so a placement problem shows before a server."""
+        for wire in sorted({parse_protocol(p)[0] for p in self.exp.protocols}):
+            self.ensure(max(1, self.exp.client_actors), wire)
         return self
 
-    def ensure(self, count: int) -> list[Any]:
-        """The first `count` actors, starting the missing ones; fails (not hangs) when they stay pending."""
+    def ensure(self, count: int, protocol: str) -> list[Any]:
+        """The first `count` actors for `protocol`, starting the missing ones; fails (not hangs) when they stay
+        pending."""
         import ray
         from ray.exceptions import GetTimeoutError
 
         from experiments.cluster.placement import PlacementError
 
+        wire = parse_protocol(protocol)[0]
+        actors = self._actors.setdefault(wire, [])
         cls = ray.remote(LoadClientActor).options(num_cpus=self.exp.client_num_cpus, **self.ray_options)
-        new = [cls.remote(i) for i in range(len(self.actors), count)]
+        new = [cls.remote(i) for i in range(len(actors), count)]
         if new:
             try:
-                self._where.extend(ray.get([a.where.remote() for a in new], timeout=self.timeout_s))
+                self._where.setdefault(wire, []).extend(ray.get([a.where.remote() for a in new],
+                                                                timeout=self.timeout_s))
             except GetTimeoutError as exc:
                 for actor in new:
                     ray.kill(actor)
@@ -80,12 +92,12 @@ class ClientPool:
                     f"client actors still pending after {self.timeout_s:g} s (cluster.schedule_timeout_s): each "
                     f"asks for {self.exp.client_num_cpus} CPU and {self.ray_options}; the node's resources are "
                     "taken (by another sweep?)") from exc
-            self.actors.extend(new)
-        return self.actors[:count]
+            actors.extend(new)
+        return actors[:count]
 
-    def locations(self, count: int) -> list[dict[str, str]]:
-        """Where the first `count` actors run (node id, hostname)."""
-        return self._where[:count]
+    def locations(self, count: int, protocol: str) -> list[dict[str, str]]:
+        """Where the first `count` actors for `protocol` run (node id, hostname)."""
+        return self._where.get(parse_protocol(protocol)[0], [])[:count]
 
     def restart(self) -> None:
         self.close()
@@ -94,7 +106,8 @@ class ClientPool:
     def close(self) -> None:
         import ray
 
-        for actor in self.actors:
-            ray.kill(actor)
-        self.actors = []
-        self._where = []
+        for actors in self._actors.values():
+            for actor in actors:
+                ray.kill(actor)
+        self._actors = {}
+        self._where = {}

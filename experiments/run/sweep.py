@@ -249,8 +249,8 @@ class TierSweep:
             logs_dir.mkdir(parents=True, exist_ok=True)
             (logs_dir / name).write_text(text)
         if record.status != Status.SKIPPED and lost is None and not not_run:
-            record.params.update(self.place.client_params(self.clients.locations(record.params.get(
-                "client_actors_used", 1))))
+            record.params.update(self.place.client_params(self.clients.locations(
+                record.params.get("client_actors_used", 1), record.trial.protocol)))
         write_record(record, trial_dir)
         self.publisher.trial(record, trial_dir)
         if record.status == Status.FAILED:

@@ -70,7 +70,8 @@ def _measure_with_enough_clients(cfg: Any, trial: Trial, backend: Backend, handl
     spec = backend.client_spec(handle, trial.protocol, trial.input_format, trial.batch_size)
     actors = actors_needed(trial, exp)
     while True:
-        result = measure(clients.ensure(actors), spec, trial, exp, probe=lambda: backend.server_counters(handle))
+        result = measure(clients.ensure(actors, trial.protocol), spec, trial, exp,
+                         probe=lambda: backend.server_counters(handle))
         busiest = max((c.cpu_util for c in result.samples.clients), default=0.0)
         if exp.client_actors or busiest <= exp.client_cpu_limit or actors >= exp.max_client_actors:
             return result
