@@ -79,3 +79,13 @@ class ClientPlacement(StrEnum):
 
     COLOCATED = "colocated"
     SEPARATE = "separate"
+
+
+class SearchStrategy(StrEnum):
+    """How `experiment.search` explores each backend's server settings (experiments/run/settings_search.py):
+    `none` measures the settings as configured; `grid` every point of the space; `quick` climbs from the
+    backend's own settings to the best neighbour until none is better (a fraction of the grid's probes)."""
+
+    NONE = "none"
+    GRID = "grid"
+    QUICK = "quick"
