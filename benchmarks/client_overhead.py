@@ -15,7 +15,8 @@ client and the transport are everything). Goal on every row: throughput ratio >=
 - ceiling: the client alone against a server that answers instantly (benchmarks/loopback_stub.py), Poisson,
   rising rates: the highest rate it sustains (<= 1 % late, achieved within 2 %) is where its figures stop being
   valid. On uvloop in a fresh process per protocol, as a client actor runs it, without Ray around it; after
-  gRPC's rates, one HTTP rate again in the process gRPC ran in (what sharing a process with gRPC costs HTTP).
+  gRPC's rates, HTTP at its own ceiling again in the process gRPC ran in (what sharing a process with gRPC costs
+  HTTP).
 
 Every row carries the client's CPU per request (`client_cpu_us_per_request`, the actors' own accounting).
 """
@@ -37,7 +38,6 @@ GOAL = {"throughput_ratio": 0.95, "p50_ratio": 1.1, "late_fraction": 0.01, "achi
 SECTIONS = ("triton", "serve", "open", "ceiling")
 OPEN_FRACTIONS = (0.7, 0.85)
 CEILING_RATES = (100, 200, 300, 400, 500, 700, 1000, 1500, 2000, 3000, 4000)
-HTTP_AFTER_GRPC_RATE = 300  # within HTTP's ceiling on this machine (docs/benchmarks.md)
 
 
 def _meets(row: dict[str, Any]) -> bool:
@@ -178,17 +178,24 @@ def _at_rate(url: str, protocol: str, rate: float, window_s: float) -> dict[str,
     return uvloop.run(measure())
 
 
-def _ceiling_of(urls: dict[str, str], protocol: str, window_s: float, run: int) -> list[dict[str, Any]]:
-    """Rising rates for one protocol until one misses the goal; after gRPC, HTTP at its last good rate again in the
+def _ceiling_of(urls: dict[str, str], protocol: str, window_s: float, run: int,
+                http_ceiling: float | None) -> list[dict[str, Any]]:
+    """Rising rates for one protocol until one misses the goal; after gRPC, HTTP at its own ceiling again in the
     same process (what sharing a client process with gRPC costs HTTP: why `ClientPool` keeps them apart)."""
     rows = []
+    from experiments.measure.load import LoadError
+
     for rate in CEILING_RATES:
-        rows.append(_open_row(_at_rate(urls[protocol], protocol, rate, window_s), run=run, section="ceiling",
-                              server="loopback stub", protocol=protocol, load=f"poisson-r{rate}"))
+        fields = {"run": run, "section": "ceiling", "server": "loopback stub", "protocol": protocol,
+                  "load": f"poisson-r{rate}"}
+        try:
+            rows.append(_open_row(_at_rate(urls[protocol], protocol, rate, window_s), **fields))
+        except LoadError as exc:  # the client fell so far behind that requests failed: past its ceiling
+            rows.append({**fields, "target_rps": rate, "meets_goal": False, "error": " ".join(str(exc).split())})
         if not rows[-1]["meets_goal"]:
             break
-    if protocol == "grpc":
-        rate = HTTP_AFTER_GRPC_RATE
+    if protocol == "grpc" and http_ceiling:
+        rate = http_ceiling
         rows.append(_open_row(_at_rate(urls["http"], "http", rate, window_s), run=run, section="ceiling",
                               server="loopback stub", protocol="http, in the process gRPC ran in",
                               load=f"poisson-r{rate}"))
@@ -201,11 +208,13 @@ def ceiling_rows(args: Any, run: int) -> list[dict[str, Any]]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     with loopback_stub(18700 + run * 2, 18701 + run * 2) as urls:
-        for protocol in args.protocols:
+        for protocol in sorted(args.protocols, key=lambda p: p != "http"):  # HTTP's ceiling first
+            http_ceiling = max((r["target_rps"] for r in rows if r["protocol"] == "http" and r["meets_goal"]),
+                               default=None)
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
-                rows += fresh.submit(_ceiling_of, urls, protocol, args.window_s, run).result()
+                rows += fresh.submit(_ceiling_of, urls, protocol, args.window_s, run, http_ceiling).result()
     return rows
 
 
@@ -239,7 +248,7 @@ def main() -> None:
     columns = ["run", "section", "server", "protocol", "load", "tool", "tierbench_infer_s", "tool_infer_s",
                "throughput_ratio", "tierbench_p50_ms", "tool_p50_ms", "p50_ratio", "target_rps", "offered_rps",
                "achieved_ratio", "achieved_vs_target", "late_fraction", "client_cpu_us_per_request", "client_cpu_max",
-               "client_actors", "meets_goal"]
+               "client_actors", "meets_goal", "error"]
     sections = "" if set(args.sections) == set(SECTIONS) else "_" + "_".join(args.sections)
     report(f"client_overhead_{args.model}{sections}", columns, rows, {
         "model": args.model, "window_s": args.window_s, "runs": args.runs, "goal": GOAL,

@@ -91,7 +91,8 @@ async def serve(http_port: int, grpc_port: int) -> None:
     grpc_server.add_generic_rpc_handlers((handler,))
     grpc_server.add_insecure_port(f"127.0.0.1:{grpc_port}")
     await grpc_server.start()
-    http_server = await asyncio.get_running_loop().create_server(StubHttp, "127.0.0.1", http_port)
+    # a client that falls behind opens connections in bursts: the default backlog (100) would reset them
+    http_server = await asyncio.get_running_loop().create_server(StubHttp, "127.0.0.1", http_port, backlog=4096)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
