@@ -128,6 +128,11 @@ class Backend(ABC):
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         """How a client actor reaches this server for one trial."""
 
+    def deploy_files(self, rendered: dict[str, str]) -> dict[str, str]:
+        """What deploys these settings outside tierbench, by relative path (a settings search exports its winner's):
+        built from the configs the started server `rendered` (`ServerHandle.artifacts`) or the settings alone."""
+        return {}
+
     def _spec(self, target: str, url: str, model_name: str, input_format: str, batch_size: int) -> ClientSpec:
         model = self.context.model
         return ClientSpec(

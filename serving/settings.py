@@ -19,6 +19,12 @@ class BackendSettings(ABC):
 
     # The trial param `server_mode` before a server started (a skipped trial); a running server reports its own.
     server_mode_hint: ClassVar[str] = ""
+    # What `experiment.search.space.<class>` may search: the settings that change how the server batches and
+    # scales, not what it computes (experiments/run/settings_search.py).
+    searchable: ClassVar[tuple[str, ...]] = ()
+    # Settings that only take effect with a switch on: setting -> its switch (checked by `check`; a search space
+    # that varies one needs the switch on, or searched too).
+    switched_by: ClassVar[dict[str, str]] = {}
 
     @property
     @abstractmethod
@@ -41,6 +47,14 @@ class BackendSettings(ABC):
             return []
         return [self.refuse(name, key, f"it only applies with {switch}=true; set that, or leave {key} out")
                 for key in keys]
+
+    def refuse_switched_off(self, name: str) -> list[str]:
+        """`refuse_unless` for every switch of `switched_by`: the settings given values while their switch is off."""
+        problems = []
+        for switch in dict.fromkeys(self.switched_by.values()):
+            problems += self.refuse_unless(name, switch, [k for k, s in self.switched_by.items()
+                                                          if s == switch and getattr(self, k)])
+        return problems
 
     def identity(self) -> dict[str, Any]:
         """Every setting and the family: what a trial's identity key hashes (for resume and deduplication)."""

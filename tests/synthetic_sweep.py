@@ -10,6 +10,7 @@ from typing import Any
 
 from experiments.config.compose import compose
 from experiments.config.prices import tier_price_params
+from experiments.config.search import add_candidate
 from experiments.measure.metrics import cost_metrics
 from experiments.plan import Trial
 from experiments.results.records import Status
@@ -162,3 +163,45 @@ def build_flagged(uri: str) -> dict[str, str]:
 def _no_dir() -> Path:
     """No raw-result folder: a synthetic trial has no latencies.csv to attach."""
     return Path("/nonexistent-synthetic-trial-dir")
+
+
+SEARCH_SWEEP_ID = "synthetic-search"
+# A settings search on two tiers (a100 $0.36/h: $ per 1k = 0.1 / img/s; rtx4090 $0.18/h: 0.05 / img/s):
+# tier -> [(instance_count, max_queue_delay_us, img/s at p99 <= 50 ms or None when no load met it, start?)].
+SEARCHED = {
+    "a100": [(1, 2000, 200.0, True), (2, 2000, 400.0, False), (2, 10000, 360.0, False), (1, 10000, None, False)],
+    "rtx4090": [(1, 2000, 150.0, True), (2, 2000, 200.0, False), (2, 500, 240.0, False)],
+}
+
+
+def build_searched(uri: str) -> dict[str, str]:
+    """Log the search sweep's SLO summaries into `uri` (a store of its own), as `BackendSearch` logs them."""
+    import json
+
+    tracker = Tracker(uri, "tierbench")
+    sweep_run = tracker.sweep_run(SEARCH_SWEEP_ID, TAGS)
+    node = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
+    for tier, candidates in SEARCHED.items():
+        cfg = _cfg(tier)
+        cfg.sweep_id = SEARCH_SWEEP_ID
+        common = {"sweep_id": SEARCH_SWEEP_ID, "gpu_tier": tier, "emulated": "false", **TAGS}
+        tier_run = tracker.tier_run(SEARCH_SWEEP_ID, tier, sweep_run, {"gpu_tier": tier,
+                                                                      "price_per_hour_usd": PRICES[tier]}, common)
+        for instances, delay, throughput, start in candidates:
+            values = {"instance_count": instances, "max_queue_delay_us": delay}
+            entry = add_candidate(cfg, "triton_onnx_dynbatch", values)
+            point = Trial(tier, "resnet18", "triton_onnx", entry, "grpc", "tensor", 1, 0)
+            record = new_record(cfg, point, node)  # a trial the grid measured, so the report has trials
+            record.metrics = _metrics(10.0, 20.0, throughput or 50.0, PRICES[tier], 1)
+            tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
+            slo = new_record(cfg, point, node)
+            slo.key, slo.run_name = f"synthetic-slo-{tier}-{entry}", f"{tier}/{entry}/grpc/tensor/b1/slo-p99-50ms"
+            slo.tags["run_level"] = "slo"
+            best = SloProbe(8, 45.0, throughput) if throughput else None
+            slo.metrics = SloResult(50.0, best, [best or SloProbe(1, 80.0, 50.0)]).metrics(PRICES[tier])
+            slo.params.update(search_of="triton_onnx_dynbatch", search_strategy="quick",
+                              search_start=str(start).lower(), search_values=json.dumps(values))
+            tracker.log_trial(tier_run, slo, _no_dir(), common, "synthetic: true\n")
+        tracker.finish(tier_run, Status.OK)
+    tracker.finish(sweep_run, Status.OK)
+    return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}

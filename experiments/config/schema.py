@@ -97,6 +97,16 @@ class SloConfig:
 
 
 @dataclass
+class SearchConfig:
+    """Search each backend's server settings for the highest throughput within `slo.p99_ms`
+    (experiments/run/settings_search.py). `space`: per backend class (`triton`, `ray_serve`), setting -> the values
+    to try; a class without one is measured at its own settings."""
+
+    strategy: str = "none"  # SearchStrategy: none | grid | quick
+    space: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class ExperimentConfig:
     """The trial matrix and how each trial is measured."""
 
@@ -119,6 +129,7 @@ class ExperimentConfig:
     trial_timeout_s: float = 600.0
     stability: StabilityConfig = field(default_factory=StabilityConfig)
     slo: SloConfig = field(default_factory=SloConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     # Client actors share a trial's load, each with its own async client and connections. 0: automatic, one
     # actor per `client_concurrency_per_actor` loops, more when an actor's CPU passes `client_cpu_limit`.
     client_actors: int = 0

@@ -15,6 +15,7 @@ from experiments.config.errors import ConfigError
 from experiments.config.model_check import check_model
 from experiments.config.prices import validate_prices
 from experiments.config.schema import backend_settings
+from experiments.config.search import check_search
 from serving.protocols import PROTOCOLS, InputFormat
 from serving.triton.installation import TRITON_SERVER_CHOICES
 
@@ -79,6 +80,7 @@ def validate(cfg: Any) -> None:
         _fail("telemetry.sample_hz", cfg.telemetry.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")
     for name in exp.backends:
         _check_backend(cfg, name)
+    check_search(cfg)
     _check_cluster(cfg.cluster)
     _check_crosscheck(cfg.crosscheck)
     check_model(cfg.model)  # last: it loads and runs a model the user brings

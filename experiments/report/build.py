@@ -14,6 +14,7 @@ import pandas as pd
 from experiments.report import marks, plots, tables
 from experiments.report.answer import answer_lines
 from experiments.report.data import SweepData, TierInfo
+from experiments.report.deploy import deploy_section
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd, usd_per_hour
 from experiments.report.served import (
     load_marks,
@@ -87,6 +88,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
         doc.note(f"{data.superseded} older run(s) of trials that were run again are left out (the latest `ok` "
                  "run of each trial counts).")
     _answer(doc, report, data, labels, options)
+    report.summary += deploy_section(doc, data, labels)
     overloaded_section(doc, data, labels)
     _prices(doc, data)
     _benchmark_cost(doc, report, data)

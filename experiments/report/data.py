@@ -136,13 +136,17 @@ SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_max_load", "slo_max_
                "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes", "slo_stable_at_max")
 
 
+# Params of a settings search's candidates (experiments/run/backend_search.py): what backend, which values.
+SEARCH_PARAMS = ("search_of", "search_strategy", "search_values", "search_start")
+
+
 def tidy_slo(runs: pd.DataFrame) -> pd.DataFrame:
     """SLO search results: one row per operating point (the latest run of each), params and metrics unprefixed."""
     if runs.empty:
         return pd.DataFrame()
     runs = runs.sort_values("start_time").drop_duplicates("tags.trial_key", keep="last")
     out = pd.DataFrame({"tier": _column(runs, "params.gpu_tier"), "status": _column(runs, "tags.status", "")})
-    for key in ("backend", "backend_variant", "protocol", "input_format", "batch_size", "load_mode"):
+    for key in ("backend", "backend_variant", "protocol", "input_format", "batch_size", "load_mode", *SEARCH_PARAMS):
         out[key] = _column(runs, f"params.{key}")
     for metric in SLO_METRICS:
         out[metric] = pd.to_numeric(_column(runs, f"metrics.{metric}"), errors="coerce")

@@ -7,6 +7,7 @@
         cluster.json                     the live Ray nodes the job saw
         node_time.json                   each node the job held: since when, until when (`results.node_time`)
         servers/<variant>/               server logs and rendered configs of each server group
+        deploy/<backend>/                a settings search's summary and its winner's deploy files
         trials/<trial>/                  record.json, latencies.csv, server_logs/ of a failed trial
 """
 
@@ -20,6 +21,7 @@ TIER_FILE = "tier.json"
 CLUSTER_FILE = "cluster.json"
 NODE_TIME_FILE = "node_time.json"
 SERVERS_DIR = "servers"
+DEPLOY_DIR = "deploy"
 TRIALS_DIR = "trials"
 RECORD_FILE = "record.json"
 LATENCIES_FILE = "latencies.csv"
@@ -77,6 +79,14 @@ class TierFolder:
 
     def server_file(self, variant: str, name: str) -> Path:
         return self.path / server_artifact(variant, name)
+
+    @property
+    def deploy(self) -> Path:
+        return self.path / DEPLOY_DIR
+
+    def deploy_files(self) -> dict[str, str]:
+        """Every file under `deploy/`, by its path in the tier folder (and on the tier run)."""
+        return {str(p.relative_to(self.path)): p.read_text() for p in sorted(self.deploy.rglob("*")) if p.is_file()}
 
     def trial(self, slug: str) -> Path:
         return self.path / TRIALS_DIR / slug

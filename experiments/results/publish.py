@@ -142,6 +142,8 @@ def publish_folder(uri: str, tier_folder: TierFolder) -> tuple[int, int]:
     for name in TIER_ARTIFACTS:
         if (tier_folder.path / name).exists():
             publisher.tier_file(name, (tier_folder.path / name).read_text())
+    for name, text in tier_folder.deploy_files().items():
+        publisher.tier_file(name, text)
     for variant_dir in sorted(tier_folder.servers.glob("*")):
         for path in sorted(variant_dir.glob("*")):
             publisher.server_file(variant_dir.name, path.name, path.read_text(errors="replace"))

@@ -132,9 +132,10 @@ class ServerGroup:
         for trial in self.group.trials:
             if trial in runnable or self.backend.unsupported_reason(trial.protocol, trial.input_format) is None:
                 points.setdefault((trial.protocol, trial.input_format, trial.batch_size), trial)
-        return [p for p in points.values() if self._slo_key(p) not in self.done_keys]
+        return [p for p in points.values() if self.slo_key(p) not in self.done_keys]
 
-    def _slo_key(self, point: Trial) -> str:
+    def slo_key(self, point: Trial) -> str:
+        """The key of the SLO summary of `point` (its operating point, in this group's settings)."""
         slo = OmegaConf.to_container(self.cfg.experiment.slo, resolve=True)
         settings = backend_settings(self.cfg, point.variant).identity()
         return trial_key(point.at_load(0), {**measurement_settings(self.cfg.experiment), "slo": slo}, settings,
@@ -166,7 +167,7 @@ class ServerGroup:
         exp = self.cfg.experiment
         base = point.at_load(0)
         record = new_record(self.cfg, base, self.node, self.handle)
-        record.key = self._slo_key(point)
+        record.key = self.slo_key(point)
         record.run_name = f"{base.name.rsplit('/', 1)[0]}/slo-p99-{exp.slo.p99_ms:g}ms"
         _, limit, _ = point.load_mode.slo_search_range(exp)
         record.params.update(slo_p99_ms=exp.slo.p99_ms, slo_load_limit=limit)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -21,18 +22,20 @@ from experiments.cluster.placement import NodeTime, TierPlacement, hold_tier_nod
 from experiments.cluster.tiers import tier_gpu_problem
 from experiments.cluster.waiting import NodeWaitTimeout, wait_for_tier_node
 from experiments.config.prices import tier_price_params
+from experiments.config.search import space_of
 from experiments.config.validation import validate
 from experiments.measure.client_actor import ClientPool
-from experiments.plan import Trial, plan_trials
+from experiments.plan import Trial, TrialGroup, plan_trials
 from experiments.results.layout import CLUSTER_FILE, SERVER_LOGS_DIR, TierFolder
 from experiments.results.node_time import record_node_time
 from experiments.results.publish import Publisher, TierInfo, relog_command
 from experiments.results.records import Status, TrialRecord, read_record, write_record
 from experiments.results.redaction import redact
 from experiments.results.tracking import tracking_uri
+from experiments.run.backend_search import SEARCH_FILE, BackendSearch
 from experiments.run.progress import SweepProgress, sweep_progress
 from experiments.run.resume import resume_command
-from experiments.run.server_group import ServerGroup, StagedModel
+from experiments.run.server_group import Finish, ServerGroup, StagedModel, build_backend
 from experiments.run.trial import new_record
 from serving.model_files import ShippedFile, ship, with_model_file
 from serving.node import NodeInfo, describe_node
@@ -50,7 +53,10 @@ class TierSweep:
         self.sweep_id = str(cfg.sweep_id)
         self.folder = TierFolder.of(cfg.results_dir, self.sweep_id, self.tier)
         self.groups = plan_trials(cfg)
-        self.total = sum(len(g.trials) for g in self.groups)
+        # A backend whose settings are searched is measured through its candidates (`experiment.search`), each a
+        # backend entry of its own: its planned trials are not run as such, nor counted.
+        self.searched = {g.variant for g in self.groups if space_of(cfg, g.variant)}
+        self.total = len(self._planned())
         self.counted: set[str] = set()  # keys of trials finished or found ok, this run (the `[n/N]` count)
         self.failed_keys: set[str] = set()  # failed and not measured ok since (a replacement node may rerun them)
         self.resumed = 0
@@ -115,19 +121,64 @@ class TierSweep:
         self.publisher.tier_file(CLUSTER_FILE, self.folder.cluster_file.read_text())
         model = self._stage_model(options)
         done_keys = self._ok_keys()
-        clients = self.clients = ClientPool(self.cfg.experiment, place.client_options,
-                                            self.cfg.cluster.schedule_timeout_s).start()
-        trials = [t for g in self.groups for t in g.trials]
+        self.clients = ClientPool(self.cfg.experiment, place.client_options,
+                                  self.cfg.cluster.schedule_timeout_s).start()
+
+        def server_group(group: TrialGroup, finish: Finish) -> ServerGroup:
+            return ServerGroup(self.cfg, group, node, options, self.clients, finish,
+                               lambda name, text, v=group.variant: self._save_server_file(v, name, text),
+                               done_keys, place.emulated, model)
         try:
-            with sweep_progress(trials, self.tier, bool(self.cfg.quiet)) as self.progress:
+            with sweep_progress(self._planned(), self.tier, bool(self.cfg.quiet)) as self.progress:
                 for group in self.groups:
+                    if group.variant in self.searched:
+                        self._search(group, server_group, done_keys)
+                        continue
                     pending = [t for t in group.trials if not self._already_ok(t, node, done_keys)]
                     if pending:
-                        ServerGroup(self.cfg, group, node, options, clients, self._finish,
-                                    lambda name, text, v=group.variant: self._save_server_file(v, name, text),
-                                    done_keys, place.emulated, model).run(pending)
+                        server_group(group, self._finish).run(pending)
         finally:
-            clients.close()
+            self.clients.close()
+
+    def _planned(self) -> list[Trial]:
+        """The trials run as planned (those of searched backends are run through their candidates)."""
+        return [t for g in self.groups if g.variant not in self.searched for t in g.trials]
+
+    def _search(self, group: TrialGroup, server_group: Callable[[TrialGroup, Finish], ServerGroup],
+                done_keys: set[str]) -> None:
+        """Search `group.variant`'s settings; the summary and the winner's deploy files go under `deploy/`."""
+        point = group.trials[0]
+        reason = server_group(group, self._finish).backend.unsupported_reason(point.protocol, point.input_format)
+        if reason:  # e.g. TensorRT on a node without a GPU: nothing to search here, said once
+            log.info("settings search of %s skipped on %s: %s", group.variant, self.tier, reason)
+            for trial in group.trials:
+                record = new_record(self.cfg, trial, self.node, status=Status.SKIPPED, reason=reason)
+                record.tags["phase"] = "settings_search"
+                self._finish(record, {})
+            return
+        ok_records = {r.key: r for r in map(read_record, self.folder.trials()) if r.status == Status.OK}
+
+        def run_group(candidate: TrialGroup, finish: Finish) -> None:
+            pending = [t for t in candidate.trials if new_record(self.cfg, t, self.node).key not in done_keys]
+            server_group(candidate, finish).run(pending)
+
+        def done_slo(candidate: TrialGroup) -> TrialRecord | None:
+            return ok_records.get(server_group(candidate, self._finish).slo_key(candidate.trials[0]))
+
+        search = BackendSearch(self.cfg, group, run_group, self._finish, done_slo)
+        outcome = search.run()
+        files = {SEARCH_FILE: json.dumps(search.summary(outcome), indent=2)}
+        if outcome.best is not None:
+            winner = search.entry_of(outcome.best)
+            rendered = {p.name: p.read_text(errors="replace") for p in (self.folder.servers / winner).glob("*")}
+            files.update(build_backend(self.cfg, winner, self.node, {}, self.place.emulated).deploy_files(rendered))
+        for name, text in files.items():
+            path = self.folder.deploy / group.variant / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            self.publisher.tier_file(str(path.relative_to(self.folder.path)), text)
+        log.info("settings search of %s: summary and the winner's deploy files in %s", group.variant,
+                 (self.folder.deploy / group.variant).resolve())
 
     def _stage_model(self, server_options: dict[str, Any]) -> StagedModel:
         """The model's file, if any, shipped once through Ray's object store and staged on the tier's node (again
@@ -171,8 +222,7 @@ class TierSweep:
             log.error("gpu=%s: nothing was run. Resume with: %s", self.tier, redact(resume_command(self.cfg)))
             return
         reason = f"{NOT_RUN}{loss.describe()}"
-        not_run = [t for g in self.groups for t in g.trials
-                   if new_record(self.cfg, t, self.node).key not in self.counted]
+        not_run = [t for t in self._planned() if new_record(self.cfg, t, self.node).key not in self.counted]
         for trial in not_run:
             self._finish(new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=reason), {})
         log.error("%s; %d trials not run. Resume on a node of tier %s (re-join one with `python -m runners.node "
@@ -258,7 +308,8 @@ class TierSweep:
         else:
             self.failed_keys.discard(record.key)
         if record.tags.get("run_level", "trial") != "trial" or "phase" in record.tags:
-            log.info("[slo search] %s  %s", record.name, _summary(record))
+            log.info("[%s] %s  %s", record.tags.get("phase", "slo search").replace("_", " "), record.name,
+                     _summary(record))
         else:
             self.counted.add(record.key)
             log.info("[%d/%d] %s  %s", len(self.counted), self.total, record.name, _summary(record))

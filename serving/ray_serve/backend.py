@@ -136,14 +136,7 @@ class RayServeTorchBackend(Backend):
         ctx = self.context
         started = time.monotonic()
         port, grpc_port = _serve_ports(ctx.host, ctx.start_timeout_s)
-        batching = ({"max_batch_size": self.max_batch_size, "batch_wait_timeout_s": self.settings.batch_wait_timeout_s}
-                    if self.settings.batching else None)
-        app = TorchImageClassifier.options(
-            num_replicas=self.settings.num_replicas,
-            max_ongoing_requests=self.settings.max_ongoing_requests,
-            ray_actor_options=self.actor_options(),
-        ).bind(OmegaConf.to_container(ctx.model, resolve=True), self.device, self.settings.torch_threads,
-               asdict(self.options), tuple(ctx.warmup_batch_sizes), batching)
+        app = TorchImageClassifier.options(**self._deployment_options(self.actor_options())).bind(**self._app_args())
         route = self.route
         self._running = True
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
@@ -172,6 +165,35 @@ class RayServeTorchBackend(Backend):
             gpu_ids=tuple(info.get("gpu_ids") or ()),
             on_gpu=str(info.get("device", "")).startswith("cuda"),  # the replica's own torch device
         )
+
+    def _app_args(self) -> dict[str, Any]:
+        """The replica's constructor arguments: what `start` binds and the exported Serve config's `args` say."""
+        batching = ({"max_batch_size": self.max_batch_size, "batch_wait_timeout_s": self.settings.batch_wait_timeout_s}
+                    if self.settings.batching else None)
+        return {"model": OmegaConf.to_container(self.context.model, resolve=True), "device": self.device,
+                "torch_threads": self.settings.torch_threads, "options": asdict(self.options),
+                "warmup_batch_sizes": [int(b) for b in self.context.warmup_batch_sizes], "batching": batching}
+
+    def _deployment_options(self, ray_actor_options: dict[str, Any]) -> dict[str, Any]:
+        return {"num_replicas": self.settings.num_replicas, "max_ongoing_requests": self.settings.max_ongoing_requests,
+                "ray_actor_options": ray_actor_options}
+
+    def deploy_files(self, rendered: dict[str, str]) -> dict[str, str]:
+        """`serve_config.yaml`: one application as `serve deploy` / `serve run` take it, running this deployment
+        (tierbench installed on the cluster) with these settings; the replica asks for the CPU and GPU share
+        measured, not for the tier's node (the cluster you deploy on has its own)."""
+        import yaml
+
+        from serving.ray_serve.deployment import APP_BUILDER, TorchImageClassifier
+
+        model = self.context.model.name
+        resources = {k: v for k, v in self.actor_options().items() if k in ("num_cpus", "num_gpus")}
+        deployment = {"name": TorchImageClassifier.name, **self._deployment_options(resources)}
+        app = {"name": f"tierbench-{model}", "route_prefix": f"/{model}", "import_path": APP_BUILDER,
+               "args": self._app_args(), "deployments": [deployment]}
+        header = (f"# Ray Serve config for {model} with the settings of backend entry {self.context.name}: "
+                  "`serve deploy serve_config.yaml` (or `serve run`).\n")
+        return {"serve_config.yaml": header + yaml.safe_dump({"applications": [app]}, sort_keys=False)}
 
     def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
         """Trial params (device, dtype, compile) and what the replica's warm-up cost (compile included)."""

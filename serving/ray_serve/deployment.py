@@ -144,3 +144,13 @@ def _timing(started: float, preprocessed: float, done: float, executed: int) -> 
     """Server-Timing: the replica's own time (ms), and the images of the forward pass the request rode in."""
     return (f"preprocess;dur={(preprocessed - started) * 1e3:.3f}, infer;dur={(done - preprocessed) * 1e3:.3f}, "
             f"batch;desc={executed}")
+
+
+APP_BUILDER = "serving.ray_serve.deployment:app_builder"
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """The application a Serve config's `import_path` names (`APP_BUILDER`): the classifier built with `args` (the
+    constructor's arguments, as `RayServeTorchBackend.deploy_files` writes them); the config's `deployments` entry
+    sets replicas and resources."""
+    return TorchImageClassifier.bind(**args)

@@ -34,6 +34,9 @@ class RayServeTorchSettings(BackendSettings):
     direct_ingress: bool = False
 
     server_mode_hint: ClassVar[str] = "ray_serve"
+    searchable: ClassVar[tuple[str, ...]] = ("num_replicas", "batching", "max_batch_size", "batch_wait_timeout_s",
+                                             "max_ongoing_requests", "torch_threads")
+    switched_by: ClassVar[dict[str, str]] = {"max_batch_size": "batching", "batch_wait_timeout_s": "batching"}
 
     @property
     def family(self) -> str:
@@ -56,8 +59,7 @@ class RayServeTorchSettings(BackendSettings):
                                                                 "server batch), or null for the model's"))
         if self.batch_wait_timeout_s < 0:
             problems.append(self.refuse(name, "batch_wait_timeout_s", "a number of seconds >= 0"))
-        problems += self.refuse_unless(name, "batching", [k for k in ("max_batch_size", "batch_wait_timeout_s")
-                                                          if getattr(self, k)])
+        problems += self.refuse_switched_off(name)
         if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
             problems.append(self.refuse(name, "compile_mode", f"choose from {list(COMPILE_MODES)}, or null"))
         problems += self.refuse_unless(name, "compile", [k for k in ("compile_mode", "compile_dynamic")

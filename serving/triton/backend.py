@@ -222,6 +222,21 @@ class TritonBackend(Backend):
 
         return served_images(before, after)
 
+    def deploy_files(self, rendered: dict[str, str]) -> dict[str, str]:
+        """The classifier's model folder as the server that measured it loaded it: `<model>/config.pbtxt` (NVIDIA's
+        container: the native ONNX Runtime backend; the bundled server: the Python backend, with its `model.py`),
+        and the ONNX file at `<model>/1/model.onnx` (native) or where the `onnx_path` parameter says (Python)."""
+        from serving.triton.repository import PYTHON_MODEL_FILE
+
+        config = rendered.get("config.pbtxt")
+        if config is None:
+            return {}
+        name = self.context.model.name
+        files = {f"{name}/config.pbtxt": config}
+        if text_format.Parse(config, mc.ModelConfig()).backend == "python":
+            files[f"{name}/1/model.py"] = PYTHON_MODEL_FILE.read_text()
+        return files
+
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         from serving.triton.ensemble import JPEG_INPUT, ensemble_model_name
 

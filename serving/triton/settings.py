@@ -56,6 +56,10 @@ class TritonSettings(BackendSettings):
     #                                               core, up to 8
 
     server_mode_hint: ClassVar[str] = "triton"
+    searchable: ClassVar[tuple[str, ...]] = ("instance_count", "dynamic_batching", "max_queue_delay_us",
+                                             "preferred_batch_sizes", "ort_threads", "preprocess_instance_count")
+    switched_by: ClassVar[dict[str, str]] = {"max_queue_delay_us": "dynamic_batching",
+                                             "preferred_batch_sizes": "dynamic_batching"}
 
     @property
     def family(self) -> str:
@@ -90,5 +94,4 @@ class TritonSettings(BackendSettings):
         if any(not 0 < size <= limit for size in self.preferred_batch_sizes):
             problems.append(self.refuse(name, "preferred_batch_sizes", f"each must be in 1..model.max_batch_size="
                                                                        f"{limit}"))
-        batching = [k for k in ("max_queue_delay_us", "preferred_batch_sizes") if getattr(self, k)]
-        return problems + self.refuse_unless(name, "dynamic_batching", batching)
+        return problems + self.refuse_switched_off(name)

@@ -1,0 +1,133 @@
+"""`experiment.search`: which settings of which backends a search varies, each candidate as a backend entry of its
+own, and the checks that refuse a bad space before anything starts.
+
+A candidate is the searched backend's settings with the point's values put in (`candidate_settings`), added to
+`cfg.backends` under a name that says them (`triton_onnx_dynbatch+instance_count=2+max_queue_delay_us=500`), so
+it is planned, keyed, resumed, logged and reported like any other backend entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from omegaconf import OmegaConf, open_dict
+
+from experiments.config.choices import SearchStrategy
+from experiments.config.errors import ConfigError
+from experiments.config.schema import BACKEND_SCHEMAS, backend_settings
+from serving.settings import BackendSettings
+
+SPACE_KEY = "experiment.search.space"
+
+
+def settings_class(settings: BackendSettings) -> str:
+    """The `experiment.search.space` key of a backend's settings: its class's name in BACKEND_SCHEMAS."""
+    return next(name for name, schema in BACKEND_SCHEMAS.items() if isinstance(settings, schema))
+
+
+def searching(cfg: Any) -> bool:
+    return SearchStrategy(cfg.experiment.search.strategy) is not SearchStrategy.NONE
+
+
+def space_of(cfg: Any, variant: str) -> dict[str, list[Any]] | None:
+    """The settings to search for `backends.<variant>` and their values; None when its class has no space (or no
+    search is asked for): it is measured at its own settings."""
+    if not searching(cfg):
+        return None
+    space = cfg.experiment.search.space.get(settings_class(backend_settings(cfg, variant)))
+    return None if not space else OmegaConf.to_container(space, resolve=True)
+
+
+def candidate_settings(base: BackendSettings, values: dict[str, Any]) -> BackendSettings:
+    """`base` with `values`; a setting whose switch the candidate turns off goes back to its default, so points
+    that differ only there are one candidate (measured once)."""
+    candidate = dataclasses.replace(base, **values)
+    defaults = {f.name: f for f in dataclasses.fields(candidate)}
+    for key, switch in candidate.switched_by.items():
+        if not getattr(candidate, switch):
+            field = defaults[key]
+            default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+            setattr(candidate, key, default)
+    return candidate
+
+
+def searched_values(candidate: BackendSettings, space: dict[str, list[Any]]) -> dict[str, Any]:
+    """The candidate's values of the searched settings (after `candidate_settings` normalised them)."""
+    return {key: getattr(candidate, key) for key in space}
+
+
+def candidate_name(variant: str, values: dict[str, Any]) -> str:
+    """`triton_onnx+instance_count=2+preferred_batch_sizes=4-8`: the backend entry of one candidate."""
+    def text(value: Any) -> str:
+        if isinstance(value, list | tuple):
+            return "-".join(str(v) for v in value) or "none"
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    return "+".join([variant, *(f"{key}={text(value)}" for key, value in values.items())])
+
+
+def add_candidate(cfg: Any, variant: str, values: dict[str, Any]) -> str:
+    """Add the candidate of `backends.<variant>` at `values` to `cfg.backends`; returns its entry name."""
+    space = dict.fromkeys(values)
+    candidate = candidate_settings(backend_settings(cfg, variant), values)
+    name = candidate_name(variant, searched_values(candidate, space))
+    if name not in cfg.backends:
+        with open_dict(cfg.backends):
+            cfg.backends[name] = OmegaConf.structured(candidate)
+    return name
+
+
+def check_search(cfg: Any) -> None:
+    """Refuse a search that cannot run, naming the key, the value and the fix; nothing is started before."""
+    exp = cfg.experiment
+    search = exp.search
+    if search.strategy not in list(SearchStrategy):
+        raise ConfigError(f"experiment.search.strategy={search.strategy!r} is not allowed: choose from "
+                          f"{[str(s) for s in SearchStrategy]}")
+    if not searching(cfg):
+        return
+    if exp.slo.p99_ms is None:
+        raise ConfigError(f"experiment.slo.p99_ms=None is not allowed with experiment.search.strategy="
+                          f"{search.strategy}: the search keeps the settings with the highest throughput within a p99 "
+                          "target; set one, e.g. experiment.slo.p99_ms=50")
+    for key in ("protocols", "input_formats", "batch_sizes"):
+        if len(exp[key]) != 1:
+            raise ConfigError(f"experiment.{key}={list(exp[key])} is not allowed with a settings search: a search "
+                              f"finds the best settings for one operating point; give one, e.g. "
+                              f"experiment.{key}=[{exp[key][0]}] (a multirun over it searches each)")
+    unknown = [name for name in search.space if name not in BACKEND_SCHEMAS]
+    if unknown:
+        raise ConfigError(f"{SPACE_KEY}.{unknown[0]} is not allowed: the space is keyed by backend class, one of "
+                          f"{sorted(BACKEND_SCHEMAS)}")
+    searched = [v for v in exp.backends if space_of(cfg, v)]
+    if not searched:
+        raise ConfigError(f"{SPACE_KEY}={OmegaConf.to_container(search.space)} is not allowed: no backend of "
+                          f"experiment.backends={list(exp.backends)} is of a class it searches; give values for "
+                          f"their class ({sorted({settings_class(backend_settings(cfg, v)) for v in exp.backends})})")
+    for variant in searched:
+        _check_space(cfg, variant, space_of(cfg, variant))
+
+
+def _check_space(cfg: Any, variant: str, space: dict[str, list[Any]]) -> None:
+    base = backend_settings(cfg, variant)
+    cls = settings_class(base)
+    for key, values in space.items():
+        where = f"{SPACE_KEY}.{cls}.{key}"
+        if key not in base.searchable:
+            raise ConfigError(f"{where} is not allowed: not a setting the search varies for {cls} (those are "
+                              f"{list(base.searchable)})")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}={values!r} is not allowed: give a non-empty list of values to try, e.g. "
+                              f"{where}=[{getattr(base, key)!r}]")
+        if len({repr(v) for v in values}) != len(values):
+            raise ConfigError(f"{where}={values!r} is not allowed: a value is listed twice")
+        switch = base.switched_by.get(key)
+        if switch and switch not in space and not getattr(base, switch):
+            raise ConfigError(f"{where}={values!r} is not allowed for backends.{variant}, whose {switch}=false "
+                              f"(the setting only applies with it on): search a variant with {switch}: true, or "
+                              f"add {SPACE_KEY}.{cls}.{switch}=[false,true]")
+        for value in values:
+            single = {key: value, **({switch: True} if switch else {})}
+            problems = candidate_settings(base, single).check(variant, cfg.model, cfg.cluster)
+            if problems:
+                raise ConfigError(f"{where}={values!r} is not allowed: the value {value!r} gives: {problems[0]}")

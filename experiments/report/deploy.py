@@ -1,0 +1,100 @@
+"""The report's "Deploy this": per tier, the best settings a settings search found (`experiment.search`) with
+their throughput, p99 and cost per 1k images at the SLO; across tiers, the cheapest, against the runner-up tier and
+against the searched backend's own settings (what the search gained). Read from the SLO summaries of the search's
+candidates (params `search_of`, `search_values`, `search_start`); the deploy files are on each tier run under
+`deploy/<backend>/`."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from experiments.report.data import SweepData
+from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd
+
+THROUGHPUT = "slo_max_throughput_img_s"
+COST = "cost_per_1k_images_at_slo_usd"
+BEST_COLUMNS = ["tier", "backend", "protocol", "input_format", "batch_size", "settings", "entry", THROUGHPUT, "p99_ms",
+                COST, "default_settings", "default_throughput", "default_cost", "candidates", "strategy"]
+
+
+def settings_text(values: str) -> str:
+    """`{"instance_count": 2, "max_queue_delay_us": 500}` -> `instance_count=2, max_queue_delay_us=500`."""
+    return ", ".join(f"{k}={v}" for k, v in json.loads(values).items())
+
+
+def best_per_tier(slo: pd.DataFrame) -> pd.DataFrame:
+    """One row per tier: its candidate with the highest throughput within the SLO (the cheapest image, as the
+    tier's price is fixed), with the start of the same search beside it (`default_*`) and the candidates counted."""
+    if slo.empty or "search_of" not in slo or slo["search_of"].isna().all():
+        return pd.DataFrame()
+    searched = slo[slo["search_of"].notna() & (slo["status"] == "ok")]
+    rows = []
+    for tier, candidates in searched.groupby("tier"):
+        met = candidates[(candidates["slo_met"] == 1) & (candidates[THROUGHPUT] > 0)]
+        if met.empty:
+            rows.append({"tier": tier, "candidates": len(candidates)})
+            continue
+        best = met.loc[met[THROUGHPUT].idxmax()]
+        same = candidates[candidates["search_of"] == best["search_of"]]
+        start = same[same["search_start"] == "true"]
+        default = start.iloc[0] if not start.empty else None
+        met_default = default is not None and default["slo_met"] == 1 and default[THROUGHPUT] > 0
+        rows.append({"tier": tier, "backend": best["search_of"], "protocol": best["protocol"],
+                     "input_format": best["input_format"], "batch_size": best["batch_size"],
+                     "settings": settings_text(best["search_values"]), "entry": best["variant"],
+                     THROUGHPUT: best[THROUGHPUT], "p99_ms": best["slo_p99_at_max_ms"], COST: best[COST],
+                     "default_settings": settings_text(default["search_values"]) if default is not None else None,
+                     "default_throughput": default[THROUGHPUT] if met_default else None,
+                     "default_cost": default[COST] if met_default else None,
+                     "candidates": len(candidates), "strategy": best["search_strategy"]})
+    best = pd.DataFrame(rows, columns=BEST_COLUMNS)
+    for column in (THROUGHPUT, "p99_ms", COST, "default_throughput", "default_cost"):
+        best[column] = pd.to_numeric(best[column])
+    return best
+
+
+def deploy_section(doc: Document, data: SweepData, labels: dict[str, str]) -> list[str]:
+    """Add "Deploy this" when the sweep searched settings; returns its one-line answer for the summary."""
+    best = best_per_tier(data.slo)
+    if best.empty:
+        return []
+    doc.h(1, "Deploy this")
+    slo_ms = data.slo["slo_p99_ms"].dropna()
+    target = f"p99 ≤ {slo_ms.iloc[0]:g} ms" if not slo_ms.empty else "the SLO"
+    doc.p(f"Per tier, the server settings a search found with the highest throughput within {target} (so the lowest "
+          "cost per image at the tier's price), each candidate measured by the SLO search as real trials; “search "
+          "gain” is over the searched backend's own settings (the search's start). The winner's `config.pbtxt` or "
+          "Serve `serve_config.yaml` is on the tier run under `deploy/<backend>/`, with `search.json`.")
+    met = best.dropna(subset=[COST])
+    table = pd.DataFrame({
+        "tier": best["tier"].map(lambda t: labels.get(t, t)),
+        "stack": [f"{r.backend}/{r.protocol}/{r.input_format}/b{r.batch_size}" if isinstance(r.backend, str)
+                  else "none meets the SLO" for r in best.itertuples()],
+        "settings": best["settings"].fillna("—"),
+        "img/s at SLO": best[THROUGHPUT].map(rate),
+        "p99 ms": best["p99_ms"].map(ms),
+        "$ per 1k images": best[COST].map(usd),
+        "default settings": best["default_settings"].fillna("—"),
+        "$ per 1k, default": best["default_cost"].map(usd),
+        "search gain": (best["default_cost"] / best[COST]).map(ratio),
+        "candidates": best["candidates"].map(count),
+    })
+    doc.table(format_frame(table, {}), [False, False, False, True, True, True, False, True, True, True])
+    if met.empty:
+        line = f"No searched setting met {target} on any tier."
+        doc.p(line)
+        return [line]
+    ranked = met.sort_values(COST)
+    first = ranked.iloc[0]
+    line = (f"Deploy {first['backend']} ({first['settings']}) on {labels.get(first['tier'], first['tier'])}: "
+            f"{usd(first[COST])} per 1k images at {rate(first[THROUGHPUT])} img/s within {target}")
+    if len(ranked) > 1:
+        second = ranked.iloc[1]
+        line += (f"; {ratio(second[COST] / first[COST])} cheaper than the runner-up, "
+                 f"{labels.get(second['tier'], second['tier'])} ({usd(second[COST])})")
+    if pd.notna(first.get("default_cost")):
+        line += f"; {ratio(first['default_cost'] / first[COST])} cheaper than its default settings"
+    doc.p(f"**{line}.**")
+    return [line]

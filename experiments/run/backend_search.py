@@ -1,0 +1,117 @@
+"""One backend's settings search on a tier's node (`experiment.search`): each candidate a backend entry of its own
+(`experiments.config.search`), measured as a server group with the SLO search; its objective is the highest
+throughput within the p99 target, which at the tier's fixed price is the lowest cost per image. The strategy
+(`experiments.run.settings_search`) picks which candidates to measure; the winner's deploy files go into the tier
+folder and onto the tier run under `deploy/<backend>/`.
+
+Every probe is a real trial, logged and keyed like any other (params `search_of`, `search_values`, `search_start`),
+so a resumed sweep reuses what was measured: a candidate whose SLO summary is already `ok` is not started again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from experiments.config.choices import SearchStrategy
+from experiments.config.schema import backend_settings
+from experiments.config.search import add_candidate, space_of
+from experiments.plan import TrialGroup
+from experiments.results.records import Status, TrialRecord
+from experiments.run.server_group import Finish
+from experiments.run.settings_search import SearchOutcome, SearchSpace, search_settings
+
+log = logging.getLogger(__name__)
+
+SEARCH_FILE = "search.json"
+THROUGHPUT_AT_SLO = "slo_max_throughput_img_s"
+
+# Runs one candidate's server group: (its trials, the finish callback every record goes through).
+RunGroup = Callable[[TrialGroup, Finish], None]
+
+
+class BackendSearch:
+    """Searches the settings of `group.variant` on the tier's node."""
+
+    def __init__(self, cfg: Any, group: TrialGroup, run_group: RunGroup, finish: Finish,
+                 done_slo: Callable[[TrialGroup], TrialRecord | None]) -> None:
+        self.cfg = cfg
+        self.group = group
+        self.run_group = run_group
+        self.finish = finish
+        self.done_slo = done_slo  # the ok SLO summary of a candidate's group measured earlier (resume), or None
+        self.strategy = SearchStrategy(cfg.experiment.search.strategy)
+        self.space = SearchSpace.of(space_of(cfg, group.variant))
+        self.start = self.space.nearest(dataclasses.asdict(backend_settings(cfg, group.variant)))
+        self.candidates: dict[str, float | None] = {}  # entry name -> objective (normalised points share one)
+        self.names: dict[tuple, str] = {}  # point -> entry name
+
+    def run(self) -> SearchOutcome:
+        log.info("settings search (%s) of %s over %s: %d points, from %s", self.strategy, self.group.variant,
+                 dict(self.space.settings), self.space.size, self.space.values(self.start))
+        outcome = search_settings(self.space, self._objective, self.strategy, self.start)
+        best = outcome.best
+        log.info("settings search of %s: %d candidates measured (%d points probed of %d); best %s", self.group.variant,
+                 len(self.candidates), outcome.probes, self.space.size,
+                 "none within the SLO" if best is None else
+                 f"{self.space.values(best)} at {outcome.value(best):.1f} img/s within p99 <= "
+                 f"{self.cfg.experiment.slo.p99_ms:g} ms ({outcome.gain or float('nan'):.2f}x the start)")
+        return outcome
+
+    def entry_of(self, point: tuple) -> str:
+        """The backend entry measuring `point` (added to `cfg.backends` when first asked for)."""
+        if point not in self.names:
+            self.names[point] = add_candidate(self.cfg, self.group.variant, self.space.values(point))
+        return self.names[point]
+
+    def summary(self, outcome: SearchOutcome) -> dict[str, Any]:
+        """What the search measured and chose: `deploy/<backend>/search.json`."""
+        def point_row(point: tuple, value: float | None) -> dict[str, Any]:
+            return {"entry": self.entry_of(point), "values": self.space.values(point), THROUGHPUT_AT_SLO: value}
+        best = outcome.best
+        return {"backend": self.group.variant, "strategy": str(self.strategy),
+                "slo_p99_ms": self.cfg.experiment.slo.p99_ms,
+                "space": {k: list(v) for k, v in self.space.settings}, "points": self.space.size,
+                "points_probed": outcome.probes, "candidates_measured": len(self.candidates),
+                "start": point_row(self.start, outcome.value(self.start)),
+                "best": None if best is None else point_row(best, outcome.value(best)), "gain_over_start": outcome.gain,
+                "measured": [point_row(p, v) for p, v in outcome.measured.items()]}
+
+    def _objective(self, values: dict[str, Any]) -> float | None:
+        point = next(p for p in self.space.points() if self.space.values(p) == values)
+        name = self.entry_of(point)
+        if name not in self.candidates:
+            self.candidates[name] = self._measure(name, values, point == self.start)
+        return self.candidates[name]
+
+    def _measure(self, name: str, values: dict[str, Any], start: bool) -> float | None:
+        group = TrialGroup(name, [dataclasses.replace(t, variant=name) for t in self.group.trials])
+        earlier = self.done_slo(group)
+        if earlier is not None:
+            log.info("settings search: %s already measured (resumed)", name)
+            return _throughput_at_slo(earlier)
+        slo: list[TrialRecord] = []
+        params = {"search_of": self.group.variant, "search_strategy": str(self.strategy),
+                  "search_values": json.dumps(values, sort_keys=True), "search_start": str(start).lower()}
+
+        def finish(record: TrialRecord, logs: dict[str, str]) -> None:
+            record.params.update(params)
+            if record.tags.get("run_level", "trial") == "slo":
+                slo.append(record)
+            else:
+                record.tags.setdefault("phase", "settings_search")
+            self.finish(record, logs)
+
+        log.info("settings search of %s: measuring %s", self.group.variant, name)
+        self.run_group(group, finish)
+        return _throughput_at_slo(slo[-1]) if slo else None
+
+
+def _throughput_at_slo(record: TrialRecord) -> float | None:
+    """The candidate's objective: its highest throughput within the SLO; 0 when no load met it, None when it failed."""
+    if record.status != Status.OK:
+        return None
+    return float(record.metrics.get(THROUGHPUT_AT_SLO, 0.0)) if record.metrics.get("slo_met") else 0.0

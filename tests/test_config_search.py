@@ -1,0 +1,109 @@
+"""`experiment.search` before anything starts (a bad space refused with the key, the value and the fix), its
+candidates as backend entries, and the report's "Deploy this" from a store of known (synthetic) runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from experiments.config.compose import compose
+from experiments.config.errors import ConfigError
+from experiments.config.schema import backend_settings
+from experiments.config.search import add_candidate, candidate_settings, space_of
+from experiments.config.validation import validate
+from experiments.report.build import ReportOptions
+from experiments.report.data import load_sweep
+from experiments.report.deploy import best_per_tier
+from experiments.report.publish import make_report
+from tests import synthetic_sweep as syn
+
+CHEAPEST = ["experiment=cheapest", "model=tiny"]
+
+
+def refused(*overrides: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        validate(compose([*CHEAPEST, *overrides]))
+    return str(caught.value)
+
+
+def test_the_preset_searches_triton_and_serve_from_their_own_settings() -> None:
+    cfg = compose(CHEAPEST)
+    validate(cfg)
+    assert space_of(cfg, "triton_onnx_dynbatch") == {"instance_count": [1, 2, 3, 4],
+                                                     "max_queue_delay_us": [0, 500, 2000, 10000]}
+    assert space_of(cfg, "pytorch_batched") == {"num_replicas": [1, 2, 4], "batch_wait_timeout_s": [0.001, 0.005, 0.02]}
+    assert space_of(compose([*CHEAPEST, "experiment.search.strategy=none"]), "triton_onnx_dynbatch") is None
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["experiment.slo.p99_ms=null"], "experiment.slo.p99_ms=None is not allowed with experiment.search.strategy=quick"
+                                     ": the search keeps the settings with the highest throughput within a p99 target; "
+                                     "set one, e.g. experiment.slo.p99_ms=50"),
+    (["+experiment.search.space.triton.accelerator=[cpu,cuda]"], "experiment.search.space.triton.accelerator is not "
+                                                                 "allowed: not a setting the search varies for triton"),
+    (["+experiment.search.space.triton.instance_cont=[1,2]"], "experiment.search.space.triton.instance_cont is not "
+                                                              "allowed"),
+    (["experiment.search.space.triton.instance_count=[]"], "experiment.search.space.triton.instance_count=[] is not "
+                                                           "allowed: give a non-empty list of values to try"),
+    (["experiment.search.space.triton.instance_count=[1,0]"], "the value 0 gives: backends.triton_onnx_dynbatch."
+                                                              "instance_count=0 is not allowed: a positive integer"),
+    (["experiment.search.space.triton.instance_count=[2,2]"], "a value is listed twice"),
+    (["experiment.search.space.ray_serve.batch_wait_timeout_s=[-1]"], "batch_wait_timeout_s=-1 is not allowed"),
+    (["experiment.search.strategy=best"], "experiment.search.strategy='best' is not allowed: choose from ['none', "
+                                          "'grid', 'quick']"),
+    (["+experiment.search.space.tensorflow={threads:[1]}"], "experiment.search.space.tensorflow is not allowed: the "
+                                                            "space is keyed by backend class"),
+    (["experiment.protocols=[http,grpc]"], "experiment.protocols=['http', 'grpc'] is not allowed with a settings "
+                                           "search"),
+    (["experiment.backends=[triton_onnx]"], "whose dynamic_batching=false (the setting only applies with it on): "
+                                            "search a variant with dynamic_batching: true, or add experiment.search."
+                                            "space.triton.dynamic_batching=[false,true]"),
+])
+def test_a_bad_search_is_refused_naming_the_key_the_value_and_the_fix(overrides: list[str], message: str) -> None:
+    assert message in refused(*overrides)
+
+
+def test_a_candidate_is_a_backend_entry_and_a_switched_off_setting_goes_back_to_its_default() -> None:
+    cfg = compose([*CHEAPEST, "experiment.backends=[triton_onnx]",
+                   "+experiment.search.space.triton.dynamic_batching=[false,true]"])
+    validate(cfg)  # the switch is searched too: a delay with batching off is the same candidate as no delay
+    name = add_candidate(cfg, "triton_onnx", {"instance_count": 2, "max_queue_delay_us": 500, "dynamic_batching": True})
+    assert name == "triton_onnx+instance_count=2+max_queue_delay_us=500+dynamic_batching=true"
+    settings = backend_settings(cfg, name)
+    assert (settings.instance_count, settings.max_queue_delay_us, settings.dynamic_batching) == (2, 500, True)
+    assert settings.family == "triton_onnx" and settings.accelerator == backend_settings(cfg, "triton_onnx").accelerator
+    off = add_candidate(cfg, "triton_onnx", {"instance_count": 2, "max_queue_delay_us": 500, "dynamic_batching": False})
+    assert off == "triton_onnx+instance_count=2+max_queue_delay_us=0+dynamic_batching=false"
+    assert candidate_settings(backend_settings(cfg, "triton_onnx"), {"max_queue_delay_us": 500}).max_queue_delay_us == 0
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    folder = tmp_path_factory.mktemp("search")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    syn.build_searched(uri)
+    return uri, folder
+
+
+def test_deploy_this_picks_each_tiers_best_and_the_cheapest_tier(searched) -> None:
+    best = best_per_tier(load_sweep(searched[0], "tierbench", syn.SEARCH_SWEEP_ID).slo).set_index("tier")
+    assert best.loc["a100", "settings"] == "instance_count=2, max_queue_delay_us=2000"
+    assert best.loc["a100", "slo_max_throughput_img_s"] == 400.0
+    assert best.loc["a100", "cost_per_1k_images_at_slo_usd"] == pytest.approx(0.1 / 400)
+    assert best.loc["a100", "default_cost"] == pytest.approx(0.1 / 200)  # the start: instance_count=1
+    assert best.loc["a100", "candidates"] == 4
+    assert best.loc["rtx4090", "settings"] == "instance_count=2, max_queue_delay_us=500"
+    assert best.loc["rtx4090", "cost_per_1k_images_at_slo_usd"] == pytest.approx(0.05 / 240)
+
+
+def test_the_report_says_what_to_deploy(searched) -> None:
+    uri, folder = searched
+    published = make_report(uri, "tierbench", syn.SEARCH_SWEEP_ID, folder / "runs", ReportOptions())
+    text = published.markdown.read_text()
+    assert "# Deploy this" in text
+    # rtx4090: 0.05/240 = $0.000208 per 1k; a100's best 0.1/400 = $0.00025 (1.20x); rtx4090's start 0.05/150 (1.60x)
+    assert ("**Deploy triton_onnx_dynbatch (instance_count=2, max_queue_delay_us=500) on rtx4090: $0.000208 per 1k "
+            "images at 240.0 img/s within p99 ≤ 50 ms; 1.20× cheaper than the runner-up, a100 ($0.00025); 1.60× "
+            "cheaper than its default settings.**") in text
+    assert "| a100 | triton_onnx_dynbatch/grpc/tensor/b1 | instance_count=2, max_queue_delay_us=2000 | 400.0 |" in text
