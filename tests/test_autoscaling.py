@@ -135,7 +135,9 @@ def test_an_interrupted_sweep_lets_its_node_go(autoscaling_cluster: RayNodes, tm
     client actors) keeps the node from going idle, so the autoscaler removes it."""
     address = autoscaling_cluster.address
     wait_for_no_tier_nodes(address)
-    sweep = SweepProcess(tmp_path, "cluster=address", f"cluster.address={address}", "gpu=a100", *SWEEP,
+    # Windows long enough that the SIGINT lands mid-sweep: a trial's log line reaches this process seconds late.
+    longer = [o for o in SWEEP if not o.startswith("experiment.window_s")] + ["experiment.window_s=5"]
+    sweep = SweepProcess(tmp_path, "cluster=address", f"cluster.address={address}", "gpu=a100", *longer,
                          "experiment.concurrency=[1,2,3]", "-m")
     try:
         sweep.wait_for(r"\[1/3\] a100/pytorch", timeout_s=300)  # the replica and clients load the node now

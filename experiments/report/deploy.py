@@ -48,7 +48,7 @@ def best_per_tier(slo: pd.DataFrame) -> pd.DataFrame:
                      "default_settings": settings_text(default["search_values"]) if default is not None else None,
                      "default_throughput": default[THROUGHPUT] if met_default else None,
                      "default_cost": default[COST] if met_default else None,
-                     "candidates": len(candidates), "strategy": best["search_strategy"]})
+                     "candidates": len(same), "strategy": best["search_strategy"]})
     best = pd.DataFrame(rows, columns=BEST_COLUMNS)
     for column in (THROUGHPUT, "p99_ms", COST, "default_throughput", "default_cost"):
         best[column] = pd.to_numeric(best[column])
