@@ -1,10 +1,12 @@
-"""A real settings search on this machine (tiny model, two settings per backend, grid): every candidate measured by
-the SLO search as real trials, the winner's exported `config.pbtxt` loads in Triton and its `serve_config.yaml`
-deploys on Ray Serve, and the report says what to deploy."""
+"""A real settings search on this machine (tiny model, grid; Triton over two settings, Ray Serve over one): every
+candidate measured by the SLO search as real trials, the winner's exported `config.pbtxt` loads in Triton and its
+`serve_config.yaml` deploys on Ray Serve, the report says what to deploy, and a resumed search measures nothing
+again."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +30,8 @@ SEARCH = ["experiment=cheapest", "model=tiny", "experiment.protocols=[http]", "e
           "experiment.search.space.triton.instance_count=[1,2]",
           "experiment.search.space.triton.max_queue_delay_us=[0,2000]",
           "experiment.search.space.ray_serve.num_replicas=[1,2]",
-          "experiment.search.space.ray_serve.batch_wait_timeout_s=[0.001,0.005]", "quiet=true"]
+          "experiment.search.space.ray_serve.batch_wait_timeout_s=[0.005]", "quiet=true"]
+GRID_SIZE = {"triton_onnx_dynbatch": 4, "pytorch_batched": 2}  # Serve's candidates start slowest: one setting
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +56,9 @@ def test_every_candidate_is_measured_and_the_best_wins(searched: Path) -> None:
             metrics.get("slo_max_throughput_img_s", 0.0)
     assert sorted(by_backend) == ["pytorch_batched", "triton_onnx_dynbatch"]
     for backend, measured in by_backend.items():
-        assert len(measured) == 4, measured  # the grid: 2 x 2 candidates, each measured once
+        assert len(measured) == GRID_SIZE[backend], measured  # the grid: each candidate measured once
         summary = json.loads((deploy_folder(searched, backend) / "search.json").read_text())
-        assert summary["candidates_measured"] == 4 and summary["points"] == 4
+        assert summary["candidates_measured"] == summary["points"] == GRID_SIZE[backend]
         assert summary["best"]["slo_max_throughput_img_s"] == max(measured.values()) > 0
         assert json.dumps(summary["best"]["values"], sort_keys=True) in measured
     trials = runs(store_uri(searched))
@@ -125,3 +128,14 @@ def test_the_report_says_what_to_deploy(searched: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = next((searched / "runs" / SWEEP_ID / "report").glob("*.md")).read_text()
     assert "# Deploy this" in report and "**Deploy " in report
+
+
+def test_a_resumed_search_measures_nothing_again(searched: Path) -> None:
+    before = len(runs(store_uri(searched)))
+    proc, _ = run_sweep_command([*store_overrides(searched, SWEEP_ID), *SEARCH], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-4000:]
+    output = proc.stdout + proc.stderr
+    resumed = set(re.findall(r"settings search: (\S+) already measured \(resumed\)", output))
+    assert len(resumed) == sum(GRID_SIZE.values()), output[-4000:]
+    assert "starting triton_onnx_dynbatch" not in output and "starting pytorch_batched" not in output
+    assert len(runs(store_uri(searched))) == before
