@@ -5,6 +5,8 @@ each a real sweep (`python -m runners.sweep experiment=cheapest ...`) on the loc
 
 Goal: the quick search's winner within 5 % of the grid winner's throughput at the SLO, with at most a third of
 the grid's probes (candidates measured); and the searched best against the backend's own settings (the gain).
+Also what each candidate waited for its server: a process start, or the running server reloading the model with
+the candidate's config (`server_start`, `server_startup_s`).
 
 Rows: the grid; the quick search run live (its own sweep: its figures carry this machine's run-to-run noise, its
 winner is measured again); the quick search replayed on the grid's measurements (the same climb, each point's value
@@ -24,6 +26,8 @@ from typing import Any
 
 from benchmarks.common import report
 from experiments.config.choices import SearchStrategy
+from experiments.results.layout import TierFolder
+from experiments.results.records import read_record
 from experiments.run.settings_search import SearchSpace, search_settings
 from serving.paths import REPO_ROOT
 
@@ -41,7 +45,8 @@ def space_overrides(backend: str) -> list[str]:
 
 
 def run_search(args: Any, strategy: str, folder: Path) -> tuple[dict[str, Any], float]:
-    """One sweep searching `args.backend` by `strategy`; its `search.json` and the seconds it took."""
+    """One sweep searching `args.backend` by `strategy`; its `search.json` (with `server_starts`) and the seconds it
+    took."""
     sweep_id = f"config-search-{strategy}"
     overrides = ["experiment=cheapest", f"model={args.model}", f"experiment.backends=[{args.backend}]",
                  f"experiment.search.strategy={strategy}", f"experiment.slo.p99_ms={args.slo_p99_ms}",
@@ -54,8 +59,23 @@ def run_search(args: Any, strategy: str, folder: Path) -> tuple[dict[str, Any], 
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         sys.exit(f"the {strategy} sweep failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    summary = folder / "runs" / sweep_id / "local" / "deploy" / args.backend / "search.json"
-    return json.loads(summary.read_text()), seconds
+    tier = TierFolder.of(folder / "runs", sweep_id, "local")
+    summary = json.loads((tier.deploy / args.backend / "search.json").read_text())
+    return {**summary, "server_starts": server_starts(tier)}, seconds
+
+
+def server_starts(tier: TierFolder) -> dict[str, list[float]]:
+    """Seconds each candidate waited for its server, by how it got it: a new process, or the running one reloaded
+    (`server_start`); one figure per server start (trials of one start share it)."""
+    seen: set[tuple[str, str, float]] = set()
+    for record in map(read_record, tier.trials()):
+        how, startup = record.params.get("server_start"), record.metrics.get("server_startup_s")
+        if how and startup:
+            seen.add((record.params["search_values"], how, float(startup)))
+    starts: dict[str, list[float]] = {}
+    for _, how, startup in sorted(seen):
+        starts.setdefault(how, []).append(startup)
+    return starts
 
 
 def replay(grid: dict[str, Any]) -> dict[str, Any]:
@@ -76,11 +96,18 @@ def row(name: str, summary: dict[str, Any], grid: dict[str, Any], seconds: float
     throughput, grid_best = best.get("slo_max_throughput_img_s"), grid["best"]["slo_max_throughput_img_s"]
     within = throughput / grid_best if throughput and grid_best else None
     probes = summary["candidates_measured"] / grid["candidates_measured"]
+    starts = summary.get("server_starts", {})
     return {"search": name, "best_settings": json.dumps(best.get("values")), "img_s_at_slo": throughput,
             "vs_grid_best": within, "candidates": summary["candidates_measured"], "probes_vs_grid": probes,
             "start_img_s_at_slo": summary["start"]["slo_max_throughput_img_s"],
             "gain_over_start": summary["gain_over_start"], "seconds": seconds,
+            "server_starts": len(starts.get("process", [])), "start_s_mean": _mean(starts.get("process")),
+            "reloads": len(starts.get("reload", [])), "reload_s_mean": _mean(starts.get("reload")),
             "meets_goal": "" if name == "grid" else bool(within and within >= 0.95 and probes <= 1 / 3)}
+
+
+def _mean(values: list[float] | None) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def main() -> None:
@@ -97,7 +124,8 @@ def main() -> None:
     rows = [row("grid", grid, grid, grid_s), row("quick (live)", quick, grid, quick_s),
             row("quick (replayed on the grid)", replay(grid), grid, None)]
     columns = ["search", "best_settings", "img_s_at_slo", "vs_grid_best", "candidates", "probes_vs_grid",
-               "start_img_s_at_slo", "gain_over_start", "seconds", "meets_goal"]
+               "start_img_s_at_slo", "gain_over_start", "seconds", "server_starts", "start_s_mean", "reloads",
+               "reload_s_mean", "meets_goal"]
     report(f"config_search_{args.backend}_{args.model}", columns, rows, {
         "backend": args.backend, "model": args.model, "protocol": args.protocol, "slo_p99_ms": args.slo_p99_ms,
         "space": SPACE[CLASS_OF[args.backend]], "goal": "quick within 5 % of the grid's best, <= 1/3 of its probes",

@@ -107,6 +107,13 @@ class Backend(ABC):
     def start(self) -> ServerHandle:
         """Start the server(s) and wait until the model answers; raise with the server log on failure."""
 
+    def adopt(self, running: Backend) -> ServerHandle | None:
+        """Take over `running`'s server and serve these settings with it, when the server can change in place what
+        differs (`BackendSettings.reloadable`): a settings search's next candidate then costs a model reload, not a
+        server start. None when it cannot; `running` is then untouched (its owner stops it, this one starts anew).
+        Once it has taken the server, a failure raises and `stop` stops it."""
+        return None
+
     @abstractmethod
     def stop(self) -> dict[str, str]:
         """Stop everything started (idempotent); returns server logs by file name."""

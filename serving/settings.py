@@ -25,6 +25,10 @@ class BackendSettings(ABC):
     # Settings that only take effect with a switch on: setting -> its switch (checked by `check`; a search space
     # that varies one needs the switch on, or searched too).
     switched_by: ClassVar[dict[str, str]] = {}
+    # Settings a running server can take on in place, without a new process (Triton reloads one model with a new
+    # `config.pbtxt`): a search's next candidate that changes only these takes the running server over
+    # (`serving.backend.Backend.adopt`).
+    reloadable: ClassVar[tuple[str, ...]] = ()
 
     @property
     @abstractmethod
@@ -55,6 +59,14 @@ class BackendSettings(ABC):
             problems += self.refuse_unless(name, switch, [k for k, s in self.switched_by.items()
                                                           if s == switch and getattr(self, k)])
         return problems
+
+    def reloadable_from(self, running: BackendSettings) -> bool:
+        """Whether a server started with `running` can serve these settings by reloading in place: the same class,
+        differing only in `reloadable` settings."""
+        if type(running) is not type(self):
+            return False
+        fixed = [key for key in asdict(self) if key not in self.reloadable]
+        return all(getattr(self, key) == getattr(running, key) for key in fixed)
 
     def identity(self) -> dict[str, Any]:
         """Every setting and the family: what a trial's identity key hashes (for resume and deduplication)."""

@@ -3,7 +3,9 @@ candidates as backend entries, and the report's "Deploy this" from a store of kn
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +18,8 @@ from experiments.report.build import ReportOptions
 from experiments.report.data import load_sweep
 from experiments.report.deploy import best_per_tier
 from experiments.report.publish import make_report
+from experiments.run.server_group import ServerRelay
+from serving.backend import ServerHandle
 from tests import synthetic_sweep as syn
 
 CHEAPEST = ["experiment=cheapest", "model=tiny"]
@@ -76,6 +80,48 @@ def test_a_candidate_is_a_backend_entry_and_a_switched_off_setting_goes_back_to_
     off = add_candidate(cfg, "triton_onnx", {"instance_count": 2, "max_queue_delay_us": 500, "dynamic_batching": False})
     assert off == "triton_onnx+instance_count=2+max_queue_delay_us=0+dynamic_batching=false"
     assert candidate_settings(backend_settings(cfg, "triton_onnx"), {"max_queue_delay_us": 500}).max_queue_delay_us == 0
+
+
+def test_a_candidate_reuses_the_running_server_only_when_it_changes_what_the_server_reloads() -> None:
+    cfg = compose(CHEAPEST)
+    triton = backend_settings(cfg, "triton_onnx_dynbatch")
+    assert candidate_settings(triton, {"instance_count": 3, "max_queue_delay_us": 2000}).reloadable_from(triton)
+    assert not dataclasses.replace(triton, accelerator="tensorrt").reloadable_from(triton), "a new ONNX Runtime EP"
+    assert not dataclasses.replace(triton, preprocess_instance_count=3).reloadable_from(triton), "another model"
+    serve = backend_settings(cfg, "pytorch_batched")
+    assert not candidate_settings(serve, {"num_replicas": 2}).reloadable_from(serve), "Serve redeploys its app"
+    assert not serve.reloadable_from(triton)
+
+
+class Held:
+    """A server group as the relay sees it: its backend adopts (a handle) or not (None)."""
+
+    def __init__(self, name: str, adopts: bool, events: list[str]) -> None:
+        self.group = SimpleNamespace(variant=name)
+        self.backend = SimpleNamespace(adopt=lambda running: ServerHandle("reloaded", {}) if adopts else None)
+        self.events = events
+
+    def stop(self) -> dict[str, str]:
+        self.events.append(f"stop {self.group.variant}")
+        return {}
+
+    def stop_telemetry(self) -> None:
+        self.events.append(f"telemetry off {self.group.variant}")
+
+
+def test_the_relay_hands_the_server_on_or_stops_it_before_the_next_starts() -> None:
+    events: list[str] = []
+    relay = ServerRelay()
+    first, second, third = Held("a", True, events), Held("b", True, events), Held("c", False, events)
+    assert relay.pass_to(first) is None, "nothing held: the first candidate starts its own server"
+    relay.hold(first)
+    assert relay.pass_to(second).server_mode == "reloaded" and events == ["telemetry off a"], "taken over, not stopped"
+    relay.hold(second)
+    assert relay.pass_to(third) is None and events[-1] == "stop b", "could not take it: stopped before c starts"
+    relay.hold(third)
+    relay.stop()
+    relay.stop()
+    assert events[-2:] == ["telemetry off c", "stop c"], "the last one stopped at the end, once"
 
 
 @pytest.fixture(scope="module")

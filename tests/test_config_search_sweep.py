@@ -1,7 +1,7 @@
 """A real settings search on this machine (tiny model, grid; Triton over two settings, Ray Serve over one): every
-candidate measured by the SLO search as real trials, the winner's exported `config.pbtxt` loads in Triton and its
-`serve_config.yaml` deploys on Ray Serve, the report says what to deploy, and a resumed search measures nothing
-again."""
+candidate measured by the SLO search as real trials (Triton's four by one process, reloading the model), the
+winner's exported `config.pbtxt` loads in Triton and its `serve_config.yaml` deploys on Ray Serve, the report says
+what to deploy, and a resumed search measures nothing again."""
 
 from __future__ import annotations
 
@@ -63,6 +63,12 @@ def test_every_candidate_is_measured_and_the_best_wins(searched: Path) -> None:
         assert json.dumps(summary["best"]["values"], sort_keys=True) in measured
     trials = runs(store_uri(searched))
     assert trials and all(t.data.params.get("search_of") for t in trials)  # every probe a real, logged trial
+    starts: dict[str, set[str]] = {}
+    for trial in trials:
+        if trial.data.params["search_of"] == "triton_onnx_dynbatch":
+            starts.setdefault(trial.data.params["search_values"], set()).add(trial.data.params["server_start"])
+    assert sorted(map(sorted, starts.values())) == [["process"], ["reload"], ["reload"], ["reload"]], \
+        "one Triton process for the four candidates: each after the first reloaded the classifier with its config"
 
 
 def test_the_winners_config_pbtxt_loads_in_triton(searched: Path, tmp_path: Path) -> None:

@@ -5,6 +5,9 @@ computes something else is not measured. A failed trial (server crash, client er
 the server's log, then the server and the client actors are restarted so the next trial starts clean; the rest
 of the sweep goes on. With an SLO set (`experiment.slo.p99_ms`), each operating point is then searched for its
 highest load within it.
+
+A settings search hands its server from candidate to candidate (`ServerRelay`): a candidate whose settings the
+running server can take on in place (`Backend.adopt`, e.g. Triton reloading one model) costs a reload, not a start.
 """
 
 from __future__ import annotations
@@ -62,10 +65,43 @@ class StagedModel:
     in_driver: Any
 
 
+class ServerRelay:
+    """The running server a group left for the next (a settings search's candidates, one after another): the next
+    group's backend adopts it when it can, else it is stopped before the next starts its own. Always `stop` it at
+    the end."""
+
+    def __init__(self) -> None:
+        self.held: ServerGroup | None = None
+
+    def hold(self, group: ServerGroup) -> None:
+        """Keep `group`'s running server for the next group (its telemetry stops: the next samples its own)."""
+        self.stop()
+        group.stop_telemetry()
+        self.held = group
+
+    def pass_to(self, group: ServerGroup) -> ServerHandle | None:
+        """The held server, taken over by `group`'s backend; None (the held one stopped) when it cannot take it.
+        A failed takeover raises: the server is `group`'s then, and its stop stops it."""
+        held, self.held = self.held, None
+        if held is None:
+            return None
+        handle = group.backend.adopt(held.backend)
+        if handle is None:
+            log.info("%s needs a server of its own: stopping %s's", group.group.variant, held.group.variant)
+            held.stop()
+        return handle
+
+    def stop(self) -> None:
+        held, self.held = self.held, None
+        if held is not None:
+            held.stop()
+
+
 class ServerGroup:
     def __init__(self, cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str, Any],
                  clients: ClientPool, finish: Finish, save_server_file: Callable[[str, str], None],
-                 done_keys: set[str] | None = None, emulated: bool = False, model: StagedModel | None = None) -> None:
+                 done_keys: set[str] | None = None, emulated: bool = False, model: StagedModel | None = None,
+                 relay: ServerRelay | None = None) -> None:
         self.cfg = cfg
         self.model = model or StagedModel(cfg.model, cfg.model)
         self.group = group
@@ -80,6 +116,7 @@ class ServerGroup:
         self.telemetry: GpuTelemetry | None = None
         self.check: CrosscheckResult | None = None
         self.measured: dict[Trial, TrialRecord] = {}
+        self.relay = relay  # takes the running server over at the end, for the next group; None: stopped
 
     def run(self, trials: list[Trial]) -> None:
         """Skip what the node can't run, start the server, measure the rest; every trial gets a record."""
@@ -100,7 +137,10 @@ class ServerGroup:
             for point in slo_points:
                 self._search(point)
         finally:
-            self._stop()
+            if self.relay is not None and self.handle is not None:
+                self.relay.hold(self)
+            else:
+                self.stop()
 
     def _measure(self, trial: Trial, pending: list[Trial], phase: str = "grid") -> TrialRecord | None:
         """Measure one trial (starting the server if needed); None when the server would not start."""
@@ -116,7 +156,7 @@ class ServerGroup:
             record.tags["phase"] = phase
         if record.status == Status.FAILED and (self.check is None or self.check.passed):
             log.warning("%s failed (%s): restarting %s", trial.name, record.reason, self.group.variant)
-            self.finish(record, self._stop())
+            self.finish(record, self.stop())
             self.clients.restart()
         else:
             self.finish(record, {})
@@ -182,14 +222,18 @@ class ServerGroup:
         with the reason and the server log."""
         for attempt in range(1, attempts + 1):
             try:
-                log.info("starting %s on %s for %d trials", self.group.variant, self.node.hostname, len(pending))
-                self.handle = self.backend.start()
+                self.handle = self.relay.pass_to(self) if self.relay is not None and attempt == 1 else None
+                reloaded = self.handle is not None
+                if not reloaded:
+                    log.info("starting %s on %s for %d trials", self.group.variant, self.node.hostname, len(pending))
+                    self.handle = self.backend.start()
+                self.handle.params["server_start"] = "reload" if reloaded else "process"
                 for name, text in self.handle.artifacts.items():
                     self.save_server_file(name, text)
                 off_gpu = self.backend.gpu_mismatch(self.handle)
                 if off_gpu:  # nothing to retry: the same server would land on the CPU again
                     log.error("%s", off_gpu)
-                    logs = self._stop()
+                    logs = self.stop()
                     for trial in pending:
                         self.finish(new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=off_gpu), logs)
                     return False
@@ -200,19 +244,22 @@ class ServerGroup:
             except Exception as exc:  # noqa: BLE001 - a server that won't serve fails its trials, not the sweep
                 log.error("%s did not start or answer (attempt %d of %d): %s", self.group.variant, attempt,
                           attempts, error_reason(exc))
-                logs = self._stop()
+                logs = self.stop()
                 if attempt == attempts:
                     for trial in pending:
                         reason = f"{self.group.variant} server failed to start: {error_reason(exc)}"
                         self.finish(new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=reason), logs)
         return False
 
-    def _stop(self) -> dict[str, str]:
-        """Stop the server (idempotent); its logs are saved with the group and returned."""
-        self.handle = None
+    def stop_telemetry(self) -> None:
         if self.telemetry is not None:
             self.telemetry.stop()
             self.telemetry = None
+
+    def stop(self) -> dict[str, str]:
+        """Stop the server (idempotent); its logs are saved with the group and returned."""
+        self.handle = None
+        self.stop_telemetry()
         try:
             logs = self.backend.stop()
         except Exception as exc:  # noqa: BLE001 - a crashed server may not stop cleanly; its owner is gone

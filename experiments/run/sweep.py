@@ -35,7 +35,7 @@ from experiments.results.tracking import tracking_uri
 from experiments.run.backend_search import SEARCH_FILE, BackendSearch
 from experiments.run.progress import SweepProgress, sweep_progress
 from experiments.run.resume import resume_command
-from experiments.run.server_group import Finish, ServerGroup, StagedModel, build_backend
+from experiments.run.server_group import Finish, ServerGroup, ServerRelay, StagedModel, build_backend
 from experiments.run.trial import new_record
 from serving.model_files import ShippedFile, ship, with_model_file
 from serving.node import NodeInfo, describe_node
@@ -124,10 +124,10 @@ class TierSweep:
         self.clients = ClientPool(self.cfg.experiment, place.client_options,
                                   self.cfg.cluster.schedule_timeout_s).start()
 
-        def server_group(group: TrialGroup, finish: Finish) -> ServerGroup:
+        def server_group(group: TrialGroup, finish: Finish, relay: ServerRelay | None = None) -> ServerGroup:
             return ServerGroup(self.cfg, group, node, options, self.clients, finish,
                                lambda name, text, v=group.variant: self._save_server_file(v, name, text),
-                               done_keys, place.emulated, model)
+                               done_keys, place.emulated, model, relay)
         try:
             with sweep_progress(self._planned(), self.tier, bool(self.cfg.quiet)) as self.progress:
                 for group in self.groups:
@@ -144,9 +144,9 @@ class TierSweep:
         """The trials run as planned (those of searched backends are run through their candidates)."""
         return [t for g in self.groups if g.variant not in self.searched for t in g.trials]
 
-    def _search(self, group: TrialGroup, server_group: Callable[[TrialGroup, Finish], ServerGroup],
-                done_keys: set[str]) -> None:
-        """Search `group.variant`'s settings; the summary and the winner's deploy files go under `deploy/`."""
+    def _search(self, group: TrialGroup, server_group: Callable[..., ServerGroup], done_keys: set[str]) -> None:
+        """Search `group.variant`'s settings, one server handed from candidate to candidate where it can take the
+        next one's settings in place; the summary and the winner's deploy files go under `deploy/`."""
         point = group.trials[0]
         reason = server_group(group, self._finish).backend.unsupported_reason(point.protocol, point.input_format)
         if reason:  # e.g. TensorRT on a node without a GPU: nothing to search here, said once
@@ -158,15 +158,20 @@ class TierSweep:
             return
         ok_records = {r.key: r for r in map(read_record, self.folder.trials()) if r.status == Status.OK}
 
+        relay = ServerRelay()
+
         def run_group(candidate: TrialGroup, finish: Finish) -> None:
             pending = [t for t in candidate.trials if new_record(self.cfg, t, self.node).key not in done_keys]
-            server_group(candidate, finish).run(pending)
+            server_group(candidate, finish, relay).run(pending)
 
         def done_slo(candidate: TrialGroup) -> TrialRecord | None:
             return ok_records.get(server_group(candidate, self._finish).slo_key(candidate.trials[0]))
 
         search = BackendSearch(self.cfg, group, run_group, self._finish, done_slo)
-        outcome = search.run()
+        try:
+            outcome = search.run()
+        finally:
+            relay.stop()
         files = {SEARCH_FILE: json.dumps(search.summary(outcome), indent=2)}
         if outcome.best is not None:
             winner = search.entry_of(outcome.best)

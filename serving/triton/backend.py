@@ -19,6 +19,7 @@ from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.protocols import InputFormat, parse_protocol
 from serving.triton.installation import TritonInstallation, installation_kind
+from serving.triton.repository import instances_on_gpu
 from serving.triton.settings import Accelerator, TritonSettings
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,6 @@ class TritonBackend(Backend):
         import ray
 
         from serving.triton.host import TritonServerHost
-        from serving.triton.repository import instances_on_gpu
 
         ctx = self.context
         actor_cls = ray.remote(TritonServerHost).options(**self.actor_options())
@@ -133,11 +133,32 @@ class TritonBackend(Backend):
                                f"it asks for {self.actor_options()}: are the node's resources taken?") from exc
         info: dict[str, Any] = ray.get(self._actor.start.remote(self.start_timeout_s),
                                        timeout=self.start_timeout_s + 600)  # + an ONNX export on first use
+        return self._handle(info)
+
+    def adopt(self, running: Backend) -> ServerHandle | None:
+        """A running Triton whose settings differ from these only in the classifier's config (instances, batching,
+        threads): its host reloads that one model with this config; the process and the JPEG ensemble stay."""
+        import ray
+
+        if not isinstance(running, TritonBackend) or running._actor is None \
+                or not self.settings.reloadable_from(running.settings) \
+                or (running.context.model, running.context.input_formats) != (self.context.model,
+                                                                             self.context.input_formats):
+            return None
+        self._actor, running._actor = running._actor, None
+        info = ray.get(self._actor.reload.remote(self.variant_settings(), self.start_timeout_s),
+                       timeout=self.start_timeout_s + 30)
+        return self._handle(info)
+
+    def _handle(self, info: dict[str, Any]) -> ServerHandle:
+        """The running server as the sweep sees it, from what its host returned (a start or a reload)."""
+        ctx = self.context
         endpoints = info["endpoints"]
         classifier = text_format.Parse(info["configs"]["config.pbtxt"], mc.ModelConfig())
         self._tensor_names = (classifier.input[0].name, classifier.output[0].name)
         host = ctx.client_host
-        log.info("%s: %s serving %s (%s)", ctx.name, info["server_mode"], ctx.model.name, self.accelerator)
+        log.info("%s: %s %s %s (%s)", ctx.name, info["server_mode"], "reloaded" if info["reloaded"] else "serving",
+                 ctx.model.name, self.accelerator)
         params, metrics = self._start_facts(info)
         return ServerHandle(
             server_mode=info["server_mode"],
@@ -158,7 +179,8 @@ class TritonBackend(Backend):
         """Trial params and start-up metrics: provider, precision, and whether TensorRT built or reused engines.
 
         `server_ready_s` runs from the server process's start to the model answering, warm-up requests (one per
-        batch size) included, so with the TensorRT EP it holds the engine build (cache miss) or load (hit).
+        batch size) included, so with the TensorRT EP it holds the engine build (cache miss) or load (hit); after
+        a reload (trial param `server_start: reload`), from the load request to the new instances answering.
         """
         params: dict[str, Any] = {"execution_provider": self.accelerator.provider,
                                   "instance_count": self.settings.instance_count,

@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
-from serving.export import ensure_onnx
+from serving.export import ExportReport, ensure_onnx
 from serving.models import model_file, preprocessing
 from serving.node import current_location
 from serving.paths import cache_root
 from serving.triton.ensemble import render_jpeg_ensemble
-from serving.triton.installation import find_installation
+from serving.triton.installation import TritonInstallation, find_installation
 from serving.triton.repository import TritonVariant, classifier_config, read_config, render_repository
 from serving.triton.server import TritonServer
 
@@ -82,6 +83,12 @@ class TritonServerHost:
         self.model_repository = model_repository
         self.work_dir = Path(tempfile.mkdtemp(prefix=f"tierbench-triton-{self.model.name}-"))
         self.server: TritonServer | None = None
+        # Set by `start`, kept for `reload`: what the server serves and where.
+        self.export: ExportReport | None = None
+        self.installation: TritonInstallation | None = None
+        self.canonical: mc.ModelConfig | None = None
+        self.gpu_ids: list[int] = []
+        self.node_id: str | None = None
 
     def where(self) -> dict[str, str]:
         """The Ray node and host this actor (and so its tritonserver) runs on."""
@@ -91,60 +98,92 @@ class TritonServerHost:
         import ray
 
         started = time.monotonic()
-        export = ensure_onnx(self.model, _node_model_repository(self.model_repository))
-        installation = find_installation(self.preference)
-        settings = dict(self.variant_settings)
-        cache_root = settings.pop("engine_cache_dir", None)
-        use_cache = settings.pop("engine_cache", False)
+        self.export = ensure_onnx(self.model, _node_model_repository(self.model_repository))
+        self.installation = find_installation(self.preference)
         # Outside Ray (e.g. a test hosting the server itself) there is no placement to ask about: asking would
         # start a Ray.
-        in_ray = ray.is_initialized()
-        gpu_ids = [int(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])] if in_ray else []
-        gpu_name = _gpu_name(gpu_ids)
-        settings["trt_profile"] = tuple(settings["trt_profile"]) if settings.get("trt_profile") else None
-        settings["warmup_batch_sizes"] = tuple(settings.get("warmup_batch_sizes") or ())
-        settings["preferred_batch_sizes"] = tuple(settings.get("preferred_batch_sizes") or ())
-        cache_dir = None
-        if settings["accelerator"] == "tensorrt" and use_cache:
-            key = engine_cache_key(installation.runtime_tag(), settings.get("fp16", False),
-                                   settings["trt_profile"] or (1, 1, int(self.model.max_batch_size)),
-                                   export.fingerprint)
-            cache_dir = engine_cache_dir(cache_root, self.model.name, gpu_name, key)
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            settings["engine_cache_dir"] = str(cache_dir)
-        variant = TritonVariant(**settings)
-        canonical = classifier_config(self.model.name, Path(export.onnx_path), self.model.max_batch_size,
-                                      list(self.model.input_shape), self.model.num_classes)
-        repository = render_repository(canonical, Path(export.onnx_path), self.work_dir / "repository", variant,
-                                       installation)
+        if ray.is_initialized():
+            context = ray.get_runtime_context()
+            self.gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
+            self.node_id = context.get_node_id()
+        self.canonical = classifier_config(self.model.name, Path(self.export.onnx_path), self.model.max_batch_size,
+                                           list(self.model.input_shape), self.model.num_classes)
+        variant, cache_dir = self._render()
+        repository = self.work_dir / "repository"
         models = [self.model.name]
         if self.jpeg_ensemble:  # JPEG input: the preprocess model and the ensemble chaining it to the classifier
             classifier = read_config(repository / self.model.name / "config.pbtxt")
             models += render_jpeg_ensemble(classifier, repository, self.preprocess_instances,
                                            preprocessing(self.model))
-        self.server = TritonServer(installation, repository, models, self.work_dir / "tritonserver.log",
+        self.server = TritonServer(self.installation, repository, models, self.work_dir / "tritonserver.log",
                                    host=self.host)
         with _cache_lock(cache_dir):  # one engine build per cache folder at a time (several tiers, one node)
             before = engine_files(cache_dir) if cache_dir else {}
             server_started = time.monotonic()
-            endpoints = self.server.start(timeout_s)  # ready only after the warm-up requests ran (model_warmup)
+            self.server.start(timeout_s)  # ready only after the warm-up requests ran (model_warmup)
             ready_s = time.monotonic() - server_started
             after = engine_files(cache_dir) if cache_dir else {}
+        return self._info(started, ready_s, cache_dir, before, after, reloaded=False)
+
+    def reload(self, variant: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Serve the classifier with other settings (`TritonSettings.reloadable`) from the running server: its
+        `config.pbtxt` rendered again and that one model reloaded (explicit model control); the process, its ports,
+        the JPEG preprocessing and ensemble stay. What `start` returns, `ready_s` being the reload."""
+        assert self.server is not None, "reload needs a started server"
+        started = time.monotonic()
+        self.variant_settings = variant
+        _, cache_dir = self._render()
+        with _cache_lock(cache_dir):
+            before = engine_files(cache_dir) if cache_dir else {}
+            self.server.reload(self.model.name, timeout_s)  # ready only after the new config's warm-up ran
+            ready_s = time.monotonic() - started
+            after = engine_files(cache_dir) if cache_dir else {}
+        return self._info(started, ready_s, cache_dir, before, after, reloaded=True)
+
+    def _render(self) -> tuple[TritonVariant, Path | None]:
+        """Render the classifier's folder of the repository for `variant_settings`; the variant and its TensorRT
+        engine cache folder (None without one)."""
+        assert self.export is not None and self.installation is not None and self.canonical is not None
+        settings = dict(self.variant_settings)
+        cache_root = settings.pop("engine_cache_dir", None)
+        use_cache = settings.pop("engine_cache", False)
+        settings["trt_profile"] = tuple(settings["trt_profile"]) if settings.get("trt_profile") else None
+        settings["warmup_batch_sizes"] = tuple(settings.get("warmup_batch_sizes") or ())
+        settings["preferred_batch_sizes"] = tuple(settings.get("preferred_batch_sizes") or ())
+        cache_dir = None
+        if settings["accelerator"] == "tensorrt" and use_cache:
+            key = engine_cache_key(self.installation.runtime_tag(), settings.get("fp16", False),
+                                   settings["trt_profile"] or (1, 1, int(self.model.max_batch_size)),
+                                   self.export.fingerprint)
+            cache_dir = engine_cache_dir(cache_root, self.model.name, _gpu_name(self.gpu_ids), key)
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            settings["engine_cache_dir"] = str(cache_dir)
+        variant = TritonVariant(**settings)
+        render_repository(self.canonical, Path(self.export.onnx_path), self.work_dir / "repository", variant,
+                          self.installation)
+        return variant, cache_dir
+
+    def _info(self, started: float, ready_s: float, cache_dir: Path | None, before: dict[str, Any],
+              after: dict[str, Any], reloaded: bool) -> dict[str, Any]:
+        """What the backend learns of a start or reload: endpoints, the rendered configs, where it runs."""
+        assert self.server is not None and self.server.endpoints is not None
+        repository = self.server.repository
         configs = {"config.pbtxt" if name == self.model.name else f"{name}.config.pbtxt":
-                   (repository / name / "config.pbtxt").read_text() for name in models}
+                   (repository / name / "config.pbtxt").read_text() for name in self.server.model_names}
         info: dict[str, Any] = {
-            "endpoints": asdict(endpoints),
-            "server_mode": installation.server_mode,
-            "export": asdict(export),
+            "endpoints": asdict(self.server.endpoints),
+            "server_mode": self.installation.server_mode,
+            "export": asdict(self.export),
             "model_file": model_file(self.model) or "",  # the copy staged on this node (serving.model_files)
             "startup_s": time.monotonic() - started,
             "ready_s": ready_s,
+            "reloaded": reloaded,
             "preprocess_instances": self.preprocess_instances if self.jpeg_ensemble else 0,
             "config_pbtxt": configs["config.pbtxt"],
             "configs": configs,
-            "node_id": ray.get_runtime_context().get_node_id() if in_ray else None,
-            "gpu_ids": gpu_ids,
-            "gpu_name": gpu_name,
+            "node_id": self.node_id,
+            "gpu_ids": self.gpu_ids,
+            "gpu_name": _gpu_name(self.gpu_ids),
             "hostname": socket.gethostname(),
         }
         if cache_dir is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Sequence
@@ -91,6 +93,25 @@ class TritonServer:
             raise RuntimeError(f"{exc}; last lines of {self.log_path}:\n{tail(self.log_path)}") from exc
         log.info("tritonserver ready in %.1f s at http %s grpc %s", seconds, endpoints.http_url, endpoints.grpc_url)
         return endpoints
+
+    def reload(self, model_name: str, timeout_s: float) -> float:
+        """Load `model_name` again from the repository (its config.pbtxt changed): Triton's explicit model control
+        swaps in the new instances once they are ready (warm-up included) and keeps serving the others. Seconds it
+        took; raises with Triton's reason and the log's tail when the new config does not load."""
+        assert self.endpoints is not None and self.alive(), "reload needs a running server"
+        url = f"http://{self.endpoints.http_url}/v2/repository/models/{model_name}/load"
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=timeout_s):
+                pass
+        except urllib.error.HTTPError as exc:  # Triton answers 400 with its reason
+            reason = exc.read().decode(errors="replace")
+            raise RuntimeError(f"tritonserver did not reload {model_name}: {reason}; last lines of "
+                               f"{self.log_path}:\n{tail(self.log_path)}") from exc
+        wait_until(self._model_ready, timeout_s, self.alive, f"tritonserver ({model_name} reloaded)")
+        seconds = time.monotonic() - started
+        log.info("tritonserver reloaded %s in %.1f s", model_name, seconds)
+        return seconds
 
     def _model_ready(self) -> bool:
         assert self.endpoints is not None

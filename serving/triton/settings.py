@@ -60,6 +60,9 @@ class TritonSettings(BackendSettings):
                                              "preferred_batch_sizes", "ort_threads", "preprocess_instance_count")
     switched_by: ClassVar[dict[str, str]] = {"max_queue_delay_us": "dynamic_batching",
                                              "preferred_batch_sizes": "dynamic_batching"}
+    # The classifier's own config.pbtxt: the running server reloads that one model (explicit model control).
+    reloadable: ClassVar[tuple[str, ...]] = ("instance_count", "dynamic_batching", "max_queue_delay_us",
+                                             "preferred_batch_sizes", "ort_threads")
 
     @property
     def family(self) -> str:
