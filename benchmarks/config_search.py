@@ -24,12 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import report
-from experiments.config.choices import SearchStrategy
-from experiments.results.layout import TierFolder
-from experiments.results.records import read_record
-from experiments.run.settings_search import SearchSpace, search_settings
-from serving.paths import REPO_ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import report  # noqa: E402
+from experiments.config.choices import SearchStrategy  # noqa: E402
+from experiments.results.layout import TierFolder  # noqa: E402
+from experiments.results.records import read_record  # noqa: E402
+from experiments.run.settings_search import SearchSpace, search_settings  # noqa: E402
+from serving.paths import REPO_ROOT  # noqa: E402
 
 SPACE = {"triton": {"instance_count": [1, 2, 3, 4], "max_queue_delay_us": [0, 500, 2000, 10000, 50000]},
          "ray_serve": {"num_replicas": [1, 2, 3, 4], "batch_wait_timeout_s": [0.0005, 0.002, 0.01, 0.03, 0.06]}}
