@@ -42,6 +42,17 @@ class BackendSettings(ABC):
             return [self.refuse(name, "start_timeout_s", "seconds > 0, or null for serving.start_timeout_s")]
         return []
 
+    def refuse_batch_sizes(self, name: str, batch_sizes: list[int]) -> list[str]:
+        """What is wrong with these settings for requests of `batch_sizes` images (`experiment.batch_sizes`)."""
+        return []
+
+    def as_served(self, model: Any) -> dict[str, Any]:
+        """Every setting as the server runs it: a null `max_batch_size` (where a backend has one) is the model's."""
+        values = asdict(self)
+        if values.get("max_batch_size", 0) is None:
+            values["max_batch_size"] = int(model.max_batch_size)
+        return values
+
     def refuse(self, name: str, key: str, allowed: str) -> str:
         return f"backends.{name}.{key}={getattr(self, key)!r} is not allowed: {allowed}"
 

@@ -18,6 +18,7 @@ from experiments.report.build import ReportOptions
 from experiments.report.data import load_sweep
 from experiments.report.deploy import best_per_tier
 from experiments.report.publish import make_report
+from experiments.run.backend_search import BackendSearch
 from experiments.run.server_group import ServerRelay
 from serving.backend import ServerHandle
 from tests import synthetic_sweep as syn
@@ -63,6 +64,17 @@ def test_the_preset_searches_triton_and_serve_from_their_own_settings() -> None:
     (["experiment.backends=[triton_onnx]"], "whose dynamic_batching=false (the setting only applies with it on): "
                                             "search a variant with dynamic_batching: true, or add experiment.search."
                                             "space.triton.dynamic_batching=[false,true]"),
+    (["+experiment.search.space.triton.max_batch_size=[8,64]"], "the value 64 gives: backends.triton_onnx_dynbatch."
+                                                                "max_batch_size=64 is not allowed: in 1..model."
+                                                                "max_batch_size=32"),
+    (["experiment.batch_sizes=[8]", "+experiment.search.space.triton.max_batch_size=[4,8]"],
+     "the value 4 gives: backends.triton_onnx_dynbatch.max_batch_size=4 is not allowed: at least 8, the largest of "
+     "experiment.batch_sizes (Triton refuses a request above it), or null"),
+    (["experiment.search.strategy=none", "+backends.triton_onnx.max_batch_size=8",
+      "experiment.backends=[triton_onnx]"], "backends.triton_onnx.max_batch_size=8 is not allowed: it only applies "
+                                            "with dynamic_batching=true"),
+    (["experiment.search.strategy=none", "+backends.triton_onnx_dynbatch.max_batch_size=4",
+      "experiment.batch_sizes=[8]"], "backends.triton_onnx_dynbatch.max_batch_size=4 is not allowed: at least 8"),
 ])
 def test_a_bad_search_is_refused_naming_the_key_the_value_and_the_fix(overrides: list[str], message: str) -> None:
     assert message in refused(*overrides)
@@ -88,9 +100,21 @@ def test_a_candidate_reuses_the_running_server_only_when_it_changes_what_the_ser
     assert candidate_settings(triton, {"instance_count": 3, "max_queue_delay_us": 2000}).reloadable_from(triton)
     assert not dataclasses.replace(triton, accelerator="tensorrt").reloadable_from(triton), "a new ONNX Runtime EP"
     assert not dataclasses.replace(triton, preprocess_instance_count=3).reloadable_from(triton), "another model"
+    assert not candidate_settings(triton, {"max_batch_size": 8}).reloadable_from(triton), "the ensemble's bound too"
     serve = backend_settings(cfg, "pytorch_batched")
     assert not candidate_settings(serve, {"num_replicas": 2}).reloadable_from(serve), "Serve redeploys its app"
     assert not serve.reloadable_from(triton)
+
+
+def test_a_search_starts_from_the_settings_as_served_a_null_max_batch_size_being_the_models() -> None:
+    cfg = compose([*CHEAPEST, "+experiment.search.space.triton.max_batch_size=[8,16,32]",
+                   "+experiment.search.space.ray_serve.max_batch_size=[4,8]"])
+    validate(cfg)
+    nothing = lambda *_: None  # noqa: E731 - nothing runs: only the start is read
+    triton = BackendSearch(cfg, SimpleNamespace(variant="triton_onnx_dynbatch"), nothing, nothing, nothing)
+    assert triton.space.values(triton.start) == {"instance_count": 1, "max_queue_delay_us": 2000, "max_batch_size": 32}
+    serve = BackendSearch(cfg, SimpleNamespace(variant="pytorch_batched"), nothing, nothing, nothing)
+    assert serve.space.values(serve.start)["max_batch_size"] == 8, "the model's 32, nearest listed"
 
 
 class Held:

@@ -139,6 +139,14 @@ def test_dynamic_batching_is_rendered_for_both_server_kinds(tmp_path: Path) -> N
     assert not _render(tmp_path / "off", "bundled", TritonVariant("cpu")).HasField("dynamic_batching")
 
 
+def test_a_max_batch_size_setting_bounds_the_classifier_and_its_warmup(tmp_path: Path) -> None:
+    config = _render(tmp_path, "native", TritonVariant("cpu", dynamic_batching=True, max_batch_size=8,
+                                                       warmup_batch_sizes=(1, 8, 16)))
+    assert config.max_batch_size == 8 and [w.batch_size for w in config.model_warmup] == [1, 8]
+    (tmp_path / "default").mkdir()
+    assert _render(tmp_path / "default", "native", TritonVariant("cpu")).max_batch_size == SOURCE.max_batch_size == 32
+
+
 def test_jpeg_ensemble_chains_the_preprocess_model_to_the_classifier(tmp_path: Path) -> None:
     from serving.triton.ensemble import render_jpeg_ensemble
 

@@ -1,7 +1,8 @@
 """A running Triton takes another candidate's settings by reloading one model (explicit model control), the way a
 settings search moves from candidate to candidate: the bundled server, no Ray. The new config is the one served,
 the JPEG ensemble keeps answering the same logits, a config that cannot load is refused with Triton's reason while
-the old one goes on serving, and nothing outlives the stop."""
+the old one goes on serving, and nothing outlives the stop. A `max_batch_size` setting (not reloadable: a new
+process) bounds the classifier and the ensemble alike."""
 
 from __future__ import annotations
 
@@ -61,5 +62,35 @@ def test_a_reload_serves_the_new_config_and_a_bad_one_leaves_the_old_serving() -
             assert client.is_model_ready(name), "Triton keeps the loaded version when the new one fails"
             assert [g["count"] for g in client.get_model_config(name)["instance_group"]] == [2]
             assert np.array_equal(jpeg_logits(client, name), before)
+        finally:
+            host.stop(20)
+
+
+def test_a_max_batch_size_setting_bounds_the_classifier_and_the_ensemble() -> None:
+    """Not reloadable (the ensemble's bound is set at start): a candidate with another one gets a new process."""
+    from serving.triton.host import TritonServerHost
+
+    model = OmegaConf.to_container(compose(["model=tiny"]).model, resolve=True)
+    name = model["name"]
+    with owned_environment():
+        host = TritonServerHost(model, {**START, "dynamic_batching": True, "max_batch_size": 4}, "bundled",
+                                "127.0.0.1", str(REPO_ROOT / "model_repository"), preprocess_instances=1)
+        try:
+            started = host.start(180)
+            client = triton_http.InferenceServerClient(f"127.0.0.1:{started['endpoints']['http_port']}")
+            served = client.get_model_config(name)
+            assert served["max_batch_size"] == 4
+            assert client.get_model_config(ensemble_model_name(name))["max_batch_size"] == 4
+            (tensor,) = served["input"]
+
+            def infer(batch: int) -> np.ndarray:
+                request = triton_http.InferInput(tensor["name"], [batch, *map(int, tensor["dims"])], "FP32")
+                request.set_data_from_numpy(np.zeros((batch, *map(int, tensor["dims"])), dtype=np.float32))
+                result = client.infer(name, [request])
+                return result.as_numpy(result.get_response()["outputs"][0]["name"])
+
+            assert infer(4).shape[0] == 4
+            with pytest.raises(triton_http.InferenceServerException, match="batch-size must be <= 4"):
+                infer(8)
         finally:
             host.stop(20)

@@ -128,6 +128,8 @@ def _check_space(cfg: Any, variant: str, space: dict[str, list[Any]]) -> None:
                               f"add {SPACE_KEY}.{cls}.{switch}=[false,true]")
         for value in values:
             single = {key: value, **({switch: True} if switch else {})}
-            problems = candidate_settings(base, single).check(variant, cfg.model, cfg.cluster)
+            candidate = candidate_settings(base, single)
+            problems = [*candidate.check(variant, cfg.model, cfg.cluster),
+                        *candidate.refuse_batch_sizes(variant, list(cfg.experiment.batch_sizes))]
             if problems:
                 raise ConfigError(f"{where}={values!r} is not allowed: the value {value!r} gives: {problems[0]}")

@@ -109,7 +109,8 @@ def _check_backend(cfg: Any, name: str) -> None:
     except Exception as exc:  # noqa: BLE001 - any import failure is a bad _target_
         raise ConfigError(f"backends.{name}._target_={settings._target_!r} cannot be imported ({exc}): name a "
                           "Backend class, e.g. serving.triton.backend.TritonBackend") from None
-    problems = settings.check(name, cfg.model, cfg.cluster)
+    problems = [*settings.check(name, cfg.model, cfg.cluster),
+                *settings.refuse_batch_sizes(name, list(cfg.experiment.batch_sizes))]
     if problems:
         raise ConfigError("; ".join(problems))
 

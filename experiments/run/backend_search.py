@@ -45,7 +45,7 @@ class BackendSearch:
         self.done_slo = done_slo  # the ok SLO summary of a candidate's group measured earlier (resume), or None
         self.strategy = SearchStrategy(cfg.experiment.search.strategy)
         self.space = SearchSpace.of(space_of(cfg, group.variant))
-        self.start = self.space.nearest(dataclasses.asdict(backend_settings(cfg, group.variant)))
+        self.start = self.space.nearest(backend_settings(cfg, group.variant).as_served(cfg.model))
         self.candidates: dict[str, float | None] = {}  # entry name -> objective (normalised points share one)
         self.names: dict[tuple, str] = {}  # point -> entry name
 

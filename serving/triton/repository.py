@@ -47,6 +47,8 @@ class TritonVariant:
     dynamic_batching: bool = False
     max_queue_delay_us: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
+    # The largest batch served (config.pbtxt max_batch_size); None: the canonical config's (the model's).
+    max_batch_size: int | None = None
 
 
 class ClassifierServer(Protocol):
@@ -185,6 +187,8 @@ def render_repository(canonical: mc.ModelConfig, onnx_path: Path, dest: Path, va
     config.CopyFrom(canonical)
     model_name = config.name
     config.ClearField("instance_group")
+    if variant.max_batch_size:
+        config.max_batch_size = int(variant.max_batch_size)
     _batching(config, variant)
     version_dir = fresh_version_dir(dest, model_name)
     _warmup(config, variant.warmup_batch_sizes)

@@ -49,7 +49,9 @@ class TritonSettings(BackendSettings):
     #                                        null: the largest batch measured
     num_gpus: float = 0.5  # asked of Ray on nodes where it schedules GPUs (pins the server to one GPU)
     warmup: bool = True  # Triton model_warmup: one request per experiment batch size before "ready"
-    dynamic_batching: bool = False  # Triton's dynamic batcher, up to model.max_batch_size images
+    dynamic_batching: bool = False  # Triton's dynamic batcher, up to max_batch_size images
+    max_batch_size: int | None = None  # config.pbtxt's max_batch_size: the largest batch the batcher forms (and a
+    #                                    request may send); null: model.max_batch_size
     max_queue_delay_us: int = 0  # how long the batcher waits for a batch to fill
     preferred_batch_sizes: list[int] = field(default_factory=list)  # e.g. [8, 16]: sizes the batcher aims for
     preprocess_instance_count: int | None = None  # JPEG decoding (the ensemble's Python model): null = one per
@@ -57,10 +59,13 @@ class TritonSettings(BackendSettings):
 
     server_mode_hint: ClassVar[str] = "triton"
     searchable: ClassVar[tuple[str, ...]] = ("instance_count", "dynamic_batching", "max_queue_delay_us",
-                                             "preferred_batch_sizes", "ort_threads", "preprocess_instance_count")
+                                             "preferred_batch_sizes", "max_batch_size", "ort_threads",
+                                             "preprocess_instance_count")
     switched_by: ClassVar[dict[str, str]] = {"max_queue_delay_us": "dynamic_batching",
-                                             "preferred_batch_sizes": "dynamic_batching"}
+                                             "preferred_batch_sizes": "dynamic_batching",
+                                             "max_batch_size": "dynamic_batching"}
     # The classifier's own config.pbtxt: the running server reloads that one model (explicit model control).
+    # Not max_batch_size: the JPEG ensemble's, set at start, may not exceed the classifier's.
     reloadable: ClassVar[tuple[str, ...]] = ("instance_count", "dynamic_batching", "max_queue_delay_us",
                                              "preferred_batch_sizes", "ort_threads")
 
@@ -82,11 +87,17 @@ class TritonSettings(BackendSettings):
             if not (is_positive_int(value) or (value is None and null)):
                 problems.append(self.refuse(name, key, "a positive integer" + (f", or null ({null})" if null else "")))
         limit = int(model.max_batch_size)
+        if self.max_batch_size is not None and not (is_positive_int(self.max_batch_size)
+                                                    and self.max_batch_size <= limit):
+            problems.append(self.refuse(name, "max_batch_size", f"in 1..model.max_batch_size={limit} (the largest "
+                                                                "batch the export serves), or null (that one)"))
+        else:
+            limit = self.max_batch_size or limit
         if self.trt_opt_batch_size is not None:
             if not tensorrt:
                 problems.append(self.refuse(name, "trt_opt_batch_size", "it only applies with accelerator: tensorrt"))
             elif not 1 <= self.trt_opt_batch_size <= limit:
-                problems.append(self.refuse(name, "trt_opt_batch_size", f"in 1..model.max_batch_size={limit}, or null "
+                problems.append(self.refuse(name, "trt_opt_batch_size", f"in 1..max_batch_size={limit}, or null "
                                                                         "(the largest batch measured)"))
         if self.engine_cache_dir is not None and not tensorrt:
             problems.append(self.refuse(name, "engine_cache_dir", "it only applies with accelerator: tensorrt"))
@@ -95,6 +106,15 @@ class TritonSettings(BackendSettings):
         if self.max_queue_delay_us < 0:
             problems.append(self.refuse(name, "max_queue_delay_us", "an integer >= 0 (microseconds)"))
         if any(not 0 < size <= limit for size in self.preferred_batch_sizes):
-            problems.append(self.refuse(name, "preferred_batch_sizes", f"each must be in 1..model.max_batch_size="
+            problems.append(self.refuse(name, "preferred_batch_sizes", f"each must be in 1..max_batch_size="
                                                                        f"{limit}"))
         return problems + self.refuse_switched_off(name)
+
+    def refuse_batch_sizes(self, name: str, batch_sizes: list[int]) -> list[str]:
+        """Triton rejects a request larger than its max_batch_size: a smaller one than the experiment sends is
+        refused here, not found failing every trial."""
+        largest = max(batch_sizes, default=0)
+        if self.max_batch_size is not None and largest > self.max_batch_size:
+            return [self.refuse(name, "max_batch_size", f"at least {largest}, the largest of experiment.batch_sizes "
+                                                        "(Triton refuses a request above it), or null")]
+        return []
