@@ -73,6 +73,11 @@ class Backend(ABC):
         self.start_timeout_s = settings.start_timeout_s or context.start_timeout_s
 
     @property
+    def max_request_batch(self) -> int:
+        """The most images one request may carry (the cross-check's batch stays within it)."""
+        return int(self.context.model.max_batch_size)
+
+    @property
     def numerics(self) -> str:
         """The arithmetic the server computes in, which sets the cross-check tolerance: fp32 | fp16."""
         return "fp32"

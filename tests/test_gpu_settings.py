@@ -99,6 +99,7 @@ def test_tensorrt_profile_covers_every_batch_and_is_tuned_for_the_largest_measur
     assert _triton(GPU_NODE, accelerator="cuda").variant_settings()["engine_cache"] is False
     bounded = _triton(GPU_NODE, accelerator="tensorrt", dynamic_batching=True, max_batch_size=16)
     assert bounded.trt_profile() == (1, 8, 16) and bounded.variant_settings()["max_batch_size"] == 16
+    assert bounded.max_request_batch == 16, "the cross-check sends no larger batch"
     assert bounded.batching_params()["server_max_batch_size"] == 16
     assert _triton(GPU_NODE, accelerator="tensorrt").variant_settings()["max_batch_size"] == 32, "the model's"
 

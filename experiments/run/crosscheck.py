@@ -133,7 +133,7 @@ def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: l
     check_cfg = cfg.crosscheck
     if not check_cfg.enabled or not trials:
         return None
-    images = min(int(check_cfg.images), int(cfg.model.max_batch_size))
+    images = min(int(check_cfg.images), backend.max_request_batch)
     paths = sorted({(t.protocol, t.input_format) for t in trials})
     timeout_s = float(cfg.experiment.request_timeout_s)
     specs = [(protocol, replace(backend.client_spec(handle, protocol, fmt, images), timeout_s=timeout_s))

@@ -59,13 +59,14 @@ class TritonBackend(Backend):
         return installation_kind(self.context.triton_server, self.context.node.native_triton)
 
     @property
-    def max_batch_size(self) -> int:
-        """The classifier's max_batch_size in Triton: the setting, else the model's."""
+    def max_request_batch(self) -> int:
+        """The classifier's max_batch_size in Triton (requests and the dynamic batcher): the setting, else the
+        model's."""
         return self.settings.max_batch_size or int(self.context.model.max_batch_size)
 
     def trt_profile(self) -> tuple[int, int, int]:
         """TensorRT's batch profile: 1 .. max_batch_size, tuned for the largest batch measured."""
-        high = self.max_batch_size
+        high = self.max_request_batch
         opt = self.settings.trt_opt_batch_size or max(self.context.warmup_batch_sizes or (1,))
         return 1, min(max(1, opt), high), high
 
@@ -79,7 +80,7 @@ class TritonBackend(Backend):
                 "trt_profile": list(self.trt_profile()) if tensorrt else None,
                 "warmup_batch_sizes": list(self.context.warmup_batch_sizes) if s.warmup else [],
                 "dynamic_batching": s.dynamic_batching, "max_queue_delay_us": s.max_queue_delay_us,
-                "preferred_batch_sizes": list(s.preferred_batch_sizes), "max_batch_size": self.max_batch_size}
+                "preferred_batch_sizes": list(s.preferred_batch_sizes), "max_batch_size": self.max_request_batch}
 
     def actor_options(self) -> dict[str, Any]:
         """Ray options for the host actor: on the tier's node, holding a GPU fraction where Ray has GPUs (Ray then
@@ -215,7 +216,7 @@ class TritonBackend(Backend):
         """Server-side batching in the terms both servers share (see RayServeTorchBackend.batching_params)."""
         s, on = self.settings, self.settings.dynamic_batching
         return {"server_batching": on, "server_instances": s.instance_count,
-                "server_max_batch_size": self.max_batch_size if on else 0,
+                "server_max_batch_size": self.max_request_batch if on else 0,
                 "server_batch_wait_ms": s.max_queue_delay_us / 1000 if on else 0.0,
                 "server_preferred_batch_sizes": ",".join(map(str, s.preferred_batch_sizes)) if on else ""}
 
