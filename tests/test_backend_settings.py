@@ -90,6 +90,15 @@ def test_every_bad_backend_value_is_refused_by_validate_naming_key_value_and_fix
     assert f"backends.{name}.{setting}" in message and fix in message, message
 
 
+def test_a_triton_max_batch_size_setting_bounds_the_preferred_batches() -> None:
+    with pytest.raises(ConfigError) as info:
+        validate(compose(["experiment.backends=[triton_onnx_dynbatch]", "experiment.batch_sizes=[1]",
+                          "+backends.triton_onnx_dynbatch.max_batch_size=8",
+                          "backends.triton_onnx_dynbatch.preferred_batch_sizes=[16]"]))
+    assert ("backends.triton_onnx_dynbatch.preferred_batch_sizes=[16] is not allowed: each must be in "
+            "1..max_batch_size=8") in str(info.value)
+
+
 def test_direct_ingress_with_several_replicas_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"backends\.pytorch_direct\.num_replicas=2 is not allowed: direct_ingress"):
         validate(compose(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true",

@@ -173,15 +173,22 @@ def test_dynamic_batcher_merges_concurrent_requests(triton) -> None:
 
     async def run() -> tuple[int, int]:
         stats_client = grpc_aio.InferenceServerClient(handle.urls["grpc"])
+        # Triton records a request's statistics when it releases the request, which can follow the response: the
+        # module's earlier requests may still be counting. Start once the count holds still for 0.3 s.
         before = await stats_client.get_inference_statistics("resnet18", as_json=True)
+        deadline, still_since = time.monotonic() + 10, time.monotonic()
+        while time.monotonic() - still_since < 0.3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            now = await stats_client.get_inference_statistics("resnet18", as_json=True)
+            if now["model_stats"][0].get("inference_count") != before["model_stats"][0].get("inference_count"):
+                before, still_since = now, time.monotonic()
         clients = [load_client(backend.client_spec(handle, "grpc", "tensor", 1)) for _ in range(8)]
         for client in clients:
             await client.open()
         await asyncio.gather(*(client.predict() for client in clients))
         for client in clients:
             await client.close()
-        # Triton records a request's statistics when it releases the request, which can follow the response:
-        # read them until the 8 images show (or a deadline passes).
+        # Likewise for these: read them until the 8 images show (or a deadline passes).
         deadline = time.monotonic() + 10
         while True:
             after = await stats_client.get_inference_statistics("resnet18", as_json=True)

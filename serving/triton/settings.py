@@ -86,18 +86,18 @@ class TritonSettings(BackendSettings):
             value = getattr(self, key)
             if not (is_positive_int(value) or (value is None and null)):
                 problems.append(self.refuse(name, key, "a positive integer" + (f", or null ({null})" if null else "")))
-        limit = int(model.max_batch_size)
+        limit, limit_key = int(model.max_batch_size), "model.max_batch_size"
         if self.max_batch_size is not None and not (is_positive_int(self.max_batch_size)
                                                     and self.max_batch_size <= limit):
             problems.append(self.refuse(name, "max_batch_size", f"in 1..model.max_batch_size={limit} (the largest "
                                                                 "batch the export serves), or null (that one)"))
-        else:
-            limit = self.max_batch_size or limit
+        elif self.max_batch_size is not None:
+            limit, limit_key = self.max_batch_size, "max_batch_size"
         if self.trt_opt_batch_size is not None:
             if not tensorrt:
                 problems.append(self.refuse(name, "trt_opt_batch_size", "it only applies with accelerator: tensorrt"))
             elif not 1 <= self.trt_opt_batch_size <= limit:
-                problems.append(self.refuse(name, "trt_opt_batch_size", f"in 1..max_batch_size={limit}, or null "
+                problems.append(self.refuse(name, "trt_opt_batch_size", f"in 1..{limit_key}={limit}, or null "
                                                                         "(the largest batch measured)"))
         if self.engine_cache_dir is not None and not tensorrt:
             problems.append(self.refuse(name, "engine_cache_dir", "it only applies with accelerator: tensorrt"))
@@ -106,7 +106,7 @@ class TritonSettings(BackendSettings):
         if self.max_queue_delay_us < 0:
             problems.append(self.refuse(name, "max_queue_delay_us", "an integer >= 0 (microseconds)"))
         if any(not 0 < size <= limit for size in self.preferred_batch_sizes):
-            problems.append(self.refuse(name, "preferred_batch_sizes", f"each must be in 1..max_batch_size="
+            problems.append(self.refuse(name, "preferred_batch_sizes", f"each must be in 1..{limit_key}="
                                                                        f"{limit}"))
         return problems + self.refuse_switched_off(name)
 
