@@ -158,7 +158,7 @@ def _at_rate(url: str, protocol: str, rate: float, window_s: float) -> dict[str,
     from serving.clients.base import ClientSpec, load_client
 
     spec = ClientSpec(target=CLIENTS[protocol], url=url, model_name="stub", input_format="tensor", batch_size=1,
-                      input_shape=(3, 224, 224), num_classes=1000)
+                      input_shape=(3, 224, 224), output_shape=(1000,))
 
     async def measure() -> dict[str, float]:
         client = load_client(spec)

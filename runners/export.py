@@ -20,7 +20,7 @@ def main(cfg: DictConfig) -> None:
     from experiments.config.errors import ConfigError
     from experiments.config.model_check import check_model
     from serving.export import export_onnx
-    from serving.models import ModelSource
+    from serving.models import ModelSource, output_dims
     from serving.triton.repository import classifier_config, write_config
 
     model = cfg.model
@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> None:
     config_path = MODEL_REPOSITORY / model.name / "config.pbtxt"
     if not config_path.exists():
         write_config(classifier_config(model.name, Path(report.onnx_path), model.max_batch_size,
-                                       list(model.input_shape), model.num_classes), config_path)
+                                       list(model.input_shape), list(output_dims(model))), config_path)
         print(f"wrote {config_path}")
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.clients.base import ClientSpec
+from serving.models import output_dims
 from serving.node import NodeInfo
 from serving.paths import MODEL_REPOSITORY
 from serving.protocols import InputFormat
@@ -154,6 +155,6 @@ class Backend(ABC):
             input_format=input_format,
             batch_size=batch_size,
             input_shape=tuple(model.input_shape),
-            num_classes=int(model.num_classes),
+            output_shape=output_dims(model),
             timeout_s=self.context.request_timeout_s,
         )

@@ -44,6 +44,17 @@ def model_file(model_cfg: Any) -> str | None:
     return model_cfg.get(ModelSource(model_cfg.source).file_key) or None
 
 
+def output_dims(model_cfg: Any) -> tuple[int, ...]:
+    """The model's output per image: `model.output_shape`, or a classifier's [num_classes]."""
+    shape = model_cfg.get("output_shape")
+    return tuple(int(d) for d in shape) if shape else (int(model_cfg.num_classes),)
+
+
+def is_classifier(model_cfg: Any) -> bool:
+    """Whether the output is a classifier's logits (top-1 agreement means something), not another tensor."""
+    return not model_cfg.get("output_shape")
+
+
 def build_model(model_cfg: Any) -> torch.nn.Module:
     """The model as a float32 CPU `torch.nn.Module` in eval mode (ValueError for an ONNX-only model)."""
     import torch

@@ -31,10 +31,23 @@ def test_verdict_uses_the_worst_path_and_names_the_figures() -> None:
     assert close.passed
 
 
+def test_an_output_that_is_not_logits_is_compared_by_max_abs_diff_only() -> None:
+    reference = np.zeros((2, 5, 16), dtype=np.float32)
+    actual = reference.copy()
+    actual[1, 4, 15] = 0.25
+    assert compare(reference, actual, classifier=False) == (None, pytest.approx(0.25))
+    close = CrosscheckResult("fp32", 0.5, 1.0, 2, [PathCheck("http", "tensor", None, 0.25)])
+    assert close.passed and close.metrics() == {"crosscheck_max_abs_diff": 0.25}
+    assert close.summary().startswith("max abs diff only")
+    far = CrosscheckResult("fp32", 0.05, 1.0, 2, [PathCheck("http", "jpeg", None, 0.25)])
+    assert not far.passed
+    assert "top-1" not in far.reason() and "max |output diff| 0.25 (allowed 0.05)" in far.reason()
+
+
 def test_a_model_with_other_weights_is_far_outside_every_tolerance() -> None:
     cfg = compose()
     spec = ClientSpec(target="", url="", model_name="resnet18", input_format="jpeg", batch_size=4,
-                      input_shape=tuple(cfg.model.input_shape), num_classes=cfg.model.num_classes)
+                      input_shape=tuple(cfg.model.input_shape), output_shape=(cfg.model.num_classes,))
     same = reference_logits(cfg.model, spec)
     other = reference_logits(compose(["model.seed=1"]).model, spec)
     agreement, diff = compare(same, other)

@@ -61,7 +61,7 @@ def test_every_backend_takes_jpeg_and_tensor_over_http_and_grpc(fair_runs) -> No
 
 def test_same_images_same_payload_on_every_backend_and_protocol(fair_runs) -> None:
     spec = ClientSpec(target="", url="", model_name="", input_format="jpeg", batch_size=1, input_shape=(3, 224, 224),
-                      num_classes=1000)
+                      output_shape=(1000,))
     expected = {"jpeg": float(sum(len(i) for i in jpeg_batch(spec))), "tensor": 602_112.0}
     for run in fair_runs:
         if run.data.tags["status"] == "ok":

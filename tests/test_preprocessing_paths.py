@@ -24,7 +24,7 @@ from serving.paths import REPO_ROOT
 from tests.helpers import fake_triton_utils
 
 SPEC = ClientSpec(target="", url="", model_name="resnet18", input_format="jpeg", batch_size=5,
-                  input_shape=(3, 224, 224), num_classes=1000)
+                  input_shape=(3, 224, 224), output_shape=(1000,))
 
 
 @pytest.fixture(scope="module")

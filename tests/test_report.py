@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from experiments.report import tables
-from experiments.report.build import ReportOptions
+from experiments.report.build import ReportOptions, crosscheck_lines
 from experiments.report.data import ReportError, load_sweep
 from experiments.report.publish import make_report
 from runners import report as report_cli
@@ -154,6 +154,18 @@ def test_crosscheck_figures_are_read_under_their_old_names_too(data, published) 
     assert "validation_max_abs_diff" not in data.ok.columns
     assert (data.ok["crosscheck_top1_agreement"] == 1.0).all()
     assert "lowest top-1 agreement was 1.000 and the largest logit difference 3e-05" in published.markdown.read_text()
+
+
+def test_a_model_without_top1_is_said_to_be_compared_by_max_abs_diff_only() -> None:
+    ok = pd.DataFrame({"model": ["resnet18", "dense_head", "dense_head"],
+                       "crosscheck_top1_agreement": [1.0, float("nan"), float("nan")],
+                       "crosscheck_max_abs_diff": [2e-5, 3e-4, 1e-4]})
+    classified, diff_only = crosscheck_lines(ok)
+    assert "lowest top-1 agreement was 1.000 and the largest logit difference 2e-05" in classified
+    assert diff_only.startswith("Cross-check of dense_head: its output is not a classifier's"), diff_only
+    assert "by max abs diff only, no top-1 agreement: the largest difference was 0.0003" in diff_only
+    assert crosscheck_lines(ok.drop(columns="crosscheck_top1_agreement").iloc[1:])[0].startswith("Cross-check of")
+    assert crosscheck_lines(ok.drop(columns=["crosscheck_top1_agreement", "crosscheck_max_abs_diff"])) == []
 
 
 def test_missing_optional_metrics_are_left_out_and_shown_when_present(data) -> None:

@@ -200,7 +200,7 @@ def test_the_checked_in_configs_are_what_the_server_generates_from_the_onnx_file
         model = compose([f"model={name}"]).model
         onnx = export_onnx(model, tmp_path).onnx_path if name == "tiny" else _exported_resnet_stand_in(tmp_path, model)
         generated = classifier_config(model.name, Path(onnx), model.max_batch_size, list(model.input_shape),
-                                      model.num_classes)
+                                      [model.num_classes])
         assert generated == read_config(REPO_ROOT / "model_repository" / name / "config.pbtxt"), name
 
 

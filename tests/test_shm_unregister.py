@@ -43,7 +43,8 @@ def test_an_in_use_region_is_unregistered_once_the_server_releases_it() -> None:
 def test_any_other_failure_is_logged_not_retried(caplog: pytest.LogCaptureFixture) -> None:
     server = FakeServer([ConnectionError("connection refused")])
     client = TritonHttpClient(ClientSpec(target="", url="127.0.0.1:1", model_name="m", input_format="tensor",
-                                         batch_size=1, input_shape=(3, 8, 8), num_classes=4, shared_memory="system"))
+                                         batch_size=1, input_shape=(3, 8, 8), output_shape=(4,),
+                                         shared_memory="system"))
     client._client = server
     client._input_region = region = SystemRegion(16)
     with caplog.at_level(logging.WARNING):

@@ -57,6 +57,27 @@ def test_a_sweep_serves_each_pytorch_source_on_both_stacks(tmp_path: Path, name:
                            "factory" if name in ("state_dict", "timm") else name)
 
 
+def test_a_model_that_is_not_a_classifier_is_served_and_cross_checked_by_max_abs_diff(tmp_path: Path) -> None:
+    """A detector-like TorchScript model (per image [5, 16], model.output_shape) on both stacks, tensor and JPEG: every
+    trial ran, its cross-check gives a max abs diff and no top-1 agreement, and the report says so."""
+    from experiments.report.build import crosscheck_lines
+    from experiments.report.data import load_sweep
+
+    _, overrides = user_models.dense_head_files(tmp_path)["torchscript"]
+    proc, _ = run_sweep_command([*store_overrides(tmp_path, premigrated=True), *overrides, user_models.OUTPUT_SHAPE,
+                                 *user_models.PREPROCESS, *SMALL], timeout=400)
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-4000:]
+    trials = runs(store_uri(tmp_path))
+    assert len(trials) == 4
+    for run in trials:
+        params, metrics = run.data.params, run.data.metrics
+        assert run.data.tags["status"] == "ok", run.data.tags.get("reason")
+        assert "crosscheck_top1_agreement" not in metrics and metrics["crosscheck_max_abs_diff"] < 1e-4
+        assert params["model_output_shape"] == str(user_models.DENSE_OUTPUT)
+    (line,) = crosscheck_lines(load_sweep(store_uri(tmp_path), "tierbench", "latest").ok)
+    assert line.startswith("Cross-check of user_dense_head: its output is not a classifier's"), line
+
+
 def test_an_onnx_file_ships_to_the_tier_node_and_is_served_from_its_copy(tmp_path: Path) -> None:
     """Emulated cluster: the a100 tier is another Ray node. Once the file is shipped the driver's copy is moved away;
     Triton on the tier node serves the staged copy, and the reference runs from the driver's own copy."""

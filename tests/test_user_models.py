@@ -85,6 +85,26 @@ def test_wrong_shapes_are_refused_with_the_fix(files, tmp_path) -> None:
     assert "takes [batch, 3, 64, 64]" in message and "set model.input_shape" in message
 
 
+def test_a_model_that_is_not_a_classifier_is_served_with_its_output_shape(tmp_path) -> None:
+    """A detector-like output ([batch, 5, 16] here) is accepted once model.output_shape gives its dims; without them,
+    or with others, it is refused naming model.output_shape and the dims the model returns."""
+    batch = np.random.default_rng(0).standard_normal((3, 3, 64, 64), dtype=np.float32)
+    for name, (_, overrides) in user_models.dense_head_files(tmp_path).items():
+        message = _refusal(overrides)
+        assert message.startswith("model.output_shape=None is not allowed"), (name, message)
+        assert "set model.output_shape=[5, 16]" in message and "max abs diff only" in message, message
+        message = _refusal([*overrides, "model.output_shape=[16,5]"])
+        assert message.startswith("model.output_shape=[16, 5] is not allowed: the model returns shape [1, 5, 16]")
+        assert message.endswith("set model.output_shape=[5, 16]"), message
+        cfg = compose([*overrides, user_models.OUTPUT_SHAPE, *SMALL])
+        validate(cfg)
+        assert reference_runner(cfg.model)(batch).shape == (3, *user_models.DENSE_OUTPUT), name
+    for bad in ("[]", "[4,0]"):
+        message = _refusal([f"model.output_shape={bad}"])
+        assert message.startswith(f"model.output_shape={bad.replace(',', ', ')} is not allowed"), message
+        assert "or null for a classifier" in message
+
+
 def test_a_fixed_batch_is_refused_with_how_to_export_a_dynamic_one(tmp_path) -> None:
     _, static_onnx = user_models.onnx_file(tmp_path, dynamic=False)
     message = _refusal(static_onnx)

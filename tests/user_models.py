@@ -2,7 +2,7 @@
 (tests/test_user_models.py) and real sweeps (tests/test_user_model_sweeps.py).
 
 Each is 64x64 RGB in, 10 logits out, trained (here: seeded) with its own normalisation, so a JPEG path that
-preprocessed the ImageNet way would give other logits."""
+preprocessed the ImageNet way would give other logits; the dense head returns another tensor (a detector's kind)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,21 @@ class FixedSizeNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x).flatten(1))
+
+
+DENSE_OUTPUT = [5, 16]
+
+
+class DenseHeadNet(nn.Module):
+    """A detector's dense head in miniature: per image [DENSE_OUTPUT] (5 values per cell of a 4x4 grid: box and
+    score), not a classifier's logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Conv2d(3, DENSE_OUTPUT[0], 3, stride=16, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x).flatten(2)
 
 
 def _net(seed: int = 3) -> nn.Module:
@@ -87,6 +102,22 @@ def onnx_file(folder: Path, dynamic: bool = True) -> tuple[Path, list[str]]:
                       dynamic_axes=axes, opset_version=17, dynamo=False)
     return path, ["model=examples/onnx", "model.name=user_onnx", f"model.path={path}", *SHAPE]
 
+
+def dense_head_files(folder: Path) -> dict[str, tuple[Path, list[str]]]:
+    """The dense-head model as TorchScript and as ONNX (own tensor names), each with its overrides (no
+    model.output_shape: a test adds it)."""
+    torch.manual_seed(11)
+    model = DenseHeadNet().eval()
+    script, onnx = folder / "dense_head.ts", folder / "dense_head.onnx"
+    torch.jit.trace(model, _example()).save(str(script))
+    torch.onnx.export(model, (_example(1),), str(onnx), input_names=["pixels"], output_names=["cells"],
+                      dynamic_axes={"pixels": {0: "batch"}, "cells": {0: "batch"}}, opset_version=17, dynamo=False)
+    return {"torchscript": (script, ["model=examples/torchscript", "model.name=user_dense_head",
+                                     f"model.path={script}", *SHAPE]),
+            "onnx": (onnx, ["model=examples/onnx", "model.name=user_dense_head_onnx", f"model.path={onnx}", *SHAPE])}
+
+
+OUTPUT_SHAPE = f"model.output_shape=[{DENSE_OUTPUT[0]},{DENSE_OUTPUT[1]}]"
 
 FORMATS = {"state_dict": state_dict_file, "timm": timm_file, "torchscript": torchscript_file,
            "torch_export": torch_export_file, "onnx": onnx_file}

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from experiments.config.errors import ConfigError
 from serving.images import CHANNEL_ORDERS, INTERPOLATIONS
-from serving.models import TIMM_PREFIX, ModelSource, build_model, example_batch, model_file
+from serving.models import TIMM_PREFIX, ModelSource, build_model, example_batch, is_classifier, model_file, output_dims
 
 
 def check_model(model_cfg: Any) -> None:
@@ -35,7 +35,7 @@ def check_model(model_cfg: Any) -> None:
     elif model_cfg.weights:
         raise ConfigError(f"model.weights={model_cfg.weights!r} is not allowed with model.source={source}: the "
                           "program carries its weights; remove model.weights")
-    if model_file(model_cfg) or str(model_cfg.factory or "").startswith(TIMM_PREFIX):
+    if model_file(model_cfg) or str(model_cfg.factory or "").startswith(TIMM_PREFIX) or not is_classifier(model_cfg):
         # The probe loads and runs the model: worth it for what the user brings, not for the built-in seeded ones.
         payload = json.dumps(OmegaConf.to_container(model_cfg, resolve=True), sort_keys=True)
         problem = _probe(payload, *_file_stamp(model_cfg))
@@ -51,6 +51,10 @@ def _check_shapes(model_cfg: Any) -> None:
     for key in ("num_classes", "max_batch_size"):
         if not isinstance(model_cfg[key], int) or model_cfg[key] < 1:
             raise ConfigError(f"model.{key}={model_cfg[key]!r} is not allowed: a positive integer")
+    dims = model_cfg.output_shape
+    if dims is not None and (not dims or not all(isinstance(d, int) and d > 0 for d in dims)):
+        raise ConfigError(f"model.output_shape={list(dims)} is not allowed: give the output's dims per image (positive "
+                          "integers, e.g. [84, 8400]), or null for a classifier's [num_classes] logits")
     if model_cfg.max_file_mb <= 0:
         raise ConfigError(f"model.max_file_mb={model_cfg.max_file_mb!r} is not allowed: a size in MB > 0")
 
@@ -171,17 +175,20 @@ def _fixed_batch_problem(model_cfg: Any, what: str) -> str:
 
 
 def _output_problem(model_cfg: Any, shape: tuple[int, ...], batch: int) -> str | None:
-    expected = (batch, int(model_cfg.num_classes))
-    if tuple(shape) == expected:
+    if tuple(shape) == (batch, *output_dims(model_cfg)):
         return None
-    if len(shape) == 2 and shape[0] == batch:
+    returns = f"the model returns shape {list(shape)} for a batch of {batch}"
+    if not shape or shape[0] != batch:
+        return _fixed_batch_problem(model_cfg, f"a batch of {batch} returns shape {list(shape)}")
+    if not is_classifier(model_cfg):
+        return (f"model.output_shape={list(model_cfg.output_shape)} is not allowed: {returns}; set "
+                f"model.output_shape={list(shape[1:])}")
+    if len(shape) == 2:
         return (f"model.num_classes={model_cfg.num_classes} is not allowed: the model returns {shape[1]} outputs per "
                 f"image (shape {list(shape)} for a batch of {batch}); set model.num_classes={shape[1]}")
-    if shape and shape[0] != batch:
-        return _fixed_batch_problem(model_cfg, f"a batch of {batch} returns shape {list(shape)}")
-    return (f"model.source={model_cfg.source} is not allowed for this model: it returns shape {list(shape)} for a "
-            f"batch of {batch}, and tierbench serves classifiers returning [batch, num_classes] logits; wrap the "
-            "model so its forward returns one such tensor")
+    return (f"model.output_shape=None is not allowed for this model: {returns}, not a classifier's [batch, "
+            f"num_classes] logits; set model.output_shape={list(shape[1:])} (its output per image: cross-checked by "
+            "max abs diff only)")
 
 
 def _probe_torch(model_cfg: Any) -> str | None:
@@ -203,7 +210,8 @@ def _probe_torch(model_cfg: Any) -> str | None:
             return _shape_problem(model_cfg, batch, exc)
         if not isinstance(out, torch.Tensor):
             return (f"model.source={model_cfg.source} is not allowed for this model: its forward returns "
-                    f"{type(out).__name__}, not one [batch, num_classes] tensor; wrap it so it returns the logits")
+                    f"{type(out).__name__}, not one tensor; wrap it so forward returns one (the logits, or e.g. a "
+                    "detector's outputs concatenated with torch.cat)")
         problem = _output_problem(model_cfg, tuple(out.shape), batch)
         if problem:
             return problem

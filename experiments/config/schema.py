@@ -57,9 +57,10 @@ class PreprocessConfig:
 
 @dataclass
 class ModelConfig:
-    """The image classifier to serve, from one of `serving.models.ModelSource`: a factory (torchvision-style or
-    `timm:<name>`) with seeded random or local weights, a TorchScript or torch.export program, or an ONNX file.
-    Files are checked before anything starts and travel to the tier nodes through Ray's object store."""
+    """The image model to serve (a classifier, or any model returning one tensor per batch), from one of
+    `serving.models.ModelSource`: a factory (torchvision-style or `timm:<name>`) with seeded random or local
+    weights, a TorchScript or torch.export program, or an ONNX file. Files are checked before anything starts and
+    travel to the tier nodes through Ray's object store."""
 
     name: str = MISSING
     source: str = "factory"  # ModelSource: factory | torchscript | torch_export | onnx
@@ -69,6 +70,10 @@ class ModelConfig:
     path: str | None = None  # torchscript | torch_export | onnx: the model file
     seed: int = 0
     num_classes: int = 1000
+    # null: a classifier, [batch, num_classes] logits, cross-checked by top-1 agreement and max abs diff. Any
+    # other single output (a detector's head, a segmentation map): its per-image dims, e.g. [84, 8400], compared
+    # by max abs diff only (top-1 has no meaning there).
+    output_shape: list[int] | None = None
     input_shape: list[int] = field(default_factory=lambda: [3, 224, 224])
     max_batch_size: int = 32
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)

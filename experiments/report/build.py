@@ -359,17 +359,34 @@ def _problems(doc: Document, data: SweepData) -> None:
     doc.table(bad.astype(str), [False, False, False, True, False])
 
 
+def crosscheck_lines(ok: pd.DataFrame) -> list[str]:
+    """What the cross-check found; a model that is not a classifier (no top-1 figure) is said to be compared by max
+    abs diff only."""
+    missing = pd.Series(float("nan"), index=ok.index)
+    diff, top1 = (ok.get(f"crosscheck_{name}", missing) for name in ("max_abs_diff", "top1_agreement"))
+    classified, diff_only = diff.notna() & top1.notna(), diff.notna() & top1.isna()
+    if not (classified | diff_only).any():
+        return []
+    lines = []
+    if classified.any():
+        lines.append("Cross-check: before a server group was measured, the same images went through each of its paths "
+                     "and the logits were compared with the in-process reference; over the measured trials the "
+                     f"lowest top-1 agreement was {top1[classified].min():.3f} and the largest logit difference "
+                     f"{diff[classified].max():.3g}.")
+    if diff_only.any():
+        models = ", ".join(sorted(ok.loc[diff_only, "model"].astype(str).unique())) if "model" in ok else "the model"
+        lines.append(f"Cross-check of {models}: its output is not a classifier's [batch, classes] logits "
+                     "(model.output_shape), so it was compared with the in-process reference by max abs diff only, "
+                     f"no top-1 agreement: the largest difference was {diff[diff_only].max():.3g}.")
+    return lines
+
+
 def _method(doc: Document, data: SweepData) -> None:
     doc.h(1, "How these numbers were made")
     t = data.trials.iloc[0]
     settings = ", ".join(f"{k} = {t[k]}" for k in ("model", "window_s", "warmup_requests", "client_actors")
                          if k in t and pd.notna(t[k]))
-    checked = data.ok.get("crosscheck_top1_agreement", pd.Series(dtype=float)).notna()
-    crosscheck = [] if not checked.any() else [
-        "Cross-check: before a server group was measured, the same images went through each of its paths and the "
-        "logits were compared with the PyTorch reference; over the measured trials the lowest top-1 agreement was "
-        f"{data.ok.loc[checked, 'crosscheck_top1_agreement'].min():.3f} and the largest logit difference "
-        f"{data.ok.loc[checked, 'crosscheck_max_abs_diff'].max():.3g}."]
+    crosscheck = crosscheck_lines(data.ok)
     doc.bullets([
         "Latency: client-side, from sending a request to its response, one sample per request; warm-up requests "
         "are dropped; percentiles come from the raw samples of every client actor merged (never averaged).",

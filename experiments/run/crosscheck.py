@@ -5,7 +5,8 @@ use (one request of `crosscheck.images` images each, the very payload the load g
 logits are compared with the reference: the model (`serving.models`) in PyTorch, float32, on the CPU (ONNX
 Runtime's CPU provider for an ONNX model), fed the same tensor or the same JPEGs preprocessed by `serving.images`
 as the model's config says. The figures (worst path) go on every
-trial of the group as `crosscheck_top1_agreement` and `crosscheck_max_abs_diff`; beyond the tolerance for
+trial of the group as `crosscheck_top1_agreement` and `crosscheck_max_abs_diff` (a model that is not a classifier,
+`model.output_shape` set, is compared by max abs diff only: it has no top-1); beyond the tolerance for
 the backend's arithmetic (`crosscheck.tolerances.<fp32|fp16>`) the group is not measured: its trials fail
 with the figures as the reason.
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from serving.backend import Backend, ServerHandle
 from serving.clients.base import ClientSpec
-from serving.models import reference_name
+from serving.models import is_classifier, reference_name
 from serving.protocols import InputFormat
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 class PathCheck:
     protocol: str
     input_format: str
-    top1_agreement: float
+    top1_agreement: float | None  # None: not a classifier's logits, compared by max abs diff only
     max_abs_diff: float
 
     @property
@@ -54,8 +55,9 @@ class CrosscheckResult:
     reference: str = "PyTorch"  # what computed the expected outputs (serving.models.reference_name)
 
     @property
-    def top1_agreement(self) -> float:
-        return min(p.top1_agreement for p in self.paths)
+    def top1_agreement(self) -> float | None:
+        agreements = [p.top1_agreement for p in self.paths if p.top1_agreement is not None]
+        return min(agreements) if agreements else None
 
     @property
     def max_abs_diff(self) -> float:
@@ -63,25 +65,35 @@ class CrosscheckResult:
 
     @property
     def passed(self) -> bool:
-        return self.top1_agreement >= self.min_top1_agreement and self.max_abs_diff <= self.max_abs_diff_allowed
+        top1_ok = self.top1_agreement is None or self.top1_agreement >= self.min_top1_agreement
+        return top1_ok and self.max_abs_diff <= self.max_abs_diff_allowed
 
     def metrics(self) -> dict[str, float]:
-        return {"crosscheck_top1_agreement": self.top1_agreement, "crosscheck_max_abs_diff": self.max_abs_diff}
+        top1 = {} if self.top1_agreement is None else {"crosscheck_top1_agreement": self.top1_agreement}
+        return {**top1, "crosscheck_max_abs_diff": self.max_abs_diff}
+
+    def summary(self) -> str:
+        top1 = ("max abs diff only (not a classifier)" if self.top1_agreement is None
+                else f"top-1 agreement {self.top1_agreement:.3f}")
+        return f"{top1}, max |diff| {self.max_abs_diff:.3g}"
 
     def reason(self) -> str:
-        worst = max(self.paths, key=lambda p: (p.max_abs_diff, -p.top1_agreement))
+        worst = max(self.paths, key=lambda p: (p.max_abs_diff, -(p.top1_agreement or 0.0)))
+        top1 = ("" if self.top1_agreement is None
+                else f"top-1 agreement {self.top1_agreement:.3f} (need >= {self.min_top1_agreement}), ")
         return (f"cross-check failed: outputs differ from the {self.reference} reference on {self.images} images "
-                f"beyond the {self.numerics} tolerance: top-1 agreement {self.top1_agreement:.3f} (need >= "
-                f"{self.min_top1_agreement}), max |logit diff| {self.max_abs_diff:.4g} (allowed "
+                f"beyond the {self.numerics} tolerance: {top1}max |output diff| {self.max_abs_diff:.4g} (allowed "
                 f"{self.max_abs_diff_allowed}); worst path {worst.name}. Paths: "
-                + ", ".join(f"{p.name} top1 {p.top1_agreement:.3f} diff {p.max_abs_diff:.4g}" for p in self.paths))
+                + ", ".join(f"{p.name}{'' if p.top1_agreement is None else f' top1 {p.top1_agreement:.3f}'} diff "
+                            f"{p.max_abs_diff:.4g}" for p in self.paths))
 
 
-def compare(reference: np.ndarray, actual: np.ndarray) -> tuple[float, float]:
-    """(top-1 agreement, max absolute logit difference) of two [N, classes] arrays."""
+def compare(reference: np.ndarray, actual: np.ndarray, classifier: bool = True) -> tuple[float | None, float]:
+    """(top-1 agreement, max absolute difference) of two outputs: [N, classes] logits, or any other [N, ...] tensor
+    (`classifier` False), which has no top-1 (None)."""
     if reference.shape != actual.shape:
-        raise ValueError(f"the server returned logits of shape {actual.shape}, the reference {reference.shape}")
-    agreement = float(np.mean(reference.argmax(axis=1) == actual.argmax(axis=1)))
+        raise ValueError(f"the server returned outputs of shape {actual.shape}, the reference {reference.shape}")
+    agreement = float(np.mean(reference.argmax(axis=1) == actual.argmax(axis=1))) if classifier else None
     return agreement, float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64))))
 
 
@@ -151,11 +163,11 @@ def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: l
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause if isinstance(exc.cause, BaseException) else exc
         raise RuntimeError(f"cross-check request failed: {type(cause).__name__}: {cause}") from None
-    checks = [PathCheck(protocol, spec.input_format, *compare(reference, logits))
+    classifier = is_classifier(reference_model)
+    checks = [PathCheck(protocol, spec.input_format, *compare(reference, logits, classifier))
               for (protocol, spec), reference, logits in zip(specs, references, actual, strict=True)]
     result = CrosscheckResult(backend.numerics, float(tolerance.max_abs_diff), float(tolerance.min_top1_agreement),
                               images, checks, reference_name(reference_model))
-    log.info("%s: cross-check against the %s reference: top-1 agreement %.3f, max |diff| %.3g (%s)",
-             backend.context.name, result.reference, result.top1_agreement, result.max_abs_diff,
-             "ok" if result.passed else "FAILED")
+    log.info("%s: cross-check against the %s reference: %s (%s)", backend.context.name, result.reference,
+             result.summary(), "ok" if result.passed else "FAILED")
     return result

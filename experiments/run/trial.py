@@ -25,6 +25,7 @@ from experiments.plan import Trial, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
 from serving.backend import Backend, ServerHandle
 from serving.model_files import model_identity
+from serving.models import output_dims
 from serving.node import NodeInfo
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         **(handle.params if handle else {}),
     }
     model = model_identity(cfg.model)
-    params.update(model_source=cfg.model.source, **model)
+    params.update(model_source=cfg.model.source, model_output_shape=list(output_dims(cfg.model)), **model)
     key = trial_key(trial, measurement, settings.identity(), model)
     return TrialRecord(trial=trial, key=key, status=status, reason=reason, params=params)
 

@@ -24,7 +24,7 @@ class ClientSpec:
     input_format: str  # InputFormat: tensor | jpeg
     batch_size: int
     input_shape: tuple[int, ...]
-    num_classes: int
+    output_shape: tuple[int, ...]  # per image: a classifier's (num_classes,), or any other output's dims
     input_name: str = "input"
     output_name: str = "logits"
     timeout_s: float = 60.0
@@ -67,9 +67,9 @@ class InferenceClient(ABC):
 
     @abstractmethod
     async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        """Send one request; returns the logits [batch, classes] and what the server reported about it (Ray
-        Serve's replica time and executed batch; None when it reports nothing per request). Raises on any
-        error."""
+        """Send one request; returns the outputs [batch, *output_shape] (a classifier's logits) and what the server
+        reported about it (Ray Serve's replica time and executed batch; None when it reports nothing per request).
+        Raises on any error."""
 
     async def predict(self) -> np.ndarray:
         """The logits of one request (for the cross-check against the reference)."""
@@ -86,7 +86,7 @@ class InferenceClient(ABC):
         """Close connections."""
 
     def check_logits(self, logits: np.ndarray) -> None:
-        expected = (self.spec.batch_size, self.spec.num_classes)
+        expected = (self.spec.batch_size, *self.spec.output_shape)
         if tuple(logits.shape) != expected:
             raise ValueError(f"response has shape {tuple(logits.shape)}, expected {expected}")
 

@@ -64,7 +64,7 @@ class RayServeHttpClient(InferenceClient):
         response = await self._http.send(self._request)
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
-        logits = np.frombuffer(response.body, dtype=np.float32).reshape(-1, self.spec.num_classes)
+        logits = np.frombuffer(response.body, dtype=np.float32).reshape(-1, *self.spec.output_shape)
         return logits, parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
 
     async def close(self) -> None:

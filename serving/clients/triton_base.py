@@ -17,6 +17,7 @@ so concurrent responses never overwrite each other. `close()` unregisters and fr
 from __future__ import annotations
 
 import logging
+import math
 from abc import abstractmethod
 from typing import Any
 
@@ -47,7 +48,7 @@ class TritonClient(InferenceClient):
             self._payload_bytes = self._data.nbytes
         else:
             raise ValueError(f"{type(self).__name__}: input format {spec.input_format!r} (use tensor or jpeg)")
-        self._output_bytes = spec.batch_size * spec.num_classes * 4
+        self._output_bytes = spec.batch_size * math.prod(spec.output_shape) * 4
         self._client: Any = None
         self._input_region: Region | None = None
         self._free_outputs: list[Region] = []

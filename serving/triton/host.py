@@ -26,7 +26,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.export import ExportReport, ensure_onnx
-from serving.models import model_file, preprocessing
+from serving.models import model_file, output_dims, preprocessing
 from serving.node import current_location
 from serving.paths import cache_root
 from serving.triton.ensemble import render_jpeg_ensemble
@@ -107,7 +107,7 @@ class TritonServerHost:
             self.gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
             self.node_id = context.get_node_id()
         self.canonical = classifier_config(self.model.name, Path(self.export.onnx_path), self.model.max_batch_size,
-                                           list(self.model.input_shape), self.model.num_classes)
+                                           list(self.model.input_shape), list(output_dims(self.model)))
         variant, cache_dir = self._render()
         repository = self.work_dir / "repository"
         models = [self.model.name]

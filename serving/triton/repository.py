@@ -59,9 +59,10 @@ class ClassifierServer(Protocol):
 
 
 def classifier_config(name: str, onnx_path: Path, max_batch_size: int, input_shape: list[int],
-                      num_classes: int) -> mc.ModelConfig:
+                      output_shape: list[int]) -> mc.ModelConfig:
     """The canonical `config.pbtxt` of a classifier ONNX file for Triton's onnxruntime backend: tensor names from the
-    file (an ONNX file the user brings keeps its own), dims from the model config, checked against the file before
+    file (an ONNX file the user brings keeps its own), dims from the model config (the output's per image:
+    `serving.models.output_dims`), checked against the file before
     the sweep started (experiments.config.model_check). `model_repository/<model>/config.pbtxt` holds it for the
     built-in models, for NVIDIA's container as is."""
     import onnx
@@ -71,7 +72,7 @@ def classifier_config(name: str, onnx_path: Path, max_batch_size: int, input_sha
     (image,) = [i for i in graph.input if i.name not in initializers]
     config = mc.ModelConfig(name=name, platform="onnxruntime_onnx", max_batch_size=int(max_batch_size))
     config.input.add(name=image.name, data_type=mc.TYPE_FP32, dims=[int(d) for d in input_shape])
-    config.output.add(name=graph.output[0].name, data_type=mc.TYPE_FP32, dims=[int(num_classes)])
+    config.output.add(name=graph.output[0].name, data_type=mc.TYPE_FP32, dims=[int(d) for d in output_shape])
     config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_AUTO)
     return config
 
