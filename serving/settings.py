@@ -46,6 +46,15 @@ class BackendSettings(ABC):
         """What is wrong with these settings for requests of `batch_sizes` images (`experiment.batch_sizes`)."""
         return []
 
+    def refuse_max_batch_size(self, name: str, model: Any, meaning: str) -> list[str]:
+        """A `max_batch_size` setting (where a backend has one) outside 1..model.max_batch_size, the largest batch
+        the model is exported for; `meaning` says what the setting bounds and what null means."""
+        value = getattr(self, "max_batch_size", None)
+        limit = int(model.max_batch_size)
+        if value is None or (is_positive_int(value) and value <= limit):
+            return []
+        return [self.refuse(name, "max_batch_size", f"in 1..model.max_batch_size={limit} {meaning}")]
+
     def as_served(self, model: Any) -> dict[str, Any]:
         """Every setting as the server runs it: a null `max_batch_size` (where a backend has one) is the model's."""
         values = asdict(self)

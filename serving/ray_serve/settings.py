@@ -52,11 +52,7 @@ class RayServeTorchSettings(BackendSettings):
         for key in ("replica_num_cpus", "replica_num_gpus"):
             if getattr(self, key) < 0:
                 problems.append(self.refuse(name, key, "a share >= 0"))
-        limit = int(model.max_batch_size)
-        if self.max_batch_size is not None and not (is_positive_int(self.max_batch_size)
-                                                    and self.max_batch_size <= limit):
-            problems.append(self.refuse(name, "max_batch_size", f"in 1..model.max_batch_size={limit} (images per "
-                                                                "server batch), or null for the model's"))
+        problems += self.refuse_max_batch_size(name, model, "(images per server batch), or null for the model's")
         if self.batch_wait_timeout_s < 0:
             problems.append(self.refuse(name, "batch_wait_timeout_s", "a number of seconds >= 0"))
         problems += self.refuse_switched_off(name)

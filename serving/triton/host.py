@@ -108,7 +108,7 @@ class TritonServerHost:
             self.node_id = context.get_node_id()
         self.canonical = classifier_config(self.model.name, Path(self.export.onnx_path), self.model.max_batch_size,
                                            list(self.model.input_shape), list(output_dims(self.model)))
-        variant, cache_dir = self._render()
+        cache_dir = self._render()
         repository = self.work_dir / "repository"
         models = [self.model.name]
         if self.jpeg_ensemble:  # JPEG input: the preprocess model and the ensemble chaining it to the classifier
@@ -132,7 +132,7 @@ class TritonServerHost:
         assert self.server is not None, "reload needs a started server"
         started = time.monotonic()
         self.variant_settings = variant
-        _, cache_dir = self._render()
+        cache_dir = self._render()
         with _cache_lock(cache_dir):
             before = engine_files(cache_dir) if cache_dir else {}
             self.server.reload(self.model.name, timeout_s)  # ready only after the new config's warm-up ran
@@ -140,9 +140,9 @@ class TritonServerHost:
             after = engine_files(cache_dir) if cache_dir else {}
         return self._info(started, ready_s, cache_dir, before, after, reloaded=True)
 
-    def _render(self) -> tuple[TritonVariant, Path | None]:
-        """Render the classifier's folder of the repository for `variant_settings`; the variant and its TensorRT
-        engine cache folder (None without one)."""
+    def _render(self) -> Path | None:
+        """Render the classifier's folder of the repository for `variant_settings`; its TensorRT engine cache folder
+        (None without one)."""
         assert self.export is not None and self.installation is not None and self.canonical is not None
         settings = dict(self.variant_settings)
         cache_root = settings.pop("engine_cache_dir", None)
@@ -158,10 +158,9 @@ class TritonServerHost:
             cache_dir = engine_cache_dir(cache_root, self.model.name, _gpu_name(self.gpu_ids), key)
             cache_dir.mkdir(parents=True, exist_ok=True)
             settings["engine_cache_dir"] = str(cache_dir)
-        variant = TritonVariant(**settings)
-        render_repository(self.canonical, Path(self.export.onnx_path), self.work_dir / "repository", variant,
-                          self.installation)
-        return variant, cache_dir
+        render_repository(self.canonical, Path(self.export.onnx_path), self.work_dir / "repository",
+                          TritonVariant(**settings), self.installation)
+        return cache_dir
 
     def _info(self, started: float, ready_s: float, cache_dir: Path | None, before: dict[str, Any],
               after: dict[str, Any], reloaded: bool) -> dict[str, Any]:

@@ -86,13 +86,10 @@ class TritonSettings(BackendSettings):
             value = getattr(self, key)
             if not (is_positive_int(value) or (value is None and null)):
                 problems.append(self.refuse(name, key, "a positive integer" + (f", or null ({null})" if null else "")))
-        limit, limit_key = int(model.max_batch_size), "model.max_batch_size"
-        if self.max_batch_size is not None and not (is_positive_int(self.max_batch_size)
-                                                    and self.max_batch_size <= limit):
-            problems.append(self.refuse(name, "max_batch_size", f"in 1..model.max_batch_size={limit} (the largest "
-                                                                "batch the export serves), or null (that one)"))
-        elif self.max_batch_size is not None:
-            limit, limit_key = self.max_batch_size, "max_batch_size"
+        bound = self.refuse_max_batch_size(name, model, "(the largest batch the export serves), or null (that one)")
+        problems += bound
+        limit, limit_key = ((self.max_batch_size, "max_batch_size") if self.max_batch_size is not None and not bound
+                            else (int(model.max_batch_size), "model.max_batch_size"))
         if self.trt_opt_batch_size is not None:
             if not tensorrt:
                 problems.append(self.refuse(name, "trt_opt_batch_size", "it only applies with accelerator: tensorrt"))
