@@ -72,6 +72,27 @@ class LoadMode(StrEnum):
             return 1.0 / rate
         raise ValueError(f"{self} load has no arrival schedule")
 
+    def gaps(self, rate: float, rng: np.random.Generator, count: int) -> np.ndarray:
+        """`count` gaps at once (the compiled engine's schedule), drawn as `next_gap` draws them one by one."""
+        import numpy as np
+
+        if self is LoadMode.POISSON:
+            return rng.exponential(1.0 / rate, size=count)
+        if self is LoadMode.CONSTANT:
+            return np.full(count, 1.0 / rate)
+        raise ValueError(f"{self} load has no arrival schedule")
+
+
+class LoadEngine(StrEnum):
+    """What sends a trial's requests. `compiled`: the C engine (experiments/measure/engine/loadgen.c), one process per
+    client actor, HTTP/1.1 and gRPC over sockets; `python`: the actor's own asyncio client, which also speaks Triton's
+    shared-memory protocols; `auto`: compiled wherever it builds and speaks the trial's protocol, else python (the
+    trial records which, and why)."""
+
+    AUTO = "auto"
+    COMPILED = "compiled"
+    PYTHON = "python"
+
 
 class ClientPlacement(StrEnum):
     """Where client actors run: on the tier's node (no network hop), or on client-pool nodes (load generation

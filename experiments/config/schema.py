@@ -142,6 +142,10 @@ class ExperimentConfig:
     client_concurrency_per_actor: int = 16
     client_cpu_limit: float = 0.8
     client_num_cpus: float = 0.1
+    # LoadEngine: what sends the requests. auto: the compiled engine (C, experiments/measure/engine/loadgen.c) wherever
+    # it builds and speaks the trial's protocol, else the Python client; compiled: only it (a trial it cannot measure
+    # is refused); python: the actors' asyncio client. Every trial records the engine that measured it.
+    load_engine: str = "auto"
 
 
 @dataclass

@@ -10,13 +10,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.config.choices import ClientPlacement, LoadMode
+from experiments.config.choices import ClientPlacement, LoadEngine, LoadMode
 from experiments.config.errors import ConfigError
 from experiments.config.model_check import check_model
 from experiments.config.prices import validate_prices
 from experiments.config.schema import backend_settings
 from experiments.config.search import check_search
-from serving.protocols import PROTOCOLS, InputFormat
+from serving.protocols import PROTOCOLS, InputFormat, parse_protocol
 from serving.triton.installation import TRITON_SERVER_CHOICES
 
 
@@ -56,6 +56,7 @@ def validate(cfg: Any) -> None:
     if exp.load_mode not in list(LoadMode):
         _fail("experiment.load_mode", exp.load_mode, f"choose from {[str(m) for m in LoadMode]}")
     _check_loads(LoadMode(exp.load_mode), exp)
+    _check_engine(exp)
     for key in ("window_s", "warmup_s", "request_timeout_s", "trial_timeout_s", "client_num_cpus"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be > 0")
@@ -97,6 +98,18 @@ def _check_loads(mode: LoadMode, exp: Any) -> None:
     for rate in exp.request_rates:
         if rate <= 0:
             _fail("experiment.request_rates", rate, "every rate must be > 0 requests/s")
+
+
+def _check_engine(exp: Any) -> None:
+    """The compiled engine sends bytes over sockets: shared-memory protocols need the Python client."""
+    if exp.load_engine not in list(LoadEngine):
+        _fail("experiment.load_engine", exp.load_engine, f"choose from {[str(e) for e in LoadEngine]}")
+    if exp.load_engine == LoadEngine.COMPILED:
+        shared = [p for p in exp.protocols if parse_protocol(p)[1] != "none"]
+        if shared:
+            _fail("experiment.load_engine", exp.load_engine,
+                  f"the compiled engine cannot drive {shared} (shared-memory regions are registered by the Python "
+                  "client): use experiment.load_engine=auto (python for those protocols only) or drop them")
 
 
 def _check_backend(cfg: Any, name: str) -> None:

@@ -1,13 +1,16 @@
-"""The client actor: runs its share of a trial's load with its own async client and connections.
+"""The client actor: runs its share of a trial's load, with the compiled engine (a `loadgen` process it starts and
+reads) or its own async client and connections (the Python engine).
 
-An async Ray actor: its methods run on one event loop, which the request loops share. Only samples travel
-back to the driver; the actor never talks to MLflow.
+An async Ray actor: its methods run on one event loop, which the request loops (or the engine's reader) share.
+Only samples travel back to the driver; the actor never talks to MLflow.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from experiments.config.choices import LoadEngine
+from experiments.measure.engine.build import EngineStatus, engine_status
 from experiments.measure.load import LoadGenerator, LoadPoint, WarmupStats
 from experiments.measure.samples import WindowSamples
 from serving.clients.base import ClientSpec, InferenceClient, load_client
@@ -24,14 +27,31 @@ class LoadClientActor:
     def where(self) -> dict[str, str]:
         return current_location()
 
-    async def start(self, spec: ClientSpec, load: LoadPoint, max_in_flight: int) -> int:
-        """Open a client and start this actor's share of the load; returns the request payload in bytes."""
+    def engine_status(self) -> EngineStatus:
+        """The compiled engine on this node (built here on first use)."""
+        return engine_status()
+
+    async def start(self, spec: ClientSpec, load: LoadPoint, max_in_flight: int, engine: str = LoadEngine.PYTHON,
+                    horizon_s: float = 600.0) -> int:
+        """Start this actor's share of the load with `engine`; returns the request payload in bytes. `horizon_s`:
+        the longest the load may run (the compiled engine's open-loop schedule covers it)."""
+        from experiments.measure.engine.compiled_load import CompiledLoad
+
         await self.stop()
-        self._client = load_client(spec)
-        await self._client.open()
-        self._load = load.generator(self._client.infer, spec.timeout_s, spec.batch_size, self.index, max_in_flight)
+        self._client = client = load_client(spec)
+        if engine == LoadEngine.COMPILED:
+            self._load = CompiledLoad(client.wire_request(), load, spec.timeout_s, spec.batch_size, self.index,
+                                      max_in_flight, horizon_s, client.check_wire_response)
+            try:
+                await self._load.open()
+            except BaseException:
+                await self.stop()
+                raise
+        else:
+            await client.open()
+            self._load = load.generator(client.infer, spec.timeout_s, spec.batch_size, self.index, max_in_flight)
         self._load.start()
-        return self._client.payload_bytes
+        return client.payload_bytes
 
     async def wait_warm(self, min_requests: int, min_seconds: float, timeout_s: float) -> WarmupStats:
         return await self._load.wait_warm(min_requests, min_seconds, timeout_s)
@@ -62,12 +82,34 @@ class ClientPool:
         self.timeout_s = timeout_s
         self._actors: dict[str, list[Any]] = {}
         self._where: dict[str, list[dict[str, str]]] = {}
+        self.engine: EngineStatus | None = None  # the compiled engine on the clients' node
 
     def start(self) -> ClientPool:
-        """Start the actors the experiment's protocols need first, so a placement problem shows before a server."""
+        """Start the actors the experiment's protocols need first, and build the compiled engine on their node, so a
+        placement problem or an engine that cannot run shows before a server starts."""
+        import ray
+
+        from experiments.measure.engine.build import EngineUnavailable
+
         for wire in sorted({parse_protocol(p)[0] for p in self.exp.protocols}):
             self.ensure(max(1, self.exp.client_actors), wire)
+        if self.engine is None and self.exp.load_engine != LoadEngine.PYTHON:
+            first = next(iter(self._actors.values()))[0]
+            self.engine = ray.get(first.engine_status.remote(), timeout=max(self.timeout_s, 180))
+            if self.exp.load_engine == LoadEngine.COMPILED:
+                if not self.engine.available:
+                    raise EngineUnavailable(f"experiment.load_engine=compiled: {self.engine.problem}")
+                if not self.engine.http2 and any(parse_protocol(p)[0] == "grpc" for p in self.exp.protocols):
+                    raise EngineUnavailable("experiment.load_engine=compiled: gRPC needs libnghttp2.so.14 on the "
+                                            "clients' node, and it is missing (install libnghttp2-14, or use "
+                                            "experiment.load_engine=auto)")
         return self
+
+    def engine_for(self, spec: ClientSpec, protocol: str) -> tuple[LoadEngine, str]:
+        """The engine that measures a trial with `spec` over `protocol`, and why not the one asked for."""
+        from experiments.measure.engine.choice import choose_engine
+
+        return choose_engine(self.exp.load_engine, spec, protocol, self.engine or EngineStatus(None, problem="-"))
 
     def ensure(self, count: int, protocol: str) -> list[Any]:
         """The first `count` actors for `protocol`, starting the missing ones; fails (not hangs) when they stay
@@ -100,7 +142,9 @@ class ClientPool:
         return self._where.get(parse_protocol(protocol)[0], [])[:count]
 
     def restart(self) -> None:
+        engine = self.engine
         self.close()
+        self.engine = engine  # the node's engine is as it was
         self.start()
 
     def close(self) -> None:

@@ -1,8 +1,11 @@
 """Load generators: closed loop (a fixed number of request loops) and open loop (arrivals on a schedule).
 
-Pure asyncio, independent of Ray, so they can be tested against any coroutine. Load runs continuously from
-`start()` to `stop()`: warm-up and measurement windows are cuts of one steady stream, and several client
-actors can cut the same windows (epoch timestamps) out of their own streams.
+`LoadGenerator` keeps the per-request records and cuts windows from them; who sends the requests is its subclasses'
+business: `ClientLoad` here (Python, asyncio, an `InferenceClient` per actor: independent of Ray, so it can be tested
+against any coroutine), `experiments.measure.engine.compiled_load.CompiledLoad` (the compiled engine).
+
+Load runs continuously from `start()` to `stop()`: warm-up and measurement windows are cuts of one steady stream,
+and several client actors can cut the same windows (epoch timestamps) out of their own streams.
 
 Latency: a request belongs to the window it was *scheduled* in, and a window is collected once every such
 request has returned: a request queued behind warm-up traffic cannot leak into the window's percentiles, and
@@ -45,7 +48,7 @@ class LoadPoint:
     load: float
 
     def generator(self, send: Send, timeout_s: float, images_per_request: int, actor_index: int,
-                  max_in_flight: int) -> LoadGenerator:
+                  max_in_flight: int) -> ClientLoad:
         if self.mode.open_loop:
             return OpenLoopLoad(send, self.load, self.mode, timeout_s, images_per_request, actor_index, max_in_flight)
         return ClosedLoopLoad(send, int(self.load), timeout_s, images_per_request, actor_index)
@@ -65,8 +68,7 @@ class LoadError(RuntimeError):
 class LoadGenerator(ABC):
     """Records (intended, sent, done, server ms and batch) per request; cuts windows; reports client health."""
 
-    def __init__(self, send: Send, timeout_s: float, images_per_request: int, actor_index: int = 0) -> None:
-        self._send = send
+    def __init__(self, timeout_s: float, images_per_request: int, actor_index: int = 0) -> None:
         self.timeout_s = timeout_s
         self.images_per_request = images_per_request
         self.actor_index = actor_index
@@ -98,42 +100,29 @@ class LoadGenerator(ABC):
     def _start_tasks(self) -> list[asyncio.Task]:
         """Create the tasks that generate the load."""
 
-    async def _request(self, intended: float) -> None:
-        """Send one request scheduled at `intended`; record it, or record the error and stop the load."""
-        request_id = self._next_id
-        self._next_id += 1
-        self._in_flight[request_id] = intended
-        sent = self.now()
-        try:
-            async with asyncio.timeout(self.timeout_s):  # no extra task per request, unlike wait_for
-                report = await self._send()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure fails the trial, with its message
-            if len(self.errors) < MAX_ERRORS_KEPT:
-                message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                if isinstance(exc, TimeoutError):  # asyncio.timeout's says nothing: say what it means
-                    message = (f"TimeoutError: no response within {self.timeout_s:g} s "
-                               f"(experiment.request_timeout_s) with {len(self._in_flight)} requests in flight: "
-                               "the server is that far behind (in an open loop: overloaded past the timeout)")
-                self.errors.append(message[:500])
-            # A failed request invalidates the trial: stop loading a server that is failing.
-            self._stopping = True
-            return
-        finally:
-            self._in_flight.pop(request_id, None)
+    def _record(self, intended: float, sent: float, done: float, report: ServerReport | None) -> None:
         self._intended.append(intended)
         self._sent.append(sent)
-        self._done.append(self.now())
+        self._done.append(done)
         self._server_ms.append(math.nan if report is None else float(report.ms))
         self._server_batch.append(math.nan if report is None or report.executed_images is None
                                   else float(report.executed_images))
 
+    def _fail(self, message: str) -> None:
+        """Record why the load failed (the trial fails with it) and stop loading."""
+        if len(self.errors) < MAX_ERRORS_KEPT:
+            self.errors.append(message)
+        self._stopping = True
+
+    def _cpu_seconds(self) -> float:
+        """CPU seconds the client has used so far (this process's: the Python client runs in it)."""
+        return time.process_time()
+
     async def _monitor(self) -> None:
-        """A ticker: its lateness is the event loop's lag; CPU marks give the actor's own CPU use."""
+        """A ticker: its lateness is the event loop's lag; CPU marks give the client's own CPU use."""
         while not self._stopping:
             before = self.now()
-            self._cpu_marks.append((before, time.process_time()))
+            self._cpu_marks.append((before, self._cpu_seconds()))
             await asyncio.sleep(TICK_S)
             after = self.now()
             self._lags.append((after, max(0.0, after - before - TICK_S)))
@@ -219,7 +208,39 @@ class LoadGenerator(ABC):
         self._tasks = []
 
 
-class ClosedLoopLoad(LoadGenerator):
+class ClientLoad(LoadGenerator):
+    """Load from the Python client: `send` is one request of its `InferenceClient`, awaited in this event loop."""
+
+    def __init__(self, send: Send, timeout_s: float, images_per_request: int, actor_index: int = 0) -> None:
+        super().__init__(timeout_s, images_per_request, actor_index)
+        self._send = send
+
+    async def _request(self, intended: float) -> None:
+        """Send one request scheduled at `intended`; record it, or record the error and stop the load."""
+        request_id = self._next_id
+        self._next_id += 1
+        self._in_flight[request_id] = intended
+        sent = self.now()
+        try:
+            async with asyncio.timeout(self.timeout_s):  # no extra task per request, unlike wait_for
+                report = await self._send()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure fails the trial, with its message
+            message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if isinstance(exc, TimeoutError):  # asyncio.timeout's says nothing: say what it means
+                message = (f"TimeoutError: no response within {self.timeout_s:g} s "
+                           f"(experiment.request_timeout_s) with {len(self._in_flight)} requests in flight: "
+                           "the server is that far behind (in an open loop: overloaded past the timeout)")
+            # A failed request invalidates the trial: stop loading a server that is failing.
+            self._fail(message[:500])
+            return
+        finally:
+            self._in_flight.pop(request_id, None)
+        self._record(intended, sent, self.now(), report)
+
+
+class ClosedLoopLoad(ClientLoad):
     """`concurrency` loops, each sending its next request as soon as the last returns (perf_analyzer's
     concurrency mode)."""
 
@@ -238,7 +259,7 @@ class ClosedLoopLoad(LoadGenerator):
             await self._request(self.now())
 
 
-class OpenLoopLoad(LoadGenerator):
+class OpenLoopLoad(ClientLoad):
     """Arrivals at `rate` requests/s, constant or Poisson, whatever the server does (MLPerf's server
     scenario). At most `max_in_flight` requests are outstanding: an arrival that finds them all busy waits and
     is sent late, and its latency still counts from its scheduled time."""

@@ -97,8 +97,9 @@ def actors_needed(trial: Trial, exp: Any) -> int:
 
 
 def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: Any,
-            probe: CounterProbe | None = None) -> Measurement:
-    """Run one trial's load; raises on a client error or when it overruns `experiment.trial_timeout_s`."""
+            probe: CounterProbe | None = None, engine: str = "python") -> Measurement:
+    """Run one trial's load with `engine` (LoadEngine); raises on a client error or when it overruns
+    `experiment.trial_timeout_s`."""
     import ray
 
     shares = [(a, point) for a, point in zip(actors, split_load(trial, len(actors)), strict=True) if point.load > 0]
@@ -113,8 +114,8 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: Any,
         return left
 
     try:
-        payloads = ray.get([a.start.remote(spec, load, exp.max_in_flight) for a, load in shares],
-                           timeout=min(exp.request_timeout_s, remaining()))
+        payloads = ray.get([a.start.remote(spec, load, exp.max_in_flight, engine, exp.trial_timeout_s)
+                            for a, load in shares], timeout=min(exp.request_timeout_s, remaining()))
         per_actor_warmup = -(-exp.warmup_requests // len(used))
         warm_timeout = remaining(reserve=exp.window_s * stability.windows)
         warmup = ray.get([a.wait_warm.remote(per_actor_warmup, exp.warmup_s, warm_timeout) for a in used],

@@ -29,7 +29,7 @@ from serving.models import output_dims
 from serving.node import NodeInfo
 
 log = logging.getLogger(__name__)
-MEASUREMENT_KEYS = ("warmup_requests", "warmup_s", "window_s", "client_actors", "max_in_flight")
+MEASUREMENT_KEYS = ("warmup_requests", "warmup_s", "window_s", "client_actors", "max_in_flight", "load_engine")
 
 
 def measurement_settings(exp: Any) -> dict[str, Any]:
@@ -65,14 +65,21 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
 
 
 def _measure_with_enough_clients(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle,
-                                 clients: ClientPool) -> Measurement:
-    """Measure; in automatic mode, add client actors while the busiest one is near a full core."""
+                                 clients: ClientPool, record: TrialRecord) -> Measurement:
+    """Measure with the trial's engine (recorded: param `load_engine`, and `load_engine_note` when it is not the one
+    asked for); in automatic mode, add client actors while the busiest one is near a full core."""
     exp = cfg.experiment
     spec = backend.client_spec(handle, trial.protocol, trial.input_format, trial.batch_size)
+    engine, note = clients.engine_for(spec, trial.protocol)
+    record.params.update(load_engine=str(engine), load_engine_requested=str(exp.load_engine))
+    if note:
+        record.params["load_engine_note"] = note
+    if engine == "compiled" and clients.engine is not None:
+        record.params["load_engine_version"] = clients.engine.version
     actors = actors_needed(trial, exp)
     while True:
         result = measure(clients.ensure(actors, trial.protocol), spec, trial, exp,
-                         probe=lambda: backend.server_counters(handle))
+                         probe=lambda: backend.server_counters(handle), engine=engine)
         busiest = max((c.cpu_util for c in result.samples.clients), default=0.0)
         if exp.client_actors or busiest <= exp.client_cpu_limit or actors >= exp.max_client_actors:
             return result
@@ -90,7 +97,7 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
     record = new_record(cfg, trial, node, handle)
     exp = cfg.experiment
     try:
-        result = _measure_with_enough_clients(cfg, trial, backend, handle, clients)
+        result = _measure_with_enough_clients(cfg, trial, backend, handle, clients, record)
     except Exception as exc:  # noqa: BLE001 - any failure of the measurement fails the trial, with why
         record.status, record.reason = Status.FAILED, f"measurement failed: {error_reason(exc)}"
         return record

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from serving.clients.wire import WireRequest
 from serving.images import sample_jpegs
 
 
@@ -84,6 +85,21 @@ class InferenceClient(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Close connections."""
+
+    @classmethod
+    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
+        """Why the compiled load engine cannot send this client's requests for `spec`; None when it can
+        (`wire_request`, `check_wire_response`)."""
+        return f"{cls.__name__} has no fixed request bytes for the compiled engine to send"
+
+    def wire_request(self) -> WireRequest:
+        """This client's request as it crosses the socket, built once by its own code (the compiled engine sends it)."""
+        raise NotImplementedError(self.wire_unsupported(self.spec))
+
+    def check_wire_response(self, body: bytes) -> None:
+        """Check a response body the compiled engine received for `wire_request` (the HTTP body, or the gRPC
+        call's DATA): it parses, and its outputs have the expected shape. Raises on anything else."""
+        raise NotImplementedError(self.wire_unsupported(self.spec))
 
     def check_logits(self, logits: np.ndarray) -> None:
         expected = (self.spec.batch_size, *self.spec.output_shape)

@@ -10,7 +10,10 @@ import numpy as np
 
 from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, tensor_batch
 from serving.clients.ray_serve_http import parse_server_timing
+from serving.clients.wire import WireRequest, grpc_message, grpc_wire
 from serving.protocols import InputFormat
+
+CLASSIFY = "/tierbench.ImageClassifier/Classify"
 
 
 def build_request(spec: ClientSpec):
@@ -49,6 +52,19 @@ class RayServeGrpcClient(InferenceClient):
         reply = await self._classify(self._request, metadata=self._metadata, timeout=self.spec.timeout_s)
         logits = np.frombuffer(reply.logits, dtype=np.float32).reshape(tuple(reply.shape))
         return logits, parse_server_timing(reply.server_timing)
+
+    @classmethod
+    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
+        return None
+
+    def wire_request(self) -> WireRequest:
+        return grpc_wire(self.spec.url, CLASSIFY, self._request.SerializeToString(), self._metadata)
+
+    def check_wire_response(self, body: bytes) -> None:
+        from serving.ray_serve.proto import classifier_pb2
+
+        reply = classifier_pb2.ClassifyResponse.FromString(grpc_message(body))
+        self.check_logits(np.frombuffer(reply.logits, dtype=np.float32).reshape(tuple(reply.shape)))
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, tensor_batch
 from serving.clients.http1 import Http1Client, build_request
+from serving.clients.wire import WireRequest, http1_wire
 from serving.protocols import InputFormat
 
 JPEG_CONTENT_TYPE = "image/jpeg"
@@ -60,12 +61,24 @@ class RayServeHttpClient(InferenceClient):
     async def open(self) -> None:
         self._http = Http1Client(self.spec.url, self.spec.timeout_s)
 
+    def _logits(self, body: bytes) -> np.ndarray:
+        return np.frombuffer(body, dtype=np.float32).reshape(-1, *self.spec.output_shape)
+
     async def call(self) -> tuple[np.ndarray, ServerReport | None]:
         response = await self._http.send(self._request)
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
-        logits = np.frombuffer(response.body, dtype=np.float32).reshape(-1, *self.spec.output_shape)
-        return logits, parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
+        return self._logits(response.body), parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
+
+    @classmethod
+    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
+        return None
+
+    def wire_request(self) -> WireRequest:
+        return http1_wire(self.spec.url, self._request)
+
+    def check_wire_response(self, body: bytes) -> None:
+        self.check_logits(self._logits(body))
 
     async def close(self) -> None:
         if self._http is not None:

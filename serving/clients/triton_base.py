@@ -88,14 +88,27 @@ class TritonClient(InferenceClient):
     @abstractmethod
     async def _send(self, inputs: list[Any], outputs: list[Any]) -> Any: ...
 
-    async def open(self) -> None:
+    @classmethod
+    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
+        if spec.shared_memory != "none":
+            return (f"{spec.shared_memory} shared memory: the regions are created and registered by the Python "
+                    "client (experiment.load_engine=python, or auto, measures these protocols)")
+        return None
+
+    def _prepare_inputs(self) -> None:
+        """The request's tensors, carrying the data (the socket path)."""
         spec = self.spec
         self._inputs = [self._infer_input(spec.input_name, list(self._data.shape), self._datatype)]
+        self._set_input_data(self._inputs[0], self._data)
+        self._outputs = [self._requested_output(spec.output_name)]
+
+    async def open(self) -> None:
+        spec = self.spec
         if spec.shared_memory == "none":
-            self._set_input_data(self._inputs[0], self._data)
-            self._outputs = [self._requested_output(spec.output_name)]
+            self._prepare_inputs()
             await self._open_prepared()
             return
+        self._inputs = [self._infer_input(spec.input_name, list(self._data.shape), self._datatype)]
         self._client = self._connect()
         remove_stale_regions()
         self._input_region = new_region(spec.shared_memory, len(self._raw))

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from serving.clients.triton_base import TritonClient
+from serving.clients.wire import WireRequest, grpc_message, grpc_wire
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
@@ -45,18 +46,33 @@ class TritonGrpcClient(TritonClient):
         return await self._client.infer(self.spec.model_name, inputs, outputs=outputs,
                                         client_timeout=self.spec.timeout_s)
 
-    async def _open_prepared(self) -> None:
-        import grpc
+    def _request_bytes(self) -> bytes:
+        """The serialized ModelInferRequest: the tensor as raw_input_contents, as tritonclient sends it."""
         from tritonclient.grpc import service_pb2
 
-        request = service_pb2.ModelInferRequest(
+        return service_pb2.ModelInferRequest(
             model_name=self.spec.model_name,
             inputs=[service_pb2.ModelInferRequest.InferInputTensor(
                 name=self.spec.input_name, datatype=self._datatype, shape=list(self._data.shape))],
             outputs=[service_pb2.ModelInferRequest.InferRequestedOutputTensor(name=self.spec.output_name)],
             raw_input_contents=[self._raw],
-        )
-        self._request = request.SerializeToString()
+        ).SerializeToString()
+
+    def wire_request(self) -> WireRequest:
+        return grpc_wire(self.spec.url, MODEL_INFER, self._request_bytes())
+
+    def check_wire_response(self, body: bytes) -> None:
+        from tritonclient.grpc import service_pb2
+
+        response = service_pb2.ModelInferResponse.FromString(grpc_message(body))
+        (output,) = response.outputs
+        self.check_logits(np.frombuffer(response.raw_output_contents[0], np.float32).reshape(tuple(output.shape)))
+
+    async def _open_prepared(self) -> None:
+        import grpc
+        from tritonclient.grpc import service_pb2
+
+        self._request = self._request_bytes()
         self._channel = grpc.aio.insecure_channel(
             self.spec.url, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)])
         # No request serializer: the request goes out as the bytes built above.

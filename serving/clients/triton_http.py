@@ -16,6 +16,7 @@ import numpy as np
 
 from serving.clients.http1 import Http1Client, build_request
 from serving.clients.triton_base import TritonClient
+from serving.clients.wire import WireRequest, http1_wire
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -64,16 +65,32 @@ class TritonHttpClient(TritonClient):
     async def _send(self, inputs: list[Any], outputs: list[Any]) -> Any:
         return await self._client.infer(self.spec.model_name, inputs, outputs=outputs)
 
-    async def _open_prepared(self) -> None:
+    @property
+    def _infer_url(self) -> str:
+        return f"http://{self.spec.url}/v2/models/{self.spec.model_name}/infer"
+
+    def _request_bytes(self) -> bytes:
+        """The request, head and body: tritonclient's own body with the binary tensor extension."""
         import tritonclient.http as http
 
         body, json_size = http.InferenceServerClient.generate_request_body(self._inputs, outputs=self._outputs)
         headers = {"Content-Type": "application/octet-stream"}
         if json_size is not None:
             headers[HEADER_LENGTH] = str(json_size)
-        url = f"http://{self.spec.url}/v2/models/{self.spec.model_name}/infer"
-        self._request = build_request("POST", url, body, headers)
-        self._http = Http1Client(url, self.spec.timeout_s)
+        return build_request("POST", self._infer_url, body, headers)
+
+    async def _open_prepared(self) -> None:
+        self._request = self._request_bytes()
+        self._http = Http1Client(self._infer_url, self.spec.timeout_s)
+
+    def wire_request(self) -> WireRequest:
+        self._prepare_inputs()
+        return http1_wire(self._infer_url, self._request_bytes())
+
+    def check_wire_response(self, body: bytes) -> None:
+        """A binary-data response's body starts with its JSON header; its length is where the JSON ends."""
+        _, header_length = json.JSONDecoder().raw_decode(body.decode("latin-1"))
+        self.check_logits(binary_output(body, str(header_length), self.spec.output_name))
 
     async def _send_prepared(self) -> np.ndarray:
         response = await self._http.send(self._request)

@@ -1,0 +1,182 @@
+"""The compiled engine as a load generator: one `loadgen` process per client actor, its records read as they come,
+so windows are cut from its stream exactly as from the Python client's (`LoadGenerator`).
+
+The engine sends a `WireRequest` (the bytes a client would send, built once by that client's own code); the first
+response it gets is handed back to the same client to check (`InferenceClient.check_wire_response`): the outputs
+have the shape the model promises. Its CPU is read from /proc (scheduler nanoseconds of the engine process), so
+`client_cpu_us_per_request` is the engine's own, as perf_analyzer's would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from experiments.measure.engine import records
+from experiments.measure.engine.build import engine_binary
+from experiments.measure.load import LATE_AFTER_S, TICK_S, LoadGenerator, LoadPoint
+from serving.clients.wire import WireRequest
+
+STDERR_TAIL = 1500
+# The schedule covers the longest a trial may run; an engine that reaches its end fails the trial.
+SCHEDULE_MARGIN = 1.2
+
+
+class CompiledLoad(LoadGenerator):
+    """`load` (closed: request loops; open: arrivals/s) sent by the compiled engine."""
+
+    def __init__(self, wire: WireRequest, load: LoadPoint, timeout_s: float, images_per_request: int,
+                 actor_index: int = 0, max_in_flight: int = 1024, horizon_s: float = 600.0,
+                 check_response: Callable[[bytes], None] | None = None, seed: int = 0) -> None:
+        super().__init__(timeout_s, images_per_request, actor_index)
+        self.wire = wire
+        self.load = load
+        self.max_in_flight = max_in_flight
+        self.horizon_s = horizon_s
+        self.check_response = check_response
+        self.seed = seed
+        self._folder = Path(tempfile.mkdtemp(prefix="tierbench-loadgen-"))
+        self._proc: asyncio.subprocess.Process | None = None
+        self._buffer = bytearray()
+        self._watermark = -math.inf  # every request scheduled before it has completed
+        self._checked = False
+        self._offset = self._epoch_offset * 1e9  # engine ns (CLOCK_MONOTONIC) -> epoch s: (ns + offset) / 1e9
+
+    def _arguments(self) -> list[str]:
+        folder, wire = self._folder, self.wire
+        (folder / "request.bin").write_bytes(wire.payload)
+        args = [f"--{wire.protocol}", wire.host, str(wire.port), "--request", str(folder / "request.bin"),
+                "--timeout", f"{self.timeout_s:g}", "--max-in-flight", str(self.max_in_flight),
+                "--first-response", str(folder / "first-response.bin")]
+        if wire.headers:
+            (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
+            args += ["--headers", str(folder / "headers.txt")]
+        if self.load.mode.open_loop:
+            rate = self.load.load
+            rng = np.random.default_rng(self.seed + self.actor_index)
+            count = max(1000, math.ceil(rate * self.horizon_s * SCHEDULE_MARGIN))
+            self.load.mode.gaps(rate, rng, count).astype("<f8").tofile(folder / "gaps.f64")
+            args += ["--open", str(folder / "gaps.f64")]
+        else:
+            args += ["--closed", str(int(self.load.load))]
+        return args
+
+    async def open(self) -> None:
+        """Start the engine and wait until its connections are open and the load has started."""
+        self._stderr = open(self._folder / "stderr.txt", "wb")  # noqa: SIM115 - closed in stop()
+        self._proc = await asyncio.create_subprocess_exec(
+            str(engine_binary()), *self._arguments(), stdout=asyncio.subprocess.PIPE, stderr=self._stderr)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            chunk = await asyncio.wait_for(self._proc.stdout.read(1 << 16), max(0.1, deadline - time.monotonic()))
+            if not chunk:
+                await self._proc.wait()
+                raise RuntimeError(f"the load engine stopped before the load started: {self._engine_said()}")
+            self._buffer += chunk
+            batch = records.parse(self._buffer)
+            ready = batch[batch["kind"] == records.Kind.READY]
+            if ready.size:
+                self._ready_at = self._epoch(ready["intended_ns"][0])
+                self._ingest(batch[batch["kind"] != records.Kind.READY])
+                return
+
+    def start(self) -> None:
+        super().start()
+        self.started_at = self._ready_at
+
+    def _epoch(self, ns: np.ndarray | int) -> np.ndarray | float:
+        return (np.asarray(ns, dtype=np.float64) + self._offset) / 1e9
+
+    def _start_tasks(self) -> list[asyncio.Task]:
+        return [asyncio.create_task(self._read())]
+
+    async def _read(self) -> None:
+        """Take the engine's records as they come, until it exits."""
+        while True:
+            chunk = await self._proc.stdout.read(1 << 16)
+            if not chunk:
+                break
+            self._buffer += chunk
+            self._ingest(records.parse(self._buffer))
+        code = await self._proc.wait()
+        if not self._stopping:
+            self._fail(f"the load engine exited ({code}) during the trial: {self._engine_said()}")
+
+    def _ingest(self, batch: np.ndarray) -> None:
+        done = batch[batch["kind"] == records.Kind.DONE]
+        if done.size:
+            intended, sent, finished = (self._epoch(done[k]) for k in ("intended_ns", "sent_ns", "done_ns"))
+            self._intended.extend(intended.tolist())
+            self._sent.extend(sent.tolist())
+            self._done.extend(finished.tolist())
+            self._server_ms.extend(done["server_ms"].astype(np.float64).tolist())
+            self._server_batch.extend(done["server_batch"].astype(np.float64).tolist())
+            self._late.extend(intended[sent - intended > LATE_AFTER_S].tolist())
+        beats = batch[batch["kind"] == records.Kind.HEARTBEAT]
+        if beats.size:
+            self._watermark = float(self._epoch(beats["intended_ns"][-1]))
+            self._lags.extend(zip(self._epoch(beats["sent_ns"]).tolist(), (beats["done_ns"] / 1e9).tolist(),
+                                  strict=True))
+
+    def _launched_through(self) -> float:
+        return self._watermark
+
+    def _cpu_seconds(self) -> float:
+        """The engine's CPU time (all its threads: it has one), from the scheduler's nanosecond count."""
+        try:
+            return int(Path(f"/proc/{self._proc.pid}/schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return self._cpu_marks[-1][1] if self._cpu_marks else 0.0
+
+    async def _monitor(self) -> None:
+        """CPU marks of the engine; its lag comes from its own heartbeats, not this process's event loop."""
+        while not self._stopping:
+            self._cpu_marks.append((self.now(), self._cpu_seconds()))
+            await asyncio.sleep(TICK_S)
+
+    async def wait_warm(self, min_requests: int, min_seconds: float, timeout_s: float):  # noqa: ANN201
+        stats = await super().wait_warm(min_requests, min_seconds, timeout_s)
+        self._check_first_response()
+        return stats
+
+    def _check_first_response(self) -> None:
+        if self._checked or self.check_response is None:
+            return
+        self._checked = True
+        try:
+            self.check_response((self._folder / "first-response.bin").read_bytes())
+        except Exception as exc:  # noqa: BLE001 - whatever is wrong with it fails the trial
+            self._fail(f"the load engine's first response does not check out: {type(exc).__name__}: {exc}")
+            self._raise_if_failed()
+
+    def _engine_said(self) -> str:
+        with contextlib.suppress(OSError):
+            self._stderr.flush()
+            text = (self._folder / "stderr.txt").read_text(errors="replace").strip()
+            if text:
+                return text[-STDERR_TAIL:]
+        return "(nothing on its stderr)"
+
+    async def stop(self) -> None:
+        """Stop the engine (SIGTERM; killed if it lingers), then the reader; the records read so far stay."""
+        self._stopping = True
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 5)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        await super().stop()
+        if hasattr(self, "_stderr"):
+            self._stderr.close()
+        shutil.rmtree(self._folder, ignore_errors=True)

@@ -1,0 +1,33 @@
+"""What the compiled engine writes on stdout: fixed 48-byte records (`struct record` in loadgen.c), one per
+completed request, plus heartbeats, an error marker and a ready marker. Times are CLOCK_MONOTONIC nanoseconds, the
+clock of `time.perf_counter` on Linux, so they join the Python engine's records after the same epoch shift."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+RECORD = np.dtype([("kind", "<u4"), ("code", "<u4"), ("intended_ns", "<i8"), ("sent_ns", "<i8"), ("done_ns", "<i8"),
+                   ("server_ms", "<f4"), ("server_batch", "<f4"), ("bytes", "<i8")])
+assert RECORD.itemsize == 48
+
+
+class Kind(IntEnum):
+    """`kind` of a record. DONE: a request (intended, sent, done; the server's Server-Timing; response bytes).
+    HEARTBEAT: every request scheduled before `intended_ns` has completed (the watermark), at `sent_ns`, with the
+    timer's worst lateness since the last one in `done_ns` and the requests in flight in `bytes`. ERROR: the
+    engine failed (the message is on its stderr). READY: connections are open and the load starts at `intended_ns`."""
+
+    DONE = 1
+    HEARTBEAT = 2
+    ERROR = 3
+    READY = 4
+
+
+def parse(buffer: bytearray) -> np.ndarray:
+    """The complete records at the front of `buffer` (consumed from it)."""
+    whole = len(buffer) // RECORD.itemsize * RECORD.itemsize
+    records = np.frombuffer(bytes(buffer[:whole]), RECORD)
+    del buffer[:whole]
+    return records
