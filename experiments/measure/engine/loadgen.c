@@ -35,6 +35,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -546,6 +547,7 @@ static void h1_send(struct conn *c, struct req *r) {
     c->state = H1_HEAD;
     c->head.off = c->head.len = 0;
     r->sent = now_ns();
+    if (cfg.closed) r->intended = r->sent;  /* a closed loop's request is due the moment it goes */
     if (c->connected) h1_write(c);
 }
 
@@ -945,6 +947,7 @@ static void h2_submit(struct conn *c, struct req *r) {
     r->conn = c;
     nghttp2_data_provider provider = {.source.ptr = r, .read_callback = h2_read_cb};
     r->sent = now_ns();
+    if (cfg.closed) r->intended = r->sent;
     int32_t id = ng.submit_request(c->session, NULL, h2_nva, cfg.nheaders, &provider, r);
     if (id < 0) die("cannot submit the request: %s", ng.strerror(id));
     c->streams++;
@@ -1069,6 +1072,8 @@ static void send_due_arrivals(int64_t now) {
         if (queue_len || !dispatch(NULL, next_arrival)) queue_push(next_arrival);
         next_gap++;
         if (next_gap < cfg.ngaps) next_arrival += (int64_t)(cfg.gaps[next_gap] * 1e9);
+        else die("the arrival schedule ran out after %zu arrivals: the load outlasted the time it was made for "
+                 "(experiment.trial_timeout_s)", cfg.ngaps);
     }
     for (int i = 0; i < nconns; i++)
         if (cfg.proto == PROTO_H2 && conns[i]->connected) h2_pump(conns[i]);
@@ -1111,6 +1116,22 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
 #define NEXT() (i + 1 < argc ? argv[++i] : (usage(), ""))
+        if (!strcmp(a, "--abi")) {  /* the nghttp2 layouts declared above, as tests compare them with the header */
+            printf("nv %zu %zu %zu %zu %zu %zu\n", sizeof(nghttp2_nv), offsetof(nghttp2_nv, name),
+                   offsetof(nghttp2_nv, value), offsetof(nghttp2_nv, namelen), offsetof(nghttp2_nv, valuelen),
+                   offsetof(nghttp2_nv, flags));
+            printf("hd %zu %zu %zu %zu %zu\n", sizeof(nghttp2_frame_hd), offsetof(nghttp2_frame_hd, length),
+                   offsetof(nghttp2_frame_hd, stream_id), offsetof(nghttp2_frame_hd, type),
+                   offsetof(nghttp2_frame_hd, flags));
+            printf("dp %zu %zu %zu\n", sizeof(nghttp2_data_provider), offsetof(nghttp2_data_provider, source),
+                   offsetof(nghttp2_data_provider, read_callback));
+            printf("se %zu ds %zu\n", sizeof(nghttp2_settings_entry), sizeof(nghttp2_data_source));
+            printf("%d %d %d %d %d %d %d %d %d\n", NGHTTP2_ERR_WOULDBLOCK, NGHTTP2_ERR_CALLBACK_FAILURE,
+                   NGHTTP2_DATA_FLAG_EOF, NGHTTP2_DATA_FLAG_NO_COPY, NGHTTP2_NV_FLAG_NO_COPY_NAME,
+                   NGHTTP2_NV_FLAG_NO_COPY_VALUE, NGHTTP2_HEADERS, NGHTTP2_SETTINGS_ENABLE_PUSH,
+                   NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE);
+            return 0;
+        }
         if (!strcmp(a, "--version")) {
             void *lib = dlopen("libnghttp2.so.14", RTLD_NOW | RTLD_LOCAL);
             printf("tierbench-loadgen %s http1 %s\n", ENGINE_VERSION, lib ? "h2" : "(no h2: libnghttp2.so.14 missing)");
@@ -1241,7 +1262,8 @@ int main(int argc, char **argv) {
         int64_t t = now_ns();
         if (!cfg.closed) send_due_arrivals(t);
         if (t >= next_beat) {
-            if (oldest_sent() + cfg.timeout_ns < t)
+            int64_t oldest = oldest_sent();
+            if (oldest != INT64_MAX && t - oldest > cfg.timeout_ns)
                 die("no response within %.0f s (experiment.request_timeout_s) with %d requests in flight",
                     cfg.timeout_ns / 1e9, in_flight);
             emit(KIND_HEARTBEAT, 0, watermark(t), t, worst_lag, NAN, NAN, in_flight);

@@ -1,0 +1,320 @@
+"""The compiled load engine (experiments/measure/engine/loadgen.c) against real loopback servers: its records, its
+schedule, its errors, and `CompiledLoad` cutting windows from its stream. No Ray: the engine is a process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.config.choices import LoadMode
+from experiments.measure.engine import records
+from experiments.measure.engine.build import engine_binary, engine_status
+from experiments.measure.engine.compiled_load import CompiledLoad
+from experiments.measure.load import LoadError, LoadPoint
+from serving.clients.http1 import build_request
+from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wire
+from tests.engine_servers import (
+    MODEL_INFER,
+    GrpcBehaviour,
+    HttpBehaviour,
+    grpc_server,
+    http_server,
+    triton_like_body,
+)
+
+BODY = triton_like_body()
+NGHTTP2_HEADER = Path("/usr/include/nghttp2/nghttp2.h")
+
+
+def http_wire(port: int, payload: bytes = b"x" * 5000) -> WireRequest:
+    url = f"http://127.0.0.1:{port}/v2/models/m/infer"
+    return http1_wire(url, build_request("POST", url, payload, {"Content-Type": "application/octet-stream"}))
+
+
+def run_engine(wire: WireRequest, load: list[str], seconds: float, *extra: str) -> tuple[np.ndarray, int, str, Path]:
+    """Run the engine for `seconds` (then SIGTERM) or until it exits; its records, exit code, stderr, folder."""
+    folder = Path(tempfile.mkdtemp(prefix="engine-test-"))
+    (folder / "request.bin").write_bytes(wire.payload)
+    args = [str(engine_binary()), f"--{wire.protocol}", wire.host, str(wire.port), "--request",
+            str(folder / "request.bin"), "--first-response", str(folder / "first.bin"), *load, *extra]
+    if wire.headers:
+        (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
+        args += ["--headers", str(folder / "headers.txt")]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    return records.parse(bytearray(out)), proc.returncode, err.decode(), folder
+
+
+def done(batch: np.ndarray) -> np.ndarray:
+    return batch[batch["kind"] == records.Kind.DONE]
+
+
+def test_the_engine_builds_here_and_speaks_both_protocols() -> None:
+    status = engine_status()
+    assert status.available, status.problem
+    assert status.version.startswith("tierbench-loadgen")
+    assert status.http2, "libnghttp2.so.14 is on this machine kind (curl's dependency): gRPC must be available"
+
+
+@pytest.mark.skipif(not NGHTTP2_HEADER.exists(), reason="libnghttp2-dev's header is not installed here")
+def test_the_engine_declares_nghttp2s_abi_as_its_header_does(tmp_path: Path) -> None:
+    """The engine loads libnghttp2 with dlopen and declares the few types it uses: they must match the library's."""
+    probe = tmp_path / "abi.c"
+    probe.write_text("""#include <nghttp2/nghttp2.h>
+#include <stddef.h>
+#include <stdio.h>
+int main(void) {
+  printf("nv %zu %zu %zu %zu %zu %zu\\n", sizeof(nghttp2_nv), offsetof(nghttp2_nv, name), offsetof(nghttp2_nv, value),
+         offsetof(nghttp2_nv, namelen), offsetof(nghttp2_nv, valuelen), offsetof(nghttp2_nv, flags));
+  printf("hd %zu %zu %zu %zu %zu\\n", sizeof(nghttp2_frame_hd), offsetof(nghttp2_frame_hd, length),
+         offsetof(nghttp2_frame_hd, stream_id), offsetof(nghttp2_frame_hd, type), offsetof(nghttp2_frame_hd, flags));
+  printf("dp %zu %zu %zu\\n", sizeof(nghttp2_data_provider), offsetof(nghttp2_data_provider, source),
+         offsetof(nghttp2_data_provider, read_callback));
+  printf("se %zu ds %zu\\n", sizeof(nghttp2_settings_entry), sizeof(nghttp2_data_source));
+  printf("%d %d %d %d %d %d %d %d %d\\n", NGHTTP2_ERR_WOULDBLOCK, NGHTTP2_ERR_CALLBACK_FAILURE, NGHTTP2_DATA_FLAG_EOF,
+         NGHTTP2_DATA_FLAG_NO_COPY, NGHTTP2_NV_FLAG_NO_COPY_NAME, NGHTTP2_NV_FLAG_NO_COPY_VALUE, NGHTTP2_HEADERS,
+         NGHTTP2_SETTINGS_ENABLE_PUSH, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE);
+  return 0;
+}
+""")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    subprocess.run([cc, "-o", str(tmp_path / "abi"), str(probe)], check=True)
+    theirs = subprocess.run([str(tmp_path / "abi")], capture_output=True, text=True, check=True).stdout
+    ours = subprocess.run([str(engine_binary()), "--abi"], capture_output=True, text=True, check=True).stdout
+    assert ours == theirs
+
+
+def test_closed_loop_over_http_records_every_request() -> None:
+    with http_server(HttpBehaviour(body=BODY, server_timing="preprocess;dur=1.5, infer;dur=2.5, batch;desc=4")) as srv:
+        batch, code, err, folder = run_engine(http_wire(srv.port), ["--closed", "3"], 1.5)
+    assert code == 0, err
+    d = done(batch)
+    assert d.size > 50
+    assert srv.connections == 3  # one keep-alive connection per request loop
+    assert np.all(d["intended_ns"] == d["sent_ns"])  # closed loop: a loop is free when it sends
+    assert np.all(d["done_ns"] > d["sent_ns"])
+    assert np.all(d["bytes"] == len(BODY)) and np.all(d["code"] == 200)
+    assert np.allclose(d["server_ms"], 4.0) and np.all(d["server_batch"] == 4)
+    assert np.all(np.diff(d["done_ns"]) >= 0)  # written as they complete: windows are cut from the front
+    beats = batch[batch["kind"] == records.Kind.HEARTBEAT]
+    assert beats.size > 100 and np.all(np.diff(beats["intended_ns"]) >= 0)  # the watermark never goes back
+    assert beats["bytes"].max() <= 3  # never more in flight than the loops
+    assert batch["kind"][0] == records.Kind.READY
+    assert (folder / "first.bin").read_bytes() == BODY
+
+
+def test_chunked_responses_and_servers_that_close_each_connection() -> None:
+    with http_server(HttpBehaviour(body=BODY, chunked=True, close=True)) as srv:
+        batch, code, err, _ = run_engine(http_wire(srv.port), ["--closed", "2"], 1.0)
+    assert code == 0, err
+    d = done(batch)
+    assert d.size > 20 and np.all(d["bytes"] == len(BODY))
+    assert srv.connections >= d.size  # every response closed its connection: the next request opened another
+
+
+def test_open_loop_sends_on_its_schedule(tmp_path: Path) -> None:
+    """Constant arrivals at 200/s: intended times 5 ms apart exactly, sent within a few ms of them."""
+    np.full(2000, 0.005).astype("<f8").tofile(tmp_path / "gaps.f64")
+    with http_server(HttpBehaviour(body=BODY)) as srv:
+        batch, code, err, _ = run_engine(http_wire(srv.port), ["--open", str(tmp_path / "gaps.f64")], 1.5)
+    assert code == 0, err
+    d = done(batch)
+    intended = np.sort(d["intended_ns"])
+    assert 250 <= d.size <= 310
+    assert np.allclose(np.diff(intended), 5_000_000, atol=2)
+    assert np.percentile(d["sent_ns"] - d["intended_ns"], 95) < 2_000_000
+
+
+def test_grpc_calls_carry_metadata_and_read_trailers() -> None:
+    reply = b"\x0a\x01m" * 100
+    behaviour = GrpcBehaviour(reply=reply, server_timing="infer;dur=3.25, batch;desc=2")
+    with grpc_server(behaviour) as srv:
+        wire = grpc_wire(f"127.0.0.1:{srv['port']}", MODEL_INFER, b"\x0a\x05hello" * 1000, (("application", "app1"),))
+        batch, code, err, folder = run_engine(wire, ["--closed", "4"], 1.5)
+    assert code == 0, err
+    d = done(batch)
+    assert d.size > 50 and np.all(d["code"] == 200)
+    assert np.all(d["bytes"] == len(reply) + 5)  # the DATA: length prefix and message
+    assert np.allclose(d["server_ms"], 3.25) and np.all(d["server_batch"] == 2)
+    assert srv["metadata"]["application"] == "app1"
+    assert grpc_message((folder / "first.bin").read_bytes()) == reply
+
+
+@pytest.mark.parametrize("case", ["http 500", "grpc error", "refused", "size changed", "timeout", "schedule ran out"])
+def test_a_failure_stops_the_engine_with_its_cause_and_keeps_what_it_measured(case: str, tmp_path: Path) -> None:
+    """Exit code 2, an error record, the cause on stderr; the requests that completed before it are on stdout."""
+    load, expect = ["--closed", "2"], ""
+    if case == "http 500":
+        cm, expect = http_server(HttpBehaviour(body=BODY, fail_after=30)), "HTTP 500 from the server: model failed"
+    elif case == "grpc error":
+        cm, expect = grpc_server(GrpcBehaviour(reply=b"ok", fail_after=30)), "gRPC status 13: model failed"
+    elif case == "size changed":
+        cm, expect = http_server(HttpBehaviour(body=BODY, vary_after=30)), "bytes where the first was"
+    elif case == "timeout":
+        cm, expect = http_server(HttpBehaviour(body=BODY, delay_s=3)), "no response within"
+        load = ["--closed", "1", "--timeout", "0.3"]
+    elif case == "schedule ran out":
+        np.full(20, 0.01).astype("<f8").tofile(tmp_path / "gaps.f64")
+        cm, expect = http_server(HttpBehaviour(body=BODY)), "the arrival schedule ran out after 20 arrivals"
+        load = ["--open", str(tmp_path / "gaps.f64")]
+    else:
+        cm, expect = http_server(HttpBehaviour(body=BODY)), "cannot connect to 127.0.0.1"
+    with cm as srv:
+        if case == "grpc error":
+            wire = grpc_wire(f"127.0.0.1:{srv['port']}", MODEL_INFER, b"x" * 100)
+        elif case == "refused":
+            wire = http_wire(_closed_port())
+        else:
+            wire = http_wire(srv.port)
+        batch, code, err, _ = run_engine(wire, load, 10)
+    assert code == 2
+    assert expect in err
+    assert batch["kind"][-1] == records.Kind.ERROR
+    if case in ("http 500", "grpc error", "size changed"):
+        assert done(batch).size >= 25  # what completed before the failure was written out
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- CompiledLoad: the engine behind the load generator's windows ---------------------------------------------------
+
+def _checked(body: bytes) -> None:
+    if body != BODY:
+        raise ValueError("not the expected body")
+
+
+async def _windows(load: CompiledLoad, count: int, window_s: float = 0.5) -> list:
+    await load.open()
+    load.start()
+    try:
+        await load.wait_warm(5, 0.2, 10)
+        start = load.now()
+        parts = []
+        for i in range(count):
+            parts.append(await load.collect(start + i * window_s, start + (i + 1) * window_s))
+        return parts
+    finally:
+        await load.stop()
+
+
+def test_compiled_load_cuts_windows_from_the_engines_stream() -> None:
+    checked = []
+
+    def check(body: bytes) -> None:
+        checked.append(body)
+        _checked(body)
+
+    with http_server(HttpBehaviour(body=BODY, server_timing="infer;dur=1")) as srv:
+        load = CompiledLoad(http_wire(srv.port), LoadPoint(LoadMode.CLOSED, 2), 5, 4, check_response=check)
+        parts = asyncio.run(_windows(load, 2))
+    assert checked == [BODY]
+    for part in parts:
+        assert part.requests > 20 and part.completed > 20
+        assert part.images_per_request == 4
+        assert np.all((part.intended_s >= part.window_start) & (part.intended_s < part.window_end))
+        assert np.all(part.latency_s > 0) and np.allclose(part.server_ms, 1.0)
+        (health,) = part.clients
+        assert 0 < health.cpu_s < part.duration_s  # the engine's own CPU over the window
+        assert health.completed == part.completed
+    assert load._proc.returncode is not None  # stopped
+    assert not Path(load._folder).exists()
+
+
+def test_compiled_open_loop_is_on_time_at_a_modest_rate() -> None:
+    with http_server(HttpBehaviour(body=BODY)) as srv:
+        load = CompiledLoad(http_wire(srv.port), LoadPoint(LoadMode.POISSON, 200), 5, 1, horizon_s=30)
+        (part,) = asyncio.run(_windows(load, 1, window_s=1.0))
+    assert 140 <= part.requests <= 260  # Poisson arrivals at 200/s over 1 s
+    assert part.clients[0].late_sends == 0
+    assert np.all(part.send_s >= part.intended_s)
+
+
+def test_a_first_response_that_does_not_check_out_fails_the_load() -> None:
+    with http_server(HttpBehaviour(body=b"something else")) as srv:
+        load = CompiledLoad(http_wire(srv.port), LoadPoint(LoadMode.CLOSED, 1), 5, 1, check_response=_checked)
+        with pytest.raises(LoadError, match="first response does not check out: ValueError: not the expected body"):
+            asyncio.run(_windows(load, 1))
+
+
+def test_an_engine_failing_mid_trial_fails_the_trial_with_its_last_lines_and_keeps_earlier_windows() -> None:
+    async def scenario(server) -> tuple[object, Exception | None]:
+        load = CompiledLoad(http_wire(server.port), LoadPoint(LoadMode.CLOSED, 1), 5, 1)
+        await load.open()
+        load.start()
+        try:
+            await load.wait_warm(5, 0.1, 10)
+            start = load.now()
+            first = await load.collect(start, start + 0.4)
+            server.behaviour.fail_after = server.requests + 5
+            try:
+                await load.collect(start + 0.4, start + 1.5)
+            except LoadError as exc:
+                return first, exc
+            return first, None
+        finally:
+            await load.stop()
+
+    with http_server(HttpBehaviour(body=BODY)) as srv:
+        first, error = asyncio.run(scenario(srv))
+    assert first.requests > 5
+    assert error is not None and "HTTP 500 from the server: model failed: out of cheese" in str(error)
+
+
+def test_stopping_leaves_no_engine_behind() -> None:
+    with http_server(HttpBehaviour(body=BODY, delay_s=0.05)) as srv:
+        load = CompiledLoad(http_wire(srv.port), LoadPoint(LoadMode.CLOSED, 8), 5, 1)
+
+        async def run() -> int:
+            await load.open()
+            load.start()
+            await asyncio.sleep(0.3)
+            pid = load._proc.pid
+            await load.stop()
+            return pid
+
+        pid = asyncio.run(run())
+    time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_the_engine_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A client actor killed by Ray (SIGKILL) takes its engine with it (PR_SET_PDEATHSIG)."""
+    with http_server(HttpBehaviour(body=BODY, delay_s=0.01)) as srv:
+        wire = http_wire(srv.port)
+        (tmp_path / "request.bin").write_bytes(wire.payload)
+        script = (f"import subprocess, time; p = subprocess.Popen([{str(engine_binary())!r}, '--http1', '127.0.0.1', "
+                  f"'{srv.port}', '--request', {str(tmp_path / 'request.bin')!r}, '--closed', '1'], "
+                  "stdout=subprocess.DEVNULL); print(p.pid, flush=True); time.sleep(60)")
+        parent = subprocess.Popen(["python3", "-c", script], stdout=subprocess.PIPE, text=True)
+        child = int(parent.stdout.readline())
+        time.sleep(0.3)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+            try:
+                os.waitpid(child, os.WNOHANG)  # not our child: only the init reaper collects it
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+    gone = not Path(f"/proc/{child}").exists() or "Z (zombie)" in Path(f"/proc/{child}/status").read_text()
+    assert gone, "the engine outlived the process that started it"
