@@ -2,10 +2,10 @@
 
 It probes the node as a sweep would (`serving.node.describe_node`: Python, Ray, GPUs, driver and CUDA through NVML,
 torch and the CUDA it was built for, the ONNX Runtime providers that load in a session, the Triton that would
-serve), then asks every backend variant in conf/backends/ whether it runs here, with the backends' own rules
-(`Backend.unsupported_reason`), for the tier: `--tier`, else the one the GPU's name matches, else `local`.
-Exit code 1 when the node cannot serve that tier (a GPU tier without its GPU, or no variant runs); `runners.node`
-runs it before `ray start`.
+serve; the compiled load engine, built here if it is not yet, and whether it starts), then asks every backend
+variant in conf/backends/ whether it runs here, with the backends' own rules (`Backend.unsupported_reason`), for
+the tier: `--tier`, else the one the GPU's name matches, else `local`. Exit code 1 when the node cannot serve that
+tier (a GPU tier without its GPU, or no variant runs); `runners.node` runs it before `ray start`.
 """
 
 from __future__ import annotations
@@ -104,7 +104,19 @@ def node_rows(node: Any) -> list[tuple[str, str, str]]:
         triton = ("none", node.bundled_triton_problem or "no tritonserver on PATH")
     return [_python_row(node), ("Ray", node.ray_version, "the same version on every node and the head"),
             ("GPU", *gpu), ("torch", node.torch_version or "missing", torch_detail),
-            ("ONNX Runtime", node.ort_version or "missing", ort_detail), ("Triton", *triton)]
+            ("ONNX Runtime", node.ort_version or "missing", ort_detail), ("Triton", *triton), engine_row()]
+
+
+def engine_row() -> tuple[str, str, str]:
+    """The compiled load engine on this machine (the doctor runs where it diagnoses): built, started, what it speaks;
+    without it trials are measured by the Python client (experiment.load_engine=auto)."""
+    from experiments.measure.engine.build import engine_status
+
+    status = engine_status()
+    if not status.available:
+        return ("Load engine", "python only", f"the compiled engine cannot run here: {status.problem}")
+    speaks = "HTTP/1.1 and gRPC" if status.http2 else "HTTP/1.1 only (gRPC needs libnghttp2.so.14: python measures it)"
+    return ("Load engine", "compiled", f"{status.version}, {speaks}; {status.binary}")
 
 
 def render(node: Any, diagnosis: Diagnosis) -> str:

@@ -61,7 +61,7 @@ def test_the_local_tier_runs_the_cpu_variants_and_skips_the_gpu_ones_with_the_sw
     assert diagnosis.ok
     table = render(this_node, diagnosis)
     assert "OK: this node can serve tier local" in table and "triton_trt_fp16       skipped  (as triton_trt)" in table
-    for row in ("Python", "Ray", "GPU", "torch", "ONNX Runtime", "Triton"):
+    for row in ("Python", "Ray", "GPU", "torch", "ONNX Runtime", "Triton", "Load engine"):
         assert f"\n  {row} " in table
 
 

@@ -365,3 +365,32 @@ def test_the_clients_cost_per_request_is_shown_beside_p50(flagged) -> None:
     md = flagged[2].markdown.read_text()
     assert "## Client cost per request" in md
     assert "| triton_onnx/grpc/tensor | 1 | c1 | 310 | 0.42 | 8.00 |" in md
+
+
+def test_figures_measured_by_another_load_engine_are_marked_wherever_they_appear() -> None:
+    """The compiled engine measured most trials; a shared-memory trial (only the Python client speaks it) is marked
+    §, and so is any ratio or table cell it takes part in; a report of one engine (or of runs that predate the
+    param: all Python) marks nothing."""
+    from experiments.report import marks
+    from experiments.report.data import tidy_trials
+
+    def runs(engines: list[str | None]) -> pd.DataFrame:
+        rows = []
+        for i, engine in enumerate(engines):
+            rows.append({"run_id": f"r{i}", "start_time": pd.Timestamp(2026, 11, 25, 10, i), "tags.status": "ok",
+                         "params.gpu_tier": "local", "params.backend": "triton_onnx",
+                         "params.backend_variant": "triton_onnx", "params.protocol": ["http", "grpc", "http_shm"][i],
+                         "params.input_format": "tensor", "params.batch_size": "1", "params.concurrency": "1",
+                         "params.load_engine": engine, "metrics.latency_p50_ms": 1.0 + i,
+                         "metrics.throughput_img_s": 100.0, "tags.trial_key": f"k{i}"})
+        return pd.DataFrame(rows)
+
+    trials, _ = tidy_trials(runs(["compiled", "compiled", "python"]))
+    by_protocol = trials.set_index("protocol")["marks"]
+    assert by_protocol["http_shm"] == marks.OTHER_ENGINE and by_protocol["http"] == by_protocol["grpc"] == ""
+    assert marks.merge(by_protocol[["http"]], by_protocol[["http_shm"]].set_axis(["http"])).iloc[0] == "§"
+    legend = marks.legend(trials["marks"])
+    assert legend == ("§ measured by another load engine than the other figures (`load_engine`): compare it with "
+                      "figures of its own engine: 1 of 3 figures.")
+    for same in (["compiled"] * 3, [None, None, "python"]):
+        assert (tidy_trials(runs(same))[0]["marks"] == "").all()

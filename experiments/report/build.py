@@ -386,6 +386,12 @@ def _method(doc: Document, data: SweepData) -> None:
     t = data.trials.iloc[0]
     settings = ", ".join(f"{k} = {t[k]}" for k in ("model", "window_s", "warmup_requests", "client_actors")
                          if k in t and pd.notna(t[k]))
+    engines = data.ok["load_engine"].fillna("python").value_counts() if "load_engine" in data.ok else pd.Series()
+    engine_line = ("Load engine: " + ", ".join(f"{name} ({n} trials)" for name, n in engines.items()) + ". The "
+                   "compiled engine (C: HTTP/1.1 written for it, gRPC over libnghttp2) sends each request's bytes as "
+                   "the client's own code built them; the Python client is the project's asyncio client. "
+                   + (f"Figures measured by the less used engine are marked {marks.OTHER_ENGINE}: set beside the "
+                      "others, the difference may be the client's." if len(engines) > 1 else ""))
     crosscheck = crosscheck_lines(data.ok)
     doc.bullets([
         "Latency: client-side, from sending a request to its response, one sample per request; warm-up requests "
@@ -398,6 +404,7 @@ def _method(doc: Document, data: SweepData) -> None:
         "windows: listed apart, never in a cost figure or the answer. Unstable "
         f"({marks.UNSTABLE}): a trial whose windows never agreed within the stability rule: marked wherever it "
         "appears; the answer takes a stable trial wherever one qualifies.",
+        engine_line.strip(),
         "Cost: price per hour / 3600 / throughput × 1000 per 1k images; images per $ is its inverse. It assumes "
         "the tier is kept as busy as in the trial.",
         "Each trial is an MLflow run named `tier/variant/protocol/format/bB/cC` (open loop: `.../bB/poisson-rR`) "

@@ -13,7 +13,7 @@ import pandas as pd
 
 from experiments.config.choices import LoadMode
 from experiments.config.prices import Price, prices_from_params
-from experiments.report.marks import trial_marks
+from experiments.report.marks import other_engine, trial_marks
 from experiments.results.records import Status
 
 # Trial params that identify an operating point; batch and concurrency become integers.
@@ -21,7 +21,7 @@ KEY_PARAMS = ("gpu_tier", "backend", "backend_variant", "protocol", "input_forma
 # How a trial loaded its server: closed loop at `concurrency`, or open loop (`load_mode`) at `request_rate`.
 LOAD_PARAMS = ("load_mode", "request_rate")
 # Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
-INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors")
+INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors", "load_engine")
 # Metrics renamed since: stores written before are read under the current names.
 RENAMED_METRICS = {"validation_top1_agreement": "crosscheck_top1_agreement",
                    "validation_max_abs_diff": "crosscheck_max_abs_diff"}
@@ -193,7 +193,11 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     # Flags from the trial's 0/1 metrics (absent: the trial predates them, or a closed loop can't overload).
     out["unstable"] = _column(out, "stable", 1.0).astype(float).eq(0)
     out["overloaded"] = _column(out, "overloaded", 0.0).astype(float).eq(1)
-    out["marks"] = trial_marks(out["unstable"], out["overloaded"])
+    # Another engine than most trials' (e.g. Triton's shared-memory protocols, which only the Python client speaks).
+    out["other_engine"] = pd.Series(False, index=out.index)
+    ok = out["status"] == Status.OK
+    out.loc[ok, "other_engine"] = other_engine(out.loc[ok, "load_engine"])
+    out["marks"] = trial_marks(out["unstable"], out["overloaded"], out["other_engine"])
     out["server_count_mismatch"] = _column(runs, "tags.server_count_mismatch", "false").fillna("false") == "true"
     out["_ok"] = out["status"] == Status.OK
     out = out.sort_values(["_ok", "start_time"]).drop_duplicates(["tier", "trial_key"], keep="last")

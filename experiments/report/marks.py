@@ -1,7 +1,8 @@
 """Marks on figures that need a caveat, wherever a table or plot shows them: † a trial whose windows never
 agreed within the stability rule (perf_analyzer warns of such a figure, LoadGen invalidates the run), ‡ an
 open-loop trial its server fell behind (overloaded: its latency only grows with the trial's length, and it
-is left out of every cost figure)."""
+is left out of every cost figure), § a trial measured by another load engine than the report's others (its client
+is not theirs: set beside them, the difference may be the client's)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,30 @@ import pandas as pd
 
 UNSTABLE = "†"
 OVERLOADED = "‡"
+OTHER_ENGINE = "§"
 MEANING = {
     UNSTABLE: "unstable (its measurement windows never agreed within the stability rule)",
     OVERLOADED: "overloaded (completions fell behind arrivals)",
+    OTHER_ENGINE: "measured by another load engine than the other figures (`load_engine`): compare it with figures "
+                  "of its own engine",
 }
 
 
-def trial_marks(unstable: pd.Series, overloaded: pd.Series) -> pd.Series:
+def other_engine(engines: pd.Series) -> pd.Series:
+    """Per trial: measured by another engine than most of the report's trials. Trials that predate the
+    `load_engine` param were all measured by the Python client."""
+    engines = engines.fillna("python").astype(str)
+    if engines.nunique() < 2:
+        return pd.Series(False, index=engines.index)
+    return engines != engines.value_counts().index[0]
+
+
+def trial_marks(unstable: pd.Series, overloaded: pd.Series, another_engine: pd.Series | None = None) -> pd.Series:
     """Per trial: its marks, '' when none."""
-    return unstable.map({True: UNSTABLE, False: ""}) + overloaded.map({True: OVERLOADED, False: ""})
+    marks = unstable.map({True: UNSTABLE, False: ""}) + overloaded.map({True: OVERLOADED, False: ""})
+    if another_engine is not None:
+        marks = marks + another_engine.map({True: OTHER_ENGINE, False: ""})
+    return marks
 
 
 def merge(a: pd.Series, b: pd.Series) -> pd.Series:
