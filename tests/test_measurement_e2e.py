@@ -1,4 +1,4 @@
-"""Open-loop load and the SLO search on a real Triton, end to end into MLflow."""
+"""Open-loop load and the SLO search on a real Triton, end to end into MLflow, with each load engine."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from experiments.run.sweep import run_sweep
 pytestmark = pytest.mark.slow
 
 
-def test_poisson_load_and_slo_search_are_logged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["compiled", "python"])
+def test_poisson_load_and_slo_search_are_logged(engine: str, tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = compose([
-        "sweep_id=open-loop", f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store}", "model=tiny",
+        f"experiment.load_engine={engine}", "sweep_id=open-loop", f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store}", "model=tiny",
         "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
         "experiment.batch_sizes=[1]", "experiment.load_mode=poisson", "experiment.request_rates=[20]",
         "experiment.window_s=3", "experiment.stability.windows=1", "experiment.warmup_s=0.3",
@@ -31,6 +32,7 @@ def test_poisson_load_and_slo_search_are_logged(tmp_path: Path) -> None:
     assert run.info.run_name == "local/triton_onnx/grpc/tensor/b1/poisson-r20"
     m = run.data.metrics
     assert run.data.params["load_mode"] == "poisson" and m["target_rate_rps"] == 20
+    assert run.data.params["load_engine"] == engine and run.data.params["load_engine_requested"] == engine
     assert 10 <= m["achieved_rate_rps"] <= 30  # ~60 Poisson arrivals in the 3 s window
     assert 10 <= m["offered_rate_rps"] <= 30 and m["overloaded"] == 0 and run.data.tags["overloaded"] == "false"
     # A tiny model keeps up with 20 req/s: what was served is what arrived, and Triton counted the same images

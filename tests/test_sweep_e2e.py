@@ -90,6 +90,9 @@ def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
         assert params["gpu_name"].startswith("CPU: ")
         assert m["windows"] == 2 and run.data.tags["stable"] in ("true", "false")
         assert 0 <= m["client_cpu_util_max"] < 2
+        # the default (load_engine=auto) on a machine where the compiled engine builds: it measured every trial
+        assert params["load_engine"] == "compiled" and "load_engine_note" not in params
+        assert 0 < m["client_cpu_us_per_request"] < 1e5
         if params["backend"] == "triton_onnx":  # deltas of Triton's metrics endpoint around the windows
             assert m["server_requests"] > 0
             assert 0 < m["server_compute_infer_ms"] <= m["server_request_ms"]
