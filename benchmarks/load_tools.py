@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,8 @@ def perf_analyzer_env() -> tuple[str, dict[str, str]]:
 def run_perf_analyzer(binary: str, env: dict[str, str], model: str, url: str, protocol: str, concurrency: int,
                       window_s: float) -> dict[str, float]:
     """perf_analyzer at one concurrency; its stability threshold is relaxed (10 -> 20 -> 40 %) when a busy
-    machine won't let it settle, and the threshold used is reported."""
+    machine won't let it settle, and the threshold used is reported. `url`: host:port, with a path prefix for a
+    server whose OIP routes sit under one (Ray Serve's route prefix)."""
     for stability in (10, 20, 40):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "pa.csv"
@@ -54,9 +56,35 @@ def run_perf_analyzer(binary: str, env: dict[str, str], model: str, url: str, pr
     raise RuntimeError(f"perf_analyzer found no stable measurement even at 40 %: {proc.stdout[-1000:]}")
 
 
+def perf_analyzer_cpu_us(binary: str, env: dict[str, str], model: str, url: str, protocol: str, concurrency: int,
+                         requests: int = 3000) -> float:
+    """perf_analyzer's own CPU per request (user + system, from the kernel's accounting of the child process): a
+    run of exactly `requests` requests (`--request-count`) after 100 warm-up ones, its start-up and the model
+    metadata calls included (spread over the requests, a few µs)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([binary, "-m", model, "-u", url, "-i", protocol, "-b", "1",
+                           f"--concurrency-range={concurrency}:{concurrency}", f"--request-count={requests}",
+                           "--warmup-request-count=100", "--input-data=random"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"perf_analyzer failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu / (requests + 100) * 1e6
+
+
 def _wrk_ms(text: str) -> float:
     value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def split_http_request(request: bytes) -> tuple[str, bytes, dict[str, str]]:
+    """A pre-built HTTP/1.1 request -> (path, body, headers other than Host and Content-Length), for wrk."""
+    head, _, body = request.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    path = lines[0].split(" ")[1]
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return path, body, {k: v for k, v in headers.items() if k.lower() not in ("host", "content-length")}
 
 
 def run_wrk(url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float) -> dict[str, float]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -130,9 +131,15 @@ class CompiledLoad(LoadGenerator):
         return self._watermark
 
     def _cpu_seconds(self) -> float:
-        """The engine's CPU time (all its threads: it has one), from the scheduler's nanosecond count."""
+        """The engine's CPU time (it has one thread): the scheduler's nanoseconds, else user + system clock ticks."""
+        pid = self._proc.pid
         try:
-            return int(Path(f"/proc/{self._proc.pid}/schedstat").read_text().split()[0]) / 1e9
+            return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
+        try:  # fields 14 and 15 of /proc/<pid>/stat, after the command name in parentheses
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):
             return self._cpu_marks[-1][1] if self._cpu_marks else 0.0
 
