@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 def test_poisson_load_and_slo_search_are_logged(engine: str, tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = compose([
-        f"experiment.load_engine={engine}", "sweep_id=open-loop", f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store}", "model=tiny",
+        f"experiment.load_engine={engine}", "sweep_id=open-loop", f"results_dir={tmp_path / 'runs'}",
+        f"mlflow.tracking_uri={store}", "model=tiny",
         "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
         "experiment.batch_sizes=[1]", "experiment.load_mode=poisson", "experiment.request_rates=[20]",
         "experiment.window_s=3", "experiment.stability.windows=1", "experiment.warmup_s=0.3",

@@ -1,7 +1,8 @@
 """One preprocessing definition: the same JPEG gives the same tensor on every path that decodes it.
 
 Paths: the reference (`serving.images`, what the cross-check feeds PyTorch), Ray Serve's replica over HTTP
-and over gRPC (from the bytes each client puts on the wire), and Triton's preprocess model (the rendered copy,
+and over gRPC (from the bytes each client puts on the wire: the Open Inference Protocol, and the routes from before
+it), and Triton's preprocess model (the rendered copy,
 run on the BYTES tensor the Triton client writes, with a stand-in for Triton's `triton_python_backend_utils`).
 The real server's preprocess model is compared in tests/test_triton_transport.py.
 """
@@ -110,6 +111,31 @@ def test_ray_serve_grpc_replica_decodes_the_wire_bytes_to_the_same_tensor(replic
     wire = build_request(SPEC).SerializeToString()
     received = classifier_pb2.ClassifyRequest.FromString(wire)
     batch = asyncio.run(replica._preprocessed(list(received.jpegs)))
+    np.testing.assert_array_equal(batch, reference)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_ray_serve_oip_replica_decodes_the_clients_wire_bytes_to_the_same_tensor(replica, reference, protocol) -> None:
+    from dataclasses import replace
+
+    from tritonclient.grpc import service_pb2
+
+    from serving.clients.ray_serve_grpc import RayServeGrpcClient
+    from serving.clients.ray_serve_http import RayServeHttpClient
+    from serving.clients.wire import grpc_message
+    from serving.ray_serve import oip
+
+    model = replica.models["resnet18_jpeg"]
+    spec = replace(SPEC, model_name=model.name, input_name=model.input_name)
+    if protocol == "http":
+        wire = RayServeHttpClient(replace(spec, url="127.0.0.1:1/route")).wire_request().payload
+        head, _, body = wire.partition(b"\r\n\r\n")
+        length = next(line.split(b": ")[1] for line in head.split(b"\r\n") if line.startswith(b"Inference-Header"))
+        request = oip.parse_http(body, length.decode())
+    else:
+        message = grpc_message(RayServeGrpcClient(replace(spec, url="127.0.0.1:1")).wire_request().payload)
+        request = oip.parse_grpc(service_pb2.ModelInferRequest.FromString(message))
+    batch = asyncio.run(replica._preprocessed(model.batch(request)))
     np.testing.assert_array_equal(batch, reference)
 
 

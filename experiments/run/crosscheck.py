@@ -156,7 +156,7 @@ def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: l
     model_json = json.dumps(OmegaConf.to_container(reference_model, resolve=True), sort_keys=True)
     # The payload depends on the input format and batch size only, not on the path's URL or protocol.
     references = [_cached_reference(model_json, replace(spec, target="", url="", model_name="", input_name="",
-                                                        shared_memory="none", timeout_s=0.0))
+                                                        shared_memory="none", grpc_metadata=(), timeout_s=0.0))
                   for _, spec in specs]
     try:
         actual = ray.get(pending, timeout=timeout_s * (len(specs) + 1) + 120)

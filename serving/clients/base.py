@@ -31,6 +31,8 @@ class ClientSpec:
     timeout_s: float = 60.0
     # Triton only: "system" | "cuda" to pass tensors through shared-memory regions instead of the socket.
     shared_memory: str = "none"
+    # gRPC metadata every call carries (Ray Serve's proxy routes by its `application` key).
+    grpc_metadata: tuple[tuple[str, str], ...] = ()
 
 
 def tensor_batch(spec: ClientSpec, seed: int = 0) -> np.ndarray:
@@ -48,6 +50,24 @@ class ServerReport(NamedTuple):
 
     ms: float
     executed_images: int | None = None
+
+
+def parse_server_timing(header: str | None) -> ServerReport | None:
+    """The server's own time (ms: the total of the `dur`s) and executed batch (`batch;desc=N`) from a
+    `Server-Timing: preprocess;dur=1.2, infer;dur=8.5, batch;desc=8` header (Ray Serve's replica sends it, over
+    gRPC as trailing metadata); None without one."""
+    if not header:
+        return None
+    total, executed = 0.0, None
+    for metric in header.split(","):
+        name, *params = (part.strip() for part in metric.split(";"))
+        for param in params:
+            key, _, value = param.partition("=")
+            if key == "dur":
+                total += float(value)
+            elif key == "desc" and name == "batch":
+                executed = int(value)
+    return ServerReport(total, executed)
 
 
 class InferenceClient(ABC):

@@ -1,22 +1,26 @@
-"""Ray Serve's gRPC ingress (`grpc.aio`): JPEG files or a raw float32 tensor, one request per batch.
+"""Ray Serve's gRPC ingress, spoken in the Open Inference Protocol as Triton's gRPC is: the same client
+(`TritonGrpcClient`: a `ModelInferRequest` serialized once, its tensor in raw_input_contents), with the app's name
+in the `application` metadata (`spec.grpc_metadata`), which Serve's proxy routes by. The replica's Server-Timing
+comes back as the call's `server-timing` trailing metadata.
 
-The service is `tierbench.ImageClassifier/Classify` (serving/ray_serve/proto/classifier.proto); Serve's proxy
-routes a call to the application named in the `application` metadata, here `spec.model_name`.
+`build_request` builds a request of the service from before the OIP, `tierbench.ImageClassifier/Classify`
+(serving/ray_serve/proto/classifier.proto), which the deployment still answers.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, tensor_batch
-from serving.clients.ray_serve_http import parse_server_timing
-from serving.clients.wire import WireRequest, grpc_message, grpc_wire
+from serving.clients.base import ClientSpec, ServerReport, jpeg_batch, parse_server_timing, tensor_batch
+from serving.clients.triton_grpc import TritonGrpcClient, response_logits
 from serving.protocols import InputFormat
 
 CLASSIFY = "/tierbench.ImageClassifier/Classify"
+TIMING_METADATA = "server-timing"
 
 
 def build_request(spec: ClientSpec):
+    """A `ClassifyRequest` of the service from before the OIP."""
     from serving.ray_serve.proto import classifier_pb2
 
     if spec.input_format == InputFormat.JPEG:
@@ -24,49 +28,20 @@ def build_request(spec: ClientSpec):
     if spec.input_format == InputFormat.TENSOR:
         batch = tensor_batch(spec)
         return classifier_pb2.ClassifyRequest(tensor=batch.tobytes(), shape=list(batch.shape))
-    raise ValueError(f"RayServeGrpcClient: input format {spec.input_format!r} (use tensor or jpeg)")
+    raise ValueError(f"build_request: input format {spec.input_format!r} (use tensor or jpeg)")
 
 
-class RayServeGrpcClient(InferenceClient):
+class RayServeGrpcClient(TritonGrpcClient):
+    """OIP over gRPC to Serve's proxy (or a replica's own port, direct ingress); `spec.model_name` is `<model>` or
+    `<model>_jpeg`. Serve takes tensors over the socket only."""
+
     def __init__(self, spec: ClientSpec) -> None:
+        if spec.shared_memory != "none":
+            raise ValueError(f"RayServeGrpcClient: {spec.shared_memory} shared memory is a Triton feature")
         super().__init__(spec)
-        self._request = build_request(spec)
-        self._payload_bytes = sum(map(len, self._request.jpegs)) or len(self._request.tensor)
-        self._metadata = (("application", spec.model_name),)
-        self._channel = None
 
-    @property
-    def payload_bytes(self) -> int:
-        return self._payload_bytes
-
-    async def open(self) -> None:
-        import grpc
-
-        from serving.ray_serve.proto import classifier_pb2_grpc
-
-        self._channel = grpc.aio.insecure_channel(self.spec.url, options=[("grpc.max_receive_message_length", -1),
-                                                                          ("grpc.max_send_message_length", -1)])
-        self._classify = classifier_pb2_grpc.ImageClassifierStub(self._channel).Classify
-
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        reply = await self._classify(self._request, metadata=self._metadata, timeout=self.spec.timeout_s)
-        logits = np.frombuffer(reply.logits, dtype=np.float32).reshape(tuple(reply.shape))
-        return logits, parse_server_timing(reply.server_timing)
-
-    @classmethod
-    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
-        return None
-
-    def wire_request(self) -> WireRequest:
-        return grpc_wire(self.spec.url, CLASSIFY, self._request.SerializeToString(), self._metadata)
-
-    def check_wire_response(self, body: bytes) -> None:
-        from serving.ray_serve.proto import classifier_pb2
-
-        reply = classifier_pb2.ClassifyResponse.FromString(grpc_message(body))
-        self.check_logits(np.frombuffer(reply.logits, dtype=np.float32).reshape(tuple(reply.shape)))
-
-    async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
+    async def _send_prepared(self) -> tuple[np.ndarray, ServerReport | None]:
+        call = self._call(self._request, timeout=self.spec.timeout_s, metadata=self.spec.grpc_metadata or None)
+        response = await call
+        trailing = await call.trailing_metadata()
+        return response_logits(response), parse_server_timing(trailing.get(TIMING_METADATA) if trailing else None)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
+from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, tensor_batch
 from serving.clients.shm import Region, new_region, remove_stale_regions, serialize_bytes
 from serving.protocols import InputFormat
 
@@ -67,8 +67,8 @@ class TritonClient(InferenceClient):
         """Build the request of `self._inputs` / `self._outputs` once and open a connection to send it."""
 
     @abstractmethod
-    async def _send_prepared(self) -> np.ndarray:
-        """Send the prepared request; the logits."""
+    async def _send_prepared(self) -> tuple[np.ndarray, ServerReport | None]:
+        """Send the prepared request; the logits, and what the server reported about it (Server-Timing)."""
 
     @abstractmethod
     async def _close_prepared(self) -> None: ...
@@ -124,10 +124,12 @@ class TritonClient(InferenceClient):
                                "(shared memory needs the client on the server's machine"
                                f"{' and GPU' if region.kind == 'cuda' else ''})") from exc
 
-    async def call(self) -> tuple[np.ndarray, None]:  # server-side time comes from Triton's metrics endpoint
+    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
+        # Triton reports nothing per request (its server-side time comes from its metrics endpoint); Ray Serve's
+        # replica does (Server-Timing).
         name = self.spec.output_name
         if self._input_region is None:
-            return await self._send_prepared(), None
+            return await self._send_prepared()
         region = self._free_outputs.pop() if self._free_outputs else await self._new_output_region()
         try:
             output = self._requested_output(name)

@@ -12,10 +12,17 @@ from typing import Any
 
 import numpy as np
 
+from serving.clients.base import ServerReport
 from serving.clients.triton_base import TritonClient
 from serving.clients.wire import WireRequest, grpc_message, grpc_wire
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def response_logits(response: Any) -> np.ndarray:
+    """The one output of a `ModelInferResponse`, from its raw_output_contents."""
+    (output,) = response.outputs
+    return np.frombuffer(response.raw_output_contents[0], dtype=np.float32).reshape(tuple(output.shape))
 
 
 class TritonGrpcClient(TritonClient):
@@ -59,14 +66,12 @@ class TritonGrpcClient(TritonClient):
         ).SerializeToString()
 
     def wire_request(self) -> WireRequest:
-        return grpc_wire(self.spec.url, MODEL_INFER, self._request_bytes())
+        return grpc_wire(self.spec.url, MODEL_INFER, self._request_bytes(), self.spec.grpc_metadata)
 
     def check_wire_response(self, body: bytes) -> None:
         from tritonclient.grpc import service_pb2
 
-        response = service_pb2.ModelInferResponse.FromString(grpc_message(body))
-        (output,) = response.outputs
-        self.check_logits(np.frombuffer(response.raw_output_contents[0], np.float32).reshape(tuple(output.shape)))
+        self.check_logits(response_logits(service_pb2.ModelInferResponse.FromString(grpc_message(body))))
 
     async def _open_prepared(self) -> None:
         import grpc
@@ -79,10 +84,10 @@ class TritonGrpcClient(TritonClient):
         self._call = self._channel.unary_unary(
             MODEL_INFER, response_deserializer=service_pb2.ModelInferResponse.FromString)
 
-    async def _send_prepared(self) -> np.ndarray:
-        response = await self._call(self._request, timeout=self.spec.timeout_s)
-        (output,) = response.outputs
-        return np.frombuffer(response.raw_output_contents[0], dtype=np.float32).reshape(tuple(output.shape))
+    async def _send_prepared(self) -> tuple[np.ndarray, ServerReport | None]:
+        response = await self._call(self._request, timeout=self.spec.timeout_s,
+                                    metadata=self.spec.grpc_metadata or None)
+        return response_logits(response), None
 
     async def _close_prepared(self) -> None:
         if self._channel is not None:

@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from serving.clients.base import ServerReport, parse_server_timing
 from serving.clients.http1 import Http1Client, build_request
 from serving.clients.triton_base import TritonClient
 from serving.clients.wire import WireRequest, http1_wire
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+TIMING_HEADER = "server-timing"  # Ray Serve's replica answers with it; Triton does not
 
 
 def binary_output(body: bytes, header_length: str | None, name: str) -> np.ndarray:
@@ -67,7 +69,10 @@ class TritonHttpClient(TritonClient):
 
     @property
     def _infer_url(self) -> str:
-        return f"http://{self.spec.url}/v2/models/{self.spec.model_name}/infer"
+        """`spec.url` is the server's host:port (Triton), or a URL with a path the OIP lives under (Ray Serve's
+        route prefix)."""
+        base = self.spec.url if "://" in self.spec.url else f"http://{self.spec.url}"
+        return f"{base.rstrip('/')}/v2/models/{self.spec.model_name}/infer"
 
     def _request_bytes(self) -> bytes:
         """The request, head and body: tritonclient's own body with the binary tensor extension."""
@@ -92,11 +97,12 @@ class TritonHttpClient(TritonClient):
         _, header_length = json.JSONDecoder().raw_decode(body.decode("latin-1"))
         self.check_logits(binary_output(body, str(header_length), self.spec.output_name))
 
-    async def _send_prepared(self) -> np.ndarray:
+    async def _send_prepared(self) -> tuple[np.ndarray, ServerReport | None]:
         response = await self._http.send(self._request)
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
-        return binary_output(response.body, response.headers.get(HEADER_LENGTH.lower()), self.spec.output_name)
+        logits = binary_output(response.body, response.headers.get(HEADER_LENGTH.lower()), self.spec.output_name)
+        return logits, parse_server_timing(response.headers.get(TIMING_HEADER))
 
     async def _close_prepared(self) -> None:
         if self._http is not None:

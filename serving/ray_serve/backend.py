@@ -1,11 +1,16 @@
 """PyTorch behind Ray Serve (`pytorch`): one Serve application per server group, replicas pinned to the tier,
-reached over Serve's HTTP and gRPC ingresses, with or without `@serve.batch` server-side batching."""
+reached over Serve's HTTP and gRPC ingresses, with or without `@serve.batch` server-side batching.
+
+Clients speak the Open Inference Protocol (KServe v2) to it, as to Triton (serving/ray_serve/deployment.py): HTTP
+under the app's route prefix (`<prefix>/v2/models/<model>/infer`), gRPC `inference.GRPCInferenceService` with the
+app's name in the `application` metadata, which Serve's gRPC proxy routes by. Serve starts with two gRPC servicers:
+the OIP's (from tritonclient) and the classifier's from before it (`tierbench.ImageClassifier`)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -15,6 +20,7 @@ from serving.clients.base import ClientSpec
 from serving.models import ModelSource
 from serving.process import free_ports
 from serving.protocols import InputFormat
+from serving.ray_serve.oip import model_signatures
 from serving.ray_serve.settings import RayServeTorchSettings
 from serving.ray_serve.torch_runner import TorchOptions
 
@@ -23,13 +29,17 @@ log = logging.getLogger(__name__)
 CLIENTS = {"http": "serving.clients.ray_serve_http.RayServeHttpClient",
            "grpc": "serving.clients.ray_serve_grpc.RayServeGrpcClient"}
 GRPC_SERVICER = "serving.ray_serve.proto.classifier_pb2_grpc.add_ImageClassifierServicer_to_server"
+# tritonclient's servicer, through a module that makes its messages picklable (Serve's proxy pickles requests)
+OIP_GRPC_SERVICER = "serving.ray_serve.proto.oip_service.add_GRPCInferenceServiceServicer_to_server"
+GRPC_SERVICERS = [OIP_GRPC_SERVICER, GRPC_SERVICER]
+GRPC_PORT = 9000  # Serve's default gRPC port, for the exported config
 
 
 def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
     """The ports of Serve's HTTP and gRPC proxies: start Serve on free ports, or join the running instance (Serve
     is one per cluster, shared by every tier job, and silently ignores the options of a second `serve.start`).
-    The gRPC port is None when a running Serve was started without our servicer. Serve's gRPC proxy listens on
-    every address ([::]); Ray offers no host option for it."""
+    The gRPC port is None when a running Serve was started without both our servicers (`GRPC_SERVICERS`). Serve's
+    gRPC proxy listens on every address ([::]); Ray offers no host option for it."""
     import ray
     from ray import serve
     from ray.serve.context import _disconnect, _get_global_client
@@ -43,7 +53,7 @@ def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
         http_port, grpc_port = free_ports(2, host)
         try:
             serve.start(http_options={"host": host, "port": http_port},
-                        grpc_options={"port": grpc_port, "grpc_servicer_functions": [GRPC_SERVICER]})
+                        grpc_options={"port": grpc_port, "grpc_servicer_functions": GRPC_SERVICERS})
         except Exception as exc:  # noqa: BLE001 - another tier job started it at the same moment: join that one
             log.info("Ray Serve started concurrently by another job (%s); joining it", exc)
         deadline = time.monotonic() + timeout_s
@@ -52,7 +62,7 @@ def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
                 raise TimeoutError(f"Ray Serve's controller did not come up within {timeout_s:g} s")
             time.sleep(0.5)
     grpc_config = ray.get(client._controller.get_grpc_config.remote())
-    has_ours = GRPC_SERVICER in (grpc_config.grpc_servicer_functions or [])
+    has_ours = set(GRPC_SERVICERS) <= set(grpc_config.grpc_servicer_functions or [])
     return int(client.http_config.port), int(grpc_config.port) if has_ours else None
 
 
@@ -181,7 +191,8 @@ class RayServeTorchBackend(Backend):
     def deploy_files(self, rendered: dict[str, str]) -> dict[str, str]:
         """`serve_config.yaml`: one application as `serve deploy` / `serve run` take it, running this deployment
         (tierbench installed on the cluster) with these settings; the replica asks for the CPU and GPU share
-        measured, not for the tier's node (the cluster you deploy on has its own)."""
+        measured, not for the tier's node (the cluster you deploy on has its own). Its `grpc_options` give Serve's
+        gRPC proxy the OIP's servicer and the classifier's (they apply where the config starts Serve: `serve run`)."""
         import yaml
 
         from serving.ray_serve.deployment import APP_BUILDER, TorchImageClassifier
@@ -192,8 +203,12 @@ class RayServeTorchBackend(Backend):
         app = {"name": f"tierbench-{model}", "route_prefix": f"/{model}", "import_path": APP_BUILDER,
                "args": self._app_args(), "deployments": [deployment]}
         header = (f"# Ray Serve config for {model} with the settings of backend entry {self.context.name}: "
-                  "`serve deploy serve_config.yaml` (or `serve run`).\n")
-        return {"serve_config.yaml": header + yaml.safe_dump({"applications": [app]}, sort_keys=False)}
+                  "`serve deploy serve_config.yaml` (or `serve run`).\n"
+                  f"# Open Inference Protocol (KServe v2): HTTP POST /{model}/v2/models/{model}/infer (JPEGs: "
+                  f"{model}_jpeg); gRPC inference.GRPCInferenceService, metadata application=tierbench-{model}.\n")
+        config = {"grpc_options": {"port": GRPC_PORT, "grpc_servicer_functions": GRPC_SERVICERS},
+                  "applications": [app]}
+        return {"serve_config.yaml": header + yaml.safe_dump(config, sort_keys=False)}
 
     def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
         """Trial params (device, dtype, compile) and what the replica's warm-up cost (compile included)."""
@@ -278,9 +293,12 @@ class RayServeTorchBackend(Backend):
                 "server_preferred_batch_sizes": ""}
 
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
+        """An OIP client of the model taking `input_format` (`<model>` or `<model>_jpeg`): over HTTP at the route
+        prefix's URL, over gRPC with the app's name as `application` metadata (the proxy routes by it)."""
         if protocol not in handle.urls:
-            raise RuntimeError("Ray Serve on this cluster was started without tierbench's gRPC servicer; restart "
-                               f"Serve (serve.shutdown()) so it starts with {GRPC_SERVICER}")
-        # gRPC routes by application name (metadata), HTTP by route prefix.
-        name = self.app_name if protocol == "grpc" else self.context.model.name
-        return self._spec(CLIENTS[protocol], handle.urls[protocol], name, input_format, batch_size)
+            raise RuntimeError("Ray Serve on this cluster was started without tierbench's gRPC servicers; restart "
+                               f"Serve (serve.shutdown()) so it starts with {GRPC_SERVICERS}")
+        model = model_signatures(self.context.model)[input_format]
+        spec = self._spec(CLIENTS[protocol], handle.urls[protocol], model.name, input_format, batch_size)
+        metadata = (("application", self.app_name),) if protocol == "grpc" else ()
+        return replace(spec, input_name=model.input_name, output_name=model.output_name, grpc_metadata=metadata)

@@ -1,12 +1,27 @@
-"""Ray Serve deployment: an image classifier in PyTorch behind Serve's HTTP and gRPC ingresses.
+"""Ray Serve deployment: an image classifier in PyTorch behind Serve's HTTP and gRPC ingresses, speaking the Open
+Inference Protocol (KServe v2) as Triton does, so one request shape (and perf_analyzer) drives both servers.
 
-Accepts a batch of JPEGs (decoded and preprocessed in the replica with `serving.images`, the definition every
-JPEG path shares) or a raw float32 tensor; a batch of n images is one request. Replies with float32 logits.
-HTTP: `__call__` (wire format in serving/clients/ray_serve_http.py); gRPC: `Classify` (the proxy calls the
-method named like the RPC, serving/ray_serve/proto/classifier.proto).
-Inference runs on one worker thread, like one Triton model instance; decoding runs beside it. With
-`batching`, Serve's `@serve.batch` merges concurrent requests into one forward pass, counting images (not
-requests) against `max_batch_size` as Triton's dynamic batcher does.
+OIP (serving/ray_serve/oip.py): under the app's route prefix, `GET /v2`, `/v2/health/live|ready`,
+`/v2/models/<name>[/versions/1]`, `.../ready`, `.../config` (a Triton model config, what perf_analyzer reads) and
+`POST .../infer` (JSON tensors, or Triton's binary tensor extension); errors are 400 (404: an unknown model or route)
+with a JSON `{"error": ...}` body. Models: `<model>` (`input` FP32 [-1, C, H, W]) and `<model>_jpeg` (`jpeg` BYTES
+[-1, 1], decoded and preprocessed in the replica with `serving.images`, the definition every JPEG path shares), both
+returning `logits`, as Triton names them. gRPC: `inference.GRPCInferenceService` (tritonclient's `service_pb2`; the
+proxy calls the method named like the RPC): ServerLive, ServerReady, ServerMetadata, ModelReady, ModelMetadata,
+ModelConfig, ModelInfer. Serve's gRPC proxy routes a call to the application named in its `application` metadata,
+or to the only application when exactly one is deployed on the cluster: clients that send none (perf_analyzer)
+reach it only then.
+
+Server-Timing (the replica's own time and the images of the forward pass a request rode in, `_timing`): the HTTP
+`Server-Timing` header; over gRPC the `server-timing` trailing metadata (a deployment method taking `grpc_context`
+gets Serve's `RayServegRPCContext`, whose trailing metadata the proxy, or direct ingress, sets on the call).
+
+The routes from before the OIP stay for their users: HTTP POST to the route prefix itself (JPEGs concatenated, their
+lengths in `X-Image-Lengths`, or a raw float32 tensor; the float32 logits back) and gRPC
+`tierbench.ImageClassifier/Classify` (serving/ray_serve/proto/classifier.proto).
+Inference runs on one worker thread, like one Triton model instance; decoding runs beside it. With `batching`,
+Serve's `@serve.batch` merges concurrent requests into one forward pass, counting images (not requests) against
+`max_batch_size` as Triton's dynamic batcher does.
 """
 
 from __future__ import annotations
@@ -20,9 +35,14 @@ from typing import Any
 import numpy as np
 from ray import serve
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from serving.clients.ray_serve_http import JPEG_CONTENT_TYPE, LENGTHS_HEADER, TENSOR_CONTENT_TYPE, TIMING_HEADER
+from serving.ray_serve import oip
+from serving.ray_serve.oip import OipError
+from serving.ray_serve.proto.oip_service import service_pb2 as pb  # (and its requests picklable)
+
+TIMING_METADATA = TIMING_HEADER.lower()  # gRPC metadata keys are lower case
 
 
 def split_jpegs(body: bytes, lengths_header: str) -> list[bytes]:
@@ -36,6 +56,18 @@ def split_jpegs(body: bytes, lengths_header: str) -> list[bytes]:
 def images_in(batches: list[np.ndarray]) -> int:
     """`@serve.batch`'s batch size: images, summed over the queued requests."""
     return sum(len(batch) for batch in batches)
+
+
+def error_response(exc: OipError) -> Response:
+    """An OIP error as Triton answers it: the status, and a JSON body `{"error": message}`."""
+    return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+
+def subpath(scope: dict[str, Any]) -> str:
+    """The request's path below the app's route prefix (Serve puts the prefix in `root_path`, and the whole path,
+    prefix included, in `path`)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    return path[len(root):] if path.startswith(root) else path
 
 
 @serve.deployment
@@ -56,6 +88,8 @@ class TorchImageClassifier:
         self.runner = TorchRunner(self.model_cfg, device, TorchOptions(**(options or {})))
         self.input_shape = tuple(self.model_cfg.input_shape)
         self.preprocessing = preprocessing(self.model_cfg)  # the model's own (model.preprocess)
+        # The OIP models by name: `<model>` (tensor input) and `<model>_jpeg`
+        self.models = {m.name: m for m in oip.model_signatures(self.model_cfg).values()}
         self._infer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer")
         # Compiled and warmed up for every measured batch size, on the serving thread, before the replica is ready.
         self._infer_thread.submit(self.runner.warm_up, tuple(warmup_batch_sizes)).result()
@@ -105,7 +139,59 @@ class TorchImageClassifier:
         return await asyncio.get_running_loop().run_in_executor(None, decode_and_preprocess, jpegs,
                                                                 self.preprocessing)
 
+    def _model(self, name: str, version: str = "") -> oip.ModelSignature:
+        """The OIP model `name` (its one version, or any when `version` is empty); OipError 404 otherwise."""
+        model = self.models.get(name)
+        if model is None:
+            raise OipError(f"Request for unknown model: '{name}' is not found (models: {sorted(self.models)})", 404)
+        if version not in ("", oip.VERSION):
+            raise OipError(f"model '{name}' has no version {version}; its versions: ['{oip.VERSION}']", 404)
+        return model
+
+    async def _oip_logits(self, model: oip.ModelSignature, request: oip.InferRequest) -> tuple[np.ndarray, str]:
+        """An OIP request's logits and its Server-Timing."""
+        started = time.perf_counter()
+        batch = model.batch(request)
+        if model.datatype == oip.BYTES:
+            try:
+                batch = await self._preprocessed(batch)
+            except (OSError, ValueError) as exc:  # PIL: UnidentifiedImageError is an OSError
+                raise OipError(f"input '{model.input_name}': cannot decode an image: {exc}") from None
+        preprocessed = time.perf_counter()
+        logits, executed = await self._logits(batch)
+        return logits, _timing(started, preprocessed, time.perf_counter(), executed)
+
     async def __call__(self, request: Request) -> Response:
+        path = subpath(request.scope)
+        if path.startswith("/v2"):
+            try:
+                return await self._oip_http(request, path)
+            except OipError as exc:
+                return error_response(exc)
+        if path not in ("", "/"):
+            return error_response(OipError(f"no route {request.method} {path}: POST to the route prefix, or the "
+                                           "Open Inference Protocol under /v2", 404))
+        return await self._classify_http(request)
+
+    async def _oip_http(self, request: Request, path: str) -> Response:
+        action, name = oip.route(request.method, path)
+        if name is None:
+            return (JSONResponse(oip.server_metadata(_ray_version())) if action == "server_metadata"
+                    else Response(status_code=200))
+        model = self._model(name)
+        if action == "metadata":
+            return JSONResponse(model.metadata())
+        if action == "config":
+            return JSONResponse(model.config())
+        if action == "ready":
+            return Response(status_code=200)
+        parsed = oip.parse_http(await request.body(), request.headers.get(oip.HEADER_LENGTH))
+        logits, timing = await self._oip_logits(model, parsed)
+        body, headers = oip.http_response(model, logits, parsed)
+        return Response(body, headers={**headers, TIMING_HEADER: timing})
+
+    async def _classify_http(self, request: Request) -> Response:
+        """The route prefix itself: JPEGs (`X-Image-Lengths`) or a raw float32 tensor in, raw logits out."""
         body = await request.body()
         content_type = request.headers.get("content-type", "")
         started = time.perf_counter()
@@ -124,7 +210,45 @@ class TorchImageClassifier:
         timing = _timing(started, preprocessed, time.perf_counter(), executed)
         return Response(logits.tobytes(), media_type=TENSOR_CONTENT_TYPE, headers={TIMING_HEADER: timing})
 
-    async def Classify(self, request: Any) -> Any:  # noqa: N802 - named like the RPC, as Serve's proxy requires
+    # gRPC: methods named like the RPCs, as Serve's proxy requires (hence N802). `grpc_context` (by that name) is
+    # Serve's RayServegRPCContext; None when called through a deployment handle.
+
+    async def ModelInfer(self, request: Any, grpc_context: Any = None) -> Any:  # noqa: N802
+        try:
+            model = self._model(request.model_name, request.model_version)
+            parsed = oip.parse_grpc(request)
+            logits, timing = await self._oip_logits(model, parsed)
+        except OipError as exc:
+            return _refuse(grpc_context, exc, pb.ModelInferResponse())
+        if grpc_context is not None:
+            grpc_context.set_trailing_metadata([(TIMING_METADATA, timing)])
+        return oip.grpc_response(model, logits, parsed)
+
+    async def ModelMetadata(self, request: Any, grpc_context: Any = None) -> Any:  # noqa: N802
+        try:
+            return self._model(request.name, request.version).metadata_pb()
+        except OipError as exc:
+            return _refuse(grpc_context, exc, pb.ModelMetadataResponse())
+
+    async def ModelConfig(self, request: Any, grpc_context: Any = None) -> Any:  # noqa: N802
+        try:
+            return self._model(request.name, request.version).config_pb()
+        except OipError as exc:
+            return _refuse(grpc_context, exc, pb.ModelConfigResponse())
+
+    async def ModelReady(self, request: Any) -> Any:  # noqa: N802
+        return pb.ModelReadyResponse(ready=request.name in self.models and request.version in ("", oip.VERSION))
+
+    async def ServerLive(self, request: Any) -> Any:  # noqa: N802
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any) -> Any:  # noqa: N802
+        return pb.ServerReadyResponse(ready=True)
+
+    async def ServerMetadata(self, request: Any) -> Any:  # noqa: N802
+        return pb.ServerMetadataResponse(**oip.server_metadata(_ray_version()))
+
+    async def Classify(self, request: Any) -> Any:  # noqa: N802 - the gRPC route from before the OIP
         from serving.ray_serve.proto import classifier_pb2
 
         started = time.perf_counter()
@@ -138,6 +262,24 @@ class TorchImageClassifier:
         return classifier_pb2.ClassifyResponse(
             logits=logits.tobytes(), shape=list(logits.shape),
             server_timing=_timing(started, preprocessed, time.perf_counter(), executed))
+
+
+def _refuse(grpc_context: Any, exc: OipError, empty: Any) -> Any:
+    """An OIP error over gRPC: INVALID_ARGUMENT (NOT_FOUND for an unknown model) with the message, set on the call's
+    context (the proxy sends the status instead of the empty reply); raised where there is no context."""
+    import grpc
+
+    if grpc_context is None:
+        raise exc
+    grpc_context.set_code(grpc.StatusCode.NOT_FOUND if exc.status == 404 else grpc.StatusCode.INVALID_ARGUMENT)
+    grpc_context.set_details(str(exc))
+    return empty
+
+
+def _ray_version() -> str:
+    import ray
+
+    return ray.__version__
 
 
 def _timing(started: float, preprocessed: float, done: float, executed: int) -> str:
