@@ -130,7 +130,8 @@ def closed_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: in
                     best = 0.0
                     for concurrency in args.concurrency:
                         pa = run_perf_analyzer(binary, env, model, url, protocol, concurrency, args.window_s)
-                        pa_cpu = perf_analyzer_cpu_us(binary, env, model, url, protocol, concurrency)
+                        pa_cpu = perf_analyzer_cpu_us(binary, env, model, url, protocol, concurrency,
+                                                      requests=max(500, int(3 * pa["throughput"])))
                         best = max(best, pa["throughput"])
                         wrk = (_wrk(client, concurrency, 3 * args.window_s)
                                if protocol == "http" and variant.startswith("pytorch") else None)
