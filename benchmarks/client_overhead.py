@@ -8,11 +8,13 @@ the same server, on loopback, batch 1, the tiny model (~1 ms of service: the cli
   Inference Protocol), HTTP and gRPC, concurrency 1/4/8/16: a trial measured exactly as a sweep measures it
   (`run_trial`, client actors, windows, stability rule) with each engine, then perf_analyzer at the same
   concurrency (its own stability rule over the same window length). Goals: throughput >= 0.95x and p50 <= 1.1x
-  perf_analyzer's; the engine's CPU per request <= 1.2x perf_analyzer's own (measured: the kernel's accounting of a
-  `--request-count` run of perf_analyzer). Independent checks on every row: Triton's own count of inferences over
-  the windows (`server_count_ratio`, 0.97-1.03), and for Serve over HTTP, wrk (C, Debian's package) with the
-  engine's very request bytes, within 10 %. Then per server and concurrency, the gRPC-over-HTTP throughput speedup
-  against perf_analyzer's own (within 10 %).
+  perf_analyzer's; the engine's CPU per request <= 1.2x perf_analyzer's own (measured: the kernel's accounting of
+  the perf_analyzer process over its run, over the requests Triton counted in that time; for Serve, which counts
+  nothing, its CPU use over its throughput). (`--request-count`, which would fix the number of requests, hung
+  perf_analyzer 2.51 at gRPC c8 with 2.5 GB of request copies.) Independent checks on every row: Triton's own
+  count of inferences over the windows (`server_count_ratio`, 0.97-1.03), and for Serve over HTTP, wrk (C, Debian's
+  package) with the engine's very request bytes, within 10 %. Then per server and concurrency, the gRPC-over-HTTP
+  throughput speedup against perf_analyzer's own (within 10 %).
 - open: Triton, Poisson arrivals at 85 % of the highest rate perf_analyzer reached for the protocol: requests sent
   more than 5 ms late (goal <= 1 %), the rate achieved (requests sent) against the target (goal within 2 %; over n
   arrivals Poisson's own noise is 1/sqrt(n)) and against the arrivals the schedule put in the windows (offered).
@@ -129,9 +131,11 @@ def closed_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: in
                     url, model = perf_analyzer_target(client.wire_request(), client.spec)
                     best = 0.0
                     for concurrency in args.concurrency:
+                        before = backend.server_counters(handle)
                         pa = run_perf_analyzer(binary, env, model, url, protocol, concurrency, args.window_s)
-                        pa_cpu = perf_analyzer_cpu_us(binary, env, model, url, protocol, concurrency,
-                                                      requests=max(500, int(3 * pa["throughput"])))
+                        after = backend.server_counters(handle)
+                        sent = backend.served_images(before, after) if before and after else None
+                        pa_cpu, pa_cpu_how = perf_analyzer_cpu_us(pa, sent)
                         best = max(best, pa["throughput"])
                         wrk = (_wrk(client, concurrency, 3 * args.window_s)
                                if protocol == "http" and variant.startswith("pytorch") else None)
@@ -139,7 +143,8 @@ def closed_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: in
                             clients.exp.load_engine = engine
                             record = _trial(cfg, variant, protocol, concurrency, backend, handle, node, clients)
                             rows.append(_closed_row(record, pa, pa_cpu, wrk, run=run, section="closed",
-                                                    server=variant, protocol=protocol, load=f"c{concurrency}"))
+                                                    server=variant, protocol=protocol, load=f"c{concurrency}",
+                                                    pa_cpu_from=pa_cpu_how))
                     if "open" in args.sections and variant.startswith("triton"):
                         rows += open_rows(cfg, args, variant, protocol, round(best * OPEN_FRACTION), backend, handle,
                                           node, clients, run)

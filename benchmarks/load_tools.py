@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +39,10 @@ def run_perf_analyzer(binary: str, env: dict[str, str], model: str, url: str, pr
                       window_s: float) -> dict[str, float]:
     """perf_analyzer at one concurrency; its stability threshold is relaxed (10 -> 20 -> 40 %) when a busy
     machine won't let it settle, and the threshold used is reported. `url`: host:port, with a path prefix for a
-    server whose OIP routes sit under one (Ray Serve's route prefix)."""
+    server whose OIP routes sit under one (Ray Serve's route prefix). Also its own CPU (user + system, the
+    kernel's accounting of the child, every attempt) and wall time, for its CPU per request."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
     for stability in (10, 20, 40):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "pa.csv"
@@ -48,29 +52,24 @@ def run_perf_analyzer(binary: str, env: dict[str, str], model: str, url: str, pr
                    "--max-trials=10", "--input-data=random", "-f", str(out)]
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
             if proc.returncode == 0:
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 (row,) = list(csv.DictReader(out.open()))
                 return {"throughput": float(row["Inferences/Second"]), "p50_ms": float(row["p50 latency"]) / 1000,
-                        "p99_ms": float(row["p99 latency"]) / 1000, "stability_pct": stability}
+                        "p99_ms": float(row["p99 latency"]) / 1000, "stability_pct": stability,
+                        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+                        "wall_s": time.monotonic() - started}
             if "stable" not in proc.stdout + proc.stderr:
                 raise RuntimeError(f"perf_analyzer failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     raise RuntimeError(f"perf_analyzer found no stable measurement even at 40 %: {proc.stdout[-1000:]}")
 
 
-def perf_analyzer_cpu_us(binary: str, env: dict[str, str], model: str, url: str, protocol: str, concurrency: int,
-                         requests: int = 3000) -> float:
-    """perf_analyzer's own CPU per request (user + system, from the kernel's accounting of the child process): a
-    run of exactly `requests` requests (`--request-count`) after 100 warm-up ones, its start-up and the model
-    metadata calls included (spread over the requests, a few µs)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([binary, "-m", model, "-u", url, "-i", protocol, "-b", "1",
-                           f"--concurrency-range={concurrency}:{concurrency}", f"--request-count={requests}",
-                           "--warmup-request-count=100", "--input-data=random"],
-                          env=env, capture_output=True, text=True, timeout=600)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"perf_analyzer failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu / (requests + 100) * 1e6
+def perf_analyzer_cpu_us(pa: dict[str, float], requests: float | None) -> tuple[float, str]:
+    """perf_analyzer's own CPU per request over its whole run (start-up, model metadata, warm-up, every window):
+    exact where the server counted the requests it sent (`requests`: Triton's inference count over the run), else
+    its mean CPU use over its throughput (the windows' rate stands for the run's). With how it was had."""
+    if requests:
+        return pa["cpu_s"] / requests * 1e6, "server count"
+    return pa["cpu_s"] / pa["wall_s"] / pa["throughput"] * 1e6, "cpu/s over infer/s"
 
 
 def _wrk_ms(text: str) -> float:
