@@ -4,6 +4,9 @@ the same server, on loopback, batch 1, the tiny model (~1 ms of service: the cli
     python benchmarks/client_overhead.py [--model tiny] [--runs 3] [--sections closed open ceiling]
                                          [--servers triton_onnx pytorch] [--engines compiled python]
 
+perf_analyzer and wrk run at the niceness Ray gives the sweep's client actors and servers (`RAY_worker_niceness`,
+15): at nice 0 they would get the cores ahead of the server they measure, which the engine does not.
+
 - closed: every server (Triton `triton_onnx`, Ray Serve `pytorch` through its proxy, both speaking the Open
   Inference Protocol), HTTP and gRPC, concurrency 1/4/8/16: a trial measured exactly as a sweep measures it
   (`run_trial`, client actors, windows, stability rule) with each engine, then perf_analyzer at the same
@@ -105,6 +108,15 @@ def _closed_row(record: Any, pa: dict[str, float], pa_cpu: float, wrk: dict[str,
     return row
 
 
+def _perf_analyzer_twice(*args: Any) -> dict[str, float]:
+    """perf_analyzer, once more if it fails (2.51 once lost every connection mid-run: "Socket closed")."""
+    try:
+        return run_perf_analyzer(*args)
+    except RuntimeError as exc:
+        print(f"perf_analyzer failed, trying once more: {' '.join(str(exc).split())[-300:]}", flush=True)
+        return run_perf_analyzer(*args)
+
+
 def _wrk(client: Any, concurrency: int, seconds: float) -> dict[str, float]:
     wire = client.wire_request()
     path, body, headers = split_http_request(wire.payload)
@@ -131,8 +143,15 @@ def closed_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: in
                     url, model = perf_analyzer_target(client.wire_request(), client.spec)
                     best = 0.0
                     for concurrency in args.concurrency:
+                        fields = {"run": run, "section": "closed", "server": variant, "protocol": protocol,
+                                  "load": f"c{concurrency}"}
                         before = backend.server_counters(handle)
-                        pa = run_perf_analyzer(binary, env, model, url, protocol, concurrency, args.window_s)
+                        try:
+                            pa = _perf_analyzer_twice(binary, env, model, url, protocol, concurrency, args.window_s)
+                        except RuntimeError as exc:  # twice: recorded as what happened, and the rows go on
+                            rows.append({**fields, "meets_goal": False, "error": " ".join(str(exc).split())[-400:]})
+                            print(rows[-1], flush=True)
+                            continue
                         after = backend.server_counters(handle)
                         sent = backend.served_images(before, after) if before and after else None
                         pa_cpu, pa_cpu_how = perf_analyzer_cpu_us(pa, sent)
@@ -142,9 +161,7 @@ def closed_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: in
                         for engine in args.engines:
                             clients.exp.load_engine = engine
                             record = _trial(cfg, variant, protocol, concurrency, backend, handle, node, clients)
-                            rows.append(_closed_row(record, pa, pa_cpu, wrk, run=run, section="closed",
-                                                    server=variant, protocol=protocol, load=f"c{concurrency}",
-                                                    pa_cpu_from=pa_cpu_how))
+                            rows.append(_closed_row(record, pa, pa_cpu, wrk, **fields, pa_cpu_from=pa_cpu_how))
                     if "open" in args.sections and variant.startswith("triton"):
                         rows += open_rows(cfg, args, variant, protocol, round(best * OPEN_FRACTION), backend, handle,
                                           node, clients, run)
@@ -158,7 +175,7 @@ def closed_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: in
 def speedup_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """gRPC over HTTP throughput, ours and perf_analyzer's, per run, server, engine and concurrency."""
     out = []
-    closed = [r for r in rows if r["section"] == "closed"]
+    closed = [r for r in rows if r["section"] == "closed" and "error" not in r]
     for r in closed:
         if r["protocol"] != "grpc":
             continue
@@ -251,7 +268,11 @@ def _at_rate(url: str, protocol: str, engine: str, rate: float, window_s: float)
 
 
 def _ceiling_of(urls: dict[str, str], protocol: str, engine: str, window_s: float, run: int) -> list[dict[str, Any]]:
-    """Rising rates for one protocol and engine until one misses the goal."""
+    """Rising rates for one protocol and engine until one misses the goal; the stub's CPU use beside each (near a
+    full core: the stub, not the client, is the limit there)."""
+    import time
+
+    from benchmarks.load_tools import process_cpu_s
     from experiments.measure.load import LoadError
 
     rows = []
@@ -259,7 +280,10 @@ def _ceiling_of(urls: dict[str, str], protocol: str, engine: str, window_s: floa
         fields = {"run": run, "section": "ceiling", "server": "loopback stub", "protocol": protocol, "engine": engine,
                   "load": f"poisson-r{rate}"}
         try:
-            rows.append(_open_row(_at_rate(urls[protocol], protocol, engine, rate, window_s), **fields))
+            cpu, wall = process_cpu_s(int(urls["pid"])), time.monotonic()
+            metrics = _at_rate(urls[protocol], protocol, engine, rate, window_s)
+            fields["stub_cpu_util"] = (process_cpu_s(int(urls["pid"])) - cpu) / (time.monotonic() - wall)
+            rows.append(_open_row(metrics, **fields))
         except LoadError as exc:  # the client fell so far behind that requests failed: past its ceiling
             rows.append({**fields, "target_rps": rate, "meets_goal": False, "error": " ".join(str(exc).split())})
         if not rows[-1]["meets_goal"]:
@@ -303,20 +327,29 @@ def main() -> None:
 
     cfg = compose(_overrides(args))
     rows: list[dict[str, Any]] = []
-    for run in range(1, args.runs + 1):
-        if {"closed", "open"} & set(args.sections):
-            with local_tier(cfg) as (node, options):
-                rows += closed_rows(cfg, args, node, options, run)
-        if "ceiling" in args.sections:
-            rows += ceiling_rows(args, run)
+    try:
+        for run in range(1, args.runs + 1):
+            if {"closed", "open"} & set(args.sections):
+                with local_tier(cfg) as (node, options):
+                    rows += closed_rows(cfg, args, node, options, run)
+            if "ceiling" in args.sections:
+                rows += ceiling_rows(args, run)
+    finally:  # what was measured is written, also when a later run fails
+        _write(args, rows)
+
+
+def _write(args: Any, rows: list[dict[str, Any]]) -> None:
     columns = ["run", "section", "server", "protocol", "load", "engine", "tierbench_infer_s", "pa_infer_s",
                "throughput_ratio", "tierbench_p50_ms", "pa_p50_ms", "p50_ratio", "client_cpu_us_per_request",
                "pa_cpu_us", "cpu_ratio", "server_count_ratio", "wrk_ratio", "tierbench_speedup", "pa_speedup",
                "speedup_agreement", "target_rps", "offered_rps", "achieved_vs_target", "achieved_vs_offered",
-               "late_fraction", "meets_goal", "error"]
+               "late_fraction", "stub_cpu_util", "meets_goal", "error"]
     sections = "" if set(args.sections) == set(SECTIONS) else "_" + "_".join(args.sections)
+    from benchmarks.load_tools import client_niceness
+
     report(f"client_overhead_{args.model}{sections}", columns, rows, {
         "model": args.model, "window_s": args.window_s, "runs": args.runs, "engines": args.engines, "goal": GOAL,
+        "reference_tools_niceness": client_niceness(),
         "rows_meeting_goal": f"{sum(r['meets_goal'] for r in rows)} of {len(rows)}"})
 
 

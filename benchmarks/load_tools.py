@@ -20,6 +20,18 @@ from pathlib import Path
 STUB = Path(__file__).with_name("loopback_stub.py")
 
 
+def client_niceness() -> int:
+    """The scheduling priority the sweep's clients run at: Ray starts its workers (client actors, and the compiled
+    engine each starts) at `RAY_worker_niceness`, 15 by default, as it does the servers. The reference tools run at
+    it too, so neither client is favoured over the server it shares cores with."""
+    return int(os.environ.get("RAY_worker_niceness", "15"))
+
+
+def _as_client(cmd: list[str]) -> list[str]:
+    """`cmd` run at the clients' niceness (relative to this process's own)."""
+    return ["nice", "-n", str(max(0, client_niceness() - os.nice(0))), *cmd]
+
+
 def perf_analyzer_env() -> tuple[str, dict[str, str]]:
     binary = shutil.which("perf_analyzer") or str(Path(sys.executable).parent / "perf_analyzer")
     if not Path(binary).exists():
@@ -50,7 +62,7 @@ def run_perf_analyzer(binary: str, env: dict[str, str], model: str, url: str, pr
                    f"--concurrency-range={concurrency}:{concurrency}",
                    f"--measurement-interval={int(window_s * 1000)}", f"--stability-percentage={stability}",
                    "--max-trials=10", "--input-data=random", "-f", str(out)]
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(_as_client(cmd), env=env, capture_output=True, text=True, timeout=600)
             if proc.returncode == 0:
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 (row,) = list(csv.DictReader(out.open()))
@@ -70,6 +82,12 @@ def perf_analyzer_cpu_us(pa: dict[str, float], requests: float | None) -> tuple[
     if requests:
         return pa["cpu_s"] / requests * 1e6, "server count"
     return pa["cpu_s"] / pa["wall_s"] / pa["throughput"] * 1e6, "cpu/s over infer/s"
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wrk_ms(text: str) -> float:
@@ -99,8 +117,8 @@ def run_wrk(url: str, body: bytes, headers: dict[str, str], concurrency: int, se
         script = Path(tmp) / "post.lua"
         script.write_text("\n".join(lines) + "\n")
         for duration in (1, seconds):
-            proc = subprocess.run([binary, "-t1", f"-c{concurrency}", f"-d{duration:g}s", "--latency", "-s",
-                                   str(script), url], capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(_as_client([binary, "-t1", f"-c{concurrency}", f"-d{duration:g}s", "--latency",
+                                              "-s", str(script), url]), capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 or "Non-2xx" in proc.stdout or "Socket errors" in proc.stdout:
         raise RuntimeError(f"wrk failed: {proc.stdout[-2000:]}{proc.stderr[-1000:]}")
     return {"throughput": float(re.search(r"Requests/sec:\s+([\d.]+)", proc.stdout).group(1)),
@@ -116,7 +134,7 @@ def loopback_stub(http_port: int, grpc_port: int) -> Iterator[dict[str, str]]:
     try:
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the loopback stub did not start (exit {proc.poll()})")
-        yield {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}"}
+        yield {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}", "pid": str(proc.pid)}
     finally:
         proc.terminate()
         try:
