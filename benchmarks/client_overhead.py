@@ -4,8 +4,9 @@ the same server, on loopback, batch 1, the tiny model (~1 ms of service: the cli
     python benchmarks/client_overhead.py [--model tiny] [--runs 3] [--sections closed open ceiling]
                                          [--servers triton_onnx pytorch] [--engines compiled python]
 
-perf_analyzer and wrk run at the niceness Ray gives the sweep's client actors and servers (`RAY_worker_niceness`,
-15): at nice 0 they would get the cores ahead of the server they measure, which the engine does not.
+perf_analyzer and wrk run at the scheduling priority the engine had (the trial's `client_niceness`: 0 where the
+engine may raise its own, ahead of the servers Ray starts at nice 15; else 15), so neither client gets the cores
+ahead of the server where the other did not.
 
 - closed: every server (Triton `triton_onnx`, Ray Serve `pytorch` through its proxy, both speaking the Open
   Inference Protocol), HTTP and gRPC, concurrency 1/4/8/16: a trial measured exactly as a sweep measures it
@@ -117,10 +118,10 @@ def _perf_analyzer_twice(*args: Any) -> dict[str, float]:
         return run_perf_analyzer(*args)
 
 
-def _wrk(client: Any, concurrency: int, seconds: float) -> dict[str, float]:
+def _wrk(client: Any, concurrency: int, seconds: float, niceness: int | None) -> dict[str, float]:
     wire = client.wire_request()
     path, body, headers = split_http_request(wire.payload)
-    return run_wrk(f"http://{wire.host}:{wire.port}{path}", body, headers, concurrency, seconds)
+    return run_wrk(f"http://{wire.host}:{wire.port}{path}", body, headers, concurrency, seconds, niceness)
 
 
 def closed_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: int) -> list[dict[str, Any]]:
@@ -145,9 +146,15 @@ def closed_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: in
                     for concurrency in args.concurrency:
                         fields = {"run": run, "section": "closed", "server": variant, "protocol": protocol,
                                   "load": f"c{concurrency}"}
+                        records = []
+                        for engine in args.engines:
+                            clients.exp.load_engine = engine
+                            records.append(_trial(cfg, variant, protocol, concurrency, backend, handle, node, clients))
+                        niceness = records[0].params["client_niceness"]
                         before = backend.server_counters(handle)
                         try:
-                            pa = _perf_analyzer_twice(binary, env, model, url, protocol, concurrency, args.window_s)
+                            pa = _perf_analyzer_twice(binary, env, model, url, protocol, concurrency, args.window_s,
+                                                      niceness)
                         except RuntimeError as exc:  # twice: recorded as what happened, and the rows go on
                             rows.append({**fields, "meets_goal": False, "error": " ".join(str(exc).split())[-400:]})
                             print(rows[-1], flush=True)
@@ -156,12 +163,11 @@ def closed_rows(cfg: Any, args: Any, node: Any, options: dict[str, Any], run: in
                         sent = backend.served_images(before, after) if before and after else None
                         pa_cpu, pa_cpu_how = perf_analyzer_cpu_us(pa, sent)
                         best = max(best, pa["throughput"])
-                        wrk = (_wrk(client, concurrency, 3 * args.window_s)
+                        wrk = (_wrk(client, concurrency, 3 * args.window_s, niceness)
                                if protocol == "http" and variant.startswith("pytorch") else None)
-                        for engine in args.engines:
-                            clients.exp.load_engine = engine
-                            record = _trial(cfg, variant, protocol, concurrency, backend, handle, node, clients)
-                            rows.append(_closed_row(record, pa, pa_cpu, wrk, **fields, pa_cpu_from=pa_cpu_how))
+                        for record in records:
+                            rows.append(_closed_row(record, pa, pa_cpu, wrk, **fields, pa_cpu_from=pa_cpu_how,
+                                                    client_niceness=niceness))
                     if "open" in args.sections and variant.startswith("triton"):
                         rows += open_rows(cfg, args, variant, protocol, round(best * OPEN_FRACTION), backend, handle,
                                           node, clients, run)
@@ -341,15 +347,12 @@ def main() -> None:
 def _write(args: Any, rows: list[dict[str, Any]]) -> None:
     columns = ["run", "section", "server", "protocol", "load", "engine", "tierbench_infer_s", "pa_infer_s",
                "throughput_ratio", "tierbench_p50_ms", "pa_p50_ms", "p50_ratio", "client_cpu_us_per_request",
-               "pa_cpu_us", "cpu_ratio", "server_count_ratio", "wrk_ratio", "tierbench_speedup", "pa_speedup",
-               "speedup_agreement", "target_rps", "offered_rps", "achieved_vs_target", "achieved_vs_offered",
-               "late_fraction", "stub_cpu_util", "meets_goal", "error"]
+               "pa_cpu_us", "cpu_ratio", "client_niceness", "server_count_ratio", "wrk_ratio", "tierbench_speedup",
+               "pa_speedup", "speedup_agreement", "target_rps", "offered_rps", "achieved_vs_target",
+               "achieved_vs_offered", "late_fraction", "stub_cpu_util", "meets_goal", "error"]
     sections = "" if set(args.sections) == set(SECTIONS) else "_" + "_".join(args.sections)
-    from benchmarks.load_tools import client_niceness
-
     report(f"client_overhead_{args.model}{sections}", columns, rows, {
         "model": args.model, "window_s": args.window_s, "runs": args.runs, "engines": args.engines, "goal": GOAL,
-        "reference_tools_niceness": client_niceness(),
         "rows_meeting_goal": f"{sum(r['meets_goal'] for r in rows)} of {len(rows)}"})
 
 

@@ -20,16 +20,12 @@ from pathlib import Path
 STUB = Path(__file__).with_name("loopback_stub.py")
 
 
-def client_niceness() -> int:
-    """The scheduling priority the sweep's clients run at: Ray starts its workers (client actors, and the compiled
-    engine each starts) at `RAY_worker_niceness`, 15 by default, as it does the servers. The reference tools run at
-    it too, so neither client is favoured over the server it shares cores with."""
-    return int(os.environ.get("RAY_worker_niceness", "15"))
-
-
-def _as_client(cmd: list[str]) -> list[str]:
-    """`cmd` run at the clients' niceness (relative to this process's own)."""
-    return ["nice", "-n", str(max(0, client_niceness() - os.nice(0))), *cmd]
+def _at_niceness(cmd: list[str], niceness: int | None) -> list[str]:
+    """`cmd` run at `niceness` (the trial's `client_niceness`: the reference tool gets the scheduling priority the
+    engine it is compared with had), or at this process's own when None."""
+    if niceness is None:
+        return cmd
+    return ["nice", "-n", str(niceness - os.nice(0)), *cmd]
 
 
 def perf_analyzer_env() -> tuple[str, dict[str, str]]:
@@ -48,7 +44,7 @@ def perf_analyzer_env() -> tuple[str, dict[str, str]]:
 
 
 def run_perf_analyzer(binary: str, env: dict[str, str], model: str, url: str, protocol: str, concurrency: int,
-                      window_s: float) -> dict[str, float]:
+                      window_s: float, niceness: int | None = None) -> dict[str, float]:
     """perf_analyzer at one concurrency; its stability threshold is relaxed (10 -> 20 -> 40 %) when a busy
     machine won't let it settle, and the threshold used is reported. `url`: host:port, with a path prefix for a
     server whose OIP routes sit under one (Ray Serve's route prefix). Also its own CPU (user + system, the
@@ -62,7 +58,7 @@ def run_perf_analyzer(binary: str, env: dict[str, str], model: str, url: str, pr
                    f"--concurrency-range={concurrency}:{concurrency}",
                    f"--measurement-interval={int(window_s * 1000)}", f"--stability-percentage={stability}",
                    "--max-trials=10", "--input-data=random", "-f", str(out)]
-            proc = subprocess.run(_as_client(cmd), env=env, capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(_at_niceness(cmd, niceness), env=env, capture_output=True, text=True, timeout=600)
             if proc.returncode == 0:
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 (row,) = list(csv.DictReader(out.open()))
@@ -104,7 +100,8 @@ def split_http_request(request: bytes) -> tuple[str, bytes, dict[str, str]]:
     return path, body, {k: v for k, v in headers.items() if k.lower() not in ("host", "content-length")}
 
 
-def run_wrk(url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float) -> dict[str, float]:
+def run_wrk(url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float,
+            niceness: int | None = None) -> dict[str, float]:
     """wrk, one thread, `concurrency` keep-alive connections POSTing `body`: a 1 s warm-up, then the measured run;
     its requests/s and p50 (from `--latency`). Any non-2xx answer fails the row."""
     binary = shutil.which("wrk")
@@ -117,8 +114,9 @@ def run_wrk(url: str, body: bytes, headers: dict[str, str], concurrency: int, se
         script = Path(tmp) / "post.lua"
         script.write_text("\n".join(lines) + "\n")
         for duration in (1, seconds):
-            proc = subprocess.run(_as_client([binary, "-t1", f"-c{concurrency}", f"-d{duration:g}s", "--latency",
-                                              "-s", str(script), url]), capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(_at_niceness([binary, "-t1", f"-c{concurrency}", f"-d{duration:g}s", "--latency",
+                                                "-s", str(script), url], niceness),
+                                  capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 or "Non-2xx" in proc.stdout or "Socket errors" in proc.stdout:
         raise RuntimeError(f"wrk failed: {proc.stdout[-2000:]}{proc.stderr[-1000:]}")
     return {"throughput": float(re.search(r"Requests/sec:\s+([\d.]+)", proc.stdout).group(1)),

@@ -318,3 +318,22 @@ def test_the_engine_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
             time.sleep(0.05)
     gone = not Path(f"/proc/{child}").exists() or "Z (zombie)" in Path(f"/proc/{child}/status").read_text()
     assert gone, "the engine outlived the process that started it"
+
+
+def test_the_engine_runs_ahead_of_servers_at_rays_worker_niceness_where_the_os_allows() -> None:
+    """Started at nice 15 (as Ray starts its workers, the servers among them) and asked for 0, it gets 0 where it
+    may raise its priority (root here and in CI), and says which niceness it got in its ready record."""
+    may_raise = os.geteuid() == 0
+    with http_server(HttpBehaviour(body=BODY)) as srv:
+        wire = http_wire(srv.port)
+        folder = Path(tempfile.mkdtemp(prefix="engine-test-"))
+        (folder / "request.bin").write_bytes(wire.payload)
+        proc = subprocess.Popen(["nice", "-n", "15", str(engine_binary()), "--http1", wire.host, str(wire.port),
+                                 "--request", str(folder / "request.bin"), "--closed", "1", "--nice", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+    (ready,) = records.parse(bytearray(out))[:1]
+    assert ready["kind"] == records.Kind.READY
+    assert int(ready["code"]) - 20 == (0 if may_raise else 15)

@@ -32,9 +32,10 @@ class LoadClientActor:
         return engine_status()
 
     async def start(self, spec: ClientSpec, load: LoadPoint, max_in_flight: int, engine: str = LoadEngine.PYTHON,
-                    horizon_s: float = 600.0) -> int:
-        """Start this actor's share of the load with `engine`; returns the request payload in bytes. `horizon_s`:
-        the longest the load may run (the compiled engine's open-loop schedule covers it)."""
+                    horizon_s: float = 600.0) -> tuple[int, int]:
+        """Start this actor's share of the load with `engine`; returns the request payload in bytes and the niceness
+        the client runs at. `horizon_s`: the longest the load may run (the compiled engine's open-loop schedule
+        covers it)."""
         from experiments.measure.engine.compiled_load import CompiledLoad
 
         await self.stop()
@@ -51,7 +52,7 @@ class LoadClientActor:
             await client.open()
             self._load = load.generator(client.infer, spec.timeout_s, spec.batch_size, self.index, max_in_flight)
         self._load.start()
-        return client.payload_bytes
+        return client.payload_bytes, self._load.niceness
 
     async def wait_warm(self, min_requests: int, min_seconds: float, timeout_s: float) -> WarmupStats:
         return await self._load.wait_warm(min_requests, min_seconds, timeout_s)

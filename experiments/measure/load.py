@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import math
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -88,6 +89,7 @@ class LoadGenerator(ABC):
         self._stopping = False
         self._next_id = 0
         self.started_at = 0.0
+        self.niceness = os.getpriority(os.PRIO_PROCESS, 0)  # the client's scheduling priority (Ray's workers: 15)
 
     def now(self) -> float:
         return time.perf_counter() + self._epoch_offset

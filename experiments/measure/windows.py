@@ -83,6 +83,7 @@ class Measurement:
     counters_before: dict[str, float] | None = None  # server counters at the final windows' boundaries
     counters_after: dict[str, float] | None = None
     counters_span_s: float = 0.0  # seconds between the two reads (the windows' length, give or take a read)
+    client_niceness: int | None = None  # the scheduling priority the clients sent at (the highest of the actors')
 
 
 def split_load(trial: Trial, actors: int) -> list[LoadPoint]:
@@ -114,8 +115,8 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: Any,
         return left
 
     try:
-        payloads = ray.get([a.start.remote(spec, load, exp.max_in_flight, engine, exp.trial_timeout_s)
-                            for a, load in shares], timeout=min(exp.request_timeout_s, remaining()))
+        started = ray.get([a.start.remote(spec, load, exp.max_in_flight, engine, exp.trial_timeout_s)
+                           for a, load in shares], timeout=min(exp.request_timeout_s, remaining()))
         per_actor_warmup = -(-exp.warmup_requests // len(used))
         warm_timeout = remaining(reserve=exp.window_s * stability.windows)
         warmup = ray.get([a.wait_warm.remote(per_actor_warmup, exp.warmup_s, warm_timeout) for a in used],
@@ -142,7 +143,8 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: Any,
         except Exception:  # noqa: BLE001 - the pool is restarted after a failed trial anyway
             pass
     return Measurement(
-        samples=WindowSamples.merge(final), warmup=warmup, payload_bytes=int(payloads[0]), actors_used=len(used),
+        samples=WindowSamples.merge(final), warmup=warmup, payload_bytes=int(started[0][0]), actors_used=len(used),
+        client_niceness=max(niceness for _, niceness in started),
         windows=len(windows), stable=stable,
         window_stats=[window_stats(w, stability.latency_percentile) for w in windows],
         counters_before=before, counters_after=after, counters_span_s=span_s,

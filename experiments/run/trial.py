@@ -130,6 +130,7 @@ def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, no
         _check_server_count(record, backend.served_images(result.counters_before, result.counters_after),
                             result.counters_span_s, samples)
     record.params["client_actors_used"] = result.actors_used
+    record.params["client_niceness"] = result.client_niceness
     record.tags["stable"] = str(result.stable).lower()
     if record.metrics.get("client_cpu_util_max", 0.0) > exp.client_cpu_limit:
         record.tags["client_bound"] = "true"  # even the most client actors allowed were busy: a lower bound

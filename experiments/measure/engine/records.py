@@ -17,7 +17,8 @@ class Kind(IntEnum):
     """`kind` of a record. DONE: a request (intended, sent, done; the server's Server-Timing; response bytes).
     HEARTBEAT: every request scheduled before `intended_ns` has completed (the watermark), at `sent_ns`, with the
     timer's worst lateness since the last one in `done_ns` and the requests in flight in `bytes`. ERROR: the
-    engine failed (the message is on its stderr). READY: connections are open and the load starts at `intended_ns`."""
+    engine failed (the message is on its stderr). READY: connections are open and the load starts at `intended_ns`; the
+    engine runs at niceness `code` - 20."""
 
     DONE = 1
     HEARTBEAT = 2
