@@ -138,12 +138,12 @@ class GrpcBehaviour:
 @contextmanager
 def grpc_server(behaviour: GrpcBehaviour) -> Iterator[dict]:
     """A sync gRPC server (thread pool) with a generic handler: the request's bytes in, `reply` out. Yields a dict
-    with its port, the calls so far and the metadata of the last call."""
+    with its port, the calls so far, the metadata of the last call and how many calls their client cancelled."""
     from concurrent.futures import ThreadPoolExecutor
 
     import grpc
 
-    state = {"calls": 0, "metadata": {}, "port": 0}
+    state = {"calls": 0, "metadata": {}, "port": 0, "cancelled": 0}
     lock = threading.Lock()
 
     def model_infer(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -153,6 +153,9 @@ def grpc_server(behaviour: GrpcBehaviour) -> Iterator[dict]:
         state["metadata"] = dict(context.invocation_metadata())
         if behaviour.delay_s:
             time.sleep(behaviour.delay_s)
+        if not context.is_active():  # the client cancelled the call while it was being served
+            with lock:
+                state["cancelled"] += 1
         if behaviour.fail_after is not None and number >= behaviour.fail_after:
             context.abort(grpc.StatusCode.INTERNAL, "model failed: out of cheese")
         if behaviour.server_timing:

@@ -337,3 +337,27 @@ def test_the_engine_runs_ahead_of_servers_at_rays_worker_niceness_where_the_os_a
     (ready,) = records.parse(bytearray(out))[:1]
     assert ready["kind"] == records.Kind.READY
     assert int(ready["code"]) - 20 == (0 if may_raise else 15)
+
+
+def test_a_stop_lets_the_requests_in_flight_finish_instead_of_cancelling_them() -> None:
+    """SIGTERM mid-request: nothing new is sent, the 4 calls in flight complete and are recorded, none is cancelled
+    on the server (a cancelled gRPC call crashes Triton 2.48-2.52), and the engine exits 0."""
+    with grpc_server(GrpcBehaviour(reply=b"ok", delay_s=0.4)) as srv:
+        wire = grpc_wire(f"127.0.0.1:{srv['port']}", MODEL_INFER, b"x" * 1000)
+        folder = Path(tempfile.mkdtemp(prefix="engine-test-"))
+        (folder / "request.bin").write_bytes(wire.payload)
+        (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
+        proc = subprocess.Popen([str(engine_binary()), "--h2", wire.host, str(wire.port), "--request",
+                                 str(folder / "request.bin"), "--headers", str(folder / "headers.txt"),
+                                 "--closed", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.6)  # the first 4 calls are done, the next 4 are being served
+        calls_at_stop = srv["calls"]
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+        took = time.monotonic() - stopped
+        time.sleep(0.5)
+        assert proc.returncode == 0, err
+        assert srv["cancelled"] == 0 and srv["calls"] == calls_at_stop == 8
+    assert done(records.parse(bytearray(out))).size == 8
+    assert 0.1 < took < 1.5

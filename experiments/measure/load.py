@@ -36,6 +36,10 @@ MAX_ERRORS_KEPT = 20
 TICK_S = 0.01
 # An open-loop request sent this much after its scheduled time counts as late (asyncio timers alone jitter ~1 ms).
 LATE_AFTER_S = 0.005
+# A stop lets the requests in flight finish for at most this long before cancelling them: a gRPC call cancelled at
+# the wrong moment crashes Triton 2.48-2.52 (segfault in its gRPC frontend, triton-inference-server/server#7368,
+# fixed in 2.53), and they belong to no window anyway.
+DRAIN_S = 3.0
 
 # Sends one request; returns what the server reported about it (time, executed batch), or None.
 Send = Callable[[], Awaitable[ServerReport | None]]
@@ -202,11 +206,14 @@ class LoadGenerator(ABC):
         self._late = [x for x in self._late if x >= t]
 
     async def stop(self) -> None:
-        """Stop sending; in-flight requests are cancelled (they are outside every window)."""
+        """Stop sending; requests in flight may finish for DRAIN_S (they are outside every window), then are
+        cancelled."""
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            _, late = await asyncio.wait(self._tasks, timeout=DRAIN_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
 
@@ -305,5 +312,7 @@ class OpenLoopLoad(ClientLoad):
             self._last_launched = intended
             pending.add(task)
             task.add_done_callback(lambda t: (pending.discard(t), slots.release()))
-        for task in pending:
-            task.cancel()
+        if pending:  # stopping: the requests in flight may finish (see DRAIN_S); then they are cancelled
+            _, late = await asyncio.wait(pending, timeout=DRAIN_S)
+            for task in late:
+                task.cancel()

@@ -23,7 +23,7 @@ import numpy as np
 
 from experiments.measure.engine import records
 from experiments.measure.engine.build import engine_binary
-from experiments.measure.load import LATE_AFTER_S, TICK_S, LoadGenerator, LoadPoint
+from experiments.measure.load import DRAIN_S, LATE_AFTER_S, TICK_S, LoadGenerator, LoadPoint
 from serving.clients.wire import WireRequest
 
 STDERR_TAIL = 1500
@@ -60,7 +60,7 @@ class CompiledLoad(LoadGenerator):
         (folder / "request.bin").write_bytes(wire.payload)
         args = [f"--{wire.protocol}", wire.host, str(wire.port), "--request", str(folder / "request.bin"),
                 "--timeout", f"{self.timeout_s:g}", "--max-in-flight", str(self.max_in_flight),
-                "--nice", str(ENGINE_NICENESS),
+                "--nice", str(ENGINE_NICENESS), "--drain", f"{DRAIN_S:g}",
                 "--first-response", str(folder / "first-response.bin")]
         if wire.headers:
             (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
@@ -179,13 +179,14 @@ class CompiledLoad(LoadGenerator):
         return "(nothing on its stderr)"
 
     async def stop(self) -> None:
-        """Stop the engine (SIGTERM; killed if it lingers), then the reader; the records read so far stay."""
+        """Stop the engine (SIGTERM: it lets the requests in flight finish, at most DRAIN_S; killed if it lingers
+        past that), then the reader; the records read so far stay."""
         self._stopping = True
         proc = self._proc
         if proc is not None and proc.returncode is None:
             proc.terminate()
             try:
-                await asyncio.wait_for(proc.wait(), 5)
+                await asyncio.wait_for(proc.wait(), DRAIN_S + 5)
             except TimeoutError:
                 proc.kill()
                 await proc.wait()

@@ -15,7 +15,9 @@
  * CLOCK_MONOTONIC, nanoseconds: the clock of Python's time.perf_counter), kind 2 a heartbeat every few ms (the
  * watermark: every request scheduled before it has completed; the timer's lateness), kind 3 an error (the
  * message on stderr; the engine then exits 2), kind 4 ready (connections open, load starting). SIGTERM / SIGINT
- * stop it: in-flight requests are dropped (they belong to no window), the records written so far are flushed.
+ * stop it: nothing new is sent, the requests in flight are let finish (at most --drain seconds: cancelling a gRPC
+ * call at the wrong moment crashes Triton 2.48-2.52, triton-inference-server/server#7368), and the records are
+ * flushed. A second signal stops it at once.
  *
  * Usage: loadgen --http1 HOST PORT --request FILE | --h2 HOST PORT --request FILE --headers FILE
  *                (--closed N | --open GAPS_FILE) [--max-in-flight N] [--connections N] [--timeout S]
@@ -24,6 +26,7 @@
  *   --headers   h2: one "name: value" per line, pseudo-headers (:method :scheme :path :authority) first
  *   GAPS_FILE   float64 seconds between arrivals (the first arrival comes gaps[0] after the load starts)
  *   --first-response  the body of the first successful response is written there (the caller checks it)
+ *   --drain     seconds a stop waits for the requests in flight (default 3)
  *   --nice      the scheduling priority to run at, where the OS allows it (root, CAP_SYS_NICE); the one it runs
  *               at is in the ready record's `code` (niceness + 20)
  */
@@ -59,6 +62,11 @@
 #define ENGINE_VERSION "1"
 
 enum { KIND_DONE = 1, KIND_HEARTBEAT = 2, KIND_ERROR = 3, KIND_READY = 4 };
+
+/* At most this much goes into one send/writev: on loopback the sender's syscall also delivers to the receiver, and
+ * a 1.2 MB writev once held the loop for 15 ms (open-loop arrivals went out late). Between writes the loop serves
+ * its timers; a socket with more to write stays watched for EPOLLOUT, which brings the loop straight back. */
+#define MAX_WRITE (256 * 1024)
 
 struct record {
     uint32_t kind;
@@ -229,7 +237,8 @@ static struct {
     int64_t heartbeat_ns;
     const char *first_response_path;
     int nice;  /* INT32_MIN: leave the inherited one */
-} cfg = {.nice = INT32_MIN, .max_in_flight = 1024, .connections = 1, .timeout_ns = 60000000000LL, .heartbeat_ns = 5000000LL};
+    int64_t drain_ns;
+} cfg = {.nice = INT32_MIN, .drain_ns = 3000000000LL, .max_in_flight = 1024, .connections = 1, .timeout_ns = 60000000000LL, .heartbeat_ns = 5000000LL};
 
 static void load_headers(const char *path) {
     size_t len;
@@ -493,11 +502,15 @@ static int flush_outq(struct conn *c) {
     while (q->len) {
         struct iovec iov[1024];
         int n = 0;
-        for (size_t i = 0; i < q->len && n < 1024; i++, n++) {
+        size_t total = 0;
+        for (size_t i = 0; i < q->len && n < 1024 && total < MAX_WRITE; i++, n++) {
             struct slice *sl = &q->s[q->head + i];
             const uint8_t *base = sl->ptr ? sl->ptr : sl->small;
             size_t skip = i == 0 ? q->off : 0;
-            iov[n] = (struct iovec){(void *)(base + skip), sl->len - skip};
+            size_t len = sl->len - skip;
+            if (total + len > MAX_WRITE) len = MAX_WRITE - total;
+            iov[n] = (struct iovec){(void *)(base + skip), len};
+            total += len;
         }
         ssize_t w = writev(c->fd, iov, n);
         if (w < 0 && errno == EINTR) continue;
@@ -520,6 +533,10 @@ static int flush_outq(struct conn *c) {
             q->len--;
             q->off = 0;
         }
+        if (q->len) {  /* more to write: let the loop serve its timers first */
+            watch(c, 1);
+            return 0;
+        }
     }
     q->head = q->off = 0;
     return 1;
@@ -529,9 +546,14 @@ static int flush_outq(struct conn *c) {
 
 static void h1_write(struct conn *c) {
     while (c->wpos < cfg.request_len) {
-        ssize_t n = send(c->fd, cfg.request + c->wpos, cfg.request_len - c->wpos, MSG_NOSIGNAL);
+        size_t chunk = cfg.request_len - c->wpos < MAX_WRITE ? cfg.request_len - c->wpos : MAX_WRITE;
+        ssize_t n = send(c->fd, cfg.request + c->wpos, chunk, MSG_NOSIGNAL);
         if (n > 0) {
             c->wpos += (size_t)n;
+            if (c->wpos < cfg.request_len) {  /* more to write: let the loop serve its timers first */
+                watch(c, 1);
+                return;
+            }
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -1154,6 +1176,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--first-response")) cfg.first_response_path = NEXT();
         else if (!strcmp(a, "--heartbeat-ms")) cfg.heartbeat_ns = (int64_t)(atof(NEXT()) * 1e6);
         else if (!strcmp(a, "--nice")) cfg.nice = atoi(NEXT());
+        else if (!strcmp(a, "--drain")) cfg.drain_ns = (int64_t)(atof(NEXT()) * 1e9);
         else usage();
 #undef NEXT
     }
@@ -1241,7 +1264,7 @@ int main(int argc, char **argv) {
     out_flush(0);
 
     int64_t next_beat = start_ns + cfg.heartbeat_ns;
-    int64_t worst_lag = 0, armed = -1;
+    int64_t worst_lag = 0, armed = -1, drain_until = 0;
     for (;;) {
         int64_t wake = next_beat;
         if (!cfg.closed && next_gap < cfg.ngaps && next_arrival < wake) wake = next_arrival;
@@ -1252,6 +1275,11 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) {
             void *p = events[i].data.ptr;
             if (p == &signal_tag) {
+                struct signalfd_siginfo info;
+                ssize_t unused = read(sfd, &info, sizeof info);
+                (void)unused;
+                if (stopping) drain_until = 0;  /* a second signal: at once */
+                else drain_until = now_ns() + cfg.drain_ns;
                 stopping = 1;
             } else if (p == &timer_tag) {
                 uint64_t expirations;
@@ -1269,9 +1297,9 @@ int main(int argc, char **argv) {
             }
         }
         bury();
-        if (stopping) break;
         int64_t t = now_ns();
-        if (!cfg.closed) send_due_arrivals(t);
+        if (stopping && (in_flight == 0 || t >= drain_until)) break;
+        if (!cfg.closed && !stopping) send_due_arrivals(t);
         if (t >= next_beat) {
             int64_t oldest = oldest_sent();
             if (oldest != INT64_MAX && t - oldest > cfg.timeout_ns)
