@@ -23,13 +23,13 @@ import numpy as np
 
 from experiments.measure.engine import records
 from experiments.measure.engine.build import engine_binary
-from experiments.measure.load import DRAIN_S, LATE_AFTER_S, TICK_S, LoadGenerator, LoadPoint
+from experiments.measure.load import DRAIN_S, LATE_AFTER_S, TICK_S, LoadGenerator, LoadPoint, WarmupStats
 from serving.clients.wire import WireRequest
 
 STDERR_TAIL = 1500
 # The engine asks to run at the priority of a process started by hand, ahead of the servers Ray starts at its workers'
-# niceness (15): measured with it at the servers' own, 1-5 % of a 2-core VM's open-loop requests went > 5 ms late,
-# at 0 none did (docs/benchmarks.md). Where the OS refuses (no root, no CAP_SYS_NICE) it keeps the actor's.
+# niceness (15): at the servers' own, 0.9-5.4 % of a 2-core VM's open-loop requests went > 5 ms late, at 0 0-0.6 %
+# did (docs/benchmarks.md). Where the OS refuses (no root, no CAP_SYS_NICE) it keeps the actor's.
 ENGINE_NICENESS = 0
 # The schedule covers the longest a trial may run; an engine that reaches its end fails the trial.
 SCHEDULE_MARGIN = 1.2
@@ -155,7 +155,8 @@ class CompiledLoad(LoadGenerator):
             self._cpu_marks.append((self.now(), self._cpu_seconds()))
             await asyncio.sleep(TICK_S)
 
-    async def wait_warm(self, min_requests: int, min_seconds: float, timeout_s: float):  # noqa: ANN201
+    async def wait_warm(self, min_requests: int, min_seconds: float, timeout_s: float) -> WarmupStats:
+        """Warm-up as for any engine, then the first response's check (by the client that built the request)."""
         stats = await super().wait_warm(min_requests, min_seconds, timeout_s)
         self._check_first_response()
         return stats
