@@ -34,6 +34,8 @@ class HttpBehaviour:
     chunked: bool = False
     close: bool = False  # Connection: close after every response
     delay_s: float = 0.0
+    slow: tuple[int, ...] = ()  # these requests (1 = the first to arrive) are answered `slow_s` late: others overtake
+    slow_s: float = 0.0
     server_timing: str | None = None
     fail_after: int | None = None  # answer 500 from this request on
     vary_after: int | None = None  # answer a body one byte longer from this request on
@@ -65,7 +67,9 @@ class _HttpProtocol(asyncio.Protocol):
             del self.buffer[:self.left]
             self.left = -1
             self.server.requests += 1
-            asyncio.get_running_loop().call_later(self.server.behaviour.delay_s, self._answer, self.server.requests)
+            behaviour = self.server.behaviour
+            delay = behaviour.slow_s if self.server.requests in behaviour.slow else behaviour.delay_s
+            asyncio.get_running_loop().call_later(delay, self._answer, self.server.requests)
 
     def _answer(self, number: int) -> None:
         b = self.server.behaviour
@@ -110,6 +114,10 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
     loop.run_forever()
 
 
+async def _close(listening: asyncio.Server) -> None:
+    listening.close()
+
+
 @contextmanager
 def http_server(behaviour: HttpBehaviour) -> Iterator[HttpServer]:
     server = HttpServer(behaviour)
@@ -122,7 +130,8 @@ def http_server(behaviour: HttpBehaviour) -> Iterator[HttpServer]:
     try:
         yield server
     finally:
-        listening.close()
+        # closed on its own loop: from this thread it races the loop detaching a closing connection
+        asyncio.run_coroutine_threadsafe(_close(listening), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
 

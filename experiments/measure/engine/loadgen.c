@@ -274,7 +274,8 @@ struct req {
     float server_ms, server_batch;
     int64_t bytes;     /* response body bytes received */
     size_t body_planned, body_sent;  /* h2: request DATA bytes handed to nghttp2 / written */
-    int capture;       /* this response's body goes to --first-response */
+    int capture;       /* sent before any response ended: its body is kept, the first to end is saved */
+    struct buf body;   /* that body */
     char message[160]; /* grpc-message, for the error */
     struct conn *conn;
     struct req *next;  /* free list */
@@ -284,10 +285,8 @@ struct req {
 static struct req *free_reqs;
 static struct req *live;  /* requests in flight: the watermark and the timeout scan them */
 static int in_flight;
-static int capture_claimed;
 static int stopping;
-static int captured;   /* the first response was saved */
-static struct buf capture_buf;
+static int captured;   /* the first response to end was saved to --first-response */
 static int64_t expected_bytes = -1;  /* every successful response has the first one's body size */
 
 static struct req *req_new(int64_t intended) {
@@ -299,8 +298,9 @@ static struct req *req_new(int64_t intended) {
     r->grpc_status = -1;
     r->server_ms = NAN;
     r->server_batch = NAN;
-    r->capture = !capture_claimed && cfg.first_response_path;
-    if (r->capture) capture_claimed = 1;
+    /* Not only the first request sent: under concurrency (or several Serve replicas) another may end first, and
+     * the caller checks the file as soon as it has warm-up responses. */
+    r->capture = !captured && cfg.first_response_path;
     r->next_live = live;
     if (live) live->prev_live = r;
     live = r;
@@ -309,6 +309,7 @@ static struct req *req_new(int64_t intended) {
 }
 
 static void req_free(struct req *r) {
+    free(r->body.data);
     in_flight--;
     if (r->prev_live) r->prev_live->next_live = r->next_live;
     else live = r->next_live;
@@ -317,14 +318,12 @@ static void req_free(struct req *r) {
     free_reqs = r;
 }
 
-static void save_capture(void) {
+static void save_capture(const struct buf *body) {
     FILE *f = fopen(cfg.first_response_path, "wb");
     if (!f) die("cannot write %s: %s", cfg.first_response_path, strerror(errno));
-    fwrite(capture_buf.data + capture_buf.off, 1, buf_pending(&capture_buf), f);
+    fwrite(body->data + body->off, 1, buf_pending(body), f);
     fclose(f);
     captured = 1;
-    free(capture_buf.data);
-    memset(&capture_buf, 0, sizeof capture_buf);
 }
 
 /* A response ended: check it, record it, recycle the request. */
@@ -339,7 +338,7 @@ static void finished(struct req *r) {
     else if (r->bytes != expected_bytes)
         die("response of %lld bytes where the first was %lld: the server answered something else",
             (long long)r->bytes, (long long)expected_bytes);
-    if (r->capture) save_capture();
+    if (r->capture && !captured) save_capture(&r->body);
     emit(KIND_DONE, (uint32_t)r->status, r->intended, r->sent, done, r->server_ms, r->server_batch, r->bytes);
     req_free(r);
 }
@@ -615,7 +614,7 @@ static void h1_parse_head(struct conn *c) {
 
 static void h1_body(struct req *r, const uint8_t *p, size_t n) {
     r->bytes += (int64_t)n;
-    if (r->capture) buf_append(&capture_buf, p, n);
+    if (r->capture && !captured) buf_append(&r->body, p, n);
     if (r->status != 200 && !r->message[0])  /* the start of an error's body says what went wrong */
         snprintf(r->message, sizeof r->message, "%.*s", (int)(n > 150 ? 150 : n), p);
 }
@@ -920,7 +919,7 @@ static int h2_data_cb(nghttp2_session *s, uint8_t flags, int32_t stream_id, cons
     struct req *r = ng.get_stream_user_data(s, stream_id);
     if (!r) return 0;
     r->bytes += (int64_t)len;
-    if (r->capture) buf_append(&capture_buf, data, len);
+    if (r->capture && !captured) buf_append(&r->body, data, len);
     return 0;
 }
 
