@@ -24,6 +24,12 @@ def run_sweep_command(args: list[str], env: dict[str, str] | None = None,
     return proc, time.monotonic() - started
 
 
+# A shell that starts a job in the background (nohup, `cmd &`, some CI runners) ignores SIGINT in it and its children,
+# and Python then installs no Ctrl-C handler: the sweep is started as `python -m` would, with Ctrl-C restored.
+INTERRUPTIBLE_SWEEP = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                       "runpy.run_module('runners.sweep', run_name='__main__', alter_sys=True)")
+
+
 class SweepProcess:
     def __init__(self, tmp: Path, *overrides: str, store: str | None = None,
                  env: dict[str, str] | None = None) -> None:
@@ -31,7 +37,7 @@ class SweepProcess:
             premigrated_store(tmp)
         self.store = store or store_uri(tmp)
         args = [*store_overrides(tmp)[:1], f"mlflow.tracking_uri={self.store}", *overrides]
-        self.proc = subprocess.Popen([sys.executable, "-m", "runners.sweep", *args], cwd=REPO_ROOT, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE_SWEEP, *args], cwd=REPO_ROOT, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1,
                                      env={**os.environ, **(env or {})})
         self.lines: list[str] = []
