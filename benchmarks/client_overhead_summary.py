@@ -16,12 +16,17 @@ from typing import Any
 Row = dict[str, Any]
 
 
+def measured(value: float | None) -> bool:
+    """A figure the row has (a column a row's section does not fill is None; a server that counts nothing, NaN)."""
+    return value is not None and not math.isnan(value)
+
+
 def span(values: Iterable[float | None], fmt: str = "{:.2f}") -> str:
     """`low–high` of the values that were measured (one value alone, blank for none)."""
-    measured = [v for v in values if v is not None and not math.isnan(v)]
-    if not measured:
+    measured_values = [v for v in values if measured(v)]
+    if not measured_values:
         return ""
-    low, high = min(measured), max(measured)
+    low, high = min(measured_values), max(measured_values)
     return fmt.format(low) if low == high else f"{fmt.format(low)}–{fmt.format(high)}"
 
 
@@ -36,13 +41,14 @@ def closed_table(rows: list[Row]) -> list[str]:
         if server.startswith("triton"):
             check = "Triton " + span((r.get("server_count_ratio") for r in group), "{:.3f}")
         elif protocol == "http":
-            check = "wrk " + span((r.get("wrk_ratio") for r in group))
+            check = "wrk " + span(r.get("wrk_ratio") for r in group)
         else:
             check = "—"
         pa = [r["pa_infer_s"] for r in group]
         lines.append(
             f"| {server} | {protocol} | {load} | {span(r['throughput_ratio'] for r in group)} "
-            f"| {span(r['p50_ratio'] for r in group)} | {span((r['client_cpu_us_per_request'] for r in group), '{:.0f}')} "
+            f"| {span(r['p50_ratio'] for r in group)} "
+            f"| {span((r['client_cpu_us_per_request'] for r in group), '{:.0f}')} "
             f"| {span((r['pa_cpu_us'] for r in group), '{:.0f}')} | {span(r['cpu_ratio'] for r in group)} | {check} "
             f"| {max(pa) / min(pa):.2f}× | {sum(r['meets_goal'] for r in group)} of {len(group)} |")
     closed = [r for group in groups.values() for r in group]
@@ -50,8 +56,8 @@ def closed_table(rows: list[Row]) -> list[str]:
     def tally(name: str, rows_: list[Row], met: Callable[[Row], bool]) -> str:
         return f"- {name}: {sum(met(r) for r in rows_)} of {len(rows_)}"
 
-    counted = [r for r in closed if r.get("server_count_ratio") is not None and not math.isnan(r["server_count_ratio"])]
-    wrk = [r for r in closed if r.get("wrk_ratio") is not None]
+    counted = [r for r in closed if measured(r.get("server_count_ratio"))]
+    wrk = [r for r in closed if measured(r.get("wrk_ratio"))]
     errors = [r for r in rows if "error" in r]
     return lines + ["", tally("throughput ≥ 0.95× and p50 ≤ 1.1×", closed,
                               lambda r: r["throughput_ratio"] >= 0.95 and r["p50_ratio"] <= 1.1),

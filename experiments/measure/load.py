@@ -23,7 +23,7 @@ import math
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +40,17 @@ LATE_AFTER_S = 0.005
 # the wrong moment crashes Triton 2.48-2.52 (segfault in its gRPC frontend, triton-inference-server/server#7368,
 # fixed in 2.53), and they belong to no window anyway.
 DRAIN_S = 3.0
+
+async def drain(tasks: Iterable[asyncio.Task]) -> None:
+    """Let `tasks` finish for at most DRAIN_S, then cancel those still running; returns once all have ended."""
+    tasks = set(tasks)
+    if not tasks:
+        return
+    _, late = await asyncio.wait(tasks, timeout=DRAIN_S)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
 
 # Sends one request; returns what the server reported about it (time, executed batch), or None.
 Send = Callable[[], Awaitable[ServerReport | None]]
@@ -209,11 +220,7 @@ class LoadGenerator(ABC):
         """Stop sending; requests in flight may finish for DRAIN_S (they are outside every window), then are
         cancelled."""
         self._stopping = True
-        if self._tasks:
-            _, late = await asyncio.wait(self._tasks, timeout=DRAIN_S)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await drain(self._tasks)
         self._tasks = []
 
 
@@ -312,7 +319,4 @@ class OpenLoopLoad(ClientLoad):
             self._last_launched = intended
             pending.add(task)
             task.add_done_callback(lambda t: (pending.discard(t), slots.release()))
-        if pending:  # stopping: the requests in flight may finish (see DRAIN_S); then they are cancelled
-            _, late = await asyncio.wait(pending, timeout=DRAIN_S)
-            for task in late:
-                task.cancel()
+        await drain(pending)  # stopping: the requests in flight may finish

@@ -21,7 +21,7 @@
  *
  * Usage: loadgen --http1 HOST PORT --request FILE | --h2 HOST PORT --request FILE --headers FILE
  *                (--closed N | --open GAPS_FILE) [--max-in-flight N] [--connections N] [--timeout S]
- *                [--first-response FILE] [--heartbeat-ms MS] [--nice N]
+ *                [--first-response FILE] [--heartbeat-ms MS] [--nice N] [--drain S]
  *   --request   HTTP/1.1: the whole request (head and body); h2: the DATA payload (a gRPC message, prefix included)
  *   --headers   h2: one "name: value" per line, pseudo-headers (:method :scheme :path :authority) first
  *   GAPS_FILE   float64 seconds between arrivals (the first arrival comes gaps[0] after the load starts)
@@ -1132,7 +1132,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: loadgen (--http1 HOST PORT | --h2 HOST PORT --headers FILE) --request FILE (--closed N | --open "
             "GAPS) [--max-in-flight N] [--connections N] [--timeout S] [--first-response FILE] [--heartbeat-ms MS] "
-            "| --version\n");
+            "[--nice N] [--drain S] | --version\n");
     exit(64);
 }
 
@@ -1191,7 +1191,6 @@ int main(int argc, char **argv) {
     /* A load generator must be timely: run ahead of the server it shares cores with where allowed (Ray starts its
      * workers, and so the servers and this engine, at nice 15). Without the privilege the inherited one stays. */
     if (cfg.nice != INT32_MIN) setpriority(PRIO_PROCESS, 0, cfg.nice);
-    errno = 0;
     int niceness = getpriority(PRIO_PROCESS, 0);
 
     fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) | O_NONBLOCK);
