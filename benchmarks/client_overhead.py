@@ -232,8 +232,8 @@ def _open_row(m: dict[str, float], **fields: Any) -> dict[str, Any]:
     return row
 
 
-CLIENTS = {"http": "serving.clients.triton_http.TritonHttpClient",
-           "grpc": "serving.clients.triton_grpc.TritonGrpcClient"}
+CLIENTS = {"http": "serving.triton.clients.TritonHttpClient",
+           "grpc": "serving.triton.clients.TritonGrpcClient"}
 
 
 def _at_rate(url: str, protocol: str, engine: str, rate: float, window_s: float) -> dict[str, float]:

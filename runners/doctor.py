@@ -1,8 +1,9 @@
 """`python -m runners.doctor [--tier T]`: can this node serve the tier it would declare? One table, read in seconds.
 
-It probes the node as a sweep would (`serving.node.describe_node`: Python, Ray, GPUs, driver and CUDA through NVML,
-torch and the CUDA it was built for, the ONNX Runtime providers that load in a session, the Triton that would
-serve; the compiled load engine, built here if it is not yet, and whether it starts), then asks every backend
+It probes the node as a sweep would (`serving.node.describe_node`: Python, Ray, GPUs, driver and CUDA through NVML, and
+each backend package's own facts: torch and the CUDA it was built for, the ONNX Runtime providers that load in a
+session, the Triton that would serve, TorchServe and its Java, ...; the compiled load engine, built here if it is not
+yet, and whether it starts), then asks every backend
 variant in conf/backends/ whether it runs here, with the backends' own rules (`Backend.unsupported_reason`), for
 the tier: `--tier`, else the one the GPU's name matches, else `local`. Exit code 1 when the node cannot serve that
 tier (a GPU tier without its GPU, or no variant runs); `runners.node` runs it before `ray start`.
@@ -11,14 +12,12 @@ tier (a GPU tier without its GPU, or no variant runs); `runners.node` runs it be
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from runners import SUPPORTED_PYTHON
 from serving.protocols import InputFormat
-from serving.triton.installation import TritonServerKind
 
 # Every backend variant is asked about these; a variant runs when one of them does.
 PROBE_PROTOCOLS = ("http", "grpc")
@@ -86,25 +85,19 @@ def _python_row(node: Any) -> tuple[str, str, str]:
 
 
 def node_rows(node: Any) -> list[tuple[str, str, str]]:
-    """(what, version or state, detail) for the node's stack."""
+    """(what, version or state, detail) for the node's stack: what every backend shares, then each backend package's
+    own rows (`BackendPackage.doctor_rows`; a row several packages share, torch, once)."""
+    from serving.registry import backend_packages
+
     gpus = ", ".join(node.gpu_names)
     gpu = (gpus, f"driver {node.driver_version}, CUDA {node.cuda_version} (the newest the driver runs)") \
         if node.has_gpu else ("none", node.gpu_problem or "NVML finds no GPU")
-    build = f"built for CUDA {node.torch_cuda_build}" if node.torch_cuda_build else "CPU-only build"
-    sees = "sees the GPU" if node.torch_cuda else "does not see a GPU"
-    torch_detail = f"{build}; {sees}" + (f": {node.torch_problem}" if node.torch_problem else "")
-    loaded = ", ".join(node.ort_usable) or "none"
-    ort_detail = f"sessions load: {loaded}" + "".join(f"; {p}" for p in node.ort_problems)
-    if node.native_triton:
-        backends = ", ".join(node.triton_backends) or "none"
-        triton = (TritonServerKind.NATIVE, f"{shutil.which('tritonserver')}, backends: {backends}")
-    elif node.bundled_triton:
-        triton = (TritonServerKind.BUNDLED, f"{node.bundled_triton} (Python backend running ONNX Runtime)")
-    else:
-        triton = ("none", node.bundled_triton_problem or "no tritonserver on PATH")
-    return [_python_row(node), ("Ray", node.ray_version, "the same version on every node and the head"),
-            ("GPU", *gpu), ("torch", node.torch_version or "missing", torch_detail),
-            ("ONNX Runtime", node.ort_version or "missing", ort_detail), ("Triton", *triton), engine_row()]
+    rows = {"Python": _python_row(node), "Ray": ("Ray", node.ray_version, "the same version on every node and the "
+                                                 "head"), "GPU": ("GPU", *gpu)}
+    for package in backend_packages().values():
+        for row in package.doctor_rows(node):
+            rows.setdefault(row.what, tuple(row))
+    return [*rows.values(), engine_row()]
 
 
 def engine_row() -> tuple[str, str, str]:

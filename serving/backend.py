@@ -1,8 +1,8 @@
 """The serving side of a trial: a backend starts its server(s) on a tier's node and says how to reach them.
 
-Implementations (`serving.triton.backend.TritonBackend`, `serving.ray_serve.backend.RayServeTorchBackend`) are
-named by the `_target_` of their typed settings (`serving/*/settings.py`, the entries of `conf/backends/`) and
-built with them; nothing switches on backend names.
+Implementations live in their packages (`serving/<backend>/`, registered in `serving/registry.py`), each named by the
+`_target_` of its typed settings (the entries of `conf/backends/`) and built with them; nothing switches on backend
+names.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 from serving.clients.base import ClientSpec
 from serving.models import output_dims
 from serving.node import NodeInfo
-from serving.paths import MODEL_REPOSITORY
 from serving.protocols import InputFormat
 from serving.settings import BackendSettings
 
@@ -46,8 +45,6 @@ class BackendContext:
     host: str = "127.0.0.1"
     start_timeout_s: float = 180.0
     stop_timeout_s: float = 20.0
-    model_repository: str = str(MODEL_REPOSITORY)
-    triton_server: str = "auto"
     request_timeout_s: float = 60.0
     # The experiment's batch sizes: servers warm up (build engines, compile) for each before measurement.
     warmup_batch_sizes: tuple[int, ...] = ()
@@ -146,9 +143,11 @@ class Backend(ABC):
         built from the configs the started server `rendered` (`ServerHandle.artifacts`) or the settings alone."""
         return {}
 
-    def _spec(self, target: str, url: str, model_name: str, input_format: str, batch_size: int) -> ClientSpec:
+    def _spec(self, target: str, url: str, model_name: str, input_format: str, batch_size: int,
+              kind: type[ClientSpec] = ClientSpec) -> ClientSpec:
+        """A `kind` of spec (a backend's own subclass adds its transport's fields) for the model's shapes."""
         model = self.context.model
-        return ClientSpec(
+        return kind(
             target=target,
             url=url,
             model_name=model_name,

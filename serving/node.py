@@ -1,5 +1,6 @@
-"""What a node really has: GPUs, driver and CUDA (NVML), the Python stack (Python, Ray, torch and the CUDA it was
-built for), the ONNX Runtime providers that load in a session, and which Triton can serve (native or bundled).
+"""What a node really has: GPUs, driver and CUDA (NVML), Python and Ray, and what each backend package needs to know
+of it (its own facts: torch and the CUDA it was built for, the ONNX Runtime providers that load in a session, which
+Triton can serve, TorchServe's Java, ...), probed by the package's own code (`serving.registry`).
 
 `describe_node()` runs on the node itself (inside a Ray task placed there, or `python -m runners.doctor`); the
 result travels back to the driver. Backends decide what they can run from it (`Backend.unsupported_reason`).
@@ -10,8 +11,11 @@ from __future__ import annotations
 import os
 import platform
 import socket
-import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+F = TypeVar("F")
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,9 @@ class GpuInventory:
 
 @dataclass(frozen=True)
 class NodeInfo:
+    """What every backend sees of a node (hardware, Python, Ray), and the facts each backend package probed there for
+    itself (`facts`: ONNX Runtime's providers for Triton, torch's CUDA for the PyTorch servers, ...)."""
+
     hostname: str
     ip: str
     ray_node_id: str
@@ -34,25 +41,12 @@ class NodeInfo:
     gpu_names: tuple[str, ...] = ()
     driver_version: str | None = None
     cuda_version: str | None = None  # the newest CUDA the driver supports (NVML)
-    ort_providers: tuple[str, ...] = ()  # what onnxruntime lists as available
-    native_triton: bool = False
-    torch_cuda: bool = False  # torch sees a CUDA GPU
-    ray_gpus: float = 0.0  # GPUs Ray schedules on this node (fractional `num_gpus` asks need them)
-    # Libraries ONNX Runtime's TensorRT provider cannot load here (checked when onnxruntime lists the provider)
-    trt_missing_libs: tuple[str, ...] = ()
-    # Providers a session really got (serving.ort_probe); None: not probed, the listed ones are trusted.
-    ort_loaded: tuple[str, ...] | None = None
-    ort_version: str = ""
-    ort_problems: tuple[str, ...] = ()  # why a listed provider did not load (ONNX Runtime's own words)
     gpu_problem: str | None = None  # why NVML found no GPU
+    ray_gpus: float = 0.0  # GPUs Ray schedules on this node (fractional `num_gpus` asks need them)
     python_version: str = ""
     ray_version: str = ""
-    torch_version: str = ""
-    torch_cuda_build: str | None = None  # torch.version.cuda: the CUDA torch was built for (None: a CPU build)
-    torch_problem: str | None = None  # why a CUDA build of torch does not see the GPU (torch's own warning)
-    triton_backends: tuple[str, ...] = ()  # backends of the native tritonserver (NVIDIA's container)
-    bundled_triton: str = ""  # the server bundled in nvidia-pytriton, when it can run here
-    bundled_triton_problem: str | None = None  # why it cannot (None: it can, or not probed)
+    # The backends' facts by their KEY (`serving.registry.node_fact_kinds`): read them with `facts(kind)`.
+    stack: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def has_gpu(self) -> bool:
@@ -63,10 +57,15 @@ class NodeInfo:
         """The GPU's name, or the CPU model when the node has no GPU."""
         return self.gpu_names[0] if self.gpu_names else f"CPU: {self.cpu_model}"
 
-    @property
-    def ort_usable(self) -> tuple[str, ...]:
-        """The ONNX Runtime providers a server can count on: those that loaded in a session when probed."""
-        return self.ort_providers if self.ort_loaded is None else self.ort_loaded
+    def facts(self, kind: type[F]) -> F:
+        """The facts of `kind` (e.g. `serving.pytorch.facts.TorchFacts`) probed on this node; `kind()`, its "not
+        probed" defaults, when they were not."""
+        found = self.stack.get(kind.KEY)  # type: ignore[attr-defined]
+        return found if isinstance(found, kind) else kind()
+
+    def with_facts(self, *facts: Any) -> NodeInfo:
+        """This node with `facts` in place of those of their kinds."""
+        return replace(self, stack={**self.stack, **{type(f).KEY: f for f in facts}})
 
 
 def cpu_model() -> str:
@@ -107,21 +106,6 @@ def nvml_gpus() -> GpuInventory:
         pynvml.nvmlShutdown()
 
 
-def torch_facts() -> tuple[str, str | None, bool, str | None]:
-    """torch's version, the CUDA it was built for, whether it sees a GPU and, if a CUDA build does not, why."""
-    try:
-        import torch
-    except ImportError as exc:
-        return "", None, False, f"torch is not installed ({exc})"
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        sees_gpu = bool(torch.cuda.is_available())
-    problem = None
-    if torch.version.cuda and not sees_gpu:
-        problem = str(caught[-1].message).strip().splitlines()[0] if caught else "torch.cuda.is_available() is False"
-    return torch.__version__, torch.version.cuda, sees_gpu, problem
-
-
 def ray_node_gpus(node_id: str) -> float:
     """The `GPU` resource Ray gives this node (0 outside Ray or where Ray detected none)."""
     try:
@@ -142,26 +126,19 @@ def current_location() -> dict[str, str]:
 
 
 def describe_node() -> NodeInfo:
+    """This node as a sweep sees it, probed here: hardware, Python, Ray, and every backend package's facts."""
     import ray
 
-    from serving.accelerators import ort_tensorrt_missing_libs
-    from serving.ort_probe import probe_providers
-    from serving.triton.installation import BundledTriton, native_backends
+    from serving.registry import node_fact_kinds
 
     gpus = nvml_gpus()
     node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-    torch_version, torch_cuda_build, torch_cuda, torch_problem = torch_facts()
-    ort = probe_providers()
-    providers = tuple(ort["available"])
-    trt_missing = ort_tensorrt_missing_libs() if "TensorrtExecutionProvider" in providers else ()
     try:
         import ray.util
 
         ip = ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001 - outside Ray
         ip = "127.0.0.1"
-    native = native_backends()
-    bundled = BundledTriton.problem()
     return NodeInfo(
         hostname=socket.gethostname(),
         ip=ip,
@@ -172,20 +149,8 @@ def describe_node() -> NodeInfo:
         driver_version=gpus.driver_version,
         cuda_version=gpus.cuda_version,
         gpu_problem=gpus.problem,
-        ort_providers=providers,
-        ort_loaded=tuple(ort["loaded"]),
-        ort_version=ort["version"],
-        ort_problems=tuple(f"{k}: {v}" for k, v in ort["errors"].items()),
-        native_triton=native is not None,
-        triton_backends=native or (),
-        bundled_triton="" if bundled else BundledTriton.description(),
-        bundled_triton_problem=bundled,
-        torch_cuda=torch_cuda,
-        torch_version=torch_version,
-        torch_cuda_build=torch_cuda_build,
-        torch_problem=torch_problem if gpus.names else None,
         python_version=platform.python_version(),
         ray_version=ray.__version__,
         ray_gpus=ray_node_gpus(node_id),
-        trt_missing_libs=trt_missing,
+        stack={kind.KEY: kind.probe() for kind in node_fact_kinds()},
     )

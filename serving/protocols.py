@@ -26,8 +26,16 @@ def parse_protocol(protocol: str) -> tuple[str, str]:
 
 
 class InputFormat(StrEnum):
-    """What a request carries: a float32 tensor the model takes as it is, or the JPEG files the server decodes
-    and preprocesses (`serving.images`), on every backend and protocol alike."""
+    """What a request carries: a float32 tensor the model takes as it is, the JPEG files the server decodes and
+    preprocesses (`serving.images`) as binary, or the same files as base64 strings in a JSON body, as the studies'
+    FastAPI service and TorchServe's REST examples take them (`serving.clients.json_images`; JSON APIs only, over
+    HTTP: a server without one skips it, saying why)."""
 
     TENSOR = "tensor"
     JPEG = "jpeg"
+    JPEG_BASE64 = "jpeg_base64"
+
+    @property
+    def images(self) -> bool:
+        """Whether requests carry encoded images (the server decodes them), not a tensor."""
+        return self is not InputFormat.TENSOR

@@ -12,11 +12,14 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from serving.node import NodeInfo
+from serving.pytorch.facts import TorchFacts
+from serving.triton.facts import OnnxRuntimeFacts
 
 CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
 GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVIDIA GeForce RTX 4090",),
-                    driver_version="580.65", cuda_version="13.0", torch_cuda=True, ray_gpus=1.0,
-                    ort_providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"))
+                    driver_version="580.65", cuda_version="13.0", ray_gpus=1.0).with_facts(
+    TorchFacts(cuda=True),
+    OnnxRuntimeFacts(providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")))
 
 
 def store_path(tmp: Path) -> Path:

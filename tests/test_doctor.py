@@ -18,6 +18,8 @@ from runners.doctor import diagnose, render
 from runners.doctor import main as doctor_main
 from runners.sweep import overrides_first
 from serving.paths import REPO_ROOT
+from serving.pytorch.facts import TorchFacts
+from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
 from tests.conftest import has_gpu
 
 cpu_machine = pytest.mark.skipif(has_gpu(), reason="asserts what a machine without a GPU has")
@@ -36,15 +38,16 @@ def test_the_probes_report_what_this_machine_really_has(this_node) -> None:
     import ray
 
     node = this_node
+    ort, triton, torch = node.facts(OnnxRuntimeFacts), node.facts(TritonFacts), node.facts(TorchFacts)
     assert not node.has_gpu and node.gpu_problem, "NVML says why there is no GPU"
-    assert node.ort_version == onnxruntime.__version__
-    assert "CPUExecutionProvider" in node.ort_loaded, "a real session on the tiny model loaded"
-    assert "CUDAExecutionProvider" not in node.ort_usable
-    assert node.bundled_triton.startswith("nvidia-pytriton 0.7.0") and node.bundled_triton_problem is None
-    assert f"stub for {sys.version_info.major}.{sys.version_info.minor}" in node.bundled_triton
-    assert not node.native_triton and node.ray_version == ray.__version__
+    assert ort.version == onnxruntime.__version__
+    assert "CPUExecutionProvider" in ort.loaded, "a real session on the tiny model loaded"
+    assert "CUDAExecutionProvider" not in ort.usable
+    assert triton.bundled.startswith("nvidia-pytriton 0.7.0") and triton.bundled_problem is None
+    assert f"stub for {sys.version_info.major}.{sys.version_info.minor}" in triton.bundled
+    assert not triton.native and node.ray_version == ray.__version__
     assert node.python_version.startswith(f"{sys.version_info.major}.{sys.version_info.minor}.")
-    assert node.torch_version and not node.torch_cuda and node.torch_problem is None, "no GPU: nothing to explain"
+    assert torch.version and not torch.cuda and torch.problem is None, "no GPU: nothing to explain"
 
 
 @cpu_machine

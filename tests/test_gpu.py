@@ -33,7 +33,7 @@ def tensorrt_unavailable_reason() -> str | None:
         return None  # NVIDIA's container: the native onnxruntime backend carries TensorRT
     import onnxruntime
 
-    from serving.accelerators import ort_tensorrt_missing_libs
+    from serving.triton.accelerators import ort_tensorrt_missing_libs
 
     if "TensorrtExecutionProvider" not in onnxruntime.get_available_providers():
         return (f"onnxruntime {onnxruntime.__version__} here lacks TensorrtExecutionProvider "
@@ -132,8 +132,8 @@ def test_a_restart_with_a_warm_engine_cache_loads_instead_of_rebuilding(tmp_path
     from experiments.cluster.connection import ray_cluster
     from experiments.cluster.tiers import placement_options
     from experiments.run.server_group import build_backend
-    from serving.accelerators import engine_files
     from serving.node import describe_node
+    from serving.triton.accelerators import engine_files
 
     cfg = compose(["experiment.batch_sizes=[1,4]", f"++backends.triton_trt.engine_cache_dir={tmp_path}"])
     before = server_processes()

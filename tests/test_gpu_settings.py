@@ -7,13 +7,18 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from experiments.config.compose import compose
 from experiments.config.schema import backend_settings
-from serving.accelerators import (
+from serving.backend import BackendContext
+from serving.node import NodeInfo
+from serving.ray_serve.backend import RayServeTorchBackend
+from serving.ray_serve.settings import RayServeTorchSettings
+from serving.triton.accelerators import (
     BUILT,
     HIT,
     NO_ENGINE,
@@ -26,11 +31,8 @@ from serving.accelerators import (
     slug,
     tensorrt_library_dirs,
 )
-from serving.backend import BackendContext
-from serving.node import NodeInfo
-from serving.ray_serve.backend import RayServeTorchBackend
-from serving.ray_serve.settings import RayServeTorchSettings
 from serving.triton.backend import TritonBackend
+from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
 from serving.triton.installation import BundledTriton, NativeTriton
 from serving.triton.settings import TritonSettings
 from tests.helpers import CPU_NODE, GPU_NODE
@@ -53,22 +55,22 @@ def test_tensorrt_on_a_cpu_node_is_skipped_because_there_is_no_gpu() -> None:
 
 
 def test_tensorrt_without_the_provider_names_what_to_install() -> None:
-    node = NodeInfo(**{**GPU_NODE.__dict__, "ort_providers": ("CPUExecutionProvider",)})
+    node = GPU_NODE.with_facts(OnnxRuntimeFacts(providers=("CPUExecutionProvider",)))
     reason = _triton(node, accelerator="tensorrt").unsupported_reason("http", "tensor")
     assert "lacks TensorrtExecutionProvider" in reason and "tierbench[gpu-cu13]" in reason
 
 
 def test_tensorrt_with_its_libraries_missing_names_them() -> None:
-    node = NodeInfo(**{**GPU_NODE.__dict__, "trt_missing_libs": ("libnvinfer.so.10", "libnvonnxparser.so.10")})
+    node = GPU_NODE.with_facts(replace(GPU_NODE.facts(OnnxRuntimeFacts),
+                                       trt_missing_libs=("libnvinfer.so.10", "libnvonnxparser.so.10")))
     reason = _triton(node, accelerator="tensorrt").unsupported_reason("http", "tensor")
     assert "libnvinfer.so.10, libnvonnxparser.so.10" in reason and "tierbench[gpu-cu13]" in reason
-    cuda12 = NodeInfo(**{**node.__dict__, "driver_version": "550.54", "cuda_version": "12.4"})
+    cuda12 = replace(node, driver_version="550.54", cuda_version="12.4")
     assert "tierbench[gpu-cu12]" in _triton(cuda12, accelerator="tensorrt").unsupported_reason("http", "tensor")
 
 
 def test_native_triton_brings_its_own_tensorrt() -> None:
-    node = NodeInfo(**{**GPU_NODE.__dict__, "ort_providers": (), "trt_missing_libs": ("libnvinfer.so.10",),
-                       "native_triton": True})
+    node = GPU_NODE.with_facts(OnnxRuntimeFacts(trt_missing_libs=("libnvinfer.so.10",)), TritonFacts(native=True))
     assert _triton(node, accelerator="tensorrt").unsupported_reason("grpc", "tensor") is None
 
 
@@ -86,22 +88,22 @@ def test_cuda_ep_falls_back_to_cpu_without_a_gpu_and_asks_no_gpu_of_ray() -> Non
 def test_host_actor_holds_a_gpu_fraction_only_where_ray_schedules_gpus() -> None:
     assert _triton(GPU_NODE, accelerator="tensorrt", num_gpus=0.25).actor_options() == {
         "num_cpus": 0.01, "resources": {"tier_rtx4090": 0.001}, "num_gpus": 0.25}
-    no_ray_gpus = NodeInfo(**{**GPU_NODE.__dict__, "ray_gpus": 0.0})
+    no_ray_gpus = replace(GPU_NODE, ray_gpus=0.0)
     assert "num_gpus" not in _triton(no_ray_gpus, accelerator="tensorrt").actor_options()
 
 
 def test_tensorrt_profile_covers_every_batch_and_is_tuned_for_the_largest_measured() -> None:
     assert _triton(GPU_NODE, accelerator="tensorrt").trt_profile() == (1, 8, 32)
     assert _triton(GPU_NODE, accelerator="tensorrt", trt_opt_batch_size=4).trt_profile() == (1, 4, 32)
-    settings = _triton(GPU_NODE, accelerator="tensorrt", fp16=True).variant_settings()
-    assert settings["engine_cache"] and settings["fp16"] and settings["warmup_batch_sizes"] == [1, 8]
-    assert _triton(GPU_NODE, accelerator="tensorrt", warmup=False).variant_settings()["warmup_batch_sizes"] == []
-    assert _triton(GPU_NODE, accelerator="cuda").variant_settings()["engine_cache"] is False
+    variant = _triton(GPU_NODE, accelerator="tensorrt", fp16=True).variant()
+    assert variant.engine_cache and variant.fp16 and variant.warmup_batch_sizes == (1, 8)
+    assert _triton(GPU_NODE, accelerator="tensorrt", warmup=False).variant().warmup_batch_sizes == ()
+    assert _triton(GPU_NODE, accelerator="cuda").variant().engine_cache is False
     bounded = _triton(GPU_NODE, accelerator="tensorrt", dynamic_batching=True, max_batch_size=16)
-    assert bounded.trt_profile() == (1, 8, 16) and bounded.variant_settings()["max_batch_size"] == 16
+    assert bounded.trt_profile() == (1, 8, 16) and bounded.variant().max_batch_size == 16
     assert bounded.max_request_batch == 16, "the cross-check sends no larger batch"
     assert bounded.batching_params()["server_max_batch_size"] == 16
-    assert _triton(GPU_NODE, accelerator="tensorrt").variant_settings()["max_batch_size"] == 32, "the model's"
+    assert _triton(GPU_NODE, accelerator="tensorrt").variant().max_batch_size == 32, "the model's"
 
 
 def test_fp16_without_tensorrt_is_refused_with_the_key() -> None:

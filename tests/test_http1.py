@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from serving.clients.http1 import Http1Client, HttpError, build_request
-from serving.clients.triton_http import binary_output
+from serving.oip.clients import binary_output
 
 
 async def _serve(reply) -> tuple[asyncio.AbstractServer, str, list[bytes]]:

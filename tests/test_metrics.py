@@ -16,7 +16,7 @@ from experiments.measure.metrics import (
     windows_stable,
 )
 from experiments.measure.samples import WindowSamples
-from serving.clients.ray_serve_http import parse_server_timing
+from serving.clients.base import parse_server_timing
 
 
 def _samples(latencies_ms: list[float], start: float = 100.0, end: float = 110.0, batch: int = 4,

@@ -71,7 +71,7 @@ def test_triton_preprocess_model_runs_the_same_code_on_the_wire_bytes(tmp_path, 
     # by tritonclient's own deserialiser into the object array the model receives.
     from tritonclient.utils import deserialize_bytes_tensor
 
-    from serving.clients.triton_http import TritonHttpClient
+    from serving.triton.clients import TritonHttpClient
 
     sent = deserialize_bytes_tensor(TritonHttpClient(SPEC)._raw).reshape(-1, 1)
     (response,) = model.execute([{"jpeg": sent}])
@@ -96,7 +96,7 @@ def replica() -> object:
 
 
 def test_ray_serve_http_replica_decodes_the_wire_bytes_to_the_same_tensor(replica, reference) -> None:
-    from serving.clients.ray_serve_http import LENGTHS_HEADER, encode_request
+    from serving.ray_serve.clients import LENGTHS_HEADER, encode_request
     from serving.ray_serve.deployment import split_jpegs
 
     body, headers = encode_request(SPEC)
@@ -105,7 +105,7 @@ def test_ray_serve_http_replica_decodes_the_wire_bytes_to_the_same_tensor(replic
 
 
 def test_ray_serve_grpc_replica_decodes_the_wire_bytes_to_the_same_tensor(replica, reference) -> None:
-    from serving.clients.ray_serve_grpc import build_request
+    from serving.ray_serve.clients import build_request
     from serving.ray_serve.proto import classifier_pb2
 
     wire = build_request(SPEC).SerializeToString()
@@ -120,10 +120,9 @@ def test_ray_serve_oip_replica_decodes_the_clients_wire_bytes_to_the_same_tensor
 
     from tritonclient.grpc import service_pb2
 
-    from serving.clients.ray_serve_grpc import RayServeGrpcClient
-    from serving.clients.ray_serve_http import RayServeHttpClient
     from serving.clients.wire import grpc_message
-    from serving.ray_serve import oip
+    from serving.oip import protocol as oip
+    from serving.ray_serve.clients import RayServeGrpcClient, RayServeHttpClient
 
     model = replica.models["resnet18_jpeg"]
     spec = replace(SPEC, model_name=model.name, input_name=model.input_name)
@@ -140,10 +139,8 @@ def test_ray_serve_oip_replica_decodes_the_clients_wire_bytes_to_the_same_tensor
 
 
 def test_payload_bytes_are_the_same_jpeg_files_for_every_client() -> None:
-    from serving.clients.ray_serve_grpc import RayServeGrpcClient
-    from serving.clients.ray_serve_http import RayServeHttpClient
-    from serving.clients.triton_grpc import TritonGrpcClient
-    from serving.clients.triton_http import TritonHttpClient
+    from serving.ray_serve.clients import RayServeGrpcClient, RayServeHttpClient
+    from serving.triton.clients import TritonGrpcClient, TritonHttpClient
 
     expected = sum(len(image) for image in jpeg_batch(SPEC))
     for cls in (RayServeHttpClient, RayServeGrpcClient, TritonHttpClient, TritonGrpcClient):

@@ -185,7 +185,7 @@ def test_one_factory_builds_the_native_or_the_bundled_server(monkeypatch: pytest
     assert isinstance(bundled, installation.BundledTriton) and bundled.binary.is_file()
     assert (bundled.server_mode, bundled.uses_node_onnxruntime) == ("triton_python_backend", True)
     monkeypatch.setattr(installation.shutil, "which", lambda name: None)
-    with pytest.raises(installation.TritonNotFoundError, match="serving.triton_server=native but no `tritonserver`"):
+    with pytest.raises(installation.TritonNotFoundError, match="server=native but no `tritonserver`"):
         installation.find_installation("native")
 
 

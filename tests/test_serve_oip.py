@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 
 from experiments.config.compose import compose
 from serving.clients.base import ClientSpec, jpeg_batch, tensor_batch
-from serving.ray_serve import oip
-from serving.ray_serve.oip import OipError
+from serving.oip import protocol as oip
+from serving.oip.protocol import OipError
 
 TINY = compose(["model=tiny"]).model
 MODELS = oip.model_signatures(TINY)
@@ -35,7 +35,7 @@ JPEG_SPEC = ClientSpec(target="", url="127.0.0.1:1/route", model_name="tiny_jpeg
 
 def _http_body(spec: ClientSpec) -> tuple[bytes, str]:
     """The body and Inference-Header-Content-Length the Serve HTTP client sends (tritonclient's own encoder)."""
-    from serving.clients.ray_serve_http import RayServeHttpClient
+    from serving.ray_serve.clients import RayServeHttpClient
 
     request = RayServeHttpClient(spec).wire_request().payload
     head, _, body = request.partition(b"\r\n\r\n")
@@ -66,11 +66,10 @@ def test_a_binary_request_decodes_to_the_clients_tensor_and_jpegs() -> None:
 def test_a_grpc_request_decodes_to_the_clients_tensor_and_jpegs() -> None:
     from tritonclient.grpc import service_pb2 as pb
 
-    from serving.clients.ray_serve_grpc import RayServeGrpcClient
+    from serving.ray_serve.clients import RayServeGrpcClient
 
     for spec, model in ((SPEC, TENSOR), (JPEG_SPEC, JPEG)):
         client = RayServeGrpcClient(spec)
-        client._prepare_inputs()
         batch = model.batch(oip.parse_grpc(pb.ModelInferRequest.FromString(client._request_bytes())))
         if model is JPEG:
             assert batch == list(jpeg_batch(spec))
@@ -97,7 +96,7 @@ def test_json_tensors_and_json_responses() -> None:
 
 
 def test_a_binary_response_reads_back_with_the_triton_clients_parser() -> None:
-    from serving.clients.triton_http import binary_output
+    from serving.oip.clients import binary_output
 
     body, length = _http_body(SPEC)
     logits = np.random.default_rng(1).standard_normal((3, 1000), dtype=np.float32)
@@ -167,7 +166,7 @@ def serve_app() -> Iterator[dict[str, Any]]:
 
 def _old_route(url: str, spec: ClientSpec) -> np.ndarray:
     """The logits of the route from before the OIP (POST to the route prefix) for the payload of `spec`."""
-    from serving.clients.ray_serve_http import encode_request
+    from serving.ray_serve.clients import encode_request
 
     body, headers = encode_request(spec)
     with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=60) as response:

@@ -8,9 +8,8 @@ import logging
 
 import pytest
 
-from serving.clients.base import ClientSpec
-from serving.clients.shm import SystemRegion
-from serving.clients.triton_http import TritonHttpClient
+from serving.triton.clients import TritonClientSpec, TritonHttpClient
+from serving.triton.shm import SystemRegion
 
 
 class FakeServer:
@@ -42,9 +41,9 @@ def test_an_in_use_region_is_unregistered_once_the_server_releases_it() -> None:
 
 def test_any_other_failure_is_logged_not_retried(caplog: pytest.LogCaptureFixture) -> None:
     server = FakeServer([ConnectionError("connection refused")])
-    client = TritonHttpClient(ClientSpec(target="", url="127.0.0.1:1", model_name="m", input_format="tensor",
-                                         batch_size=1, input_shape=(3, 8, 8), output_shape=(4,),
-                                         shared_memory="system"))
+    client = TritonHttpClient(TritonClientSpec(target="", url="127.0.0.1:1", model_name="m", input_format="tensor",
+                                               batch_size=1, input_shape=(3, 8, 8), output_shape=(4,),
+                                               shared_memory="system"))
     client._client = server
     client._input_region = region = SystemRegion(16)
     with caplog.at_level(logging.WARNING):

@@ -4,6 +4,7 @@ GPU: real backends judging NodeInfo facts, and a ServerGroup whose server start 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +15,19 @@ from experiments.run.server_group import ServerGroup, build_backend
 from serving.backend import ServerHandle
 from serving.node import NodeInfo
 from serving.paths import REPO_ROOT
+from serving.pytorch.facts import TorchFacts
+from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
 from serving.triton.installation import INSTALLATIONS, TritonServerKind
 from serving.triton.repository import TritonVariant, instances_on_gpu, read_config, render_repository
 
+GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 A100_NODE = NodeInfo("a100-box", "10.0.0.3", "n2", "Some CPU", 16, gpu_names=("NVIDIA A100-SXM4-80GB",),
-                     driver_version="550.54.15", cuda_version="12.4", torch_cuda=True, ray_gpus=1.0,
-                     torch_version="2.6.0a0+ecf3bae40a", torch_cuda_build="12.8", ort_version="1.26.0",
-                     ort_providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
-                     ort_loaded=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"))
-CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2, ort_providers=("CPUExecutionProvider",),
-                    gpu_problem="NVML: NVML Shared Library Not Found")
+                     driver_version="550.54.15", cuda_version="12.4", ray_gpus=1.0).with_facts(
+    TorchFacts(version="2.6.0a0+ecf3bae40a", cuda_build="12.8", cuda=True),
+    OnnxRuntimeFacts(version="1.26.0", providers=GPU_PROVIDERS, loaded=GPU_PROVIDERS))
+CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2,
+                    gpu_problem="NVML: NVML Shared Library Not Found").with_facts(
+    OnnxRuntimeFacts(providers=("CPUExecutionProvider",)))
 
 
 def _backend(tier: str, variant: str, node: NodeInfo, emulated: bool = False) -> Any:
@@ -48,13 +52,13 @@ def test_the_local_tier_and_emulated_clusters_keep_running_on_the_cpu() -> None:
 
 
 def test_a_gpu_node_whose_torch_does_not_see_the_gpu_skips_pytorch_on_a_gpu_tier() -> None:
-    cpu_torch = NodeInfo(**{**A100_NODE.__dict__, "torch_cuda": False, "torch_version": "2.14.1+cu130",
-                            "torch_cuda_build": "13.0", "torch_problem": "The NVIDIA driver on your system is too old "
-                                                                         "(found version 12040)"})
+    cpu_torch = A100_NODE.with_facts(TorchFacts(cuda=False, version="2.14.1+cu130", cuda_build="13.0",
+                                                problem="The NVIDIA driver on your system is too old (found version "
+                                                        "12040)"))
     reason = _backend("a100", "pytorch", cpu_torch).unsupported_reason("http", "tensor")
     assert "torch 2.14.1+cu130" in reason and "built for CUDA 13.0" in reason and "does not see" in reason
     assert "driver 550.54.15, CUDA 12.4" in reason and "too old" in reason
-    cpu_build = NodeInfo(**{**cpu_torch.__dict__, "torch_cuda_build": None, "torch_problem": None})
+    cpu_build = cpu_torch.with_facts(replace(cpu_torch.facts(TorchFacts), cuda_build=None, problem=None))
     assert "a CPU-only build" in _backend("a100", "pytorch", cpu_build).unsupported_reason("http", "tensor")
     assert _backend("a100", "pytorch", A100_NODE).unsupported_reason("http", "tensor") is None
     assert _backend("a100", "triton_onnx", cpu_torch).unsupported_reason("grpc", "tensor") is None, \
@@ -62,25 +66,26 @@ def test_a_gpu_node_whose_torch_does_not_see_the_gpu_skips_pytorch_on_a_gpu_tier
 
 
 def test_a_gpu_node_whose_onnxruntime_cannot_load_the_cuda_provider_skips_triton_on_a_gpu_tier() -> None:
-    listed_not_loaded = NodeInfo(**{**A100_NODE.__dict__, "ort_loaded": ("CPUExecutionProvider",), "ort_problems": (
-        "CUDAExecutionProvider: did not load: the session fell back to ['CPUExecutionProvider']",)})
+    ort = A100_NODE.facts(OnnxRuntimeFacts)
+    listed_not_loaded = A100_NODE.with_facts(replace(ort, loaded=("CPUExecutionProvider",), problems=(
+        "CUDAExecutionProvider: did not load: the session fell back to ['CPUExecutionProvider']",)))
     reason = _backend("a100", "triton_onnx", listed_not_loaded).unsupported_reason("grpc", "tensor")
     assert "lists but cannot load CUDAExecutionProvider" in reason and "fell back" in reason
     assert "tierbench[gpu-cu12]" in reason, "the extra for the driver's CUDA 12.4"
-    cpu_wheel = NodeInfo(**{**A100_NODE.__dict__, "ort_providers": ("CPUExecutionProvider",),
-                            "ort_loaded": ("CPUExecutionProvider",)})
+    cpu_wheel = A100_NODE.with_facts(replace(ort, providers=("CPUExecutionProvider",),
+                                             loaded=("CPUExecutionProvider",)))
     assert "lacks CUDAExecutionProvider" in _backend("a100", "triton_onnx", cpu_wheel).unsupported_reason("http",
                                                                                                          "tensor")
-    native = NodeInfo(**{**cpu_wheel.__dict__, "native_triton": True, "triton_backends": ("onnxruntime", "python")})
+    native = cpu_wheel.with_facts(TritonFacts(native=True, backends=("onnxruntime", "python")))
     assert _backend("a100", "triton_onnx", native).unsupported_reason("http", "tensor") is None, \
         "NVIDIA's container brings its own ONNX Runtime"
-    no_ort_backend = NodeInfo(**{**native.__dict__, "triton_backends": ("python",)})
+    no_ort_backend = native.with_facts(TritonFacts(native=True, backends=("python",)))
     assert "has no onnxruntime backend" in _backend("a100", "triton_onnx", no_ort_backend).unsupported_reason(
         "http", "tensor")
 
 
 def test_no_triton_at_all_is_a_skip_with_the_reason() -> None:
-    node = NodeInfo(**{**CPU_NODE.__dict__, "bundled_triton_problem": "nvidia-pytriton is not installed"})
+    node = CPU_NODE.with_facts(TritonFacts(bundled_problem="nvidia-pytriton is not installed"))
     reason = _backend("local", "triton_onnx", node).unsupported_reason("grpc", "tensor")
     assert "no Triton on node cpu-box" in reason and "nvidia-pytriton is not installed" in reason
 

@@ -8,7 +8,7 @@ import pytest
 
 from experiments.config.compose import compose
 from serving.models import build_model, example_batch
-from serving.ray_serve.torch_runner import TorchOptions, TorchRunner
+from serving.pytorch.runner import TorchOptions, TorchRunner
 
 
 def test_runner_matches_the_model_and_times_its_warmup() -> None:

@@ -7,6 +7,7 @@ process) bounds the classifier and the ensemble alike."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,12 +18,12 @@ from experiments.config.compose import compose
 from serving.images import sample_jpegs
 from serving.paths import REPO_ROOT
 from serving.triton.ensemble import JPEG_INPUT, ensemble_model_name
+from serving.triton.repository import TritonVariant
 from tests.processes import owned_environment
 
 pytestmark = pytest.mark.slow
 
-START = {"accelerator": "cpu", "instance_count": 1, "dynamic_batching": False, "max_queue_delay_us": 0,
-         "warmup_batch_sizes": [1]}
+START = TritonVariant("cpu", instance_count=1, warmup_batch_sizes=(1,))
 
 
 def jpeg_logits(client: triton_http.InferenceServerClient, model: str) -> np.ndarray:
@@ -47,8 +48,8 @@ def test_a_reload_serves_the_new_config_and_a_bad_one_leaves_the_old_serving() -
             assert not started["reloaded"]
 
             asked = time.monotonic()
-            reloaded = host.reload({**START, "instance_count": 2, "dynamic_batching": True,
-                                    "max_queue_delay_us": 1500}, 120)
+            reloaded = host.reload(replace(START, instance_count=2, dynamic_batching=True, max_queue_delay_us=1500),
+                                   120)
             assert reloaded["reloaded"] and reloaded["ready_s"] <= time.monotonic() - asked
             assert reloaded["endpoints"] == started["endpoints"], "the same process and ports"
             served = client.get_model_config(name)
@@ -58,7 +59,7 @@ def test_a_reload_serves_the_new_config_and_a_bad_one_leaves_the_old_serving() -
             assert np.array_equal(jpeg_logits(client, name), before), "the ensemble serves the reloaded classifier"
 
             with pytest.raises(RuntimeError, match="did not reload tiny: .*KIND_GPU but no GPUs are available"):
-                host.reload({**START, "accelerator": "tensorrt"}, 60)
+                host.reload(replace(START, accelerator="tensorrt"), 60)
             assert client.is_model_ready(name), "Triton keeps the loaded version when the new one fails"
             assert [g["count"] for g in client.get_model_config(name)["instance_group"]] == [2]
             assert np.array_equal(jpeg_logits(client, name), before)
@@ -73,7 +74,7 @@ def test_a_max_batch_size_setting_bounds_the_classifier_and_the_ensemble() -> No
     model = OmegaConf.to_container(compose(["model=tiny"]).model, resolve=True)
     name = model["name"]
     with owned_environment():
-        host = TritonServerHost(model, {**START, "dynamic_batching": True, "max_batch_size": 4}, "bundled",
+        host = TritonServerHost(model, replace(START, dynamic_batching=True, max_batch_size=4), "bundled",
                                 "127.0.0.1", str(REPO_ROOT / "model_repository"), preprocess_instances=1)
         try:
             started = host.start(180)

@@ -20,6 +20,7 @@ from serving.images import decode_and_preprocess, sample_jpegs
 from serving.node import NodeInfo
 from serving.paths import REPO_ROOT
 from serving.triton.backend import TritonBackend
+from serving.triton.repository import TritonVariant
 from serving.triton.settings import TritonSettings
 from tests.processes import owned_environment
 
@@ -36,8 +37,7 @@ def triton() -> Iterator[tuple[TritonBackend, ServerHandle]]:
     node = NodeInfo(hostname="localhost", ip="127.0.0.1", ray_node_id="", cpu_model="test", cpu_count=2)
     backend = TritonBackend(BackendContext(name="triton_onnx_dynbatch", model=cfg.model, node=node, ray_options={}),
                             TritonSettings(accelerator="cpu", dynamic_batching=True, max_queue_delay_us=QUEUE_DELAY_US))
-    variant = {"accelerator": "cpu", "instance_count": 1, "dynamic_batching": True,
-               "max_queue_delay_us": QUEUE_DELAY_US}
+    variant = TritonVariant("cpu", dynamic_batching=True, max_queue_delay_us=QUEUE_DELAY_US)
     with owned_environment():  # fails if the server or its stubs outlive the stop
         host = TritonServerHost(OmegaConf.to_container(cfg.model, resolve=True), variant, "bundled", "127.0.0.1",
                                 str(REPO_ROOT / "model_repository"), preprocess_instances=1)

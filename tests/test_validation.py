@@ -50,8 +50,12 @@ ROWS = [
     ("warm-up requests <= 0", ["experiment.warmup_requests=0"], "experiment.warmup_requests=0"),
     ("sample rate <= 0", ["telemetry.sample_hz=0"], "telemetry.sample_hz=0"),
     ("unknown client placement", ["clients.placement=elsewhere"], "clients.placement='elsewhere'"),
-    ("unknown Triton server", ["serving.triton_server=docker"], "serving.triton_server='docker' is not allowed: "
-                                                                "choose from ['auto', 'native', 'bundled']"),
+    ("unknown Triton server", ["backends.triton_onnx.server=docker"], "backends.triton_onnx.server='docker' is not "
+                                                                      "allowed: choose from ['auto', 'native', "
+                                                                      "'bundled']"),
+    ("the Triton server's old key", ["serving.triton_server=bundled"], "serving.triton_server='bundled' is not "
+                                                                       "allowed: Triton's server is a setting of each "
+                                                                       "Triton entry now"),
 ]
 
 

@@ -38,6 +38,12 @@ def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) ->
         raise composition_error(exc, overrides) from None
 
 
+# Keys that moved, and where to: a command line of an earlier version gets the new spelling.
+MOVED_KEYS = {"serving.triton_server": "Triton's server is a setting of each Triton entry now: "
+                                       "backends.<entry>.server=auto|native|bundled (e.g. backends.triton_onnx.server="
+                                       "bundled)"}
+
+
 def composition_error(exc: Exception, overrides: Sequence[str]) -> ConfigError:
     """Hydra's refusal as one line: the override it refused, its value, and what the schema takes."""
     cause = exc.__cause__
@@ -47,6 +53,8 @@ def composition_error(exc: Exception, overrides: Sequence[str]) -> ConfigError:
     key, value = _override_for(full_key, overrides)
     schema = getattr(cause, "object_type", None)
     if isinstance(cause, AttributeError | KeyError) and dataclasses.is_dataclass(schema):
+        if full_key in MOVED_KEYS:
+            return not_allowed(key, value, MOVED_KEYS[full_key])
         keys = [f.name for f in dataclasses.fields(schema)]
         return not_allowed(key, value, f"not a setting of {schema.__name__} (its settings: {keys})")
     advice = " ".join(str(exc).splitlines()[1:])  # Hydra's, e.g. "To append to your config use +..."

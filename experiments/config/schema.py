@@ -16,12 +16,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from experiments.config.errors import not_allowed
-from serving.ray_serve.settings import RayServeTorchSettings
+from serving.registry import backend_packages
 from serving.settings import BackendSettings
-from serving.triton.settings import TritonSettings
 
-# The `backend` config group: one schema per backend class, named in conf/backends/ as `/backend/<name>@<entry>`.
-BACKEND_SCHEMAS: dict[str, type[BackendSettings]] = {"triton": TritonSettings, "ray_serve": RayServeTorchSettings}
+# The `backend` config group: one schema per backend package (serving/registry.py), named in conf/backends/ as
+# `/backend/<name>@<entry>`.
+BACKEND_SCHEMAS: dict[str, type[BackendSettings]] = {name: p.settings for name, p in backend_packages().items()}
 
 
 @dataclass
@@ -225,7 +225,6 @@ class MlflowConfig:
 @dataclass
 class ServingConfig:
     host: str = "127.0.0.1"
-    triton_server: str = "auto"
     start_timeout_s: float = 180.0
     stop_timeout_s: float = 20.0
 

@@ -17,7 +17,6 @@ from experiments.config.prices import validate_prices
 from experiments.config.schema import backend_settings
 from experiments.config.search import check_search
 from serving.protocols import PROTOCOLS, InputFormat, parse_protocol
-from serving.triton.installation import TRITON_SERVER_CHOICES
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -62,9 +61,6 @@ def validate(cfg: Any) -> None:
             _fail(f"experiment.{key}", exp[key], "must be > 0")
     if cfg.clients.placement not in list(ClientPlacement):
         _fail("clients.placement", cfg.clients.placement, f"choose from {[str(p) for p in ClientPlacement]}")
-    if cfg.serving.triton_server not in TRITON_SERVER_CHOICES:
-        _fail("serving.triton_server", cfg.serving.triton_server, f"choose from {list(map(str, TRITON_SERVER_CHOICES))}"
-              " (auto: the node's own tritonserver where it has one, else the one bundled in nvidia-pytriton)")
     for key in ("warmup_requests", "max_client_actors", "client_concurrency_per_actor", "max_in_flight"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be a positive integer")

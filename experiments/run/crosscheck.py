@@ -104,12 +104,18 @@ def reference_logits(model_cfg: Any, spec: ClientSpec, reference: Any = None) ->
     from serving.images import decode_and_preprocess
     from serving.models import preprocessing, reference_runner
 
-    if spec.input_format == InputFormat.JPEG:
+    if InputFormat(spec.input_format).images:  # the same JPEGs, binary or base64: decoded alike
         batch = decode_and_preprocess(jpeg_batch(spec), preprocessing(model_cfg))
     else:
         batch = tensor_batch(spec)
     reference = reference if reference is not None else reference_runner(model_cfg)
     return reference(batch)
+
+
+def payload_spec(spec: ClientSpec) -> ClientSpec:
+    """What a client of `spec` sends, and nothing of how it reaches its server: the reference's cache key."""
+    return ClientSpec(target="", url="", model_name="", input_format=spec.input_format, batch_size=spec.batch_size,
+                      input_shape=spec.input_shape, output_shape=spec.output_shape, timeout_s=0.0)
 
 
 async def _server_logits(spec: ClientSpec) -> np.ndarray:
@@ -155,9 +161,7 @@ def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: l
     pending = task.remote([spec for _, spec in specs])
     model_json = json.dumps(OmegaConf.to_container(reference_model, resolve=True), sort_keys=True)
     # The payload depends on the input format and batch size only, not on the path's URL or protocol.
-    references = [_cached_reference(model_json, replace(spec, target="", url="", model_name="", input_name="",
-                                                        shared_memory="none", grpc_metadata=(), timeout_s=0.0))
-                  for _, spec in specs]
+    references = [_cached_reference(model_json, payload_spec(spec)) for _, spec in specs]
     try:
         actual = ray.get(pending, timeout=timeout_s * (len(specs) + 1) + 120)
     except ray.exceptions.RayTaskError as exc:

@@ -47,7 +47,7 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
     context = BackendContext(
         name=name, model=cfg.model if model is None else model, node=node, ray_options=ray_options, host=serving.host,
         start_timeout_s=serving.start_timeout_s, stop_timeout_s=serving.stop_timeout_s,
-        triton_server=serving.triton_server, request_timeout_s=cfg.experiment.request_timeout_s, tier=cfg.gpu.name,
+        request_timeout_s=cfg.experiment.request_timeout_s, tier=cfg.gpu.name,
         warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
         input_formats=tuple(cfg.experiment.input_formats),
         requires_gpu=bool(cfg.gpu.requires_gpu) and not emulated,

@@ -1,4 +1,5 @@
-"""Async inference clients: one implementation per (server, protocol), chosen by `ClientSpec.target`.
+"""Async inference clients: one implementation per (server, protocol), chosen by `ClientSpec.target`, living with
+its server (`serving/<backend>/`); what they all share lives here (the spec, the payloads, the Server-Timing parse).
 
 A client actor opens one client and shares it among its concurrent request loops (one event loop: the
 aio clients are safe there; they are not thread-safe). The request payload is built once, so load
@@ -29,8 +30,6 @@ class ClientSpec:
     input_name: str = "input"
     output_name: str = "logits"
     timeout_s: float = 60.0
-    # Triton only: "system" | "cuda" to pass tensors through shared-memory regions instead of the socket.
-    shared_memory: str = "none"
     # gRPC metadata every call carries (Ray Serve's proxy routes by its `application` key).
     grpc_metadata: tuple[tuple[str, str], ...] = ()
 

@@ -18,16 +18,17 @@ from omegaconf import OmegaConf
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.models import ModelSource
+from serving.oip.protocol import model_signatures
 from serving.process import free_ports
 from serving.protocols import InputFormat
-from serving.ray_serve.oip import model_signatures
+from serving.pytorch.facts import TorchFacts
 from serving.ray_serve.settings import RayServeTorchSettings
-from serving.ray_serve.torch_runner import TorchOptions
 
 log = logging.getLogger(__name__)
 
-CLIENTS = {"http": "serving.clients.ray_serve_http.RayServeHttpClient",
-           "grpc": "serving.clients.ray_serve_grpc.RayServeGrpcClient"}
+CLIENTS = {"http": "serving.ray_serve.clients.RayServeHttpClient",
+           "grpc": "serving.ray_serve.clients.RayServeGrpcClient"}
+JSON_CLIENT = "serving.clients.json_images.JsonImagesClient"  # jpeg_base64, to the route prefix itself
 GRPC_SERVICER = "serving.ray_serve.proto.classifier_pb2_grpc.add_ImageClassifierServicer_to_server"
 # tritonclient's servicer, through a module that makes its messages picklable (Serve's proxy pickles requests)
 OIP_GRPC_SERVICER = "serving.ray_serve.proto.oip_service.add_GRPCInferenceServiceServicer_to_server"
@@ -72,9 +73,7 @@ class RayServeTorchBackend(Backend):
     def __init__(self, context: BackendContext, settings: RayServeTorchSettings) -> None:
         super().__init__(context, settings)
         s = settings
-        self.options = TorchOptions(half=s.half, compile=s.compile, compile_mode=s.compile_mode,
-                                    compile_dynamic=s.compile_dynamic, compile_backend=s.compile_backend,
-                                    cudnn_benchmark=s.cudnn_benchmark)
+        self.options = s.torch_options()
         # Serve is shared by every tier job on the cluster: one app and route per job (tier, node, variant).
         node = context.node.ray_node_id[:8]
         self.app_name = "-".join(p for p in ("tierbench", context.tier, node, context.name, context.model.name) if p)
@@ -90,7 +89,7 @@ class RayServeTorchBackend(Backend):
 
     @property
     def device(self) -> str:
-        return "cuda" if self.context.node.torch_cuda else "cpu"
+        return self.context.node.facts(TorchFacts).device
 
     def actor_options(self) -> dict[str, Any]:
         """Replica placement: the tier's node, and a GPU fraction where Ray schedules GPUs (Ray then pins the
@@ -101,22 +100,17 @@ class RayServeTorchBackend(Backend):
         return options
 
     def runs_on(self) -> str:
-        version = self.context.node.torch_version
+        version = self.context.node.facts(TorchFacts).version
         return f"Ray Serve, torch {version + ' ' if version else ''}on {self.device}"
 
     def gpu_tier_reason(self) -> str | None:
         """A GPU tier needs torch to see the node's GPU: a CPU build, or a CUDA build the driver cannot run, would
         put the replica on the CPU."""
+        ctx = self.context
         reason = super().gpu_tier_reason()
-        node = self.context.node
-        if reason or not self.context.requires_gpu or self.device == "cuda":
+        if reason or not ctx.requires_gpu:
             return reason
-        build = f"built for CUDA {node.torch_cuda_build}" if node.torch_cuda_build else "a CPU-only build"
-        why = f": {node.torch_problem}" if node.torch_problem else ""
-        return (f"torch {node.torch_version or '(unknown version)'} on node {node.hostname} ({build}) does not see "
-                f"its GPU {node.gpu_name} (driver {node.driver_version}, CUDA {node.cuda_version}){why}; tier "
-                f"{self.context.tier} is a GPU tier, so the replica would measure the CPU. Install a torch built "
-                "for the driver's CUDA (or use the image's own torch)")
+        return ctx.node.facts(TorchFacts).gpu_tier_reason(ctx.node, ctx.tier, "the replica")
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         if not ModelSource(self.context.model.source).pytorch:
@@ -136,6 +130,9 @@ class RayServeTorchBackend(Backend):
             return f"the Ray Serve deployment has no {protocol!r} ingress (supported: {sorted(CLIENTS)})"
         if input_format not in list(InputFormat):
             return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
+        if input_format == InputFormat.JPEG_BASE64 and protocol != "http":
+            return ("jpeg_base64 is a JSON API's format (base64 JPEGs in a JSON body, over HTTP); over gRPC the "
+                    "deployment takes the JPEG files as bytes (jpeg)")
         return None
 
     def start(self) -> ServerHandle:
@@ -298,6 +295,8 @@ class RayServeTorchBackend(Backend):
         if protocol not in handle.urls:
             raise RuntimeError("Ray Serve on this cluster was started without tierbench's gRPC servicers; restart "
                                f"Serve (serve.shutdown()) so it starts with {GRPC_SERVICERS}")
+        if input_format == InputFormat.JPEG_BASE64:  # the JSON API at the route prefix itself
+            return self._spec(JSON_CLIENT, handle.urls["http"], self.context.model.name, input_format, batch_size)
         model = model_signatures(self.context.model)[input_format]
         spec = self._spec(CLIENTS[protocol], handle.urls[protocol], model.name, input_format, batch_size)
         metadata = (("application", self.app_name),) if protocol == "grpc" else ()

@@ -1,7 +1,7 @@
 """Ray Serve deployment: an image classifier in PyTorch behind Serve's HTTP and gRPC ingresses, speaking the Open
 Inference Protocol (KServe v2) as Triton does, so one request shape (and perf_analyzer) drives both servers.
 
-OIP (serving/ray_serve/oip.py): under the app's route prefix, `GET /v2`, `/v2/health/live|ready`,
+OIP (serving/oip/protocol.py): under the app's route prefix, `GET /v2`, `/v2/health/live|ready`,
 `/v2/models/<name>[/versions/1]`, `.../ready`, `.../config` (a Triton model config, what perf_analyzer reads) and
 `POST .../infer` (JSON tensors, or Triton's binary tensor extension); errors are 400 (404: an unknown model or route)
 with a JSON `{"error": ...}` body. Models: `<model>` (`input` FP32 [-1, C, H, W]) and `<model>_jpeg` (`jpeg` BYTES
@@ -37,12 +37,17 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from serving.clients.ray_serve_http import JPEG_CONTENT_TYPE, LENGTHS_HEADER, TENSOR_CONTENT_TYPE, TIMING_HEADER
-from serving.ray_serve import oip
-from serving.ray_serve.oip import OipError
+from serving.clients import json_images
+from serving.oip import protocol as oip
+from serving.oip.protocol import OipError
+from serving.ray_serve.clients import (
+    JPEG_CONTENT_TYPE,
+    LENGTHS_HEADER,
+    TENSOR_CONTENT_TYPE,
+    TIMING_HEADER,
+    TIMING_METADATA,
+)
 from serving.ray_serve.proto.oip_service import service_pb2 as pb  # (and its requests picklable)
-
-TIMING_METADATA = TIMING_HEADER.lower()  # gRPC metadata keys are lower case
 
 
 def split_jpegs(body: bytes, lengths_header: str) -> list[bytes]:
@@ -79,7 +84,7 @@ class TorchImageClassifier:
         from omegaconf import OmegaConf
 
         from serving.models import preprocessing
-        from serving.ray_serve.torch_runner import TorchOptions, TorchRunner
+        from serving.pytorch.runner import TorchOptions, TorchRunner
 
         # Ray sets OMP_NUM_THREADS=1 in workers with fractional CPUs; a replica owns the node's cores like a
         # Triton instance does, unless torch_threads says otherwise.
@@ -191,23 +196,31 @@ class TorchImageClassifier:
         return Response(body, headers={**headers, TIMING_HEADER: timing})
 
     async def _classify_http(self, request: Request) -> Response:
-        """The route prefix itself: JPEGs (`X-Image-Lengths`) or a raw float32 tensor in, raw logits out."""
+        """The route prefix itself: JPEGs (`X-Image-Lengths`) or a raw float32 tensor in, raw logits out; or base64
+        JPEGs in JSON, JSON logits out (`serving.clients.json_images`, the studies' JSON API)."""
         body = await request.body()
         content_type = request.headers.get("content-type", "")
         started = time.perf_counter()
+        json_api = content_type.startswith(json_images.CONTENT_TYPE)
         try:
-            if content_type.startswith(JPEG_CONTENT_TYPE):
+            if json_api:
+                batch = await self._preprocessed(json_images.decode_images(body))
+            elif content_type.startswith(JPEG_CONTENT_TYPE):
                 batch = await self._preprocessed(split_jpegs(body, request.headers.get(LENGTHS_HEADER, "")))
             elif content_type.startswith(TENSOR_CONTENT_TYPE):
                 batch = np.frombuffer(body, dtype=np.float32).reshape(-1, *self.input_shape)
             else:
                 return Response(f"unsupported Content-Type {content_type!r}: send {JPEG_CONTENT_TYPE} "
-                                f"(with {LENGTHS_HEADER}) or {TENSOR_CONTENT_TYPE}", status_code=415)
-        except ValueError as exc:
+                                f"(with {LENGTHS_HEADER}), {TENSOR_CONTENT_TYPE} or {json_images.CONTENT_TYPE}",
+                                status_code=415)
+        except (OSError, ValueError) as exc:  # PIL: UnidentifiedImageError is an OSError
             return Response(f"bad request body: {exc}", status_code=400)
         preprocessed = time.perf_counter()
         logits, executed = await self._logits(batch)
         timing = _timing(started, preprocessed, time.perf_counter(), executed)
+        if json_api:
+            return Response(json_images.encode_outputs(logits), media_type=json_images.CONTENT_TYPE,
+                            headers={TIMING_HEADER: timing})
         return Response(logits.tobytes(), media_type=TENSOR_CONTENT_TYPE, headers={TIMING_HEADER: timing})
 
     # gRPC: methods named like the RPCs, as Serve's proxy requires (hence N802). `grpc_context` (by that name) is

@@ -5,27 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from serving.settings import BackendSettings, is_positive_int
-
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+from serving.pytorch.settings import TorchSettings
+from serving.settings import is_positive_int
 
 
 @dataclass
-class RayServeTorchSettings(BackendSettings):
-    """PyTorch behind Ray Serve: replicas, precision, torch.compile, and `@serve.batch` server-side batching."""
+class RayServeTorchSettings(TorchSettings):
+    """PyTorch behind Ray Serve: replicas and `@serve.batch` server-side batching (how the model runs: the base)."""
 
     _target_: str = "serving.ray_serve.backend.RayServeTorchBackend"
     num_replicas: int = 1
     replica_num_cpus: float = 0.1  # Ray scheduling only; the replica uses what torch threads take
     replica_num_gpus: float = 0.5  # asked of Ray on nodes where it schedules GPUs (pins the replica to one GPU)
     max_ongoing_requests: int = 32  # with batching: must cover the requests a batch can hold
-    torch_threads: int | None = None  # null: all the node's cores (Ray would otherwise leave torch 1 thread)
-    half: bool = False  # float16 weights and inputs (CUDA only; skipped with the reason elsewhere)
-    compile: bool = False  # torch.compile, compiled during warm-up
-    compile_mode: str | None = None  # null (default) | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
-    compile_dynamic: bool | None = None  # torch.compile dynamic shapes: null lets torch decide
-    compile_backend: str = "inductor"  # torch.compile backend
-    cudnn_benchmark: bool = True  # cuDNN picks the fastest kernels per batch size during warm-up (CUDA only)
     batching: bool = False  # @serve.batch: merge concurrent requests into one forward pass
     max_batch_size: int | None = None  # images per forward pass; null: model.max_batch_size
     batch_wait_timeout_s: float = 0.0  # how long a batch waits for more requests after its first
@@ -47,8 +39,6 @@ class RayServeTorchSettings(BackendSettings):
         for key in ("num_replicas", "max_ongoing_requests"):
             if not is_positive_int(getattr(self, key)):
                 problems.append(self.refuse(name, key, "a positive integer"))
-        if not (self.torch_threads is None or is_positive_int(self.torch_threads)):
-            problems.append(self.refuse(name, "torch_threads", "a positive integer, or null (all the node's cores)"))
         for key in ("replica_num_cpus", "replica_num_gpus"):
             if getattr(self, key) < 0:
                 problems.append(self.refuse(name, key, "a share >= 0"))
@@ -56,10 +46,6 @@ class RayServeTorchSettings(BackendSettings):
         if self.batch_wait_timeout_s < 0:
             problems.append(self.refuse(name, "batch_wait_timeout_s", "a number of seconds >= 0"))
         problems += self.refuse_switched_off(name)
-        if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
-            problems.append(self.refuse(name, "compile_mode", f"choose from {list(COMPILE_MODES)}, or null"))
-        problems += self.refuse_unless(name, "compile", [k for k in ("compile_mode", "compile_dynamic")
-                                                         if getattr(self, k) is not None])
         if self.direct_ingress and self.num_replicas != 1:
             problems.append(self.refuse(name, "num_replicas", "direct_ingress sends every request to one replica's "
                                                               "own port; use num_replicas=1 (or the proxy)"))

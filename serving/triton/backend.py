@@ -7,26 +7,28 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from google.protobuf import text_format
 from omegaconf import OmegaConf
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving.accelerators import gpu_extra
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.paths import MODEL_REPOSITORY
 from serving.protocols import InputFormat, parse_protocol
+from serving.triton.accelerators import gpu_extra
+from serving.triton.clients import TritonClientSpec
+from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
 from serving.triton.installation import TritonInstallation, installation_kind
-from serving.triton.repository import instances_on_gpu
+from serving.triton.repository import TritonVariant, instances_on_gpu
 from serving.triton.settings import Accelerator, TritonSettings
 
 log = logging.getLogger(__name__)
 
 CLIENTS = {
-    "http": "serving.clients.triton_http.TritonHttpClient",
-    "grpc": "serving.clients.triton_grpc.TritonGrpcClient",
+    "http": "serving.triton.clients.TritonHttpClient",
+    "grpc": "serving.triton.clients.TritonGrpcClient",
 }
 
 
@@ -55,8 +57,8 @@ class TritonBackend(Backend):
 
     @property
     def server(self) -> type[TritonInstallation]:
-        """Which Triton the node will run (`serving.triton_server`, and whether it has NVIDIA's)."""
-        return installation_kind(self.context.triton_server, self.context.node.native_triton)
+        """Which Triton the node will run (the setting `server`, and whether the node has NVIDIA's)."""
+        return installation_kind(self.settings.server, self.context.node.facts(TritonFacts).native)
 
     @property
     def max_request_batch(self) -> int:
@@ -70,17 +72,16 @@ class TritonBackend(Backend):
         opt = self.settings.trt_opt_batch_size or max(self.context.warmup_batch_sizes or (1,))
         return 1, min(max(1, opt), high), high
 
-    def variant_settings(self) -> dict[str, Any]:
+    def variant(self) -> TritonVariant:
         """What the host actor renders; the engine cache folder is resolved there, on the server's node."""
         s, tensorrt = self.settings, self.accelerator is Accelerator.TENSORRT
-        return {"accelerator": str(self.accelerator), "instance_count": s.instance_count,
-                "ort_threads": s.ort_threads, "fp16": s.fp16,
-                "engine_cache": s.engine_cache and tensorrt,
-                "engine_cache_dir": s.engine_cache_dir,
-                "trt_profile": list(self.trt_profile()) if tensorrt else None,
-                "warmup_batch_sizes": list(self.context.warmup_batch_sizes) if s.warmup else [],
-                "dynamic_batching": s.dynamic_batching, "max_queue_delay_us": s.max_queue_delay_us,
-                "preferred_batch_sizes": list(s.preferred_batch_sizes), "max_batch_size": self.max_request_batch}
+        return TritonVariant(
+            accelerator=str(self.accelerator), instance_count=s.instance_count, ort_threads=s.ort_threads, fp16=s.fp16,
+            engine_cache=s.engine_cache and tensorrt, engine_cache_root=s.engine_cache_dir,
+            trt_profile=self.trt_profile() if tensorrt else None,
+            warmup_batch_sizes=tuple(self.context.warmup_batch_sizes) if s.warmup else (),
+            dynamic_batching=s.dynamic_batching, max_queue_delay_us=s.max_queue_delay_us,
+            preferred_batch_sizes=tuple(s.preferred_batch_sizes), max_batch_size=self.max_request_batch)
 
     def actor_options(self) -> dict[str, Any]:
         """Ray options for the host actor: on the tier's node, holding a GPU fraction where Ray has GPUs (Ray then
@@ -94,11 +95,14 @@ class TritonBackend(Backend):
         return f"{self.server.label}, ONNX Runtime {self.accelerator.provider}"
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
-        node = self.context.node
+        node, ort = self.context.node, self.context.node.facts(OnnxRuntimeFacts)
         wire, shared_memory = parse_protocol(protocol)
         if wire not in CLIENTS:
             return f"Triton has no {protocol!r} client here (supported: {sorted(CLIENTS)})"
-        reason = self.gpu_tier_reason() or self.server.unavailable_reason(node, self.context.triton_server)
+        if input_format == InputFormat.JPEG_BASE64:
+            return ("jpeg_base64 is a JSON API's format: Triton's APIs take tensors (its JPEG path, `jpeg`, takes the "
+                    "files as a BYTES tensor, binary)")
+        reason = self.gpu_tier_reason() or self.server.unavailable_reason(node, self.settings.server)
         if reason:
             return reason
         if shared_memory == "cuda" and not node.has_gpu:
@@ -108,18 +112,18 @@ class TritonBackend(Backend):
                     f"({node.gpu_name})")
         provider = self.accelerator.provider
         extra = f"tierbench[{gpu_extra(node.cuda_version)}]"
-        if self.accelerator.gpu and self.server.uses_node_onnxruntime and provider not in node.ort_usable:
-            state = "lists but cannot load" if provider in node.ort_providers else "lacks"
-            detail = "; ".join(p for p in node.ort_problems if p.startswith((provider, "log", "preload")))
-            return (f"onnxruntime {node.ort_version} on node {node.hostname} {state} {provider} (loads "
-                    f"{list(node.ort_usable)}{': ' + detail if detail else ''}): install {extra} there, or run "
+        if self.accelerator.gpu and self.server.uses_node_onnxruntime and provider not in ort.usable:
+            state = "lists but cannot load" if provider in ort.providers else "lacks"
+            detail = "; ".join(p for p in ort.problems if p.startswith((provider, "log", "preload")))
+            return (f"onnxruntime {ort.version} on node {node.hostname} {state} {provider} (loads "
+                    f"{list(ort.usable)}{': ' + detail if detail else ''}): install {extra} there, or run "
                     "NVIDIA's Triton container")
-        if self.accelerator is Accelerator.TENSORRT and self.server.uses_node_onnxruntime and node.trt_missing_libs:
+        if self.accelerator is Accelerator.TENSORRT and self.server.uses_node_onnxruntime and ort.trt_missing_libs:
             return (f"ONNX Runtime's TensorRT provider on node {node.hostname} cannot load "
-                    f"{', '.join(node.trt_missing_libs)}: install {extra} there (TensorRT 10 for the driver's CUDA "
+                    f"{', '.join(ort.trt_missing_libs)}: install {extra} there (TensorRT 10 for the driver's CUDA "
                     f"{node.cuda_version}), or run NVIDIA's Triton container")
-        if input_format not in list(InputFormat):
-            return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
+        if input_format not in (InputFormat.TENSOR, InputFormat.JPEG):
+            return f"input format {input_format!r} not accepted (supported: tensor, jpeg)"
         return None
 
     def start(self) -> ServerHandle:
@@ -129,8 +133,8 @@ class TritonBackend(Backend):
 
         ctx = self.context
         actor_cls = ray.remote(TritonServerHost).options(**self.actor_options())
-        self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), self.variant_settings(),
-                                       ctx.triton_server, ctx.host, str(Path(ctx.model_repository).resolve()),
+        self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), self.variant(),
+                                       self.settings.server, ctx.host, str(MODEL_REPOSITORY.resolve()),
                                        self.settings.preprocess_instance_count, InputFormat.JPEG in ctx.input_formats)
         try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
             ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
@@ -152,7 +156,7 @@ class TritonBackend(Backend):
                                                                              self.context.input_formats):
             return None
         self._actor, running._actor = running._actor, None
-        info = ray.get(self._actor.reload.remote(self.variant_settings(), self.start_timeout_s),
+        info = ray.get(self._actor.reload.remote(self.variant(), self.start_timeout_s),
                        timeout=self.start_timeout_s + 30)
         return self._handle(info)
 
@@ -194,7 +198,7 @@ class TritonBackend(Backend):
                                   "server_node_id": info["node_id"], "server_hostname": info["hostname"],
                                   "preprocess_instances": info["preprocess_instances"], **self.batching_params(),
                                   "server_warmup_batch_sizes": ",".join(str(b) for b in
-                                                                        self.variant_settings()["warmup_batch_sizes"])}
+                                                                        self.variant().warmup_batch_sizes)}
         metrics = {"server_ready_s": float(info["ready_s"])}
         if info.get("model_file"):
             params["server_model_file"] = info["model_file"]
@@ -270,7 +274,7 @@ class TritonBackend(Backend):
 
         wire, shared_memory = parse_protocol(protocol)
         name = self.context.model.name
-        spec = self._spec(CLIENTS[wire], handle.urls[wire], name, input_format, batch_size)
+        spec = self._spec(CLIENTS[wire], handle.urls[wire], name, input_format, batch_size, TritonClientSpec)
         if self._tensor_names is not None:
             spec = replace(spec, input_name=self._tensor_names[0], output_name=self._tensor_names[1])
         if input_format == InputFormat.JPEG:

@@ -16,9 +16,9 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.images import Preprocessing
+from serving.oip.protocol import JPEG_INPUT, jpeg_model_name
 from serving.triton.repository import fresh_version_dir, write_config
 
-JPEG_INPUT = "jpeg"
 PREPROCESSED = "preprocessed"
 PREPROCESS_MODEL_FILE = Path(__file__).parent / "python_backend" / "preprocess.py"
 IMAGES_MODULE = Path(__file__).parents[1] / "images.py"
@@ -31,7 +31,7 @@ def preprocess_model_name(model_name: str) -> str:
 
 
 def ensemble_model_name(model_name: str) -> str:
-    return f"{model_name}_jpeg"
+    return jpeg_model_name(model_name)
 
 
 def _preprocess_config(classifier: mc.ModelConfig, instance_count: int, preprocessing: Preprocessing

@@ -17,18 +17,18 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.export import ExportReport, ensure_onnx
 from serving.models import model_file, output_dims, preprocessing
 from serving.node import current_location
 from serving.paths import cache_root
+from serving.triton.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import TritonInstallation, find_installation
 from serving.triton.repository import TritonVariant, classifier_config, read_config, render_repository
@@ -69,11 +69,11 @@ def _gpu_name(gpu_ids: list[int]) -> str:
 
 
 class TritonServerHost:
-    def __init__(self, model: dict[str, Any], variant: dict[str, Any], preference: str,
+    def __init__(self, model: dict[str, Any], variant: TritonVariant, preference: str,
                  host: str, model_repository: str, preprocess_instances: int | None = None,
                  jpeg_ensemble: bool = True) -> None:
         self.model = OmegaConf.create(model)
-        self.variant_settings = variant
+        self.variant = variant
         # JPEG decoding runs one request per Python-backend instance: by default one per core of this node (up
         # to MAX_DEFAULT_PREPROCESS_INSTANCES processes).
         self.preprocess_instances = preprocess_instances or min(os.cpu_count() or 1, MAX_DEFAULT_PREPROCESS_INSTANCES)
@@ -125,13 +125,13 @@ class TritonServerHost:
             after = engine_files(cache_dir) if cache_dir else {}
         return self._info(started, ready_s, cache_dir, before, after, reloaded=False)
 
-    def reload(self, variant: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def reload(self, variant: TritonVariant, timeout_s: float) -> dict[str, Any]:
         """Serve the classifier with other settings (`TritonSettings.reloadable`) from the running server: its
         `config.pbtxt` rendered again and that one model reloaded (explicit model control); the process, its ports,
         the JPEG preprocessing and ensemble stay. What `start` returns, `ready_s` being the reload."""
         assert self.server is not None, "reload needs a started server"
         started = time.monotonic()
-        self.variant_settings = variant
+        self.variant = variant
         cache_dir = self._render()
         with _cache_lock(cache_dir):
             before = engine_files(cache_dir) if cache_dir else {}
@@ -141,25 +141,18 @@ class TritonServerHost:
         return self._info(started, ready_s, cache_dir, before, after, reloaded=True)
 
     def _render(self) -> Path | None:
-        """Render the classifier's folder of the repository for `variant_settings`; its TensorRT engine cache folder
-        (None without one)."""
+        """Render the classifier's folder of the repository for `variant`; its TensorRT engine cache folder (None
+        without one), resolved here, on the server's node."""
         assert self.export is not None and self.installation is not None and self.canonical is not None
-        settings = dict(self.variant_settings)
-        cache_root = settings.pop("engine_cache_dir", None)
-        use_cache = settings.pop("engine_cache", False)
-        settings["trt_profile"] = tuple(settings["trt_profile"]) if settings.get("trt_profile") else None
-        settings["warmup_batch_sizes"] = tuple(settings.get("warmup_batch_sizes") or ())
-        settings["preferred_batch_sizes"] = tuple(settings.get("preferred_batch_sizes") or ())
-        cache_dir = None
-        if settings["accelerator"] == "tensorrt" and use_cache:
-            key = engine_cache_key(self.installation.runtime_tag(), settings.get("fp16", False),
-                                   settings["trt_profile"] or (1, 1, int(self.model.max_batch_size)),
+        variant, cache_dir = self.variant, None
+        if variant.accelerator == "tensorrt" and variant.engine_cache:
+            key = engine_cache_key(self.installation.runtime_tag(), variant.fp16,
+                                   variant.trt_profile or (1, 1, int(self.model.max_batch_size)),
                                    self.export.fingerprint)
-            cache_dir = engine_cache_dir(cache_root, self.model.name, _gpu_name(self.gpu_ids), key)
+            cache_dir = engine_cache_dir(variant.engine_cache_root, self.model.name, _gpu_name(self.gpu_ids), key)
             cache_dir.mkdir(parents=True, exist_ok=True)
-            settings["engine_cache_dir"] = str(cache_dir)
         render_repository(self.canonical, Path(self.export.onnx_path), self.work_dir / "repository",
-                          TritonVariant(**settings), self.installation)
+                          replace(variant, engine_cache_dir=str(cache_dir) if cache_dir else None), self.installation)
         return cache_dir
 
     def _info(self, started: float, ready_s: float, cache_dir: Path | None, before: dict[str, Any],

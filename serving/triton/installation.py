@@ -66,7 +66,7 @@ class TritonInstallation(ABC):
     @abstractmethod
     def unavailable_reason(cls, node: Any, preference: str) -> str | None:
         """Why this server cannot serve the classifier on `node` (a NodeInfo, from its own description), asked by
-        the driver for `serving.triton_server=preference`; None when it can."""
+        the driver for the setting `server=preference`; None when it can."""
 
     @classmethod
     @abstractmethod
@@ -93,9 +93,12 @@ class NativeTriton(TritonInstallation):
 
     @classmethod
     def unavailable_reason(cls, node: Any, preference: str) -> str | None:
-        if node.triton_backends and "onnxruntime" not in node.triton_backends:
+        from serving.triton.facts import TritonFacts
+
+        backends = node.facts(TritonFacts).backends
+        if backends and "onnxruntime" not in backends:
             return (f"the tritonserver on node {node.hostname} has no onnxruntime backend (backends: "
-                    f"{list(node.triton_backends)}); use NVIDIA's Triton container")
+                    f"{list(backends)}); use NVIDIA's Triton container")
         return None
 
     @classmethod
@@ -128,11 +131,14 @@ class BundledTriton(TritonInstallation):
 
     @classmethod
     def unavailable_reason(cls, node: Any, preference: str) -> str | None:
+        from serving.triton.facts import TritonFacts
+
         if preference == TritonServerKind.NATIVE:  # wanted the node's own, which it lacks
-            return (f"serving.triton_server=native but node {node.hostname} has no tritonserver on PATH: run NVIDIA's "
-                    "Triton container there, or serving.triton_server=auto for the bundled server")
-        if node.bundled_triton_problem:
-            return f"no Triton on node {node.hostname}: no tritonserver on PATH, and {node.bundled_triton_problem}"
+            return (f"server=native but node {node.hostname} has no tritonserver on PATH: run NVIDIA's Triton "
+                    "container there, or server=auto for the bundled server")
+        problem = node.facts(TritonFacts).bundled_problem
+        if problem:
+            return f"no Triton on node {node.hostname}: no tritonserver on PATH, and {problem}"
         return None
 
     @classmethod
@@ -212,7 +218,7 @@ def native_backends() -> tuple[str, ...] | None:
 
 
 def installation_kind(preference: str, native_on_path: bool) -> type[TritonInstallation]:
-    """Which server a node runs for `serving.triton_server` (auto | native | bundled): the native one where the
+    """Which server a node runs for the setting `server` (auto | native | bundled): the native one where the
     node has it and it is wanted, else the bundled one. The driver asks it from the node's description."""
     native = native_on_path and preference in (AUTO, TritonServerKind.NATIVE)
     return INSTALLATIONS[TritonServerKind.NATIVE if native else TritonServerKind.BUNDLED]
@@ -222,9 +228,8 @@ def find_installation(preference: str = AUTO) -> TritonInstallation:
     """This node's installation for `preference` (the factory); TritonNotFoundError when it has none."""
     native_on_path = shutil.which("tritonserver") is not None
     if preference == TritonServerKind.NATIVE and not native_on_path:
-        raise TritonNotFoundError("serving.triton_server=native but no `tritonserver` on PATH; use NVIDIA's Triton "
-                                  "container or serving.triton_server=auto to fall back to the server bundled in "
-                                  "nvidia-pytriton")
+        raise TritonNotFoundError("server=native but no `tritonserver` on PATH; use NVIDIA's Triton container or "
+                                  "server=auto to fall back to the server bundled in nvidia-pytriton")
     return installation_kind(preference, native_on_path).discover()
 
 

@@ -33,8 +33,11 @@ class TritonVariant:
     instance_count: int = 1
     ort_threads: int | None = None
     fp16: bool = False
-    # TensorRT engine and timing caches live here (per model, GPU and engine key: serving.accelerators);
-    # None turns the cache off, and every server start rebuilds the engine.
+    # Keep TensorRT engine and timing caches (TensorRT only): off, every server start rebuilds the engine.
+    engine_cache: bool = False
+    engine_cache_root: str | None = None  # where caches live; None: ~/.cache/tierbench/trt on the server's node
+    # The folder of this variant's caches (per model, GPU and engine key: serving.triton.accelerators), resolved on
+    # the server's node from the root (`TritonServerHost`); None: no cache.
     engine_cache_dir: str | None = None
     # Batch sizes (min, opt, max) of TensorRT's optimisation profile: one engine serves every batch size, and
     # it is built when the session is created rather than when an unseen batch size first arrives.

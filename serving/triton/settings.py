@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from serving.settings import BackendSettings, is_positive_int
+from serving.triton.installation import TRITON_SERVER_CHOICES
 
 
 class Accelerator(StrEnum):
@@ -39,6 +40,9 @@ class TritonSettings(BackendSettings):
     or `tensorrt` (TensorRT EP, a GPU only)."""
 
     _target_: str = "serving.triton.backend.TritonBackend"
+    # Which Triton: auto (the node's own `tritonserver` on PATH, NVIDIA's container, where it has one, else the one
+    # bundled in nvidia-pytriton) | native | bundled
+    server: str = "auto"
     accelerator: str = "cuda"  # cpu | cuda | tensorrt
     instance_count: int = 1  # model instances (Triton's instance_group count)
     ort_threads: int | None = None  # intra-op threads for ONNX Runtime; null: its default
@@ -75,6 +79,10 @@ class TritonSettings(BackendSettings):
 
     def check(self, name: str, model: Any, cluster: Any) -> list[str]:
         problems = super().check(name, model, cluster)
+        if self.server not in TRITON_SERVER_CHOICES:
+            problems.append(self.refuse(name, "server", f"choose from {list(map(str, TRITON_SERVER_CHOICES))} (auto: "
+                                                        "the node's own tritonserver where it has one, else the one "
+                                                        "bundled in nvidia-pytriton)"))
         if self.accelerator not in list(Accelerator):
             return [*problems, self.refuse(name, "accelerator", f"choose from {[str(a) for a in Accelerator]}")]
         tensorrt = self.accelerator == Accelerator.TENSORRT

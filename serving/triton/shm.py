@@ -50,11 +50,6 @@ def remove_stale_regions() -> list[str]:
     return removed
 
 
-def serialize_bytes(items: list[bytes]) -> bytes:
-    """Triton's BYTES tensor layout: each element as a little-endian uint32 length, then its bytes."""
-    return b"".join(len(item).to_bytes(4, "little") + item for item in items)
-
-
 class Region(ABC):
     """A shared-memory region of `byte_size` bytes that the server can map."""
 

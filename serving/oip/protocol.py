@@ -1,7 +1,8 @@
-"""The Open Inference Protocol (KServe v2) as Triton speaks it, for the Ray Serve deployment: its models' metadata
-and configuration, inference requests decoded and responses encoded, over HTTP and gRPC alike.
+"""The Open Inference Protocol (KServe v2) as Triton speaks it, for the servers of ours that speak it (the Ray Serve
+deployment, the FastAPI service): their models' metadata and configuration, inference requests decoded and responses
+encoded, over HTTP and gRPC alike.
 
-Two models per deployment, named as Triton names them (serving/triton/ensemble.py): `<model>` takes `input` FP32
+Two models per server, named as Triton names them (serving/triton/ensemble.py): `<model>` takes `input` FP32
 [-1, C, H, W]; `<model>_jpeg` takes `jpeg` BYTES [-1, 1], one encoded image per row. Both return `logits` FP32
 [-1, *output dims]. A request carries 1..max_batch_size images (the model's), as Triton enforces.
 
@@ -30,7 +31,13 @@ PLATFORM = "pytorch"
 SERVER_NAME = "tierbench-ray-serve"
 CONFIG_TYPES = {FP32: "TYPE_FP32", BYTES: "TYPE_STRING"}  # the datatypes as a Triton model config names them
 TENSOR_INPUT = "input"
+JPEG_INPUT = "jpeg"  # the JPEG model's BYTES input: one encoded image per row
 OUTPUT = "logits"
+
+
+def jpeg_model_name(model_name: str) -> str:
+    """The model taking JPEGs (`<model>_jpeg`): Triton's ensemble, and the same name on every OIP server."""
+    return f"{model_name}_jpeg"
 
 
 class OipError(Exception):
@@ -144,15 +151,14 @@ class ModelSignature:
 
 
 def model_signatures(model_cfg: Any) -> dict[str, ModelSignature]:
-    """The deployment's models by the input format they take (`tensor`, `jpeg`; serving.protocols.InputFormat):
+    """The server's models by the input format they take (`tensor`, `jpeg`; serving.protocols.InputFormat):
     the model itself and its JPEG twin, named as Triton names them."""
     from serving.models import output_dims
-    from serving.triton.ensemble import JPEG_INPUT, ensemble_model_name
 
     name, batch, outputs = str(model_cfg.name), int(model_cfg.max_batch_size), output_dims(model_cfg)
     dims = tuple(int(d) for d in model_cfg.input_shape)
     return {"tensor": ModelSignature(name, TENSOR_INPUT, FP32, dims, outputs, batch),
-            "jpeg": ModelSignature(ensemble_model_name(name), JPEG_INPUT, BYTES, (1,), outputs, batch)}
+            "jpeg": ModelSignature(jpeg_model_name(name), JPEG_INPUT, BYTES, (1,), outputs, batch)}
 
 
 def server_metadata(version: str) -> dict[str, Any]:

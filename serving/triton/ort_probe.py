@@ -2,7 +2,7 @@
 
 ONNX Runtime lists its GPU providers as available whenever the wheel carries them, even where CUDA, cuDNN or
 TensorRT cannot be loaded; asked for such a provider, a session falls back to the next one with a warning.
-Only a session tells. `probe_providers()` runs the probe in a child process (`python -m serving.ort_probe`):
+Only a session tells. `probe_providers()` runs the probe in a child process (`python -m serving.triton.ort_probe`):
 a GPU session creates a CUDA context that would otherwise stay in the caller (often a reused Ray worker), and
 a broken provider library can take its process down.
 """
@@ -36,7 +36,7 @@ def _preload_gpu_libraries() -> None:
 
     import onnxruntime as ort
 
-    from serving.accelerators import tensorrt_library_dirs
+    from serving.triton.accelerators import tensorrt_library_dirs
 
     if hasattr(ort, "preload_dlls"):
         ort.preload_dlls()
@@ -77,7 +77,7 @@ def run_probe() -> dict[str, Any]:
 def probe_providers(timeout_s: float = 180.0) -> dict[str, Any]:
     """`run_probe()` in a child process; with ONNX Runtime's own log lines about a provider that failed."""
     try:
-        done = subprocess.run([sys.executable, "-m", "serving.ort_probe"], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "serving.triton.ort_probe"], capture_output=True, text=True,
                               timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"version": "", "available": [], "loaded": [], "errors": {"probe": f"timed out after {timeout_s:g} s"}}

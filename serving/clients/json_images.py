@@ -1,0 +1,112 @@
+"""A JSON API taking base64 JPEGs (`jpeg_base64`): what most teams run first, and what the studies measured (the
+5-way study's FastAPI baseline; the TorchServe post's "B64" column). Both sides of the format live here, so every
+server that offers it (FastAPI, TorchServe's REST API, the Ray Serve deployment) takes and answers the same bytes:
+
+    POST <url>   Content-Type: application/json   {"images": ["<base64 JPEG>", ...]}
+    200          Content-Type: application/json   {"logits": [[...], ...]}   (the outputs, [N, *output dims])
+
+The payload counted per request is the base64 text of the images (4/3 of the JPEG files: what the format costs on
+the wire, beside `jpeg`'s binary files).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import numpy as np
+
+from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, parse_server_timing
+from serving.clients.http1 import Http1Client, build_request
+from serving.clients.wire import WireRequest, http1_wire
+
+CONTENT_TYPE = "application/json"
+IMAGES_KEY = "images"
+OUTPUT_KEY = "logits"
+
+
+class JsonImagesError(ValueError):
+    """A request body that is not `{"images": [base64 strings]}`."""
+
+
+def encode_images(images: list[bytes]) -> bytes:
+    """The request body for `images` (encoded JPEG files)."""
+    return json.dumps({IMAGES_KEY: [base64.b64encode(image).decode("ascii") for image in images]}).encode()
+
+
+def decode_images(body: bytes | dict[str, Any]) -> list[bytes]:
+    """The JPEG files of a request body (the bytes, or the JSON a server already parsed); JsonImagesError otherwise."""
+    try:
+        parsed = json.loads(body) if isinstance(body, bytes | bytearray | str) else body
+    except ValueError as exc:
+        raise JsonImagesError(f"the body is not JSON: {exc}") from None
+    images = parsed.get(IMAGES_KEY) if isinstance(parsed, dict) else None
+    if not isinstance(images, list) or not images or not all(isinstance(i, str) for i in images):
+        raise JsonImagesError(f'expected {{"{IMAGES_KEY}": ["<base64 JPEG>", ...]}} with at least one image')
+    try:
+        return [base64.b64decode(image, validate=True) for image in images]
+    except ValueError as exc:
+        raise JsonImagesError(f"an image is not base64: {exc}") from None
+
+
+def encode_outputs(outputs: np.ndarray) -> bytes:
+    """The response body for the model's outputs [N, ...]."""
+    return json.dumps({OUTPUT_KEY: np.asarray(outputs, dtype=np.float32).tolist()}).encode()
+
+
+def decode_outputs(body: bytes) -> np.ndarray:
+    """The outputs of a response body, float32."""
+    try:
+        return np.asarray(json.loads(body)[OUTPUT_KEY], dtype=np.float32)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"not a {{\"{OUTPUT_KEY}\": [...]}} response ({exc}): {body[:200]!r}") from None
+
+
+class JsonImagesClient(InferenceClient):
+    """POSTs the batch's JPEGs as base64 JSON to `spec.url` (the server's endpoint for the format); the body is built
+    once and sent as pre-built bytes by the project's HTTP/1.1 client, like every HTTP load here."""
+
+    _http: Http1Client | None = None
+
+    def __init__(self, spec: ClientSpec) -> None:
+        super().__init__(spec)
+        images = jpeg_batch(spec)
+        self._body = encode_images(images)
+        self._payload_bytes = sum(len(base64.b64encode(image)) for image in images)
+
+    @property
+    def payload_bytes(self) -> int:
+        return self._payload_bytes
+
+    @property
+    def _url(self) -> str:
+        return self.spec.url if "://" in self.spec.url else f"http://{self.spec.url}"
+
+    def _request_bytes(self) -> bytes:
+        return build_request("POST", self._url, self._body, {"Content-Type": CONTENT_TYPE})
+
+    @classmethod
+    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
+        return None
+
+    def wire_request(self) -> WireRequest:
+        return http1_wire(self._url, self._request_bytes())
+
+    def check_wire_response(self, body: bytes) -> None:
+        self.check_logits(decode_outputs(body))
+
+    async def open(self) -> None:
+        self._request = self._request_bytes()
+        self._http = Http1Client(self._url, self.spec.timeout_s)
+
+    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
+        response = await self._http.send(self._request)
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
+        return decode_outputs(response.body), parse_server_timing(response.headers.get("server-timing"))
+
+    async def close(self) -> None:
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.close()

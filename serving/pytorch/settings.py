@@ -1,0 +1,40 @@
+"""The settings every PyTorch server shares: how the model runs (precision, torch.compile, cuDNN autotuning, torch's
+threads). Ray Serve's, FastAPI's and TorchServe's settings extend them with how each server takes requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from serving.pytorch.runner import TorchOptions
+from serving.settings import BackendSettings, is_positive_int
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclass
+class TorchSettings(BackendSettings):
+    """How the model runs in PyTorch, whichever server runs it."""
+
+    torch_threads: int | None = None  # null: all the node's cores (Ray would otherwise leave torch 1 thread)
+    half: bool = False  # float16 weights and inputs (CUDA only; skipped with the reason elsewhere)
+    compile: bool = False  # torch.compile, compiled during warm-up
+    compile_mode: str | None = None  # null (default) | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
+    compile_dynamic: bool | None = None  # torch.compile dynamic shapes: null lets torch decide
+    compile_backend: str = "inductor"  # torch.compile backend
+    cudnn_benchmark: bool = True  # cuDNN picks the fastest kernels per batch size during warm-up (CUDA only)
+
+    def torch_options(self) -> TorchOptions:
+        return TorchOptions(half=self.half, compile=self.compile, compile_mode=self.compile_mode,
+                            compile_dynamic=self.compile_dynamic, compile_backend=self.compile_backend,
+                            cudnn_benchmark=self.cudnn_benchmark)
+
+    def check(self, name: str, model: Any, cluster: Any) -> list[str]:
+        problems = super().check(name, model, cluster)
+        if not (self.torch_threads is None or is_positive_int(self.torch_threads)):
+            problems.append(self.refuse(name, "torch_threads", "a positive integer, or null (all the node's cores)"))
+        if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
+            problems.append(self.refuse(name, "compile_mode", f"choose from {list(COMPILE_MODES)}, or null"))
+        problems += self.refuse_unless(name, "compile", [k for k in ("compile_mode", "compile_dynamic")
+                                                         if getattr(self, k) is not None])
+        return problems

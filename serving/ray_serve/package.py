@@ -1,0 +1,17 @@
+"""PyTorch behind Ray Serve (HTTP and gRPC ingresses speaking the Open Inference Protocol): its registry entry
+(serving/registry.py)."""
+
+from __future__ import annotations
+
+from serving.node import NodeInfo
+from serving.package import BackendPackage, DoctorRow
+from serving.pytorch.facts import TorchFacts, torch_row
+from serving.ray_serve.settings import RayServeTorchSettings
+
+
+def doctor_rows(node: NodeInfo) -> list[DoctorRow]:
+    return [torch_row(node)]
+
+
+PACKAGE = BackendPackage(name="ray_serve", settings=RayServeTorchSettings, facts=(TorchFacts,),
+                         doctor_rows=doctor_rows)

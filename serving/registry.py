@@ -1,0 +1,27 @@
+"""The backends tierbench serves: one line each, the module holding the backend package's `PACKAGE`
+(`serving.package.BackendPackage`). Adding a backend is a folder `serving/<backend>/` and a line here."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import import_module
+from typing import Any
+
+from serving.package import BackendPackage
+
+BACKEND_PACKAGES = (
+    "serving.triton.package",
+    "serving.ray_serve.package",
+)
+
+
+@cache
+def backend_packages() -> dict[str, BackendPackage]:
+    """Every registered package by its name (the `backend` config group's entry)."""
+    packages = [import_module(path).PACKAGE for path in BACKEND_PACKAGES]
+    return {package.name: package for package in packages}
+
+
+def node_fact_kinds() -> tuple[type[Any], ...]:
+    """The facts any backend decides by, each once, in registry order: what `describe_node` probes."""
+    return tuple(dict.fromkeys(kind for package in backend_packages().values() for kind in package.facts))

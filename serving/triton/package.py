@@ -1,0 +1,29 @@
+"""Triton serving the model's ONNX export through ONNX Runtime (CUDA or TensorRT execution provider), NVIDIA's own
+server or the one bundled in nvidia-pytriton: its registry entry (serving/registry.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+from serving.node import NodeInfo
+from serving.package import BackendPackage, DoctorRow
+from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
+from serving.triton.settings import TritonSettings
+
+
+def doctor_rows(node: NodeInfo) -> list[DoctorRow]:
+    ort, triton = node.facts(OnnxRuntimeFacts), node.facts(TritonFacts)
+    loaded = ", ".join(ort.usable) or "none"
+    ort_detail = f"sessions load: {loaded}" + "".join(f"; {p}" for p in ort.problems)
+    if triton.native:
+        server = DoctorRow("Triton", "native", f"{shutil.which('tritonserver')}, backends: "
+                                               f"{', '.join(triton.backends) or 'none'}")
+    elif triton.bundled:
+        server = DoctorRow("Triton", "bundled", f"{triton.bundled} (Python backend running ONNX Runtime)")
+    else:
+        server = DoctorRow("Triton", "none", triton.bundled_problem or "no tritonserver on PATH")
+    return [DoctorRow("ONNX Runtime", ort.version or "missing", ort_detail), server]
+
+
+PACKAGE = BackendPackage(name="triton", settings=TritonSettings, facts=(OnnxRuntimeFacts, TritonFacts),
+                         doctor_rows=doctor_rows)
