@@ -1,6 +1,7 @@
 """Plan a tier's trials from the config: one group per entry of `experiment.backends` (its server starts
 once), the cross product of protocols x input formats x batch sizes x concurrency inside it.
 
+`experiment.stacks` narrows the product to the stacks a study measured, `experiment.matrix` its (batch, load) points.
 An entry names a server config in `conf/backends/` (e.g. `triton_onnx`, or a variant such as
 `pytorch_fp16`); its settings' family says which of the contract's backends it is (pytorch | triton_onnx |
 triton_trt), so variants of one backend compare like with like.
@@ -9,13 +10,13 @@ triton_trt), so variants of one backend compare like with like.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from experiments.config.choices import LoadMode
+from experiments.config.choices import LoadMode, TrialMatrix
 from experiments.config.schema import backend_settings
+from experiments.config.stacks import stacks
 
 
 @dataclass(frozen=True)
@@ -70,16 +71,19 @@ class TrialGroup:
 
 
 def plan_trials(cfg: Any) -> list[TrialGroup]:
+    """One group per backend variant with trials, in `experiment.backends` order: each of its stacks at each
+    (batch size, load) point of `experiment.matrix`."""
     exp = cfg.experiment
+    points = TrialMatrix(exp.matrix).points([int(b) for b in exp.batch_sizes], LoadMode(exp.load_mode).loads(exp))
+    chosen = stacks(exp)
     groups = []
     for variant in exp.backends:
         group = TrialGroup(variant)
-        loads = LoadMode(exp.load_mode).loads(exp)
-        for protocol, input_format, batch, load in itertools.product(
-            exp.protocols, exp.input_formats, exp.batch_sizes, loads
-        ):
-            group.trials.append(planned_trial(cfg, variant, protocol, input_format, batch, load))
-        groups.append(group)
+        for stack in (s for s in chosen if s.variant == variant):
+            for batch, load in points:
+                group.trials.append(planned_trial(cfg, variant, stack.protocol, stack.input_format, batch, load))
+        if group.trials:
+            groups.append(group)
     return groups
 
 

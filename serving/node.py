@@ -119,10 +119,12 @@ def ray_node_gpus(node_id: str) -> float:
 
 
 def current_location() -> dict[str, str]:
-    """The Ray node and host the calling process runs on: what every actor's `where` reports."""
+    """The Ray node and host the calling process runs on: what every actor's `where` reports (outside Ray, e.g. a
+    test hosting a server itself, no node id: asking Ray would start one)."""
     import ray
 
-    return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+    node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    return {"node_id": node_id, "hostname": socket.gethostname()}
 
 
 def describe_node() -> NodeInfo:

@@ -12,6 +12,7 @@ from serving.package import BackendPackage
 BACKEND_PACKAGES = (
     "serving.triton.package",
     "serving.ray_serve.package",
+    "serving.fastapi.package",
 )
 
 

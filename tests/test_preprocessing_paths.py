@@ -100,7 +100,7 @@ def test_ray_serve_http_replica_decodes_the_wire_bytes_to_the_same_tensor(replic
     from serving.ray_serve.deployment import split_jpegs
 
     body, headers = encode_request(SPEC)
-    batch = asyncio.run(replica._preprocessed(split_jpegs(body, headers[LENGTHS_HEADER])))
+    batch = asyncio.run(replica.service.preprocessed(split_jpegs(body, headers[LENGTHS_HEADER])))
     np.testing.assert_array_equal(batch, reference)
 
 
@@ -110,7 +110,7 @@ def test_ray_serve_grpc_replica_decodes_the_wire_bytes_to_the_same_tensor(replic
 
     wire = build_request(SPEC).SerializeToString()
     received = classifier_pb2.ClassifyRequest.FromString(wire)
-    batch = asyncio.run(replica._preprocessed(list(received.jpegs)))
+    batch = asyncio.run(replica.service.preprocessed(list(received.jpegs)))
     np.testing.assert_array_equal(batch, reference)
 
 
@@ -124,7 +124,7 @@ def test_ray_serve_oip_replica_decodes_the_clients_wire_bytes_to_the_same_tensor
     from serving.oip import protocol as oip
     from serving.ray_serve.clients import RayServeGrpcClient, RayServeHttpClient
 
-    model = replica.models["resnet18_jpeg"]
+    model = replica.service.oip.models["resnet18_jpeg"]
     spec = replace(SPEC, model_name=model.name, input_name=model.input_name)
     if protocol == "http":
         wire = RayServeHttpClient(replace(spec, url="127.0.0.1:1/route")).wire_request().payload
@@ -134,14 +134,31 @@ def test_ray_serve_oip_replica_decodes_the_clients_wire_bytes_to_the_same_tensor
     else:
         message = grpc_message(RayServeGrpcClient(replace(spec, url="127.0.0.1:1")).wire_request().payload)
         request = oip.parse_grpc(service_pb2.ModelInferRequest.FromString(message))
-    batch = asyncio.run(replica._preprocessed(model.batch(request)))
+    batch = asyncio.run(replica.service.preprocessed(model.batch(request)))
+    np.testing.assert_array_equal(batch, reference)
+
+
+def test_the_json_api_replica_decodes_the_base64_wire_bytes_to_the_same_tensor(replica, reference) -> None:
+    from dataclasses import replace
+
+    from serving.clients import json_images
+
+    client = json_images.JsonImagesClient(replace(SPEC, input_format="jpeg_base64", url="127.0.0.1:1/predict"))
+    head, _, body = client.wire_request().payload.partition(b"\r\n\r\n")
+    assert b"Content-Type: application/json" in head
+    batch = asyncio.run(replica.service.preprocessed(json_images.decode_images(body)))
     np.testing.assert_array_equal(batch, reference)
 
 
 def test_payload_bytes_are_the_same_jpeg_files_for_every_client() -> None:
+    from dataclasses import replace
+
+    from serving.clients.json_images import JsonImagesClient
     from serving.ray_serve.clients import RayServeGrpcClient, RayServeHttpClient
     from serving.triton.clients import TritonGrpcClient, TritonHttpClient
 
     expected = sum(len(image) for image in jpeg_batch(SPEC))
     for cls in (RayServeHttpClient, RayServeGrpcClient, TritonHttpClient, TritonGrpcClient):
         assert cls(SPEC).payload_bytes == expected, cls.__name__
+    base64_text = JsonImagesClient(replace(SPEC, input_format="jpeg_base64")).payload_bytes
+    assert base64_text == sum(4 * -(-len(image) // 3) for image in jpeg_batch(SPEC)), "the base64 text: 4/3 the files"

@@ -180,4 +180,4 @@ def test_preprocessing_reaches_every_jpeg_path_from_the_config(tmp_path, monkeyp
     replica = TorchImageClassifier.func_or_class(OmegaConf.to_container(compose(["model=tiny", *user_models.SHAPE,
                                                                                    *user_models.PREPROCESS]).model),
                                                  "cpu", 1)
-    assert replica.preprocessing == wanted
+    assert replica.service.preprocessing == wanted

@@ -83,6 +83,22 @@ class LoadMode(StrEnum):
         raise ValueError(f"{self} load has no arrival schedule")
 
 
+class TrialMatrix(StrEnum):
+    """Which (batch size, load) points each stack is measured at. `full`: every batch size at every load; `axes`: one
+    factor at a time from the smallest batch and the lowest load: every batch size at the lowest load, every load at
+    the smallest batch (the studies' tables: serial latency by batch size, concurrent throughput at batch 1)."""
+
+    FULL = "full"
+    AXES = "axes"
+
+    def points(self, batch_sizes: list[int], loads: list[float]) -> list[tuple[int, float]]:
+        if self is TrialMatrix.FULL:
+            return [(batch, load) for batch in batch_sizes for load in loads]
+        base_batch, base_load = min(batch_sizes), min(loads)
+        return [*((batch, base_load) for batch in batch_sizes),
+                *((base_batch, load) for load in loads if load != base_load)]
+
+
 class LoadEngine(StrEnum):
     """What sends a trial's requests. `compiled`: the C engine (experiments/measure/engine/loadgen.c), one process per
     client actor, HTTP/1.1 and gRPC over sockets; `python`: the actor's own asyncio client, which also speaks Triton's

@@ -121,6 +121,12 @@ class ExperimentConfig:
     input_formats: list[str] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     concurrency: list[int] = field(default_factory=list)
+    # Only these stacks, `variant/protocol/input_format` (e.g. fastapi/http/jpeg_base64), instead of every combination
+    # of backends x protocols x input formats; each part must be listed in its key above.
+    stacks: list[str] = field(default_factory=list)
+    # TrialMatrix: full (every batch size at every load) | axes (batch sizes at the lowest load, loads at the
+    # smallest batch size: the studies' serial-latency and concurrent-throughput tables)
+    matrix: str = "full"
     # LoadMode: closed, `concurrency` request loops; constant | poisson, open loop at each of `request_rates` (req/s)
     load_mode: str = "closed"
     request_rates: list[float] = field(default_factory=list)

@@ -10,12 +10,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from experiments.config.choices import ClientPlacement, LoadEngine, LoadMode
+from experiments.config.choices import ClientPlacement, LoadEngine, LoadMode, TrialMatrix
 from experiments.config.errors import ConfigError
 from experiments.config.model_check import check_model
 from experiments.config.prices import validate_prices
 from experiments.config.schema import backend_settings
 from experiments.config.search import check_search
+from experiments.config.stacks import Stack
 from serving.protocols import PROTOCOLS, InputFormat, parse_protocol
 
 
@@ -51,6 +52,10 @@ def validate(cfg: Any) -> None:
     _check_list("experiment.backends", exp.backends, sorted(cfg.backends))
     _check_list("experiment.protocols", exp.protocols, PROTOCOLS)
     _check_list("experiment.input_formats", exp.input_formats, [str(f) for f in InputFormat])
+    _check_stacks(exp)
+    if exp.matrix not in list(TrialMatrix):
+        _fail("experiment.matrix", exp.matrix, f"choose from {[str(m) for m in TrialMatrix]} (full: every batch size "
+              "at every load; axes: batch sizes at the lowest load, loads at the smallest batch size)")
     _check_positive_ints("experiment.batch_sizes", exp.batch_sizes, cfg.model.max_batch_size, "model.max_batch_size")
     if exp.load_mode not in list(LoadMode):
         _fail("experiment.load_mode", exp.load_mode, f"choose from {[str(m) for m in LoadMode]}")
@@ -81,6 +86,21 @@ def validate(cfg: Any) -> None:
     _check_cluster(cfg.cluster)
     _check_crosscheck(cfg.crosscheck)
     check_model(cfg.model)  # last: it loads and runs a model the user brings
+
+
+def _check_stacks(exp: Any) -> None:
+    """Each `variant/protocol/input_format` of experiment.stacks names a listed backend, protocol and format."""
+    for text in exp.stacks:
+        try:
+            stack = Stack.parse(text)
+        except ValueError:
+            _fail("experiment.stacks", text, "write backend_variant/protocol/input_format, e.g. "
+                  "fastapi/http/jpeg_base64")
+        for key, value in (("backends", stack.variant), ("protocols", stack.protocol),
+                           ("input_formats", stack.input_format)):
+            if value not in exp[key]:
+                _fail("experiment.stacks", text, f"{value!r} is not in experiment.{key} ({list(exp[key])}): list it "
+                      "there too")
 
 
 def _check_loads(mode: LoadMode, exp: Any) -> None:

@@ -24,6 +24,7 @@ from experiments.report.served import (
     point_numeric,
     server_count_note,
 )
+from experiments.report.studies import studies_section
 from experiments.report.tables import MARKS, P50, P99, POINT, THROUGHPUT
 from experiments.results.records import Status
 
@@ -94,6 +95,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     _benchmark_cost(doc, report, data)
     if not data.sustained.empty:
         _across_tiers(doc, report, folder, data.sustained, labels, prices, options)
+    studies_section(doc, data.trials, labels)
     for tier in sorted(data.tiers):
         if (ok["tier"] == tier).any():
             _tier_section(doc, report, folder, data, ok[ok["tier"] == tier], tier, labels)

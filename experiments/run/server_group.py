@@ -21,6 +21,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from experiments.config.schema import backend_settings
+from experiments.config.stacks import input_formats_of
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.telemetry import GpuTelemetry, start_gpu_telemetry
 from experiments.plan import Trial, TrialGroup, trial_key
@@ -49,7 +50,7 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
         start_timeout_s=serving.start_timeout_s, stop_timeout_s=serving.stop_timeout_s,
         request_timeout_s=cfg.experiment.request_timeout_s, tier=cfg.gpu.name,
         warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
-        input_formats=tuple(cfg.experiment.input_formats),
+        input_formats=input_formats_of(cfg.experiment, name),
         requires_gpu=bool(cfg.gpu.requires_gpu) and not emulated,
     )
     settings = backend_settings(cfg, name)

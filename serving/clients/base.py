@@ -43,6 +43,10 @@ def jpeg_batch(spec: ClientSpec) -> list[bytes]:
     return [images[i % len(images)] for i in range(spec.batch_size)]
 
 
+# The header (gRPC: trailing metadata, lower case) in which a server of ours reports its own time per request.
+TIMING_HEADER = "Server-Timing"
+
+
 class ServerReport(NamedTuple):
     """What a server said about one request: its own processing time, and the images of the forward pass the
     request rode in (more than the request's own when a server-side batcher merged it with others)."""

@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, InferenceClient, ServerReport, jpeg_batch, parse_server_timing
+from serving.clients.base import (
+    TIMING_HEADER,
+    ClientSpec,
+    InferenceClient,
+    ServerReport,
+    jpeg_batch,
+    parse_server_timing,
+)
 from serving.clients.http1 import Http1Client, build_request
 from serving.clients.wire import WireRequest, http1_wire
 
@@ -104,7 +111,7 @@ class JsonImagesClient(InferenceClient):
         response = await self._http.send(self._request)
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
-        return decode_outputs(response.body), parse_server_timing(response.headers.get("server-timing"))
+        return decode_outputs(response.body), parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
 
     async def close(self) -> None:
         if self._http is not None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from serving.clients.base import (
+    TIMING_HEADER,
     ClientSpec,
     InferenceClient,
     ServerReport,
@@ -34,7 +35,6 @@ from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wir
 from serving.protocols import InputFormat
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-TIMING_HEADER = "server-timing"
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
@@ -136,7 +136,7 @@ class OipHttpClient(OipClient):
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
         logits = binary_output(response.body, response.headers.get(HEADER_LENGTH.lower()), self.spec.output_name)
-        return logits, parse_server_timing(response.headers.get(TIMING_HEADER))
+        return logits, parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
 
     async def close(self) -> None:
         if self._http is not None:

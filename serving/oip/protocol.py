@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,9 +162,58 @@ def model_signatures(model_cfg: Any) -> dict[str, ModelSignature]:
             "jpeg": ModelSignature(jpeg_model_name(name), JPEG_INPUT, BYTES, (1,), outputs, batch)}
 
 
-def server_metadata(version: str) -> dict[str, Any]:
+def server_metadata(version: str, name: str = SERVER_NAME) -> dict[str, Any]:
     """`GET /v2`."""
-    return {"name": SERVER_NAME, "version": version, "extensions": ["binary_tensor_data", "model_configuration"]}
+    return {"name": name, "version": version, "extensions": ["binary_tensor_data", "model_configuration"]}
+
+
+# Computes a request's outputs: (model, request) -> (outputs, extra response headers such as Server-Timing).
+Infer = Callable[[ModelSignature, InferRequest], Awaitable[tuple[np.ndarray, dict[str, str]]]]
+
+
+class OipModels:
+    """A server's models by name and the protocol's HTTP routes over them: what every OIP server of ours answers,
+    whatever web framework carries it (Ray Serve's ingress, FastAPI)."""
+
+    def __init__(self, models: Iterable[ModelSignature], server_name: str, server_version: str) -> None:
+        self.models = {m.name: m for m in models}
+        self.server_name = server_name
+        self.server_version = server_version
+
+    def model(self, name: str, version: str = "") -> ModelSignature:
+        """The model `name` (its one version, or any when `version` is empty); OipError 404 otherwise."""
+        model = self.models.get(name)
+        if model is None:
+            raise OipError(f"Request for unknown model: '{name}' is not found (models: {sorted(self.models)})", 404)
+        if version not in ("", VERSION):
+            raise OipError(f"model '{name}' has no version {version}; its versions: ['{VERSION}']", 404)
+        return model
+
+    async def http(self, method: str, path: str, body: bytes, header_length: str | None,
+                   infer: Infer) -> tuple[int, bytes, dict[str, str]]:
+        """The response (status, body, headers) to an HTTP request for `path` (below the server's prefix, starting
+        /v2); a refused request gets its status and `{"error": message}`, as Triton answers."""
+        try:
+            action, name = route(method, path)
+            if name is None:
+                if action == "server_metadata":
+                    return _json(server_metadata(self.server_version, self.server_name))
+                return 200, b"", {}
+            model = self.model(name)
+            if action in ("metadata", "config"):
+                return _json(model.metadata() if action == "metadata" else model.config())
+            if action == "ready":
+                return 200, b"", {}
+            request = parse_http(body, header_length)
+            outputs, headers = await infer(model, request)
+            response, response_headers = http_response(model, outputs, request)
+            return 200, response, {**response_headers, **headers}
+        except OipError as exc:
+            return _json({"error": str(exc)}, exc.status)
+
+
+def _json(value: Any, status: int = 200) -> tuple[int, bytes, dict[str, str]]:
+    return status, json.dumps(value).encode(), {"Content-Type": "application/json"}
 
 
 # (method, path parts after /v2/models/<name>[/versions/<v>]) -> action; None: the server's own routes

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, ServerReport, jpeg_batch, parse_server_timing, tensor_batch
+from serving.clients.base import TIMING_HEADER, ClientSpec, ServerReport, jpeg_batch, parse_server_timing, tensor_batch
 from serving.oip.clients import OipGrpcClient, OipHttpClient, response_logits
 from serving.protocols import InputFormat
 
 JPEG_CONTENT_TYPE = "image/jpeg"
 TENSOR_CONTENT_TYPE = "application/octet-stream"
 LENGTHS_HEADER = "X-Image-Lengths"
-TIMING_HEADER = "Server-Timing"
 TIMING_METADATA = TIMING_HEADER.lower()  # gRPC metadata keys are lower case
 CLASSIFY = "/tierbench.ImageClassifier/Classify"
 

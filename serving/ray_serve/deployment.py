@@ -12,13 +12,14 @@ ModelConfig, ModelInfer. Serve's gRPC proxy routes a call to the application nam
 or to the only application when exactly one is deployed on the cluster: clients that send none (perf_analyzer)
 reach it only then.
 
-Server-Timing (the replica's own time and the images of the forward pass a request rode in, `_timing`): the HTTP
+Server-Timing (the replica's own time and the images of the forward pass a request rode in,
+`serving.pytorch.service.timing`): the HTTP
 `Server-Timing` header; over gRPC the `server-timing` trailing metadata (a deployment method taking `grpc_context`
 gets Serve's `RayServegRPCContext`, whose trailing metadata the proxy, or direct ingress, sets on the call).
 
 The routes from before the OIP stay for their users: HTTP POST to the route prefix itself (JPEGs concatenated, their
-lengths in `X-Image-Lengths`, or a raw float32 tensor; the float32 logits back) and gRPC
-`tierbench.ImageClassifier/Classify` (serving/ray_serve/proto/classifier.proto).
+lengths in `X-Image-Lengths`, or a raw float32 tensor; the float32 logits back; or base64 JPEGs in JSON, `jpeg_base64`)
+and gRPC `tierbench.ImageClassifier/Classify` (serving/ray_serve/proto/classifier.proto).
 Inference runs on one worker thread, like one Triton model instance; decoding runs beside it. With `batching`,
 Serve's `@serve.batch` merges concurrent requests into one forward pass, counting images (not requests) against
 `max_batch_size` as Triton's dynamic batcher does.
@@ -26,10 +27,6 @@ Serve's `@serve.batch` merges concurrent requests into one forward pass, countin
 
 from __future__ import annotations
 
-import asyncio
-import os
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -77,34 +74,24 @@ def subpath(scope: dict[str, Any]) -> str:
 
 @serve.deployment
 class TorchImageClassifier:
+    """A replica: the model behind Serve's ingresses (`serving.pytorch.service.ImageService`: decoding, preprocessing,
+    one inference thread), with `@serve.batch` as its batcher when batching is on."""
+
     def __init__(self, model: dict[str, Any], device: str = "cpu", torch_threads: int | None = None,
                  options: dict[str, Any] | None = None, warmup_batch_sizes: tuple[int, ...] = (),
                  batching: dict[str, Any] | None = None) -> None:
-        import torch
-        from omegaconf import OmegaConf
+        import ray
 
-        from serving.models import preprocessing
-        from serving.pytorch.runner import TorchOptions, TorchRunner
+        from serving.pytorch.service import ImageService
 
-        # Ray sets OMP_NUM_THREADS=1 in workers with fractional CPUs; a replica owns the node's cores like a
-        # Triton instance does, unless torch_threads says otherwise.
-        torch.set_num_threads(torch_threads or os.cpu_count() or 1)
-        self.model_cfg = OmegaConf.create(model)
-        self.runner = TorchRunner(self.model_cfg, device, TorchOptions(**(options or {})))
-        self.input_shape = tuple(self.model_cfg.input_shape)
-        self.preprocessing = preprocessing(self.model_cfg)  # the model's own (model.preprocess)
-        # The OIP models by name: `<model>` (tensor input) and `<model>_jpeg`
-        self.models = {m.name: m for m in oip.model_signatures(self.model_cfg).values()}
-        self._infer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer")
-        # Compiled and warmed up for every measured batch size, on the serving thread, before the replica is ready.
-        self._infer_thread.submit(self.runner.warm_up, tuple(warmup_batch_sizes)).result()
-        self.max_batch_size = 0
-        self._batched = None
+        self.service = ImageService(model, device, torch_threads, options, tuple(warmup_batch_sizes),
+                                    oip.SERVER_NAME, ray.__version__)
+        self.input_shape = self.service.input_shape
         if batching:
-            self.max_batch_size = int(batching["max_batch_size"])
-            self._batched = serve.batch(max_batch_size=self.max_batch_size,
-                                        batch_wait_timeout_s=float(batching["batch_wait_timeout_s"]),
-                                        batch_size_fn=images_in)(self._infer_many)
+            self.service.max_batch_size = int(batching["max_batch_size"])
+            self.service.batcher = serve.batch(max_batch_size=self.service.max_batch_size,
+                                               batch_wait_timeout_s=float(batching["batch_wait_timeout_s"]),
+                                               batch_size_fn=images_in)(self._infer_many)
 
     def info(self) -> dict[str, Any]:
         """How this replica runs (device, dtype, compile) and what its warm-up cost; where it runs."""
@@ -112,7 +99,7 @@ class TorchImageClassifier:
 
         context = ray.get_runtime_context()
         gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
-        return {**self.runner.info, "node_id": context.get_node_id(), "gpu_ids": gpu_ids}
+        return {**self.service.runner.info, "node_id": context.get_node_id(), "gpu_ids": gpu_ids}
 
     def where(self) -> dict[str, str]:
         """The Ray node and host this replica runs on (recorded with every trial)."""
@@ -120,104 +107,48 @@ class TorchImageClassifier:
 
         return current_location()
 
-    def _infer(self, batch: np.ndarray) -> np.ndarray:
-        return self.runner.infer(batch)
-
     async def _infer_many(self, batches: list[np.ndarray]) -> list[tuple[np.ndarray, int]]:
         """One forward pass for the requests `@serve.batch` queued together; each gets its rows back, and the
         number of images that pass ran (what Triton's statistics call an execution's batch)."""
         merged = batches[0] if len(batches) == 1 else np.concatenate(batches)
-        logits = await asyncio.get_running_loop().run_in_executor(self._infer_thread, self._infer, merged)
+        logits = await self.service.forward(merged)
         return [(part, len(merged)) for part in np.split(logits, np.cumsum([len(b) for b in batches])[:-1])]
-
-    async def _logits(self, batch: np.ndarray) -> tuple[np.ndarray, int]:
-        """The request's logits and the images of the forward pass that computed them."""
-        # A request already larger than a server batch runs alone, as Triton runs an oversized request.
-        if self._batched is not None and len(batch) <= self.max_batch_size:
-            return await self._batched(batch)
-        logits = await asyncio.get_running_loop().run_in_executor(self._infer_thread, self._infer, batch)
-        return logits, len(batch)
-
-    async def _preprocessed(self, jpegs: list[bytes]) -> np.ndarray:
-        from serving.images import decode_and_preprocess
-
-        return await asyncio.get_running_loop().run_in_executor(None, decode_and_preprocess, jpegs,
-                                                                self.preprocessing)
-
-    def _model(self, name: str, version: str = "") -> oip.ModelSignature:
-        """The OIP model `name` (its one version, or any when `version` is empty); OipError 404 otherwise."""
-        model = self.models.get(name)
-        if model is None:
-            raise OipError(f"Request for unknown model: '{name}' is not found (models: {sorted(self.models)})", 404)
-        if version not in ("", oip.VERSION):
-            raise OipError(f"model '{name}' has no version {version}; its versions: ['{oip.VERSION}']", 404)
-        return model
-
-    async def _oip_logits(self, model: oip.ModelSignature, request: oip.InferRequest) -> tuple[np.ndarray, str]:
-        """An OIP request's logits and its Server-Timing."""
-        started = time.perf_counter()
-        batch = model.batch(request)
-        if model.datatype == oip.BYTES:
-            try:
-                batch = await self._preprocessed(batch)
-            except (OSError, ValueError) as exc:  # PIL: UnidentifiedImageError is an OSError
-                raise OipError(f"input '{model.input_name}': cannot decode an image: {exc}") from None
-        preprocessed = time.perf_counter()
-        logits, executed = await self._logits(batch)
-        return logits, _timing(started, preprocessed, time.perf_counter(), executed)
 
     async def __call__(self, request: Request) -> Response:
         path = subpath(request.scope)
         if path.startswith("/v2"):
-            try:
-                return await self._oip_http(request, path)
-            except OipError as exc:
-                return error_response(exc)
+            status, body, headers = await self.service.oip.http(
+                request.method, path, await request.body(), request.headers.get(oip.HEADER_LENGTH), self._oip_infer)
+            return Response(body, status_code=status, headers=headers)
         if path not in ("", "/"):
             return error_response(OipError(f"no route {request.method} {path}: POST to the route prefix, or the "
                                            "Open Inference Protocol under /v2", 404))
         return await self._classify_http(request)
 
-    async def _oip_http(self, request: Request, path: str) -> Response:
-        action, name = oip.route(request.method, path)
-        if name is None:
-            return (JSONResponse(oip.server_metadata(_ray_version())) if action == "server_metadata"
-                    else Response(status_code=200))
-        model = self._model(name)
-        if action == "metadata":
-            return JSONResponse(model.metadata())
-        if action == "config":
-            return JSONResponse(model.config())
-        if action == "ready":
-            return Response(status_code=200)
-        parsed = oip.parse_http(await request.body(), request.headers.get(oip.HEADER_LENGTH))
-        logits, timing = await self._oip_logits(model, parsed)
-        body, headers = oip.http_response(model, logits, parsed)
-        return Response(body, headers={**headers, TIMING_HEADER: timing})
+    async def _oip_infer(self, model: oip.ModelSignature, request: oip.InferRequest) -> tuple[np.ndarray, dict]:
+        logits, timing = await self.service.oip_infer(model, request)
+        return logits, {TIMING_HEADER: timing}
 
     async def _classify_http(self, request: Request) -> Response:
         """The route prefix itself: JPEGs (`X-Image-Lengths`) or a raw float32 tensor in, raw logits out; or base64
         JPEGs in JSON, JSON logits out (`serving.clients.json_images`, the studies' JSON API)."""
         body = await request.body()
         content_type = request.headers.get("content-type", "")
-        started = time.perf_counter()
         json_api = content_type.startswith(json_images.CONTENT_TYPE)
         try:
             if json_api:
-                batch = await self._preprocessed(json_images.decode_images(body))
+                logits, timing = await self.service.images(json_images.decode_images(body))
             elif content_type.startswith(JPEG_CONTENT_TYPE):
-                batch = await self._preprocessed(split_jpegs(body, request.headers.get(LENGTHS_HEADER, "")))
+                logits, timing = await self.service.images(split_jpegs(body, request.headers.get(LENGTHS_HEADER, "")))
             elif content_type.startswith(TENSOR_CONTENT_TYPE):
-                batch = np.frombuffer(body, dtype=np.float32).reshape(-1, *self.input_shape)
+                logits, timing = await self.service.tensor(
+                    np.frombuffer(body, dtype=np.float32).reshape(-1, *self.input_shape))
             else:
                 return Response(f"unsupported Content-Type {content_type!r}: send {JPEG_CONTENT_TYPE} "
                                 f"(with {LENGTHS_HEADER}), {TENSOR_CONTENT_TYPE} or {json_images.CONTENT_TYPE}",
                                 status_code=415)
         except (OSError, ValueError) as exc:  # PIL: UnidentifiedImageError is an OSError
             return Response(f"bad request body: {exc}", status_code=400)
-        preprocessed = time.perf_counter()
-        logits, executed = await self._logits(batch)
-        timing = _timing(started, preprocessed, time.perf_counter(), executed)
         if json_api:
             return Response(json_images.encode_outputs(logits), media_type=json_images.CONTENT_TYPE,
                             headers={TIMING_HEADER: timing})
@@ -228,9 +159,9 @@ class TorchImageClassifier:
 
     async def ModelInfer(self, request: Any, grpc_context: Any = None) -> Any:  # noqa: N802
         try:
-            model = self._model(request.model_name, request.model_version)
+            model = self.service.oip.model(request.model_name, request.model_version)
             parsed = oip.parse_grpc(request)
-            logits, timing = await self._oip_logits(model, parsed)
+            logits, timing = await self.service.oip_infer(model, parsed)
         except OipError as exc:
             return _refuse(grpc_context, exc, pb.ModelInferResponse())
         if grpc_context is not None:
@@ -239,18 +170,19 @@ class TorchImageClassifier:
 
     async def ModelMetadata(self, request: Any, grpc_context: Any = None) -> Any:  # noqa: N802
         try:
-            return self._model(request.name, request.version).metadata_pb()
+            return self.service.oip.model(request.name, request.version).metadata_pb()
         except OipError as exc:
             return _refuse(grpc_context, exc, pb.ModelMetadataResponse())
 
     async def ModelConfig(self, request: Any, grpc_context: Any = None) -> Any:  # noqa: N802
         try:
-            return self._model(request.name, request.version).config_pb()
+            return self.service.oip.model(request.name, request.version).config_pb()
         except OipError as exc:
             return _refuse(grpc_context, exc, pb.ModelConfigResponse())
 
     async def ModelReady(self, request: Any) -> Any:  # noqa: N802
-        return pb.ModelReadyResponse(ready=request.name in self.models and request.version in ("", oip.VERSION))
+        models = self.service.oip.models
+        return pb.ModelReadyResponse(ready=request.name in models and request.version in ("", oip.VERSION))
 
     async def ServerLive(self, request: Any) -> Any:  # noqa: N802
         return pb.ServerLiveResponse(live=True)
@@ -259,22 +191,19 @@ class TorchImageClassifier:
         return pb.ServerReadyResponse(ready=True)
 
     async def ServerMetadata(self, request: Any) -> Any:  # noqa: N802
-        return pb.ServerMetadataResponse(**oip.server_metadata(_ray_version()))
+        service = self.service.oip
+        return pb.ServerMetadataResponse(**oip.server_metadata(service.server_version, service.server_name))
 
     async def Classify(self, request: Any) -> Any:  # noqa: N802 - the gRPC route from before the OIP
         from serving.ray_serve.proto import classifier_pb2
 
-        started = time.perf_counter()
         if request.jpegs:
-            batch = await self._preprocessed(list(request.jpegs))
+            logits, timing = await self.service.images(list(request.jpegs))
         else:
             shape = tuple(request.shape) or (-1, *self.input_shape)
-            batch = np.frombuffer(request.tensor, dtype=np.float32).reshape(shape)
-        preprocessed = time.perf_counter()
-        logits, executed = await self._logits(batch)
-        return classifier_pb2.ClassifyResponse(
-            logits=logits.tobytes(), shape=list(logits.shape),
-            server_timing=_timing(started, preprocessed, time.perf_counter(), executed))
+            logits, timing = await self.service.tensor(np.frombuffer(request.tensor, dtype=np.float32).reshape(shape))
+        return classifier_pb2.ClassifyResponse(logits=logits.tobytes(), shape=list(logits.shape),
+                                               server_timing=timing)
 
 
 def _refuse(grpc_context: Any, exc: OipError, empty: Any) -> Any:
@@ -287,18 +216,6 @@ def _refuse(grpc_context: Any, exc: OipError, empty: Any) -> Any:
     grpc_context.set_code(grpc.StatusCode.NOT_FOUND if exc.status == 404 else grpc.StatusCode.INVALID_ARGUMENT)
     grpc_context.set_details(str(exc))
     return empty
-
-
-def _ray_version() -> str:
-    import ray
-
-    return ray.__version__
-
-
-def _timing(started: float, preprocessed: float, done: float, executed: int) -> str:
-    """Server-Timing: the replica's own time (ms), and the images of the forward pass the request rode in."""
-    return (f"preprocess;dur={(preprocessed - started) * 1e3:.3f}, infer;dur={(done - preprocessed) * 1e3:.3f}, "
-            f"batch;desc={executed}")
 
 
 APP_BUILDER = "serving.ray_serve.deployment:app_builder"
