@@ -13,6 +13,7 @@ BACKEND_PACKAGES = (
     "serving.triton.package",
     "serving.ray_serve.package",
     "serving.fastapi.package",
+    "serving.torchserve.package",
 )
 
 

@@ -22,7 +22,11 @@ SESSION_VARIABLE = "TIERBENCH_TEST_SESSION"
 TOKEN_VARIABLE = "TIERBENCH_TEST_OWNER"
 os.environ.setdefault(SESSION_VARIABLE, uuid.uuid4().hex)
 SERVER_PROCESS_NAMES = ("tritonserver", "triton_python_backend_stub", "raylet", "gcs_server", "ray::",
-                        "default_worker.py", "ServeReplica", "ServeController")
+                        "default_worker.py", "ServeReplica", "ServeController",
+                        # TorchServe: its launcher, its Java frontend, its Python model workers
+                        "ts.model_server", "org.pytorch.serve", "model_service_worker",
+                        # the FastAPI service's uvicorn
+                        "serving.fastapi.app")
 
 
 def marked_processes(variable: str, value: str) -> set[int]:

@@ -25,14 +25,16 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
     assert families == {"pytorch": "pytorch", "pytorch_fp16": "pytorch", "pytorch_compile": "pytorch",
                         "pytorch_batched": "pytorch", "pytorch_batched_20ms": "pytorch", "pytorch_direct": "pytorch",
                         "triton_onnx": "triton_onnx", "triton_onnx_dynbatch": "triton_onnx", "triton_trt": "triton_trt",
-                        "triton_trt_fp16": "triton_trt", "triton_trt_dynbatch": "triton_trt"}
+                        "triton_trt_fp16": "triton_trt", "triton_trt_dynbatch": "triton_trt", "fastapi": "fastapi",
+                        "torchserve": "torchserve", "torchserve_batched": "torchserve"}
 
 
 def test_variants_differ_from_their_class_defaults_only_where_they_say() -> None:
     cfg = compose()
     differs = {name: {k: v for k, v in dataclasses.asdict(backend_settings(cfg, name)).items()
                       if v != dataclasses.asdict(type(backend_settings(cfg, name))())[k]} for name in cfg.backends}
-    assert differs["pytorch"] == differs["triton_onnx"] == {}
+    assert differs["pytorch"] == differs["triton_onnx"] == differs["fastapi"] == differs["torchserve"] == {}
+    assert differs["torchserve_batched"] == {"batch_size": 8, "max_batch_delay_ms": 2}
     assert differs["pytorch_batched_20ms"] == {"batching": True, "batch_wait_timeout_s": 0.02,
                                                "max_ongoing_requests": 64}
     assert differs["triton_trt_fp16"] == {"accelerator": "tensorrt", "fp16": True, "start_timeout_s": 900.0}
@@ -116,7 +118,7 @@ BAD_KEYS_AND_TYPES = [
     ("backends.triton_onnx.instance_count=two", "backends.triton_onnx.instance_count='two' is not allowed: Value"),
     ("+backends.mine={accelerator: cuda}", "backends.mine={'accelerator': 'cuda'} is not allowed: an entry extends "
                                            "its class's settings: add it with +backend@backends.mine=<triton | "
-                                           "ray_serve>"),
+                                           "ray_serve | fastapi | torchserve>"),
 ]
 
 

@@ -1,0 +1,262 @@
+"""PyTorch behind TorchServe (`torchserve`): tierbench's handler (serving/torchserve/handler.py) in TorchServe's Python
+workers, the model run as in every PyTorch server here (`serving.pytorch.runner`), behind TorchServe's own REST and
+gRPC inference APIs, from a `TorchServeHost` actor on the tier's node.
+
+Clients speak TorchServe's native APIs (serving/torchserve/clients.py): REST `POST /predictions/<model>` (a float32
+body, multipart JPEGs, or base64 JPEGs in JSON) and gRPC `InferenceAPIsService/Predictions`. TorchServe's batcher
+merges up to `batch_size` REQUESTS (not images) per handler call, which runs one forward pass for all their images.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+from dataclasses import asdict
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from serving.backend import Backend, BackendContext, ServerHandle
+from serving.clients.base import ClientSpec
+from serving.models import ModelSource
+from serving.protocols import InputFormat
+from serving.pytorch.facts import TorchFacts
+from serving.torchserve import config as ts_config
+from serving.torchserve.facts import TorchServeFacts
+from serving.torchserve.metrics import HANDLER_COUNTERS, breakdown, served_images
+from serving.torchserve.settings import TorchServeSettings
+
+log = logging.getLogger(__name__)
+
+CLIENTS = {"http": "serving.torchserve.clients.TorchServeRestClient",
+           "grpc": "serving.torchserve.clients.TorchServeGrpcClient"}
+JSON_CLIENT = "serving.clients.json_images.JsonImagesClient"  # jpeg_base64, to /predictions/<model>
+HOST_CALL_MARGIN_S = 60.0  # beyond the server's own start timeout: archiving, and the actor's own start
+
+
+class TorchServeBackend(Backend):
+    settings: TorchServeSettings
+
+    def __init__(self, context: BackendContext, settings: TorchServeSettings) -> None:
+        super().__init__(context, settings)
+        self.options = settings.torch_options()
+        self._actor: Any = None  # the TorchServeHost while the server runs
+
+    @property
+    def numerics(self) -> str:
+        """fp16 with half precision: its outputs are compared with the fp16 tolerance."""
+        return "fp16" if self.settings.half else "fp32"
+
+    @property
+    def device(self) -> str:
+        return self.context.node.facts(TorchFacts).device
+
+    def variant(self) -> ts_config.TorchServeVariant:
+        """What the host actor renders and serves."""
+        s = self.settings
+        return ts_config.TorchServeVariant(
+            workers=s.workers, batch_size=s.batch_size, max_batch_delay_ms=s.max_batch_delay_ms,
+            job_queue_size=s.job_queue_size, response_timeout_s=s.response_timeout_s, device=self.device,
+            torch_threads=s.torch_threads, options=asdict(self.options),
+            warmup_batch_sizes=tuple(int(b) for b in self.context.warmup_batch_sizes))
+
+    def actor_options(self) -> dict[str, Any]:
+        """The host actor's placement: the tier's node, and a GPU fraction where Ray schedules GPUs (Ray then pins
+        TorchServe and its workers to that GPU with CUDA_VISIBLE_DEVICES)."""
+        options: dict[str, Any] = {"num_cpus": 0.01, **self.context.ray_options}
+        if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.settings.num_gpus > 0:
+            options["num_gpus"] = self.settings.num_gpus
+        return options
+
+    def runs_on(self) -> str:
+        facts, torch = self.context.node.facts(TorchServeFacts), self.context.node.facts(TorchFacts)
+        server = f"TorchServe {facts.version}" if facts.version else "TorchServe"
+        return f"{server}, torch {torch.version + ' ' if torch.version else ''}on {self.device}"
+
+    def gpu_tier_reason(self) -> str | None:
+        """A GPU tier needs torch to see the node's GPU: a CPU build, or a CUDA build the driver cannot run, would
+        put the workers on the CPU."""
+        ctx = self.context
+        reason = super().gpu_tier_reason()
+        if reason or not ctx.requires_gpu:
+            return reason
+        return ctx.node.facts(TorchFacts).gpu_tier_reason(ctx.node, ctx.tier, "TorchServe's workers")
+
+    def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
+        node = self.context.node
+        if protocol not in CLIENTS:
+            if protocol.endswith("shm"):
+                return (f"{protocol}: shared-memory transport is a Triton feature; TorchServe takes requests over "
+                        "sockets only")
+            return f"TorchServe has no {protocol!r} client here (supported: {sorted(CLIENTS)})"
+        if input_format not in list(InputFormat):
+            return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
+        if input_format == InputFormat.JPEG_BASE64 and protocol == "grpc":
+            return ("TorchServe's gRPC PredictionsRequest carries map<string, bytes>: base64 in JSON is a REST "
+                    "workaround (the TorchServe post has no such cell either)")
+        if not ModelSource(self.context.model.source).pytorch:
+            return (f"model {self.context.model.name} is an ONNX file (model.source={self.context.model.source}): "
+                    "PyTorch cannot run it; the Triton backends serve it")
+        problem = node.facts(TorchServeFacts).problem
+        if problem:
+            return f"TorchServe cannot start on node {node.hostname}: {problem}"
+        reason = self.gpu_tier_reason()
+        if reason:
+            return reason
+        reason = self.options.unsupported_reason(self.device)
+        if reason:
+            return f"{reason}; node {node.hostname} has none ({node.gpu_name})"
+        return None
+
+    def start(self) -> ServerHandle:
+        import ray
+
+        from serving.torchserve.host import TorchServeHost
+
+        ctx = self.context
+        actor_cls = ray.remote(TorchServeHost).options(**self.actor_options())
+        self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), self.variant(), ctx.host)
+        try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
+            ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise TimeoutError(f"{ctx.name}: the TorchServe host actor is still pending after "
+                               f"{ctx.start_timeout_s:g} s; it asks for {self.actor_options()}: are the node's "
+                               "resources taken?") from exc
+        try:
+            info: dict[str, Any] = ray.get(self._actor.start.remote(self.start_timeout_s),
+                                           timeout=self.start_timeout_s + HOST_CALL_MARGIN_S)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise TimeoutError(f"{ctx.name}: TorchServe did not report ready within {self.start_timeout_s:g} s "
+                               f"(raise backends.{ctx.name}.start_timeout_s for a slow warm-up)") from exc
+        return self._handle(info)
+
+    def _handle(self, info: dict[str, Any]) -> ServerHandle:
+        """The running server as the sweep sees it, from what its host returned."""
+        ctx, ports = self.context, info["ports"]
+        host = ctx.client_host
+        workers = info["workers"]
+        log.info("%s: TorchServe %s serving %s on %s (%d workers)", ctx.name, info["server_version"],
+                 ctx.model.name, info["device"], len(workers))
+        return ServerHandle(
+            server_mode="torchserve",
+            urls={"http": f"http://{host}:{ports['inference']}", "grpc": f"{host}:{ports['grpc_inference']}",
+                  "management": f"http://{host}:{ports['management']}",
+                  "metrics": f"http://{host}:{ports['metrics']}/metrics"},
+            params=self._params(info),
+            startup_s=info["startup_s"],
+            metrics=self._start_metrics(info),
+            artifacts=info["configs"],
+            node_id=info.get("node_id"),
+            gpu_ids=tuple(info.get("gpu_ids") or ()),
+            # Every worker's own torch device, as its handler reported it after warm-up.
+            on_gpu=bool(workers) and all(str(w["device"]).startswith("cuda") for w in workers),
+        )
+
+    def _params(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Trial params: device, precision, compile, the workers and batcher, where it runs."""
+        workers = info["workers"]
+        first = workers[0] if workers else {}
+        params: dict[str, Any] = {
+            "device": info["device"], "torchserve_workers": self.settings.workers,
+            "torch_dtype": first.get("dtype", ""), "torch_compile": bool(first.get("torch_compile")),
+            "torch_threads": first.get("torch_threads", ""),
+            "torchserve_version": info["server_version"], "server_node_id": info.get("node_id") or "",
+            "server_hostname": info["hostname"], **self.batching_params(),
+            "server_warmup_batch_sizes": ",".join(str(b) for b in self.context.warmup_batch_sizes)}
+        if first.get("model_file"):
+            params["server_model_file"] = first["model_file"]  # the copy the workers loaded (serving.model_files)
+        if self.options.compile:
+            params["torch_compile_mode"] = self.options.compile_mode or "default"
+            params["torch_compile_backend"] = self.options.compile_backend
+        if "num_gpus" in self.actor_options():
+            params["server_num_gpus"] = self.settings.num_gpus
+        if info.get("gpu_ids"):
+            params["server_gpu_ids"] = ",".join(str(i) for i in info["gpu_ids"])
+        return params
+
+    def _start_metrics(self, info: dict[str, Any]) -> dict[str, float]:
+        """What the start cost: archiving, the server to every worker READY (warm-up included), each worker's warm-up
+        and compile (the slowest worker's)."""
+        metrics = {"server_ready_s": float(info["ready_s"]), "server_archive_s": float(info["archive_s"])}
+        for key, name in (("warmup_s", "server_warmup_s"), ("warmup_first_call_s", "server_warmup_first_call_s"),
+                          ("torch_compile_s", "torch_compile_s")):
+            values = [float(w[key]) for w in info["workers"] if key in w]
+            if values:
+                metrics[name] = max(values)
+        return metrics
+
+    def batching_params(self) -> dict[str, Any]:
+        """Server-side batching in the terms every server shares (see TritonBackend.batching_params); TorchServe's
+        max batch counts requests, each of any number of images."""
+        s, on = self.settings, self.settings.batch_size > 1
+        return {"server_batching": on, "server_instances": s.workers,
+                "server_max_batch_size": s.batch_size if on else 0,
+                "server_batch_wait_ms": float(s.max_batch_delay_ms) if on else 0.0,
+                "server_preferred_batch_sizes": ""}
+
+    def stop(self) -> dict[str, str]:
+        import ray
+
+        if self._actor is None:
+            return {}
+        actor, self._actor = self._actor, None
+        try:
+            return ray.get(actor.stop.remote(self.context.stop_timeout_s), timeout=self.context.stop_timeout_s + 30)
+        except Exception as exc:  # noqa: BLE001 - the actor may be dead; its server dies with it (parent-death signal)
+            log.warning("%s: stopping the TorchServe host failed (%s); killing the actor", self.context.name, exc)
+            return {}
+        finally:
+            ray.kill(actor)
+
+    def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
+        import ray
+
+        # Scraped on the server's node: the metrics port listens on the node's loopback.
+        return ray.get(self._actor.counters.remote(), timeout=30)
+
+    def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        """Per request: the frontend's time from arrival to answer and queued (REST trials only: TorchServe adds
+        gRPC requests to neither sum), and the mean images per forward pass."""
+        return breakdown(before, after)
+
+    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
+        return served_images(before, after)
+
+    def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
+        """REST clients post to `/predictions/<model>` (jpeg_base64 through the shared JSON client); gRPC clients
+        call the inference port."""
+        name = self.context.model.name
+        if protocol == "http":
+            target = JSON_CLIENT if input_format == InputFormat.JPEG_BASE64 else CLIENTS["http"]
+            return self._spec(target, f"{handle.urls['http']}/predictions/{name}", name, input_format, batch_size)
+        return self._spec(CLIENTS[protocol], handle.urls[protocol], name, input_format, batch_size)
+
+    def deploy_files(self, rendered: dict[str, str]) -> dict[str, str]:
+        """TorchServe serving these settings outside tierbench, from one folder: `run.sh` (the archiver and
+        torchserve commands), the handler and its JSON, config.properties on TorchServe's default ports, the
+        metrics and log configs. The handler imports `serving.*`: tierbench must be installed where it runs."""
+        model = OmegaConf.to_container(self.context.model, resolve=True)
+        name, variant, store = str(model["name"]), self.variant(), "model_store"
+        # The measured server's own (saved with its files), else rendered here (that needs torchserve installed).
+        metrics_yaml = rendered.get("metrics.yaml") or ts_config.metrics_yaml(HANDLER_COUNTERS)
+        archiver = ["torch-model-archiver", *ts_config.archiver_args(name, ts_config.HANDLER_FILE,
+                                                                     [ts_config.HANDLER_CONFIG], store)]
+        server = ["torchserve", *ts_config.torchserve_args(name, store, "config.properties", "log4j2.xml")]
+        weights = f" It reads {model.get('weights') or model.get('path')} (the measured node's copy)." \
+            if model.get("weights") or model.get("path") else ""
+        run = (f"#!/usr/bin/env bash\n# TorchServe serving {name} with the settings of backend entry "
+               f"{self.context.name} (device {variant.device}).\n# Needs Java and, in this Python environment, "
+               f"torchserve, torch-model-archiver and tierbench (the handler imports serving.*).{weights}\n"
+               f"set -euo pipefail\ncd \"$(dirname \"$0\")\"\nmkdir -p {store}\n"
+               f"{shlex.join(archiver)}\nexec {shlex.join(server)}\n")
+        return {
+            "run.sh": run,
+            ts_config.HANDLER_FILE: ts_config.HANDLER_SOURCE.read_text(),
+            ts_config.HANDLER_CONFIG: json.dumps(ts_config.handler_config(model, variant, None), indent=2),
+            "config.properties": ts_config.properties(name, model, variant, self.context.host, ts_config.Ports(),
+                                                      store, "metrics.yaml"),
+            "metrics.yaml": metrics_yaml,
+            "log4j2.xml": ts_config.LOG4J2,
+        }
+
