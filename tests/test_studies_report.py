@@ -65,8 +65,8 @@ def test_the_torchserve_post_table_and_the_format_held_apart() -> None:
     text = _section()
     post = text.split("The TorchServe post: REST vs gRPC")[1].split("Input format")[0]
     assert "| REST | 25.0 | 130.0 (c=8) |" in post
-    assert "| gRPC | skipped: TorchServe's gRPC carries bytes | skipped: TorchServe's gRPC carries bytes | 15.0 |" \
-           in post
+    assert "| gRPC | skipped | skipped | 15.0 | 66.0 (c=1) |" in post
+    assert "gRPC B64: skipped: TorchServe's gRPC carries bytes" in post and "REST Binary: not in this sweep" in post
     fmt = text.split("#### Input format, on the same server")[1]
     assert "| FastAPI | 1 | 20.0 | 15.0 | 1.33× | 4,000 | 3,000 |" in fmt
 

@@ -429,6 +429,9 @@ BATCH_DELAY_MS = 50  # long enough that concurrent requests surely meet in Torch
 def server() -> Iterator[tuple[TorchServeBackend, ServerHandle, Any]]:
     from serving.torchserve.host import TorchServeHost
 
+    problem = TorchServeFacts.probe().problem
+    if problem:
+        pytest.skip(f"TorchServe cannot start here: {problem}")
     backend = backend_on(batch_size=4, max_batch_delay_ms=BATCH_DELAY_MS, torch_threads=1)
     with owned_environment():  # fails if the launcher, the frontend or a worker outlives the stop
         host = TorchServeHost(MODEL, backend.variant(), "127.0.0.1")
