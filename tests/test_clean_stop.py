@@ -1,5 +1,6 @@
-"""Ctrl-C (SIGINT) or SIGTERM in the middle of a sweep stops Triton, its stubs, the Ray Serve app, the client
-actors and the Ray the sweep started: nothing of it is left in the process table."""
+"""Ctrl-C (SIGINT) or SIGTERM in the middle of a sweep stops Triton, its stubs, the Ray Serve app, TorchServe (its
+Java frontend and Python workers), the FastAPI service, the client actors and the Ray the sweep started: nothing of
+it is left in the process table."""
 
 from __future__ import annotations
 
@@ -13,19 +14,25 @@ from tests.sweep_process import SweepProcess
 
 pytestmark = pytest.mark.slow
 
-MATRIX = ["experiment.backends=[triton_onnx,pytorch]", "experiment.protocols=[http]",
-          "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]", "experiment.concurrency=[1,2]",
-          "experiment.window_s=2", "experiment.stability.windows=1", "experiment.warmup_s=0.3",
-          "experiment.warmup_requests=2"]
+MATRIX = ["experiment.protocols=[http]", "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
+          "experiment.concurrency=[1,2]", "experiment.window_s=2", "experiment.stability.windows=1",
+          "experiment.warmup_s=0.3", "experiment.warmup_requests=2"]
+# (signal, backends, the trial during which it arrives, the server process that must be running then): Triton and
+# its stubs, a Ray Serve replica, TorchServe's Java frontend (its launcher and Python workers with it), uvicorn.
+CASES = [(signal.SIGINT, "triton_onnx,pytorch", 1, "tritonserver"), (signal.SIGTERM, "triton_onnx,pytorch", 3,
+                                                                      "ServeReplica"),
+         (signal.SIGINT, "torchserve,fastapi", 1, "org.pytorch.serve"), (signal.SIGINT, "fastapi,torchserve", 1,
+                                                                          "serving.fastapi.app")]
 
 
-@pytest.mark.parametrize("signum,while_running", [(signal.SIGINT, "tritonserver"), (signal.SIGTERM, "ServeReplica")])
-def test_signal_mid_sweep_leaves_nothing_running(tmp_path: Path, signum: int, while_running: str) -> None:
+@pytest.mark.parametrize("signum,backends,trial,while_running", CASES, ids=[case[3] for case in CASES])
+def test_signal_mid_sweep_leaves_nothing_running(tmp_path: Path, signum: int, backends: str, trial: int,
+                                                 while_running: str) -> None:
     before = server_processes()
-    sweep = SweepProcess(tmp_path, "sweep_id=interrupted", *MATRIX)
+    sweep = SweepProcess(tmp_path, "sweep_id=interrupted", f"experiment.backends=[{backends}]", *MATRIX)
     try:
         # Interrupt during the first trial of the group whose server we want to catch running.
-        sweep.wait_for(r"\[1/4\]" if while_running == "tritonserver" else r"\[3/4\]")
+        sweep.wait_for(rf"\[{trial}/4\]")
         wait_for_process(while_running, before)  # the server is running when the signal arrives
         sweep.proc.send_signal(signum)
         code = sweep.wait(timeout_s=120)
