@@ -1,9 +1,11 @@
-"""One real, lean fair-comparison sweep on this machine: both servers, with and without server-side batching,
-JPEG and tensor input over HTTP and gRPC (and shared memory for Triton), every group checked against the
-PyTorch reference first. And a deliberately wrong model (other weights) caught by that check."""
+"""One real, lean fair-comparison sweep on this machine: every server (Triton and Ray Serve with and without
+server-side batching, the FastAPI service, TorchServe), JPEG and tensor input over HTTP and gRPC (and shared memory
+for Triton), base64 JPEGs where a server takes JSON, every group checked against the PyTorch reference first, and the
+report's tables of the studies from it. And a deliberately wrong model (other weights) caught by that check."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.slow
 LEAN = ["experiment.batch_sizes=[1]", "experiment.concurrency=[2]", "experiment.window_s=1.5",
         "experiment.stability.windows=1",
         "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "crosscheck.images=4"]
+VARIANTS = ("pytorch", "pytorch_batched", "triton_onnx", "triton_onnx_dynbatch")
 BATCHING_PARAMS = {"server_batching", "server_max_batch_size", "server_batch_wait_ms", "server_instances",
                    "server_preferred_batch_sizes"}
 
@@ -32,11 +35,13 @@ def _my_regions() -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def fair_runs(tmp_path_factory: pytest.TempPathFactory) -> list:
+def fair_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
+    """The sweep's store and its runs."""
     tmp = tmp_path_factory.mktemp("fair")
     cfg = compose(["experiment=fair_comparison", *store_overrides(tmp, "fair-e2e", premigrated=True), *LEAN,
-                          "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynbatch]",
-                          "experiment.protocols=[http,grpc,http_shm,grpc_shm]"])
+                   f"experiment.backends=[{','.join(VARIANTS)},fastapi,torchserve]",
+                   "experiment.protocols=[http,grpc,http_shm,grpc_shm]",
+                   "experiment.input_formats=[jpeg,tensor,jpeg_base64]"])
     regions_before = _my_regions()
     with owned_environment():  # fails if the sweep left a process running
         code = run_sweep(cfg)
@@ -44,25 +49,59 @@ def fair_runs(tmp_path_factory: pytest.TempPathFactory) -> list:
     runs = helpers.runs(store_uri(tmp), sweep_id="fair-e2e")
     failed = [(r.info.run_name, r.data.tags.get("reason")) for r in runs if r.data.tags["status"] == "failed"]
     assert code == 0 and not failed, failed
-    return runs
+    return store_uri(tmp), runs
+
+
+@pytest.fixture(scope="module")
+def fair_runs(fair_sweep: tuple[str, list]) -> list:
+    return fair_sweep[1]
 
 
 def test_every_backend_takes_jpeg_and_tensor_over_http_and_grpc(fair_runs) -> None:
     ok = {(r.data.params["backend_variant"], r.data.params["protocol"], r.data.params["input_format"])
           for r in fair_runs if r.data.tags["status"] == "ok"}
-    variants = ("pytorch", "pytorch_batched", "triton_onnx", "triton_onnx_dynbatch")
-    assert {(v, p, f) for v in variants for p in ("http", "grpc") for f in ("jpeg", "tensor")} <= ok
-    # Shared memory: Triton's, on both wire protocols and both inputs; Ray Serve's trials say why not.
-    assert {(v, p, f) for v in variants[2:] for p in ("http_shm", "grpc_shm") for f in ("jpeg", "tensor")} <= ok
+    for variant in (*VARIANTS, "torchserve"):
+        assert {(variant, p, f) for p in ("http", "grpc") for f in ("jpeg", "tensor")} <= ok, variant
+    assert {("fastapi", "http", f) for f in ("jpeg", "tensor")} <= ok, "FastAPI speaks HTTP only"
+    # Base64 JPEGs in JSON: over HTTP, on every server with a JSON API.
+    assert {(v, "http", "jpeg_base64") for v in ("pytorch", "pytorch_batched", "fastapi", "torchserve")} <= ok
+    # Shared memory: Triton's, on both wire protocols and both inputs; the others' trials say why not.
+    assert {(v, p, f) for v in VARIANTS[2:] for p in ("http_shm", "grpc_shm") for f in ("jpeg", "tensor")} <= ok
     skipped = [r for r in fair_runs if r.data.tags["status"] == "skipped"]
-    assert {r.data.params["backend"] for r in skipped} == {"pytorch"}
-    assert all("shared-memory transport is a Triton feature" in r.data.tags["reason"] for r in skipped)
+    reasons = {(r.data.params["backend"], r.data.params["protocol"], r.data.params["input_format"]):
+               r.data.tags["reason"] for r in skipped}
+    assert all("shared-memory" in why for (_, protocol, fmt), why in reasons.items()
+               if protocol.endswith("shm") and fmt != "jpeg_base64")
+    assert "Triton's APIs take tensors" in reasons[("triton_onnx", "http", "jpeg_base64")]
+    assert "speaks HTTP only" in reasons[("fastapi", "grpc", "tensor")]
+    assert "map<string, bytes>" in reasons[("torchserve", "grpc", "jpeg_base64")]
+    assert "over gRPC the deployment takes the JPEG files as bytes" in reasons[("pytorch", "grpc", "jpeg_base64")]
+
+
+def test_every_measurement_is_the_compiled_engines_but_shared_memory(fair_runs) -> None:
+    for run in (r for r in fair_runs if r.data.tags["status"] == "ok"):
+        engine = "python" if run.data.params["protocol"].endswith("shm") else "compiled"
+        assert run.data.params["load_engine"] == engine, run.info.run_name
+
+
+def test_the_report_has_the_studies_tables(fair_sweep, tmp_path: Path) -> None:
+    from experiments.report.build import ReportOptions, build_report
+    from experiments.report.data import load_sweep
+
+    data = load_sweep(fair_sweep[0], "tierbench", "fair-e2e")
+    text = build_report(data, tmp_path, ReportOptions()).document.to_markdown()
+    studies = text.split("## The studies, reproduced")[1].split("\n## ")[0]
+    assert "| PyTorch FastAPI HTTP (base64 JPEG) |" in studies and "| ONNX gRPC/HTTP |" in studies
+    assert "Triton TRT HTTP: not in this sweep" in studies
+    assert "| REST |" in studies and "| gRPC | skipped | skipped |" in studies
+    assert "| FastAPI | 1 |" in studies and "| TorchServe REST | 1 |" in studies
 
 
 def test_same_images_same_payload_on_every_backend_and_protocol(fair_runs) -> None:
     spec = ClientSpec(target="", url="", model_name="", input_format="jpeg", batch_size=1, input_shape=(3, 224, 224),
                       output_shape=(1000,))
-    expected = {"jpeg": float(sum(len(i) for i in jpeg_batch(spec))), "tensor": 602_112.0}
+    expected = {"jpeg": float(sum(len(i) for i in jpeg_batch(spec))), "tensor": 602_112.0,
+                "jpeg_base64": float(sum(len(base64.b64encode(i)) for i in jpeg_batch(spec)))}
     for run in fair_runs:
         if run.data.tags["status"] == "ok":
             assert run.data.metrics["payload_bytes"] == expected[run.data.params["input_format"]], run.info.run_name

@@ -187,6 +187,16 @@ def test_a_failure_stops_the_engine_with_its_cause_and_keeps_what_it_measured(ca
         assert done(batch).size >= 25  # what completed before the failure was written out
 
 
+def test_answers_of_text_may_vary_in_size_when_the_request_says_so() -> None:
+    """JSON numbers change length with their digits (a batched forward pass): `--any-size` (WireRequest.sized=False)
+    takes them; without it the same server fails the load (above)."""
+    with http_server(HttpBehaviour(body=BODY, vary_after=30)) as srv:
+        batch, code, err, _ = run_engine(http_wire(srv.port), ["--closed", "2"], 1.5, "--any-size")
+    assert code == 0, err
+    sizes = set(done(batch)["bytes"].tolist())
+    assert len(sizes) == 2 and done(batch).size > 30
+
+
 def _closed_port() -> int:
     import socket
 

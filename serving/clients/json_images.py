@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -98,7 +99,7 @@ class JsonImagesClient(InferenceClient):
         return None
 
     def wire_request(self) -> WireRequest:
-        return http1_wire(self._url, self._request_bytes())
+        return replace(http1_wire(self._url, self._request_bytes()), sized=False)  # JSON numbers vary in length
 
     def check_wire_response(self, body: bytes) -> None:
         self.check_logits(decode_outputs(body))

@@ -19,6 +19,9 @@ class WireRequest:
     port: int
     payload: bytes
     headers: tuple[tuple[str, str], ...] = ()
+    # Every answer has the first one's size (binary outputs): the engine checks that of each response. False for a
+    # text answer (JSON numbers: a batched forward pass changes their digits, not the answer).
+    sized: bool = True
 
 
 def http1_wire(url: str, request: bytes) -> WireRequest:

@@ -62,6 +62,8 @@ class CompiledLoad(LoadGenerator):
                 "--timeout", f"{self.timeout_s:g}", "--max-in-flight", str(self.max_in_flight),
                 "--nice", str(ENGINE_NICENESS), "--drain", f"{DRAIN_S:g}",
                 "--first-response", str(folder / "first-response.bin")]
+        if not wire.sized:
+            args.append("--any-size")
         if wire.headers:
             (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
             args += ["--headers", str(folder / "headers.txt")]

@@ -59,7 +59,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ENGINE_VERSION "1"
+#define ENGINE_VERSION "2"  /* 2: --any-size */
 
 enum { KIND_DONE = 1, KIND_HEARTBEAT = 2, KIND_ERROR = 3, KIND_READY = 4 };
 
@@ -238,6 +238,7 @@ static struct {
     const char *first_response_path;
     int nice;  /* INT32_MIN: leave the inherited one */
     int64_t drain_ns;
+    int any_size;  /* responses may differ in size (text: JSON numbers); else each must be the first's size */
 } cfg = {.nice = INT32_MIN, .drain_ns = 3000000000LL, .max_in_flight = 1024, .connections = 1, .timeout_ns = 60000000000LL, .heartbeat_ns = 5000000LL};
 
 static void load_headers(const char *path) {
@@ -334,7 +335,7 @@ static void finished(struct req *r) {
         if (r->grpc_status < 0) die("the gRPC response ended without a grpc-status");
         die("gRPC status %d: %s", r->grpc_status, r->message);
     }
-    if (expected_bytes < 0) expected_bytes = r->bytes;
+    if (expected_bytes < 0 || cfg.any_size) expected_bytes = r->bytes;
     else if (r->bytes != expected_bytes)
         die("response of %lld bytes where the first was %lld: the server answered something else",
             (long long)r->bytes, (long long)expected_bytes);
@@ -1132,7 +1133,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: loadgen (--http1 HOST PORT | --h2 HOST PORT --headers FILE) --request FILE (--closed N | --open "
             "GAPS) [--max-in-flight N] [--connections N] [--timeout S] [--first-response FILE] [--heartbeat-ms MS] "
-            "[--nice N] [--drain S] | --version\n");
+            "[--nice N] [--drain S] [--any-size] | --version\n");
     exit(64);
 }
 
@@ -1176,6 +1177,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--heartbeat-ms")) cfg.heartbeat_ns = (int64_t)(atof(NEXT()) * 1e6);
         else if (!strcmp(a, "--nice")) cfg.nice = atoi(NEXT());
         else if (!strcmp(a, "--drain")) cfg.drain_ns = (int64_t)(atof(NEXT()) * 1e9);
+        else if (!strcmp(a, "--any-size")) cfg.any_size = 1;
         else usage();
 #undef NEXT
     }
