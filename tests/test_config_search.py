@@ -177,3 +177,21 @@ def test_the_report_says_what_to_deploy(searched) -> None:
             "images at 240.0 img/s within p99 ≤ 50 ms; 1.20× cheaper than the runner-up, a100 ($0.00025); 1.60× "
             "cheaper than its default settings.**") in text
     assert "| a100 | triton_onnx_dynbatch/grpc/tensor/b1 | instance_count=2, max_queue_delay_us=2000 | 400.0 |" in text
+
+
+def test_the_fastapi_service_and_torchserve_are_searched_like_the_others() -> None:
+    spaces = ["experiment.backends=[fastapi,torchserve]", "experiment.protocols=[http]",
+              "+experiment.search.space.fastapi={workers: [1, 2]}",
+              "+experiment.search.space.torchserve={batch_size: [1, 4], max_batch_delay_ms: [2, 10], workers: [1, 2]}"]
+    cfg = compose([*CHEAPEST, *spaces])
+    validate(cfg)
+    assert space_of(cfg, "torchserve") == {"batch_size": [1, 4], "max_batch_delay_ms": [2, 10], "workers": [1, 2]}
+    name = add_candidate(cfg, "torchserve", {"batch_size": 4, "max_batch_delay_ms": 10, "workers": 2})
+    assert name == "torchserve+batch_size=4+max_batch_delay_ms=10+workers=2"
+    candidate = backend_settings(cfg, name)
+    assert (candidate.batch_size, candidate.max_batch_delay_ms, candidate.workers, candidate.family) == (
+        4, 10, 2, "torchserve")
+    assert "backends.torchserve.max_batch_delay_ms=0 is not allowed" in refused(
+        *spaces[:2], "+experiment.search.space.torchserve={max_batch_delay_ms: [0, 5]}")
+    assert "not a setting the search varies for fastapi" in refused(
+        *spaces[:2], "+experiment.search.space.fastapi={half: [true, false]}")
