@@ -23,7 +23,7 @@ def local_tier(cfg: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
 
     from experiments.cluster.connection import ray_cluster
     from experiments.cluster.tiers import placement_options
-    from serving.node import describe_node
+    from serving.probe import describe_node
 
     with ray_cluster(cfg.cluster, "local"):
         options = placement_options("local")

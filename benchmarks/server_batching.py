@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from experiments.cluster.connection import ray_cluster
     from experiments.cluster.tiers import placement_options
     from experiments.measure.client_actor import ClientPool
-    from serving.node import describe_node
+    from serving.probe import describe_node
 
     cfg = compose_config(args)
     started, load_before = time.time(), os.getloadavg()

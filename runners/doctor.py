@@ -1,6 +1,6 @@
 """`python -m runners.doctor [--tier T]`: can this node serve the tier it would declare? One table, read in seconds.
 
-It probes the node as a sweep would (`serving.node.describe_node`: Python, Ray, GPUs, driver and CUDA through NVML, and
+It probes the node as a sweep would (`serving.probe.describe_node`: Python, Ray, GPUs, driver and CUDA through NVML, and
 each backend package's own facts: torch and the CUDA it was built for, the ONNX Runtime providers that load in a
 session, the Triton that would serve, TorchServe and its Java, ...; the compiled load engine, built here if it is not
 yet, and whether it starts), then asks every backend
@@ -140,7 +140,7 @@ def render(node: Any, diagnosis: Diagnosis) -> str:
 def check(tier: str | None, emulated: bool = False, gpu_tier_default: bool = True) -> tuple[bool, str]:
     """Probe this node and judge it for `tier` (None: the tier its GPU matches, else local, when
     `gpu_tier_default`; no tier at all otherwise). Returns (ok, the table)."""
-    from serving.node import describe_node
+    from serving.probe import describe_node
 
     node = describe_node()
     if tier is None and gpu_tier_default:

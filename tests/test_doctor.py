@@ -27,7 +27,7 @@ cpu_machine = pytest.mark.skipif(has_gpu(), reason="asserts what a machine witho
 
 @pytest.fixture(scope="module")
 def this_node():
-    from serving.node import describe_node
+    from serving.probe import describe_node
 
     return describe_node()
 
@@ -64,8 +64,12 @@ def test_the_local_tier_runs_the_cpu_variants_and_skips_the_gpu_ones_with_the_sw
     assert diagnosis.ok
     table = render(this_node, diagnosis)
     assert "OK: this node can serve tier local" in table and "triton_trt_fp16       skipped  (as triton_trt)" in table
-    for row in ("Python", "Ray", "GPU", "torch", "ONNX Runtime", "Triton", "Load engine"):
+    for row in ("Python", "Ray", "GPU", "torch", "ONNX Runtime", "Triton", "FastAPI", "TorchServe", "Load engine"):
         assert f"\n  {row} " in table
+    assert table.count("\n  torch ") == 1, "a row several backends share, once"
+    assert "Java 17" in table.split("\n  TorchServe ")[1].splitlines()[0]
+    for variant in ("fastapi", "torchserve", "torchserve_batched"):
+        assert verdicts[variant].runs, verdicts[variant].detail
 
 
 @cpu_machine

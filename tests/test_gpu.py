@@ -132,7 +132,7 @@ def test_a_restart_with_a_warm_engine_cache_loads_instead_of_rebuilding(tmp_path
     from experiments.cluster.connection import ray_cluster
     from experiments.cluster.tiers import placement_options
     from experiments.run.server_group import build_backend
-    from serving.node import describe_node
+    from serving.probe import describe_node
     from serving.triton.accelerators import engine_files
 
     cfg = compose(["experiment.batch_sizes=[1,4]", f"++backends.triton_trt.engine_cache_dir={tmp_path}"])

@@ -13,7 +13,7 @@ from experiments.cluster.tiers import placement_options
 from experiments.config.compose import compose
 from experiments.run.server_group import build_backend
 from serving.clients.base import ClientSpec
-from serving.node import describe_node
+from serving.probe import describe_node
 from serving.ray_serve.clients import TIMING_HEADER, encode_request
 
 pytestmark = pytest.mark.slow

@@ -31,7 +31,7 @@ def test_direct_ingress_trials_reach_the_replica_port_over_http_and_grpc() -> No
     from experiments.plan import Trial
     from experiments.run.server_group import build_backend
     from experiments.run.trial import run_trial
-    from serving.node import describe_node
+    from serving.probe import describe_node
 
     cfg = compose(["model=tiny", "experiment.backends=[pytorch,pytorch_direct]", "experiment.batch_sizes=[1]",
                           "cluster.serve_direct_ingress=true", "experiment.window_s=0.5", "experiment.warmup_s=0.2",

@@ -143,7 +143,7 @@ def serve_app() -> Iterator[dict[str, Any]]:
     from experiments.cluster.tiers import placement_options
     from experiments.measure.client_actor import ClientPool
     from experiments.run.server_group import build_backend
-    from serving.node import describe_node
+    from serving.probe import describe_node
 
     cfg = compose(["model=tiny", "experiment.backends=[pytorch]", "experiment.batch_sizes=[1]",
                    "experiment.window_s=0.5", "experiment.warmup_s=0.2", "experiment.stability.windows=1",

@@ -38,7 +38,8 @@ from experiments.run.resume import resume_command
 from experiments.run.server_group import Finish, ServerGroup, ServerRelay, StagedModel, build_backend
 from experiments.run.trial import new_record
 from serving.model_files import ShippedFile, ship, with_model_file
-from serving.node import NodeInfo, describe_node
+from serving.node import NodeInfo
+from serving.probe import describe_node
 
 log = logging.getLogger(__name__)
 NOT_RUN = "not run: "  # the reason of a trial whose node was lost before its turn

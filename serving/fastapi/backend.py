@@ -18,6 +18,7 @@ from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.fastapi.facts import FastApiFacts
 from serving.fastapi.settings import FastApiSettings
+from serving.host_actor import place_host, stop_host
 from serving.oip.protocol import model_signatures
 from serving.protocols import InputFormat, parse_protocol
 from serving.pytorch.facts import TorchFacts
@@ -96,13 +97,8 @@ class FastApiBackend(Backend):
         from serving.fastapi.host import FastApiHost
 
         ctx = self.context
-        self._actor = ray.remote(FastApiHost).options(**self.actor_options()).remote(
-            self.service_config(), ctx.host, self.settings.workers)
-        try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
-            ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
-        except ray.exceptions.GetTimeoutError as exc:
-            raise TimeoutError(f"{ctx.name}: the FastAPI host actor is still pending after {ctx.start_timeout_s:g} "
-                               f"s; it asks for {self.actor_options()}: are the node's resources taken?") from exc
+        self._actor = place_host(FastApiHost, self.actor_options(), (self.service_config(), ctx.host,
+                                                                     self.settings.workers), ctx, "FastAPI")
         info = ray.get(self._actor.start.remote(self.start_timeout_s), timeout=self.start_timeout_s + 60)
         runner = info["runner"]
         log.info("%s: FastAPI service on port %d (%d workers, %s)", ctx.name, info["port"], self.settings.workers,
@@ -119,18 +115,8 @@ class FastApiBackend(Backend):
                             gpu_ids=tuple(info["gpu_ids"]), on_gpu=str(runner["device"]).startswith("cuda"))
 
     def stop(self) -> dict[str, str]:
-        import ray
-
-        if self._actor is None:
-            return {}
         actor, self._actor = self._actor, None
-        try:
-            return ray.get(actor.stop.remote(self.context.stop_timeout_s), timeout=self.context.stop_timeout_s + 30)
-        except Exception as exc:  # noqa: BLE001 - the actor may be dead; its uvicorn dies with it (parent-death signal)
-            log.warning("%s: stopping the FastAPI host failed (%s); killing the actor", self.context.name, exc)
-            return {}
-        finally:
-            ray.kill(actor)
+        return stop_host(actor, self.context, "FastAPI") if actor is not None else {}
 
     def batching_params(self) -> dict[str, Any]:
         """Server-side batching in the terms every server shares (see TritonBackend.batching_params): none here."""

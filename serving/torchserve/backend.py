@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.host_actor import place_host, stop_host
 from serving.models import ModelSource
 from serving.protocols import InputFormat
 from serving.pytorch.facts import TorchFacts
@@ -115,14 +116,8 @@ class TorchServeBackend(Backend):
         from serving.torchserve.host import TorchServeHost
 
         ctx = self.context
-        actor_cls = ray.remote(TorchServeHost).options(**self.actor_options())
-        self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), self.variant(), ctx.host)
-        try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
-            ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
-        except ray.exceptions.GetTimeoutError as exc:
-            raise TimeoutError(f"{ctx.name}: the TorchServe host actor is still pending after "
-                               f"{ctx.start_timeout_s:g} s; it asks for {self.actor_options()}: are the node's "
-                               "resources taken?") from exc
+        self._actor = place_host(TorchServeHost, self.actor_options(), (OmegaConf.to_container(ctx.model, resolve=True),
+                                                                        self.variant(), ctx.host), ctx, "TorchServe")
         try:
             info: dict[str, Any] = ray.get(self._actor.start.remote(self.start_timeout_s),
                                            timeout=self.start_timeout_s + HOST_CALL_MARGIN_S)
@@ -196,18 +191,8 @@ class TorchServeBackend(Backend):
                 "server_preferred_batch_sizes": ""}
 
     def stop(self) -> dict[str, str]:
-        import ray
-
-        if self._actor is None:
-            return {}
         actor, self._actor = self._actor, None
-        try:
-            return ray.get(actor.stop.remote(self.context.stop_timeout_s), timeout=self.context.stop_timeout_s + 30)
-        except Exception as exc:  # noqa: BLE001 - the actor may be dead; its server dies with it (parent-death signal)
-            log.warning("%s: stopping the TorchServe host failed (%s); killing the actor", self.context.name, exc)
-            return {}
-        finally:
-            ray.kill(actor)
+        return stop_host(actor, self.context, "TorchServe") if actor is not None else {}
 
     def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
         import ray

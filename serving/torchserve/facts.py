@@ -1,6 +1,6 @@
 """What a node offers TorchServe: the torchserve and torch-model-archiver this interpreter imports, and the Java its
 launcher starts the frontend with (`$JAVA_HOME/bin/java`, else `java` on PATH, as `ts.model_server` picks it).
-Probed on the node itself (`serving.node.describe_node`): `java -version` once."""
+Probed on the node itself (`serving.probe.describe_node`): `java -version` once."""
 
 from __future__ import annotations
 

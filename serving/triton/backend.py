@@ -15,6 +15,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.host_actor import place_host, stop_host
 from serving.paths import MODEL_REPOSITORY
 from serving.protocols import InputFormat, parse_protocol
 from serving.triton.accelerators import gpu_extra
@@ -102,7 +103,8 @@ class TritonBackend(Backend):
         if input_format == InputFormat.JPEG_BASE64:
             return ("jpeg_base64 is a JSON API's format: Triton's APIs take tensors (its JPEG path, `jpeg`, takes the "
                     "files as a BYTES tensor, binary)")
-        reason = self.gpu_tier_reason() or self.server.unavailable_reason(node, self.settings.server)
+        reason = self.gpu_tier_reason() or self.server.unavailable_reason(node.facts(TritonFacts), node.hostname,
+                                                                          self.settings.server)
         if reason:
             return reason
         if shared_memory == "cuda" and not node.has_gpu:
@@ -132,15 +134,10 @@ class TritonBackend(Backend):
         from serving.triton.host import TritonServerHost
 
         ctx = self.context
-        actor_cls = ray.remote(TritonServerHost).options(**self.actor_options())
-        self._actor = actor_cls.remote(OmegaConf.to_container(ctx.model, resolve=True), self.variant(),
-                                       self.settings.server, ctx.host, str(MODEL_REPOSITORY.resolve()),
-                                       self.settings.preprocess_instance_count, InputFormat.JPEG in ctx.input_formats)
-        try:  # placed at all? (a node whose resources are taken leaves the actor pending, silently)
-            ray.get(self._actor.where.remote(), timeout=ctx.start_timeout_s)
-        except ray.exceptions.GetTimeoutError as exc:
-            raise TimeoutError(f"{ctx.name}: the Triton host actor is still pending after {ctx.start_timeout_s:g} s; "
-                               f"it asks for {self.actor_options()}: are the node's resources taken?") from exc
+        args = (OmegaConf.to_container(ctx.model, resolve=True), self.variant(), self.settings.server, ctx.host,
+                str(MODEL_REPOSITORY.resolve()), self.settings.preprocess_instance_count,
+                InputFormat.JPEG in ctx.input_formats)
+        self._actor = place_host(TritonServerHost, self.actor_options(), args, ctx, "Triton")
         info: dict[str, Any] = ray.get(self._actor.start.remote(self.start_timeout_s),
                                        timeout=self.start_timeout_s + 600)  # + an ONNX export on first use
         return self._handle(info)
@@ -225,18 +222,8 @@ class TritonBackend(Backend):
                 "server_preferred_batch_sizes": ",".join(map(str, s.preferred_batch_sizes)) if on else ""}
 
     def stop(self) -> dict[str, str]:
-        import ray
-
-        if self._actor is None:
-            return {}
         actor, self._actor = self._actor, None
-        try:
-            return ray.get(actor.stop.remote(self.context.stop_timeout_s), timeout=self.context.stop_timeout_s + 30)
-        except Exception as exc:  # noqa: BLE001 - the actor may be dead; its server dies with it
-            log.warning("%s: stopping the Triton host failed (%s); killing the actor", self.context.name, exc)
-            return {}
-        finally:
-            ray.kill(actor)
+        return stop_host(actor, self.context, "Triton") if actor is not None else {}
 
     def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
         import ray

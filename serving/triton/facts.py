@@ -1,6 +1,6 @@
 """What a node offers Triton: the ONNX Runtime providers that really load in a session, what its TensorRT provider
 cannot load, and which Triton can serve (NVIDIA's own on PATH, or the one bundled in nvidia-pytriton). Probed on the
-node itself (`serving.node.describe_node`); the Triton backend decides by them (`NodeInfo.facts`)."""
+node itself (`serving.probe.describe_node`); the Triton backend decides by them (`NodeInfo.facts`)."""
 
 from __future__ import annotations
 

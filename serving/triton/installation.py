@@ -22,27 +22,15 @@ import sys
 import sysconfig
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from serving.paths import cache_root
+from serving.triton.settings import AUTO, TritonServerKind
 
 if TYPE_CHECKING:
     from serving.triton.repository import TritonVariant
-
-AUTO = "auto"
-
-
-class TritonServerKind(StrEnum):
-    NATIVE = "native"
-    BUNDLED = "bundled"
-
-
-# serving.triton_server: which server a node runs; auto = the native one where the node has it
-TRITON_SERVER_CHOICES = (AUTO, *TritonServerKind)
-
 
 class TritonNotFoundError(RuntimeError):
     pass
@@ -64,9 +52,9 @@ class TritonInstallation(ABC):
 
     @classmethod
     @abstractmethod
-    def unavailable_reason(cls, node: Any, preference: str) -> str | None:
-        """Why this server cannot serve the classifier on `node` (a NodeInfo, from its own description), asked by
-        the driver for the setting `server=preference`; None when it can."""
+    def unavailable_reason(cls, facts: Any, hostname: str, preference: str) -> str | None:
+        """Why this server cannot serve the classifier on node `hostname`, whose `TritonFacts` (its own description)
+        are `facts`, asked by the driver for the setting `server=preference`; None when it can."""
 
     @classmethod
     @abstractmethod
@@ -92,13 +80,10 @@ class NativeTriton(TritonInstallation):
     uses_node_onnxruntime: ClassVar[bool] = False
 
     @classmethod
-    def unavailable_reason(cls, node: Any, preference: str) -> str | None:
-        from serving.triton.facts import TritonFacts
-
-        backends = node.facts(TritonFacts).backends
-        if backends and "onnxruntime" not in backends:
-            return (f"the tritonserver on node {node.hostname} has no onnxruntime backend (backends: "
-                    f"{list(backends)}); use NVIDIA's Triton container")
+    def unavailable_reason(cls, facts: Any, hostname: str, preference: str) -> str | None:
+        if facts.backends and "onnxruntime" not in facts.backends:
+            return (f"the tritonserver on node {hostname} has no onnxruntime backend (backends: "
+                    f"{list(facts.backends)}); use NVIDIA's Triton container")
         return None
 
     @classmethod
@@ -130,15 +115,12 @@ class BundledTriton(TritonInstallation):
     uses_node_onnxruntime: ClassVar[bool] = True
 
     @classmethod
-    def unavailable_reason(cls, node: Any, preference: str) -> str | None:
-        from serving.triton.facts import TritonFacts
-
+    def unavailable_reason(cls, facts: Any, hostname: str, preference: str) -> str | None:
         if preference == TritonServerKind.NATIVE:  # wanted the node's own, which it lacks
-            return (f"server=native but node {node.hostname} has no tritonserver on PATH: run NVIDIA's Triton "
+            return (f"server=native but node {hostname} has no tritonserver on PATH: run NVIDIA's Triton "
                     "container there, or server=auto for the bundled server")
-        problem = node.facts(TritonFacts).bundled_problem
-        if problem:
-            return f"no Triton on node {node.hostname}: no tritonserver on PATH, and {problem}"
+        if facts.bundled_problem:
+            return f"no Triton on node {hostname}: no tritonserver on PATH, and {facts.bundled_problem}"
         return None
 
     @classmethod

@@ -8,7 +8,20 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from serving.settings import BackendSettings, is_positive_int
-from serving.triton.installation import TRITON_SERVER_CHOICES
+
+AUTO = "auto"
+
+
+class TritonServerKind(StrEnum):
+    """Which `tritonserver` serves: NVIDIA's own (on PATH in its container, native backends) or the one bundled in
+    nvidia-pytriton (Python backend running ONNX Runtime); `serving.triton.installation` has one class of each."""
+
+    NATIVE = "native"
+    BUNDLED = "bundled"
+
+
+# The setting `server`: which server a node runs; auto = the native one where the node has it
+TRITON_SERVER_CHOICES = (AUTO, *TritonServerKind)
 
 
 class Accelerator(StrEnum):
