@@ -144,3 +144,19 @@ def test_settings_classes_check_without_a_config() -> None:
     assert TritonSettings().check("t", model, {}) == []
     assert RayServeTorchSettings().check("p", model, {}) == []
     assert len(RayServeTorchSettings(num_replicas=0, max_batch_size=8).check("p", model, {})) == 2
+
+
+def test_the_batched_pair_states_its_batching_in_the_same_terms() -> None:
+    """What every trial logs as server_batching, server_max_batch_size, server_batch_wait_ms, server_instances: the
+    shipped batched entries of Triton and Ray Serve match (model.max_batch_size images, 2 ms)."""
+    from experiments.run.server_group import build_backend
+    from tests.helpers import CPU_NODE
+
+    cfg = compose()
+    params = {name: build_backend(cfg, name, CPU_NODE, {}).batching_params()
+              for name in ("pytorch_batched", "triton_onnx_dynbatch", "pytorch", "triton_onnx", "torchserve_batched")}
+    for batched in ("pytorch_batched", "triton_onnx_dynbatch"):
+        assert params[batched] == {"server_batching": True, "server_instances": 1, "server_max_batch_size": 32,
+                                   "server_batch_wait_ms": 2.0, "server_preferred_batch_sizes": ""}, batched
+    assert not params["pytorch"]["server_batching"] and not params["triton_onnx"]["server_batching"]
+    assert params["torchserve_batched"]["server_max_batch_size"] == 8, "TorchServe's batch counts requests"
