@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from serving.clients.base import (
+    TIMING_HEADER,
     ClientSpec,
     InferenceClient,
     ServerReport,
@@ -28,7 +29,6 @@ from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wir
 from serving.protocols import InputFormat
 from serving.torchserve.payloads import PREDICTIONS, TENSOR_CONTENT_TYPE, TENSOR_KEY, image_key, outputs_of
 
-TIMING_HEADER = "server-timing"
 BOUNDARY = "tierbench-torchserve-boundary"  # never inside a JPEG's bytes in practice; checked when building
 
 
@@ -102,7 +102,7 @@ class TorchServeRestClient(TorchServeClient):
         response = await self._http.send(self._request)
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
-        return self.outputs(response.body), parse_server_timing(response.headers.get(TIMING_HEADER))
+        return self.outputs(response.body), parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
 
     async def close(self) -> None:
         if self._http is not None:

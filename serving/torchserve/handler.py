@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from serving.clients.base import TIMING_HEADER
 from serving.protocols import InputFormat
 from serving.pytorch.service import timing
 from serving.torchserve.config import HANDLER_CONFIG
 from serving.torchserve.metrics import FORWARD_PASSES, IMAGES_SERVED, REQUESTS_REJECTED, REQUESTS_SERVED
 from serving.torchserve.payloads import BadRequest, decode, encode, error_body
 
-TIMING_HEADER = "Server-Timing"
 BAD_REQUEST = 400
 
 
