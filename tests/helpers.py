@@ -33,10 +33,10 @@ def store_uri(tmp: Path) -> str:
 _TEMPLATE_DIR = tempfile.TemporaryDirectory(prefix="tierbench-store-")  # removed when the test session ends
 
 
-def premigrated_store(tmp: Path) -> None:
-    """Put an empty MLflow SQLite store with its schema already migrated at `store_uri(tmp)`: MLflow's migrations
-    take seconds per new store, paid once per test session instead of once per sweep, for tests that measure
-    something else. The other sweeps (tests/test_sweep_e2e.py among them) create their store from nothing."""
+def premigrated_store(tmp: Path) -> str:
+    """Put an empty MLflow SQLite store with its schema already migrated at `store_uri(tmp)` and return that URI:
+    MLflow's migrations take seconds per new store, paid once per test session instead of once per sweep, for tests
+    that measure something else. tests/test_sweep_e2e.py's sweep creates its store from nothing."""
     template = Path(_TEMPLATE_DIR.name) / "mlflow.db"
     if not template.exists():
         MlflowClient(f"sqlite:///{template}").search_experiments()  # creates and migrates it
@@ -44,6 +44,7 @@ def premigrated_store(tmp: Path) -> None:
     if not target.exists():
         tmp.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(template, target)
+    return store_uri(tmp)
 
 
 def store_overrides(tmp: Path, sweep_id: str | None = None, premigrated: bool = False) -> list[str]:

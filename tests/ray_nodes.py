@@ -76,17 +76,29 @@ class RayNodes:
         return pid
 
     def end(self, name: str, timeout_s: float = 30) -> set[int]:
-        """End every process of node `name` by pid (SIGTERM, then SIGKILL); those still running."""
+        """End every process of node `name` by pid (SIGTERM, then SIGKILL); those still running. As `ray stop` does,
+        the GCS goes last: a head's raylet told to stop while its GCS is going too waits ~15 s for it first."""
         marker = self.markers.pop(name)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+
+        def signal_all(sig: int, gcs: bool | None = None) -> None:
             for pid in marked_processes(TOKEN_VARIABLE, marker):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            if not wait_until_gone(marker, timeout_s / 2):
-                return set()
-        return marked_processes(TOKEN_VARIABLE, marker)
+                if gcs is None or ("/gcs_server " in command_line(pid) + " ") == gcs:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+
+        signal_all(signal.SIGTERM, gcs=False)
+        deadline = time.monotonic() + timeout_s / 2
+        while any("/gcs_server " not in command_line(p) + " " for p in marked_processes(TOKEN_VARIABLE, marker)):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        signal_all(signal.SIGTERM)
+        if not wait_until_gone(marker, timeout_s / 4):
+            return set()
+        signal_all(signal.SIGKILL)
+        return wait_until_gone(marker, timeout_s / 4)
 
     def stop(self) -> set[int]:
         """End every node, workers first; the pids left (none expected)."""

@@ -22,6 +22,7 @@ from experiments.run.backend_search import BackendSearch
 from experiments.run.server_group import ServerRelay
 from serving.backend import ServerHandle
 from tests import synthetic_sweep as syn
+from tests.helpers import premigrated_store
 
 CHEAPEST = ["experiment=cheapest", "model=tiny"]
 
@@ -151,7 +152,7 @@ def test_the_relay_hands_the_server_on_or_stops_it_before_the_next_starts() -> N
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     folder = tmp_path_factory.mktemp("search")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    uri = premigrated_store(folder)
     syn.build_searched(uri)
     return uri, folder
 

@@ -128,9 +128,9 @@ def test_server_batching_settings_are_params_comparable_across_servers(fair_runs
 
 def test_a_server_with_other_weights_fails_the_crosscheck_unmeasured(tmp_path: Path, monkeypatch) -> None:
     """The server gets model.seed=1, the reference keeps seed 0: the group must fail with the figures."""
-    cfg = compose([*store_overrides(tmp_path, "wrong-model", premigrated=True), *LEAN, "experiment.backends=[pytorch]",
-                          "experiment.protocols=[http]", "experiment.input_formats=[tensor,jpeg]"])
-    wrong = compose(["model.seed=1", "experiment.backends=[pytorch]"])
+    cfg = compose([*store_overrides(tmp_path, "wrong-model", premigrated=True), *LEAN, "experiment.backends=[fastapi]",
+                   "experiment.protocols=[http]", "experiment.input_formats=[tensor,jpeg]"])
+    wrong = compose(["model.seed=1", "experiment.backends=[fastapi]"])
     real_build = server_group.build_backend
     monkeypatch.setattr(server_group, "build_backend",
                         lambda cfg_, name, node, options, emulated=False, model=None:

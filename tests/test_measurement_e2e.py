@@ -9,13 +9,14 @@ from mlflow.tracking import MlflowClient
 
 from experiments.config.compose import compose
 from experiments.run.sweep import run_sweep
+from tests.helpers import premigrated_store
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("engine", ["compiled", "python"])
 def test_poisson_load_and_slo_search_are_logged(engine: str, tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = premigrated_store(tmp_path)
     cfg = compose([
         f"experiment.load_engine={engine}", "sweep_id=open-loop", f"results_dir={tmp_path / 'runs'}",
         f"mlflow.tracking_uri={store}", "model=tiny",

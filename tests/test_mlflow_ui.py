@@ -22,6 +22,7 @@ import pytest
 from experiments.report.build import ReportOptions
 from experiments.report.publish import make_report
 from tests import synthetic_sweep as syn
+from tests.helpers import premigrated_store
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str
         pytest.skip("needs Debian's chromium: apt-get update && apt-get install -y chromium chromium-driver")
     pytest.importorskip("playwright.sync_api", reason="needs the Python playwright package (pip install '.[dev]')")
     tmp = tmp_path_factory.mktemp("ui")
-    uri = f"sqlite:///{tmp / 'mlflow' / 'mlflow.db'}"
+    uri = premigrated_store(tmp / "mlflow")
     ids = syn.build(uri)
     make_report(uri, "tierbench", syn.SWEEP_ID, tmp / "runs", ReportOptions(slo_p99_ms=35.0))
     port = _free_port()

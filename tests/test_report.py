@@ -16,12 +16,12 @@ from experiments.report.data import ReportError, load_sweep
 from experiments.report.publish import make_report
 from runners import report as report_cli
 from tests import synthetic_sweep as syn
+from tests.helpers import premigrated_store
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
-    folder = tmp_path_factory.mktemp("report") / "mlflow"
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    uri = premigrated_store(tmp_path_factory.mktemp("report") / "mlflow")
     return uri, syn.build(uri)
 
 
@@ -259,7 +259,7 @@ def test_a_sweep_with_nothing_measured_still_reports_why(tmp_path: Path) -> None
     from experiments.run.trial import new_record
     from serving.node import NodeInfo
 
-    uri = f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
+    uri = premigrated_store(tmp_path / "mlflow")
     tracker = Tracker(uri, "tierbench")
     sweep = tracker.sweep_run("synthetic-empty", {"synthetic": "true"})
     tier = tracker.tier_run("synthetic-empty", "local", sweep, {"gpu_tier": "local", "price_per_hour_usd": 0.0}, {})
@@ -287,7 +287,7 @@ def test_slo_search_results_are_reported_per_operating_point(data, published) ->
 def flagged(tmp_path_factory: pytest.TempPathFactory):
     """The flagged synthetic sweep (tests/synthetic_sweep.py FLAGGED), its data and its published report."""
     folder = tmp_path_factory.mktemp("flagged")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    uri = premigrated_store(folder)
     ids = syn.build_flagged(uri)
     published = make_report(uri, "tierbench", syn.FLAGS_SWEEP_ID, folder / "runs", ReportOptions(slo_p99_ms=45.0))
     return uri, ids, published

@@ -1,5 +1,6 @@
 """Nothing lost: an unreachable tracking store doesn't stop the sweep, relog brings the runs back, a resumed
-sweep only runs what is missing, and no secret from the tracking URI lands anywhere."""
+sweep only runs what is missing or failed (the failed run marked superseded), and no secret from the tracking URI
+lands anywhere."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from serving.paths import REPO_ROOT
 from serving.process import free_ports
 from tests import helpers
-from tests.helpers import store_uri
+from tests.helpers import premigrated_store
 from tests.processes import server_processes, wait_for_no_new_processes
 from tests.sweep_process import SweepProcess
 
@@ -26,7 +27,7 @@ TINY = ["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "exp
         "experiment.warmup_requests=2"]
 
 
-def test_unreachable_store_then_relog_then_resume(tmp_path: Path) -> None:
+def test_unreachable_store_then_relog_then_resume_reruns_what_failed(tmp_path: Path) -> None:
     before = server_processes()
     secret = "s3cret-pa55"
     unreachable = f"http://tierbench:{secret}@127.0.0.1:{free_ports(1)[0]}"
@@ -41,7 +42,7 @@ def test_unreachable_store_then_relog_then_resume(tmp_path: Path) -> None:
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
 
-    store = store_uri(tmp_path)
+    store = premigrated_store(tmp_path)
     relog = subprocess.run([sys.executable, "-m", "runners.relog", str(tmp_path / "runs" / "offline"),
                             "--tracking-uri", store], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert relog.returncode == 0, relog.stderr
@@ -59,33 +60,21 @@ def test_unreachable_store_then_relog_then_resume(tmp_path: Path) -> None:
     assert again.returncode == 0 and "0 trial runs logged, 2 already" in again.stdout
     assert len(helpers.runs(store, sweep_id="offline")) == 2
 
-    # Resume: the same sweep_id with one more load point runs only that trial.
-    resumed = SweepProcess(tmp_path, "sweep_id=offline", "experiment.concurrency=[1,2,3]", *TINY, store=store)
-    assert resumed.wait() == 0, resumed.output[-3000:]
-    assert resumed.output.count("already ok in sweep offline") == 2
-    runs = helpers.runs(store, sweep_id="offline")
-    assert sorted(r.info.run_name[-2:] for r in runs) == ["c1", "c2", "c3"]
-    assert not wait_for_no_new_processes(before)
-
-
-def test_resume_reruns_failed_trials_and_marks_the_old_run(tmp_path: Path) -> None:
-    store = store_uri(tmp_path)
-    first = SweepProcess(tmp_path, "sweep_id=rerun", "experiment.concurrency=[1]", *TINY, store=store)
-    assert first.wait() == 0
-    # Pretend the trial failed (in the folder and in the store), as after a crash.
-    record_file = next((tmp_path / "runs" / "rerun" / "local" / "trials").glob("*/record.json"))
+    # A trial that failed (in the folder and in the store, as after a crash) is measured again on resume.
+    record_file = folder / "trials" / "local_triton_onnx_grpc_tensor_b1_c1" / "record.json"
     record = json.loads(record_file.read_text())
     record["status"], record["reason"] = "failed", "simulated failure for the resume test"
     record_file.write_text(json.dumps(record))
-    client = MlflowClient(store)
-    (old,) = helpers.runs(store, sweep_id="rerun")
-    client.set_tag(old.info.run_id, "status", "failed")
+    (old,) = [r for r in runs if r.info.run_name.endswith("/c1")]
+    MlflowClient(store).set_tag(old.info.run_id, "status", "failed")
 
-    second = SweepProcess(tmp_path, "sweep_id=rerun", "experiment.concurrency=[1]", *TINY, store=store)
-    assert second.wait() == 0
-    assert "already ok in sweep" not in second.output
-    runs = {r.info.run_id: r for r in helpers.runs(store, sweep_id="rerun")}
-    assert len(runs) == 2
-    new_id = next(i for i in runs if i != old.info.run_id)
-    assert runs[new_id].data.tags["status"] == "ok"
-    assert runs[old.info.run_id].data.tags["superseded_by"] == new_id
+    # Resume: the same sweep_id with one more load point runs that trial and the failed one, and nothing else.
+    resumed = SweepProcess(tmp_path, "sweep_id=offline", "experiment.concurrency=[1,2,3]", *TINY, store=store)
+    assert resumed.wait() == 0, resumed.output[-3000:]
+    assert resumed.output.count("already ok in sweep offline") == 1
+    runs = {r.info.run_id: r for r in helpers.runs(store, sweep_id="offline")}
+    assert sorted(r.info.run_name[-2:] for r in runs.values()) == ["c1", "c1", "c2", "c3"]
+    (new_c1,) = [i for i, r in runs.items() if r.info.run_name.endswith("/c1") and i != old.info.run_id]
+    assert runs[new_c1].data.tags["status"] == "ok"
+    assert runs[old.info.run_id].data.tags["superseded_by"] == new_c1
+    assert not wait_for_no_new_processes(before)

@@ -192,9 +192,12 @@ def _keep_sigterm_handler() -> Iterator[None]:
 def job_runtime_env(cluster_cfg: Any) -> dict[str, Any] | None:
     """The sweep job's runtime env: Serve's direct-ingress switch when the cluster config asks for it. Actors
     the job creates inherit it, Serve's controller, proxies and replicas included (Serve reads the switch when
-    its processes start, so it applies to a Serve instance this job starts, not to one already running)."""
+    its processes start, so it applies to a Serve instance this job starts, not to one already running). Serve
+    then holds every ingress replica it stops for a 30 s drain, for a load balancer to stop sending it traffic;
+    a sweep deletes an app once its trials are over, so the drain is cut to a second."""
     if cluster_cfg.get("serve_direct_ingress"):
-        return {"env_vars": {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}}
+        return {"env_vars": {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+                             "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}}
     return None
 
 

@@ -67,6 +67,12 @@ def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
     return int(client.http_config.port), int(grpc_config.port) if has_ours else None
 
 
+# When tierbench deletes its app the group's trials are over: nothing in flight is worth Serve's 20 s graceful wait
+# (a replica with idle client connections open waits it out: ~25 s per app, direct ingress). Exported Serve configs
+# keep Serve's defaults.
+MEASURED_APP_SHUTDOWN = {"graceful_shutdown_wait_loop_s": 0.2, "graceful_shutdown_timeout_s": 2.0}
+
+
 class RayServeTorchBackend(Backend):
     settings: RayServeTorchSettings
 
@@ -143,7 +149,8 @@ class RayServeTorchBackend(Backend):
         ctx = self.context
         started = time.monotonic()
         port, grpc_port = _serve_ports(ctx.host, ctx.start_timeout_s)
-        app = TorchImageClassifier.options(**self._deployment_options(self.actor_options())).bind(**self._app_args())
+        app = TorchImageClassifier.options(**self._deployment_options(self.actor_options()),
+                                           **MEASURED_APP_SHUTDOWN).bind(**self._app_args())
         route = self.route
         self._running = True
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
