@@ -75,30 +75,31 @@ class RayNodes:
         os.kill(pid, signal.SIGKILL)
         return pid
 
-    def end(self, name: str, timeout_s: float = 30) -> set[int]:
-        """End every process of node `name` by pid (SIGTERM, then SIGKILL); those still running. As `ray stop` does,
-        the GCS goes last: a head's raylet told to stop while its GCS is going too waits ~15 s for it first."""
+    def end(self, name: str, grace_s: float = 5) -> set[int]:
+        """End every process of node `name` by pid: SIGTERM, SIGKILL what is left after `grace_s`; those still
+        running. As `ray stop` does, the GCS goes last: a head's raylet told to stop while its GCS is going too
+        waits ~15 s for it first (and a lost node's workers may not heed SIGTERM at all)."""
         marker = self.markers.pop(name)
 
-        def signal_all(sig: int, gcs: bool | None = None) -> None:
-            for pid in marked_processes(TOKEN_VARIABLE, marker):
-                if gcs is None or ("/gcs_server " in command_line(pid) + " ") == gcs:
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        pass
+        def is_gcs(pid: int) -> bool:
+            return "/gcs_server " in command_line(pid) + " "
 
-        signal_all(signal.SIGTERM, gcs=False)
-        deadline = time.monotonic() + timeout_s / 2
-        while any("/gcs_server " not in command_line(p) + " " for p in marked_processes(TOKEN_VARIABLE, marker)):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        signal_all(signal.SIGTERM)
-        if not wait_until_gone(marker, timeout_s / 4):
-            return set()
-        signal_all(signal.SIGKILL)
-        return wait_until_gone(marker, timeout_s / 4)
+        for last in (False, True):
+            targets = {pid for pid in marked_processes(TOKEN_VARIABLE, marker) if is_gcs(pid) == last}
+            for pid in targets:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + grace_s
+            while targets & marked_processes(TOKEN_VARIABLE, marker) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        for pid in marked_processes(TOKEN_VARIABLE, marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return wait_until_gone(marker, 10)
 
     def stop(self) -> set[int]:
         """End every node, workers first; the pids left (none expected)."""
