@@ -96,7 +96,8 @@ DEPLOY_SCRIPT = textwrap.dedent("""
     from ray.serve.schema import ServeDeploySchema
 
     config = ServeDeploySchema.model_validate(yaml.safe_load(open(sys.argv[1])))
-    ray.init(num_cpus=2, include_dashboard=False)  # workers inherit PYTHONPATH: tierbench installed
+    # Its own Ray, not one the machine advertises; its workers inherit PYTHONPATH: tierbench installed.
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     try:
         client = api.serve_start(http_options={"host": "127.0.0.1", "port": int(sys.argv[2])})
         client.deploy_apps(config, _blocking=True)  # what `serve deploy` / `serve run config.yaml` do

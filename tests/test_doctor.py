@@ -154,7 +154,8 @@ def test_the_tier_job_refuses_a_node_declaring_a_gpu_tier_it_lacks(tmp_path, no_
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     for key in ("RAY_CLIENT_MODE", "PYTHONBREAKPOINT"):
         monkeypatch.delenv(key, raising=False)
-    ray.init(num_cpus=1, resources=node_declaration(["a100"]), include_dashboard=False, namespace="tierbench")
+    ray.init(address="local", num_cpus=1, resources=node_declaration(["a100"]), include_dashboard=False,
+             namespace="tierbench")  # its own Ray, not one the machine advertises
     try:
         with pytest.raises(TierMismatchError) as refused:
             run_sweep(cfg)
