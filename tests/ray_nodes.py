@@ -57,8 +57,8 @@ class RayNodes:
             cmd += ["--include-dashboard=false"]
         marker = uuid.uuid4().hex
         env = {**os.environ, **RAY_ENV, **self.extra_env, TOKEN_VARIABLE: marker}
+        self.markers[name] = marker  # before it starts: a `ray start` that fails or times out is ended by stop()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-        self.markers[name] = marker
         assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         return marker
 
