@@ -80,25 +80,13 @@ class RayNodes:
         running. As `ray stop` does, the GCS goes last: a head's raylet told to stop while its GCS is going too
         waits ~15 s for it first (and a lost node's workers may not heed SIGTERM at all)."""
         marker = self.markers.pop(name)
-
-        def is_gcs(pid: int) -> bool:
-            return "/gcs_server " in command_line(pid) + " "
-
         for last in (False, True):
-            targets = {pid for pid in marked_processes(TOKEN_VARIABLE, marker) if is_gcs(pid) == last}
-            for pid in targets:
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            targets = {pid for pid in marked_processes(TOKEN_VARIABLE, marker) if _is_gcs(pid) == last}
+            _send(signal.SIGTERM, targets)
             deadline = time.monotonic() + grace_s
             while targets & marked_processes(TOKEN_VARIABLE, marker) and time.monotonic() < deadline:
                 time.sleep(0.2)
-        for pid in marked_processes(TOKEN_VARIABLE, marker):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _send(signal.SIGKILL, marked_processes(TOKEN_VARIABLE, marker))
         return wait_until_gone(marker, 10)
 
     def stop(self) -> set[int]:
@@ -122,6 +110,18 @@ class RayNodes:
         import shutil
 
         shutil.rmtree(Path(self.temp_dir), ignore_errors=True)
+
+
+def _is_gcs(pid: int) -> bool:
+    return "/gcs_server " in command_line(pid) + " "
+
+
+def _send(sig: int, pids: set[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:  # gone meanwhile
+            pass
 
 
 def live_nodes(address: str) -> list[dict]:
