@@ -21,6 +21,10 @@ import pytest
 SESSION_VARIABLE = "TIERBENCH_TEST_SESSION"
 TOKEN_VARIABLE = "TIERBENCH_TEST_OWNER"
 os.environ.setdefault(SESSION_VARIABLE, uuid.uuid4().hex)
+# Under pytest-xdist each worker is a session of its own: a worker's leak check must not see what another worker's
+# tests are running at the same time. (A worker's children inherit the suffixed value and keep it.)
+if (_worker := os.environ.get("PYTEST_XDIST_WORKER")) and not os.environ[SESSION_VARIABLE].endswith(f"-{_worker}"):
+    os.environ[SESSION_VARIABLE] += f"-{_worker}"
 SERVER_PROCESS_NAMES = ("tritonserver", "triton_python_backend_stub", "raylet", "gcs_server", "ray::",
                         "default_worker.py", "ServeReplica", "ServeController",
                         # TorchServe: its launcher, its Java frontend, its Python model workers

@@ -276,7 +276,8 @@ def test_the_serve_clients_get_the_logits_and_the_replicas_server_timing(serve_a
 
 def _perf_analyzer(url: str, protocol: str, tmp_path: Any, model: str = "tiny", *extra: str) -> dict[str, str]:
     """A short perf_analyzer run at concurrency 1: its CSV row. Measurement windows that never agree on a busy
-    2-core machine get more trials, then a looser threshold (as benchmarks/load_tools.py relaxes it)."""
+    2-core machine get more trials, then a looser threshold (as benchmarks/load_tools.py relaxes it), then any:
+    these tests check that perf_analyzer drives the server, not its figures (another test shares the cores)."""
     from benchmarks.load_tools import perf_analyzer_env
 
     try:
@@ -284,7 +285,7 @@ def _perf_analyzer(url: str, protocol: str, tmp_path: Any, model: str = "tiny", 
     except (SystemExit, ImportError, StopIteration) as exc:
         pytest.skip(f"perf_analyzer cannot start here: {exc!r}")
     out = tmp_path / f"{protocol}_{model}.csv"
-    for stability, trials in (("50", "4"), ("50", "10"), ("100", "10")):
+    for stability, trials in (("50", "4"), ("50", "10"), ("100", "10"), ("1000", "10")):
         cmd = [binary, "-m", model, "-u", url, "-i", protocol, "--concurrency-range", "1:1", "--measurement-interval",
                "1000", "--stability-percentage", stability, "--max-trials", trials, "-f", str(out), *extra]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
