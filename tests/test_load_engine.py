@@ -35,6 +35,12 @@ BODY = triton_like_body()
 NGHTTP2_HEADER = Path("/usr/include/nghttp2/nghttp2.h")
 
 
+@pytest.fixture(autouse=True)
+def engine_folders_in_tmp_path(tmp_path, monkeypatch) -> None:
+    """The engine's request and response files go under pytest's tmp_path (pruned by pytest), not /tmp."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
 def http_wire(port: int, payload: bytes = b"x" * 5000) -> WireRequest:
     url = f"http://127.0.0.1:{port}/v2/models/m/infer"
     return http1_wire(url, build_request("POST", url, payload, {"Content-Type": "application/octet-stream"}))
