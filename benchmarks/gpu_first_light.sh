@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# First light on a GPU machine: the doctor, the `gpu`-marked tests and a small GPU sweep (experiment=first_light:
+# First light on a GPU machine: every module imported, the doctor, the `gpu`-marked tests and a small GPU sweep (experiment=first_light:
 # PyTorch FP32/FP16, Triton ORT-CUDA, TensorRT FP32/FP16 where its libraries load; tensors; b1/b8; c1/c8; HTTP and
 # gRPC), one bundle under --out: doctor.txt, pytest.txt (+ junit XML), the sweep's log, report and raw records
 # (runs/), SUMMARY.txt with each step's exit code and seconds. A failed step does not stop the next.
@@ -99,6 +99,7 @@ print(default_tier(tuple(n.strip() for n in names if n.strip())))")
 fi
 echo "tier: $TIER$([ "$DRY_RUN" = 1 ] && echo ' (dry run: GPU-only variants skip, saying why)')" | tee -a "$OUT/SUMMARY.txt"
 
+step imports "$OUT/imports.txt" "$PYTHON" -m offline.imports
 step doctor "$OUT/doctor.txt" "$PYTHON" -m runners.doctor --tier "$TIER"
 step gpu-tests "$OUT/pytest.txt" "$PYTHON" -m pytest -m gpu -rs -p no:cacheprovider --junitxml "$OUT/pytest.xml"
 

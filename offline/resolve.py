@@ -78,13 +78,14 @@ class Keep:
         return f"{self.pattern}=={self.version.split('+')[0]}" if self.version and "*" not in self.pattern else None
 
 
-def pip(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, cwd=cwd)
+def pip(*args: str, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True)
 
 
 def resolve(requirements: list[str], target: Target, pip_args: list[str], work: Path) -> Resolution:
-    """Resolve `requirements` for `target`. A package pip finds no fitting wheel for is built from its sdist here,
-    when that gives a pure-Python wheel (hydra-core's antlr4-python3-runtime 4.9.3 exists only as an sdist)."""
+    """Resolve `requirements` for `target`. A package pip finds no fitting wheel for is built from its sdist here
+    (hydra-core's antlr4-python3-runtime 4.9.3 exists only as an sdist; tritonclient's geventhttpclient 2.0.2 has no
+    cp312 wheel)."""
     built_dir = work / "built"
     built_dir.mkdir(parents=True, exist_ok=True)
     for _ in range(MAX_SDIST_BUILDS):
@@ -99,16 +100,19 @@ def resolve(requirements: list[str], target: Target, pip_args: list[str], work: 
         missing = NO_MATCH.search(done.stderr)
         if not missing:
             raise ResolutionError(f"pip could not resolve the wheel set for {target.slug}:\n{_tail(done.stderr)}")
-        build_pure_wheel(missing.group(1), built_dir, pip_args)
+        build_wheel(missing.group(1).rstrip(";"), built_dir, pip_args, target)
     raise ResolutionError(f"more than {MAX_SDIST_BUILDS} packages needed building from sdists; see {built_dir}")
 
 
-def build_pure_wheel(requirement: str, into: Path, pip_args: list[str]) -> Path:
-    """Build `requirement`'s wheel from its sdist; refuse one that is not pure Python (it would fit only this
-    machine, not the node)."""
+def build_wheel(requirement: str, into: Path, pip_args: list[str], target: Target) -> Path:
+    """Build `requirement`'s wheel from its sdist: with the node's Python where this machine has it (a compiled
+    wheel then fits the node: same Python, machine and a glibc as old or older), else with this one, accepting only
+    a pure-Python wheel."""
     name = canonicalize_name(Requirement(requirement).name)
+    builder = target.local_python()
     with tempfile.TemporaryDirectory() as scratch:
-        done = pip("wheel", "--no-deps", "--quiet", "--wheel-dir", scratch, *pip_args, requirement)
+        done = pip("wheel", "--no-deps", "--no-binary", name, "--quiet", "--wheel-dir", scratch, *pip_args,
+                   requirement, python=builder or sys.executable)
         wheels = list(Path(scratch).glob("*.whl"))
         if done.returncode != 0 or not wheels:
             hint = (" TensorRT's PyPI packages are sdists that download the real wheels from NVIDIA's index "
@@ -116,27 +120,32 @@ def build_pure_wheel(requirement: str, into: Path, pip_args: list[str]) -> Path:
                     "(--extra-index-url https://pypi.nvidia.com), or leave TensorRT out with the ONNX Runtime-only "
                     "extra (--extra ort-cu12 / ort-cu13; the node then skips the TensorRT variants, saying why)."
                     if name.startswith("tensorrt") else "")
-            raise ResolutionError(f"{requirement}: no wheel fits the node and its sdist did not build here.{hint}\n"
-                                  f"{_tail(done.stderr)}")
+            raise ResolutionError(f"{requirement}: no wheel of it fits the node and its sdist did not build here."
+                                  f"{hint}\n{_tail(done.stderr)}")
         wheel = wheels[0]
-        if not wheel.name.endswith("-none-any.whl"):
-            raise ResolutionError(f"{requirement}: no wheel fits the node, and its sdist builds a wheel for this "
-                                  f"machine only ({wheel.name}): build it on a machine like the node (`pip wheel "
-                                  f"{requirement}`) and pass its folder with --find-links")
+        if not builder and not wheel.name.endswith("-none-any.whl"):
+            raise ResolutionError(f"{requirement}: no wheel of it fits the node, and its sdist compiles ({wheel.name} "
+                                  f"here): give the node's Python to build it with (--build-python, a Python "
+                                  f"{target.python} on this {target.machine} machine), or check --python and "
+                                  "--platform against the node")
         return Path(wheel.replace(into / wheel.name))
 
 
 def leave_out_kept(packages: list[Package], roots: list[Requirement], keep: list[Keep],
                    target: Target) -> tuple[list[Package], list[Package]]:
     """Split the resolution into what the wheelhouse holds and what the node keeps: the kept packages and those
-    only they require (reached from the roots without passing through a kept package)."""
+    only they require (reached from the roots without passing through a kept package). A glob (`nvidia-*`, for the
+    CUDA libraries an image has) never keeps one of the roots themselves (nvidia-pytriton, nvidia-ml-py): a root
+    is kept only by its name."""
     by_name = {package.name: package for package in packages}
+    root_names = {canonicalize_name(root.name) for root in roots}
     environment = target.marker_environment(dict(default_environment()))
     active: dict[str, set[str]] = {}
     pending = [(canonicalize_name(root.name), set(root.extras)) for root in roots if _applies(root, environment, "")]
     while pending:
         name, extras = pending.pop()
-        if name not in by_name or any(rule.matches(name) for rule in keep):
+        if name not in by_name or any(rule.matches(name) and (name not in root_names or "*" not in rule.pattern)
+                                      for rule in keep):
             continue
         new = extras - active[name] if name in active else extras | {""}   # "": the package's own requirements
         if not new:

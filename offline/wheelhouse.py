@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import platform
 import shutil
 import tarfile
 import time
@@ -45,7 +46,8 @@ class Lock:
     extras: list[str]
     kept: list[str]                     # what the node keeps: the rules given and the packages they left out
     wheels: list[Wheel]
-    built_from_sdist: list[str]
+    built_from_sdist: list[str]         # wheels built here; compiled ones need the node's glibc >= built_on's
+    built_on: str
     pip_version: str
     created_utc: str
     install: str
@@ -89,6 +91,10 @@ def build(project: Project, project_dir: Path, target: Target, extras: list[str]
         f"extras {','.join(extras) or 'none'}) with pip ...")
     resolution = resolve([str(root) for root in roots], target, pip_args + constraint_args, work)
     held, kept = leave_out_kept(resolution.packages, roots, keep, target)
+    compiled = [path.name for path in resolution.built if not path.name.endswith("-none-any.whl")]
+    if compiled:
+        say(f"  compiled here for the node (glibc {platform.libc_ver()[1]} here; the node's must be as new): "
+            f"{', '.join(compiled)}")
     say(f"  {len(resolution.packages)} packages resolved; {len(kept)} left to the node "
         f"({', '.join(package.pin for package in kept) or 'none'})")
     wheels = download(held, target, out / "wheels", pip_args, say)
@@ -97,6 +103,7 @@ def build(project: Project, project_dir: Path, target: Target, extras: list[str]
                 extras=extras, kept=[*(f"{r.pattern}{'==' + r.version if r.version else ''}" for r in keep),
                                      *(f"left out: {package.pin}" for package in kept)],
                 wheels=wheels, built_from_sdist=[path.name for path in resolution.built],
+                built_on=f"{platform.machine()}, glibc {platform.libc_ver()[1]}",
                 pip_version=pip("--version").stdout.split()[1], created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                          time.gmtime()),
                 install=install_command(out, project_dir, extras))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from offline.project import Project
 from offline.resolve import Keep, ResolutionError
-from offline.target import PLATFORMS, Target, TargetError, default_extra
+from offline.target import DEFAULT_PLATFORM, Target, TargetError, default_extra
 from offline.wheelhouse import LOCK_FILE, MIB, build
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -24,7 +24,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--python", required=True, help="the node's Python, major.minor (e.g. 3.12)")
     parser.add_argument("--cuda", default="none",
                         help="the CUDA major of the node's driver (12 or 13; `none` for a CPU node)")
-    parser.add_argument("--platform", default=PLATFORMS[0], help=f"the node's platform tag ({', '.join(PLATFORMS)})")
+    parser.add_argument("--platform", default=DEFAULT_PLATFORM,
+                        help="the node's platform tag, manylinux_2_<glibc minor>_<x86_64|aarch64> (glibc >= 2.35: "
+                             f"`ldd --version` on the node; default {DEFAULT_PLATFORM})")
     parser.add_argument("--extra", action="append", default=None,
                         help="an extra of tierbench to install (repeatable; default: gpu-cu<N> for --cuda N, else "
                              "cpu); ort-cu<N> is ONNX Runtime without TensorRT, for builds that cannot reach "
@@ -33,6 +35,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="packages the node's image already has (names, globs like nvidia-*, or name==version "
                              "to resolve the rest against that version); they and what only they need are left "
                              "out. @FILE reads a `pip freeze` of the node")
+    parser.add_argument("--build-python", default=None,
+                        help="a Python of the node's version on this machine, to compile wheels PyPI lacks for the "
+                             "node (default: python<version> on PATH or pyenv's)")
     parser.add_argument("--out", type=Path, default=None, help="the folder (default: wheelhouse/<target>)")
     parser.add_argument("--split-mib", type=int, default=None,
                         help="also pack it into parts/ of at most this many MiB (transports with a size limit)")
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 *(f"--extra-index-url={url}" for url in args.extra_index_url),
                 *(f"--find-links={path}" for path in args.find_links)]
     try:
-        target = Target(args.python, args.platform, cuda)
+        target = Target(args.python, args.platform, cuda, args.build_python)
         extras = args.extra or [default_extra(cuda)]
         out = (args.out or PROJECT_DIR / "wheelhouse" / target.slug).resolve()
         lock = build(Project.read(PROJECT_DIR / "pyproject.toml"), PROJECT_DIR, target, extras,

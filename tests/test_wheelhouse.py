@@ -23,7 +23,7 @@ from runners import wheelhouse as cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTHON_312 = Path.home() / ".pyenv/versions/3.12.1/bin/python3.12"
-TARGET = Target("3.12", "manylinux_2_28_x86_64", None)
+TARGET = Target("3.12", "manylinux_2_35_x86_64", None)
 # A pure wheel, a compiled one (cp312 wheels), an sdist-only pure one (hydra-core's), and requests, whose urllib3
 # the "node" keeps below.
 TOY_PYPROJECT = """
@@ -46,6 +46,10 @@ def package(name: str, *requires: str) -> Package:
     return Package(name, "1", f"https://example/{name}.whl", "", requires)
 
 
+def held_names(packages: list[Package]) -> set[str]:
+    return {p.name for p in packages}
+
+
 def test_what_the_node_keeps_is_left_out_with_what_only_it_needs():
     packages = [package("app", "torch>=2", "numpy", "ort[cuda]"), package("torch", "nvidia-cudnn", "filelock"),
                 package("numpy"), package("ort", "numpy", 'nvidia-cuda-runtime; extra == "cuda"'),
@@ -55,22 +59,32 @@ def test_what_the_node_keeps_is_left_out_with_what_only_it_needs():
     held, kept = leave_out_kept(packages, roots, [Keep.parse("torch==2.11.0+cu130")], TARGET)
     assert {p.name for p in held} == {"app", "numpy", "ort", "nvidia-cuda-runtime", "colorama"}
     assert {p.name for p in kept} == {"torch", "nvidia-cudnn", "filelock", "pywin"}
-    # a glob keeps every match, even one another package needs too
-    held, _ = leave_out_kept(packages, roots, [Keep.parse("nvidia-*")], TARGET)
-    assert not {p.name for p in held} & {"nvidia-cudnn", "nvidia-cuda-runtime"}
+    # a glob keeps every match, even one another package needs too, but never a root (nvidia-pytriton)
+    held, _ = leave_out_kept(packages + [package("nvidia-tool")], roots + [Requirement("nvidia-tool")],
+                             [Keep.parse("nvidia-*")], TARGET)
+    assert not {p.name for p in held} & {"nvidia-cudnn", "nvidia-cuda-runtime"} and "nvidia-tool" in held_names(held)
     # the version pins the resolution (public part: 2.11.0 matches the node's 2.11.0+cu130)
     assert Keep.parse("Torch==2.11.0+cu130").constraint == "torch==2.11.0"
     assert Keep.parse("nvidia-*").constraint is None
 
 
 @pytest.mark.parametrize(("target", "words"), [
-    (lambda: Target("312", "manylinux_2_28_x86_64", None), "--python '312'"),
+    (lambda: Target("312", "manylinux_2_35_x86_64", None), "--python '312'"),
     (lambda: Target("3.12", "win_amd64", None), "--platform 'win_amd64'"),
-    (lambda: Target("3.12", "manylinux_2_28_x86_64", 11), "--cuda 11"),
+    (lambda: Target("3.12", "manylinux_2_35_x86_64", 11), "--cuda 11"),
+    (lambda: Target("3.12", "manylinux_2_28_x86_64", 13), "nvidia-pytriton 0.7.0.* glibc 2.35 and newer"),
 ])
 def test_a_target_no_node_has_is_refused_naming_the_option(target, words):
     with pytest.raises(TargetError, match=words):
         target()
+
+
+def test_a_node_of_glibc_2_35_takes_every_older_manylinux_wheel():
+    tags = Target("3.12", "manylinux_2_35_x86_64", 13).compatible_platforms()
+    assert tags[0] == "manylinux_2_35_x86_64" and "manylinux_2_17_x86_64" in tags and "manylinux1_x86_64" in tags
+    assert "manylinux_2_36_x86_64" not in tags
+    arm = Target("3.12", "manylinux_2_39_aarch64", 13).compatible_platforms()
+    assert "manylinux2014_aarch64" in arm and "manylinux1_aarch64" not in arm
 
 
 def test_extras_are_checked_against_the_project_and_the_nodes_cuda():
@@ -80,7 +94,7 @@ def test_extras_are_checked_against_the_project_and_the_nodes_cuda():
     with pytest.raises(TargetError, match="--extra 'gpu-cu14': pyproject.toml has no such extra"):
         check_extras(["gpu-cu14"], 13, set(project.extras))
     with pytest.raises(TargetError, match=r"--python .3.13.: tierbench needs Python <3.13,>=3.11"):
-        project.check_python(Target("3.13", "manylinux_2_28_x86_64", 13))
+        project.check_python(Target("3.13", "manylinux_2_35_x86_64", 13))
     names = {r.name for r in project.requirements(["gpu-cu13"])}
     assert {"onnxruntime-gpu", "tensorrt-cu13", "ray", "setuptools"} <= names and "tierbench" not in names
     assert "tensorrt-cu13" not in {r.name for r in project.requirements(["ort-cu13"])}
