@@ -80,7 +80,7 @@ if [ -n "$VENV" ]; then
 fi
 PYTHON=${PYTHON:-python}
 "$PYTHON" -c "import sys, platform; print('python', platform.python_version(), sys.executable)" | tee -a "$OUT/SUMMARY.txt"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true; } \
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "none (nvidia-smi finds none)"; } \
   | sed 's/^/gpu: /' | tee -a "$OUT/SUMMARY.txt"
 
 if [ "$DRY_RUN" = 1 ]; then

@@ -72,7 +72,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build(project: Project, project_dir: Path, target: Target, extras: list[str], keep: list[Keep],
+def build(project: Project, target: Target, extras: list[str], keep: list[Keep],
           out: Path, pip_args: list[str], split_mib: int | None = None,
           say: Callable[[str], None] = print) -> Lock:
     project.check_python(target)
@@ -89,7 +89,14 @@ def build(project: Project, project_dir: Path, target: Target, extras: list[str]
         constraint_args = ["--constraint", str(work / "kept.txt")]
     say(f"resolving {len(roots)} requirements for {target.slug} (Python {target.python}, {target.platform}, "
         f"extras {','.join(extras) or 'none'}) with pip ...")
-    resolution = resolve([str(root) for root in roots], target, pip_args + constraint_args, work)
+    try:
+        resolution = resolve([str(root) for root in roots], target, pip_args + constraint_args, work)
+    except ResolutionError as exc:
+        if constraints:   # e.g. a freeze's numpy 2.x against tierbench's numpy<2
+            raise ResolutionError(f"{exc}\nThe kept versions pin the resolution ({', '.join(constraints)}): where one "
+                                  "conflicts with what tierbench needs, leave it out of --keep-installed and the "
+                                  "wheelhouse brings the version needed.") from exc
+        raise
     held, kept = leave_out_kept(resolution.packages, roots, keep, target)
     compiled = [path.name for path in resolution.built if not path.name.endswith("-none-any.whl")]
     if compiled:
@@ -106,7 +113,7 @@ def build(project: Project, project_dir: Path, target: Target, extras: list[str]
                 built_on=f"{platform.machine()}, glibc {platform.libc_ver()[1]}",
                 pip_version=pip("--version").stdout.split()[1], created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                          time.gmtime()),
-                install=install_command(out, project_dir, extras))
+                install=install_command(extras))
     lock.write(out)
     if split_mib:
         lock.parts = split(out, split_mib)
@@ -115,9 +122,10 @@ def build(project: Project, project_dir: Path, target: Target, extras: list[str]
     return lock
 
 
-def install_command(out: Path, project_dir: Path, extras: list[str]) -> str:
+def install_command(extras: list[str]) -> str:
+    """The node's install, in the node's paths (the wheelhouse and the checkout are wherever they were copied)."""
     extra = f"[{','.join(extras)}]" if extras else ""
-    return f"pip install --no-index --find-links {out / 'wheels'} -e '{project_dir}{extra}'"
+    return f"pip install --no-index --find-links <wheelhouse>/wheels -e '<tierbench checkout>{extra}'"
 
 
 def download(packages: list[Package], target: Target, into: Path, pip_args: list[str],

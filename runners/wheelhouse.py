@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         target = Target(args.python, args.platform, cuda, args.build_python)
         extras = args.extra or [default_extra(cuda)]
         out = (args.out or PROJECT_DIR / "wheelhouse" / target.slug).resolve()
-        lock = build(Project.read(PROJECT_DIR / "pyproject.toml"), PROJECT_DIR, target, extras,
+        lock = build(Project.read(PROJECT_DIR / "pyproject.toml"), target, extras,
                      keep_rules(args.keep_installed), out, pip_args, args.split_mib)
     except (TargetError, ResolutionError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -135,7 +135,7 @@ def test_a_small_wheelhouse_for_312_installs_offline_into_a_fresh_venv(tmp_path)
     (toy / "pyproject.toml").write_text(TOY_PYPROJECT)
     (toy / "toy.py").write_text("import antlr4, idna, requests, six, yaml\n")
     out = tmp_path / "wheelhouse"
-    lock = build(Project.read(toy / "pyproject.toml"), toy, TARGET, ["extra"], [Keep.parse("urllib3")], out, [],
+    lock = build(Project.read(toy / "pyproject.toml"), TARGET, ["extra"], [Keep.parse("urllib3")], out, [],
                  split_mib=1, say=lambda line: None)
     names = {wheel.name for wheel in lock.wheels}
     assert {"six", "pyyaml", "antlr4-python3-runtime", "requests", "idna", "setuptools"} <= names
