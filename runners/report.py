@@ -49,8 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     from experiments.report.build import ReportOptions
     from experiments.report.data import ReportError
-    from experiments.report.publish import make_report
-    from experiments.results.records import Status
+    from experiments.report.publish import answer_lines, make_report
     from experiments.results.tracking import tracking_uri
 
     args = parse_args(argv)
@@ -65,17 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as exc:
         log.error("%s", exc)
         return 2
-    data = published.data
-    counts = data.trials["status"].value_counts()
-    print(f"tierbench report, sweep {data.sweep_id}: {len(data.trials)} trials "
-          f"({', '.join(f'{counts.get(s, 0)} {s}' for s in Status)}) "
-          f"on {', '.join(info.label for info in data.tiers.values())}")
-    for line in published.report.summary:
-        print(f"  - {line}")
-    print(f"report: {published.html.resolve()}")
-    print(f"        {published.markdown.resolve()} (+ {len(published.report.images)} PNG plots beside it)")
-    if published.logged_to:
-        print(f"MLflow: attached to the sweep run {published.logged_to} (artifacts report/, tag `report`)")
+    print("\n".join(answer_lines(published)))
     return 0
 
 

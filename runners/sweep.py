@@ -56,17 +56,22 @@ def main(cfg: DictConfig) -> None:
         # Also when started in the background of a non-interactive shell, which ignores SIGINT for its children:
         # an explicit `kill -INT` must still stop the sweep cleanly.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         code = run_sweep(cfg)
     except (ConfigError, TierUnavailableError, PlacementError) as exc:
         log.error("%s", exc)
-        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        if multirun:
             raise  # a job of a multirun (maybe a Ray task): Hydra reports it once the other tiers are done
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         log.error("interrupted: servers, client actors and the local Ray were stopped. Resume with "
                   "sweep_id=%s (trials already ok are skipped)", cfg.sweep_id)
         sys.exit(EXIT_INTERRUPTED)
+    if cfg.report and not multirun:  # a multirun's driver reports once every tier is done (ClusterCallback)
+        from experiments.report.publish import sweep_answer
+
+        print("\n".join(sweep_answer(cfg)), flush=True)
     if code:
         # An exception, not sys.exit: a multirun still runs its other tiers, then Hydra exits non-zero.
         raise SweepFailedError(f"some trials of tier {cfg.gpu.name} failed (their runs carry status=failed "

@@ -52,7 +52,8 @@ def store_overrides(tmp: Path, sweep_id: str | None = None, premigrated: bool = 
     store is there before the sweep (`premigrated_store`)."""
     if premigrated:
         premigrated_store(tmp)
-    overrides = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp)}"]
+    # report=false: the report at a sweep's end is tested on its own (tests/test_sweep_answer.py), not in every sweep
+    overrides = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp)}", "report=false"]
     return overrides + ([f"sweep_id={sweep_id}"] if sweep_id else [])
 
 

@@ -36,7 +36,7 @@ class SweepProcess:
         if store is None:
             premigrated_store(tmp)
         self.store = store or store_uri(tmp)
-        args = [*store_overrides(tmp)[:1], f"mlflow.tracking_uri={self.store}", *overrides]
+        args = [*store_overrides(tmp)[:1], f"mlflow.tracking_uri={self.store}", "report=false", *overrides]
         self.proc = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE_SWEEP, *args], cwd=REPO_ROOT, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1,
                                      env={**os.environ, **(env or {})})

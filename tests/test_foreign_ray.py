@@ -76,6 +76,7 @@ def test_the_tests_and_a_sweep_start_their_own_ray_beside_another(foreign_ray: R
 
     proc, _ = run_sweep_command([*store_overrides(tmp_path, "beside", premigrated=True), *TINY], timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "tierbench report" not in proc.stdout, "report=false (store_overrides) still printed the report"
     (trial,) = runs(store_uri(tmp_path), sweep_id="beside")
     assert trial.data.tags["status"] == "ok"
 

@@ -289,7 +289,7 @@ def _perf_analyzer(url: str, protocol: str, tmp_path: Any, model: str = "tiny", 
         cmd = [binary, "-m", model, "-u", url, "-i", protocol, "--concurrency-range", "1:1", "--measurement-interval",
                "1000", "--stability-percentage", stability, "--max-trials", trials, "-f", str(out), *extra]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-        if proc.returncode == 0 or "stable measurement" not in proc.stdout:
+        if proc.returncode == 0 or "stable measurement" not in proc.stdout + proc.stderr:  # perf_analyzer: stderr
             break
     assert proc.returncode == 0, f"perf_analyzer over {protocol}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     (row,) = list(csv.DictReader(out.open()))

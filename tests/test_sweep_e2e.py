@@ -98,8 +98,9 @@ def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
             assert m["server_requests"] > 0
             assert 0 < m["server_compute_infer_ms"] <= m["server_request_ms"]
             # Counter snapshots bracket the windows only approximately (a request in flight at a boundary is
-            # counted by the server, not the window): the server's mean is within the clients' latencies.
-            assert m["server_request_ms"] <= 1.5 * m["latency_mean_ms"]
+            # counted by the server, not the window), and these windows hold a handful of requests: the server's
+            # mean is of the clients' order (a unit slip would be 1000x), bounded by their tail, not their mean.
+            assert m["server_request_ms"] <= 2 * m["latency_p99_ms"]
             assert m["server_queue_ms"] >= 0 and m["server_batch_avg"] == pytest.approx(int(params["batch_size"]))
         else:  # the replica's own time and forward-pass size, reported per request (no batcher: the request's)
             assert 0 < m["server_replica_p50_ms"] < m["latency_p99_ms"]

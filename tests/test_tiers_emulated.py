@@ -48,7 +48,8 @@ def two_tiers(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     marker = uuid.uuid4().hex
     proc, _ = _sweep(["cluster=emulated", "gpu=a100,rtx4090", "experiment.backends=[triton_onnx,pytorch]",
                       "experiment.concurrency=[1,2]", "experiment.window_s=2",
-                      "experiment.stability.windows=2", "experiment.stability.max_windows=2", *TINY, "-m"],
+                      "experiment.stability.windows=2", "experiment.stability.max_windows=2", *TINY, "report=true",
+                      "-m"],
                      tmp, marker, premigrated=True)
     left = wait_for_no_marked_processes(marker)
     return proc, left, tmp
@@ -69,6 +70,15 @@ def test_one_sweep_id_across_tiers_and_every_run_tagged_emulated(two_tiers) -> N
     assert all(r.data.tags["emulated"] == "true" for r in sweeps + tiers + trials)
     assert {r.data.tags["gpu_tier"] for r in tiers} == {"a100", "rtx4090"}
     assert all(r.data.tags["status"] == "ok" for r in trials), [r.data.tags.get("reason") for r in trials]
+
+
+def test_a_multirun_ends_with_one_report_across_its_tiers(two_tiers) -> None:
+    proc, _, tmp = two_tiers
+    (sweep,) = _runs(tmp, "sweep")
+    sweep_id = sweep.data.tags["sweep_id"]
+    assert proc.stdout.count("tierbench report, sweep") == 1
+    assert f"tierbench report, sweep {sweep_id}: 8 trials (8 ok, 0 failed, 0 skipped) on " in proc.stdout
+    assert (tmp / "runs" / sweep_id / "report" / "report.html").exists()
 
 
 def test_each_tiers_servers_and_clients_ran_on_that_tiers_node(two_tiers) -> None:

@@ -255,6 +255,7 @@ class TierbenchConfig:
     sweep_id: str = MISSING
     results_dir: str = "runs"
     quiet: bool = False
+    report: bool = True   # the sweep ends by writing its report and printing the answer
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 import logging
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from experiments.report.build import Report, ReportOptions, build_report
 from experiments.report.data import SweepData, load_sweep
@@ -101,3 +103,51 @@ def make_report(uri: str, experiment: str, sweep_id: str, results_dir: Path, opt
     logged = log_report(uri, data, folder, report.summary) if log_to_mlflow else None
     return Published(folder, md, html, data, report, logged)
 
+
+
+def answer_lines(published: Published) -> list[str]:
+    """What `runners.report` and the end of a sweep print: the trial counts, the answer, where the report is."""
+    data = published.data
+    counts = data.trials["status"].value_counts()
+    lines = [f"tierbench report, sweep {data.sweep_id}: {len(data.trials)} trials "
+             f"({', '.join(f'{counts.get(s, 0)} {s}' for s in Status)}) "
+             f"on {', '.join(info.label for info in data.tiers.values())}",
+             *(f"  - {line}" for line in published.report.summary),
+             f"report: {published.html.resolve()}",
+             f"        {published.markdown.resolve()} (+ {len(published.report.images)} PNG plots beside it)"]
+    if published.logged_to:
+        lines.append(f"MLflow: attached to the sweep run {published.logged_to} (artifacts report/, tag `report`)")
+    return lines
+
+
+def sweep_answer(cfg: Any) -> list[str]:
+    """The report of the sweep `cfg` ran, written and attached, as answer lines; a report that cannot be made
+    (the store unreachable, no trial logged) says why and how to make it later, and never fails the sweep: what it
+    measured is in the run folder and the store already."""
+    from experiments.report.data import ReportError
+    from experiments.results.tracking import tracking_uri
+
+    slo = cfg.experiment.slo.p99_ms
+    options = ReportOptions(slo_p99_ms=float(slo) if slo else None)
+    uri = tracking_uri(cfg.mlflow.tracking_uri)
+    later = f"make it with `python -m runners.report {cfg.sweep_id}`"
+    if not _server_answers(uri):   # MLflow's client would retry an unreachable server for minutes
+        return [f"no report: the MLflow server {redact(uri)} does not answer; once the trials are relogged, {later}"]
+    try:
+        published = make_report(uri, cfg.mlflow.experiment, str(cfg.sweep_id), Path(cfg.results_dir), options)
+    except (ReportError, ConnectionError, OSError) as exc:
+        return [f"no report: {exc}; {later}"]
+    return answer_lines(published)
+
+
+def _server_answers(uri: str, timeout_s: float = 5.0) -> bool:
+    """Whether an http(s) tracking server accepts a connection (other stores are files: True)."""
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https"):
+        return True
+    try:
+        socket.create_connection((parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)),
+                                 timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True

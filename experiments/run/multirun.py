@@ -78,6 +78,10 @@ class ClusterCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         close_cluster()
+        if config.report:   # every tier's trials are logged by now: one report across them
+            from experiments.report.publish import sweep_answer
+
+            print("\n".join(sweep_answer(config)), flush=True)
 
 
 def _create_sweep_run(config: DictConfig, view: ClusterView) -> None:

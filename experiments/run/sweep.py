@@ -267,7 +267,11 @@ class TierSweep:
             return
         log.info("MLflow: experiment '%s' in %s, runs tagged sweep_id=%s", self.cfg.mlflow.experiment, uri,
                  self.sweep_id)
-        log.info("cost-per-image report: python -m runners.report %s [--slo-p99-ms MS]", self.sweep_id)
+        if self.cfg.report:
+            log.info("the report follows; for another latency target: python -m runners.report %s --slo-p99-ms MS",
+                     self.sweep_id)
+        else:
+            log.info("cost-per-image report: python -m runners.report %s [--slo-p99-ms MS]", self.sweep_id)
         if uri.startswith("sqlite:"):
             log.info("open the UI with: mlflow ui --backend-store-uri %s --host 127.0.0.1 --port 5000  (then "
                      "http://127.0.0.1:5000/#/experiments/%s/runs?workflowType=machine_learning)", uri,
