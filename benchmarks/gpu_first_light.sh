@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# First light on a GPU machine: every module imported, the doctor, the `gpu`-marked tests and a small GPU sweep (experiment=first_light:
+# First light on a GPU machine: every module imported, the doctor, a small GPU sweep and the `gpu`-marked tests (experiment=first_light:
 # PyTorch FP32/FP16, Triton ORT-CUDA, TensorRT FP32/FP16 where its libraries load; tensors; b1/b8; c1/c8; HTTP and
 # gRPC), one bundle under --out: doctor.txt, pytest.txt (+ junit XML), the sweep's log, report and raw records
 # (runs/), SUMMARY.txt with each step's exit code and seconds. A failed step does not stop the next.
@@ -64,10 +64,25 @@ install_wheelhouse() {  # join and check the parts, then pip install offline int
   local extras
   extras=$(python3 -c "import json,sys; print(','.join(json.load(open(sys.argv[1]))['extras']))" \
              "$folder/wheelhouse.lock.json") || return 1
-  [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV" || return 1
+  if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv --system-site-packages "$VENV" || return 1
+    # An image's python3 is often a venv's own (/opt/torch/.venv): a venv made from it sees the base interpreter's
+    # packages, not that venv's torch. A .pth adds them, after the new venv's own (what we install comes first).
+    python3 -c 'import site, sys; sys.prefix != sys.base_prefix and print("\n".join(site.getsitepackages()))' \
+      > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/image-site-packages.pth"
+  fi
+  # The wheelhouse's versions as constraints: where the image has another version of a package (pandas, onnx, ...),
+  # the venv gets the wheelhouse's one, which fits tierbench's numpy<2; where it has the same, pip keeps it.
+  sed 's/ --hash=.*//' "$folder/requirements.txt" > "$folder/constraints.txt"
   PIP_NO_INDEX=1 "$VENV/bin/python" -m pip install --no-index --find-links "$folder/wheels" \
-    -e "$REPO[$extras]" || return 1
-  "$VENV/bin/python" -m pip check
+    -c "$folder/constraints.txt" -e "$REPO[$extras]" || return 1
+  # pip check sees the image's packages too (--system-site-packages): an image package that wants numpy 2 (jax, say)
+  # is the image's business, reported; a broken requirement of tierbench or of a wheel it brought fails the install.
+  local problems ours
+  problems=$("$VENV/bin/python" -m pip check 2>&1) && return 0
+  ours=$(printf '%s\n' "$problems" | grep -i -E "^($(sed 's/==.*//' "$folder/constraints.txt" | paste -sd'|')|tierbench) " )
+  printf 'pip check, the image'"'"'s packages (not ours, reported only):\n%s\n' "$problems"
+  [ -z "$ours" ] || { printf 'pip check, ours:\n%s\n' "$ours"; return 1; }
 }
 
 if [ -n "$PARTS$WHEELHOUSE" ]; then
@@ -101,7 +116,6 @@ echo "tier: $TIER$([ "$DRY_RUN" = 1 ] && echo ' (dry run: GPU-only variants skip
 
 step imports "$OUT/imports.txt" "$PYTHON" -m offline.imports
 step doctor "$OUT/doctor.txt" "$PYTHON" -m runners.doctor --tier "$TIER"
-step gpu-tests "$OUT/pytest.txt" "$PYTHON" -m pytest -m gpu -rs -p no:cacheprovider --junitxml "$OUT/pytest.xml"
 
 SWEEP_ID=first-light-$(date -u +%Y%m%d-%H%M%S)
 step sweep "$OUT/sweep.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
@@ -109,6 +123,9 @@ step sweep "$OUT/sweep.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
   quiet=true "${SWEEP_OVERRIDES[@]}"
 step report "$OUT/report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
   "$PYTHON" -m runners.report "$SWEEP_ID" --results-dir "$OUT/runs"
+
+# The tests last: a lent GPU's minutes are few, and the sweep's figures are what the bundle is for.
+step gpu-tests "$OUT/pytest.txt" "$PYTHON" -m pytest -m gpu -rs -p no:cacheprovider --junitxml "$OUT/pytest.xml"
 
 echo "bundle: $OUT" | tee -a "$OUT/SUMMARY.txt"
 exit "$FAILED"
