@@ -57,12 +57,14 @@ def store_overrides(tmp: Path, sweep_id: str | None = None, premigrated: bool = 
     return overrides + ([f"sweep_id={sweep_id}"] if sweep_id else [])
 
 
-def runs(store: str, level: str = "trial", sweep_id: str | None = None) -> list:
-    """The runs of one level (sweep | tier | trial | slo) in `store`, of one sweep when `sweep_id` is given."""
+def runs(store: str, level: str = "trial", sweep_id: str | None = None, retried: bool = False) -> list:
+    """The runs of one level (sweep | tier | trial | slo) in `store`, of one sweep when `sweep_id` is given.
+    Attempts that failed and were measured again (tag `retried`, experiment.trial_retries) only with `retried`."""
     client = MlflowClient(store)
     exp = client.get_experiment_by_name("tierbench")
     query = f"tags.run_level = '{level}'" + (f" and tags.sweep_id = '{sweep_id}'" if sweep_id else "")
-    return client.search_runs([exp.experiment_id], query, max_results=1000)
+    found = client.search_runs([exp.experiment_id], query, max_results=1000)
+    return found if retried else [run for run in found if run.data.tags.get("retried") != "true"]
 
 
 def fake_triton_utils() -> types.ModuleType:

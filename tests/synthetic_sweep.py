@@ -81,8 +81,11 @@ def build(uri: str, superseded_failure: bool = True) -> dict[str, str]:
             trial = Trial(tier, "resnet18", variant, variant, protocol, "tensor", batch, conc)
             if superseded_failure and tier == "a100" and key == ("pytorch", "http", 1, 1):
                 failed = new_record(cfg, trial, node, status=Status.FAILED, reason="earlier attempt: server crashed")
+                failed.tags["retried"] = "true"  # measured again at once (experiment.trial_retries)
                 tracker.log_trial(tier_run, failed, _no_dir(), common, "synthetic: true\n")
             record = new_record(cfg, trial, node)
+            if superseded_failure and tier == "a100" and key == ("pytorch", "http", 1, 1):
+                record.tags |= {"attempt": "2", "earlier_failure": "earlier attempt: server crashed"}
             record.metrics = _metrics(*numbers(tier, key), PRICES[tier], batch)
             # The cross-check's figures: under the metric names written since (a100), and before (rtx4090).
             prefix = "crosscheck" if tier == "a100" else "validation"

@@ -192,6 +192,8 @@ def test_report_files_read_on_their_own(published) -> None:
     assert "at price spot $0.18/h (spot, Synthetic, seen 2026-01-01): **$0.0004 per 1k images**" in md
     assert "| triton_onnx/tensor | 1.25× | 0.80× |" in md  # gRPC speedup at concurrency 1
     assert "measurement failed: synthetic failure" in md
+    assert ("1 trial(s) were measured again on a fresh server after their server failed under them" in md
+            and "a100 · pytorch/http/tensor · b1 · c1 (first: earlier attempt: server crashed)" in md)
     assert "| a100 | 30.0 min | $0.18 |" in md and "| all tiers | 30.0 min | $0.18 |" in md  # benchmark cost
     assert "| rtx4090" not in md.split("## What this benchmark cost")[1].split("\n## ")[0]  # none logged there
     assert "![p99 latency vs $ per 1k images" in md

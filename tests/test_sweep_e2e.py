@@ -98,9 +98,15 @@ def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
             assert m["server_requests"] > 0
             assert 0 < m["server_compute_infer_ms"] <= m["server_request_ms"]
             # Counter snapshots bracket the windows only approximately (a request in flight at a boundary is
-            # counted by the server, not the window), and these windows hold a handful of requests: the server's
-            # mean is of the clients' order (a unit slip would be 1000x), bounded by their tail, not their mean.
-            assert m["server_request_ms"] <= 2 * m["latency_p99_ms"]
+            # counted by the server, not the window), and these windows hold a handful of requests. Always: the
+            # server's mean is of the clients' order (a unit slip would be 1000x). Where the server counted the
+            # clients' images (no `server_count_mismatch`, which the report flags), it covers their requests and is
+            # bounded by their tail. Seen once under a second test worker's load: 1279 ms against a p99 of 408 ms.
+            seen = {k: m.get(k) for k in ("server_request_ms", "server_queue_ms", "server_requests", "request_count",
+                                          "server_count_ratio", "latency_p50_ms", "latency_p99_ms")}
+            assert m["server_request_ms"] < 20 * m["latency_p99_ms"], seen
+            if run.data.tags.get("server_count_mismatch") != "true":
+                assert m["server_request_ms"] <= 2 * m["latency_p99_ms"], seen
             assert m["server_queue_ms"] >= 0 and m["server_batch_avg"] == pytest.approx(int(params["batch_size"]))
         else:  # the replica's own time and forward-pass size, reported per request (no batcher: the request's)
             assert 0 < m["server_replica_p50_ms"] < m["latency_p99_ms"]

@@ -40,6 +40,7 @@ ROWS = [
     ("missing price", ["gpu.price_per_hour_usd=???"], "gpu.price_per_hour_usd=None"),
     ("window <= 0", ["experiment.window_s=0"], "experiment.window_s=0"),
     ("warm-up <= 0", ["experiment.warmup_s=-1"], "experiment.warmup_s=-1"),
+    ("negative retries", ["experiment.trial_retries=-1"], "experiment.trial_retries=-1"),
     ("malformed override", ["experiment.batch_sizes=[1,"], "override 'experiment.batch_sizes=[1,' is malformed"),
     ("unknown load mode", ["experiment.load_mode=bursty"], "experiment.load_mode='bursty'"),
     ("a zero rate", ["experiment.load_mode=poisson", "experiment.request_rates=[10,0]"], "experiment.request_rates=0"),

@@ -28,16 +28,16 @@ BACKEND_SCHEMAS: dict[str, type[BackendSettings]] = {name: p.settings for name, 
 class GpuTierConfig:
     """A GPU tier: what it is called, what it costs and how its nodes are recognised."""
 
-    name: str = MISSING
-    display_name: str = MISSING
+    name: str = MISSING  # the tier's name: `gpu=<name>`, the node resource `tier_<name>`, trial param `gpu_tier`
+    display_name: str = MISSING  # the GPU as the report names it
     # The primary price: trial param `price_per_hour_usd` and the cost metrics use it.
     price_per_hour_usd: float = MISSING
-    price_source: str = ""
-    price_seen: str = ""
+    price_source: str = ""  # where the primary price was seen (provider, offer, link)
+    price_seen: str = ""  # when it was seen: prices go stale
     # Alternative prices by name, each {usd_per_hour, kind, provider, source, seen} (see experiments.config.prices; an
     # untyped dict so `+gpu.prices.mine={usd_per_hour:0.2}` works on the command line; checked by validate()).
     prices: dict[str, Any] = field(default_factory=dict)
-    requires_gpu: bool = True
+    requires_gpu: bool = True  # a node declaring this tier must have a GPU matching gpu_name_patterns
     # Substrings matched against the NVML GPU name to recognise a node of this tier.
     gpu_name_patterns: list[str] = field(default_factory=list)
 
@@ -50,7 +50,7 @@ class PreprocessConfig:
 
     resize_shorter_to: int | None = None  # null: the crop / 0.875 (256 for a 224 crop)
     mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])  # of [0, 1] pixels, in RGB order
-    std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
+    std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])  # of [0, 1] pixels, in RGB order
     channel_order: str = "RGB"  # RGB | BGR: the order of the model's input channels
     interpolation: str = "bilinear"  # bilinear | bicubic | nearest
 
@@ -62,20 +62,20 @@ class ModelConfig:
     weights, a TorchScript or torch.export program, or an ONNX file. Files are checked before anything starts and
     travel to the tier nodes through Ray's object store."""
 
-    name: str = MISSING
+    name: str = MISSING  # the Triton model name and the trial param `model`
     source: str = "factory"  # ModelSource: factory | torchscript | torch_export | onnx
     # factory: a callable taking (weights=None, num_classes=...), e.g. torchvision.models.resnet18, or timm:<model>
     factory: str | None = None
     weights: str | None = None  # factory: a state_dict file (torch.save); null: random weights drawn from `seed`
     path: str | None = None  # torchscript | torch_export | onnx: the model file
-    seed: int = 0
-    num_classes: int = 1000
+    seed: int = 0  # draws the random weights when `weights` is null: every node builds the same model
+    num_classes: int = 1000  # a classifier's outputs per image
     # null: a classifier, [batch, num_classes] logits, cross-checked by top-1 agreement and max abs diff. Any
     # other single output (a detector's head, a segmentation map): its per-image dims, e.g. [84, 8400], compared
     # by max abs diff only (top-1 has no meaning there).
     output_shape: list[int] | None = None
-    input_shape: list[int] = field(default_factory=lambda: [3, 224, 224])
-    max_batch_size: int = 32
+    input_shape: list[int] = field(default_factory=lambda: [3, 224, 224])  # [channels, height, width] of one image
+    max_batch_size: int = 32  # the largest batch the model is exported and served for
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
     # Bigger files are refused up front: each tier job puts the file in Ray's object store once.
     max_file_mb: float = 2048.0
@@ -86,19 +86,19 @@ class StabilityConfig:
     """perf_analyzer's rule: repeat windows until the last `windows` agree within `percent` on throughput and
     on the chosen latency percentile (at most `max_windows`)."""
 
-    percent: float = 10.0
-    windows: int = 3
-    max_windows: int = 10
-    latency_percentile: int = 95
+    percent: float = 10.0  # how far apart (%) the agreeing windows may be on throughput and the latency percentile
+    windows: int = 3  # how many of the last windows must agree
+    max_windows: int = 10  # stop there, agreed or not (the trial is then tagged stable=false)
+    latency_percentile: int = 95  # the latency percentile the windows must agree on
 
 
 @dataclass
 class SloConfig:
     """Find the highest load whose p99 stays within `p99_ms` (null: no search)."""
 
-    p99_ms: float | None = None
-    max_concurrency: int = 64
-    max_rate: float = 2000.0
+    p99_ms: float | None = None  # the p99 target (ms); null: no search
+    max_concurrency: int = 64  # the search's highest concurrency (closed loop)
+    max_rate: float = 2000.0  # the search's highest request rate, req/s (open loop)
 
 
 @dataclass
@@ -108,19 +108,21 @@ class SearchConfig:
     to try; a class without one is measured at its own settings."""
 
     strategy: str = "none"  # SearchStrategy: none | grid | quick
-    space: dict[str, Any] = field(default_factory=dict)
+    space: dict[str, Any] = field(default_factory=dict)  # backend class -> setting -> the values to try
 
 
 @dataclass
 class ExperimentConfig:
     """The trial matrix and how each trial is measured."""
 
-    name: str = MISSING
-    backends: list[str] = field(default_factory=list)
+    name: str = MISSING  # the experiment's name, logged with its trials
+    backends: list[str] = field(default_factory=list)  # entries of conf/backends/ to measure (`backends.<entry>`)
+    # http | grpc; for Triton with the client on the server's machine also http_shm, grpc_shm (system shared memory)
+    # and http_cuda_shm, grpc_cuda_shm (GPU)
     protocols: list[str] = field(default_factory=list)
-    input_formats: list[str] = field(default_factory=list)
-    batch_sizes: list[int] = field(default_factory=list)
-    concurrency: list[int] = field(default_factory=list)
+    input_formats: list[str] = field(default_factory=list)  # tensor | jpeg | jpeg_base64 (base64 JPEGs in JSON)
+    batch_sizes: list[int] = field(default_factory=list)  # images per request, each at most model.max_batch_size
+    concurrency: list[int] = field(default_factory=list)  # closed loop: request loops in flight, one trial each
     # Only these stacks, `variant/protocol/input_format` (e.g. fastapi/http/jpeg_base64), instead of every combination
     # of backends x protocols x input formats; each part must be listed in its key above.
     stacks: list[str] = field(default_factory=list)
@@ -129,25 +131,29 @@ class ExperimentConfig:
     matrix: str = "full"
     # LoadMode: closed, `concurrency` request loops; constant | poisson, open loop at each of `request_rates` (req/s)
     load_mode: str = "closed"
-    request_rates: list[float] = field(default_factory=list)
-    max_in_flight: int = 1024
+    request_rates: list[float] = field(default_factory=list)  # open loop: req/s, one trial each
+    max_in_flight: int = 1024  # open loop: requests outstanding at most; later ones are sent late (late_requests)
     # Warm-up ends once both are reached; its requests are dropped from the measurement.
     warmup_requests: int = 10
-    warmup_s: float = 1.0
-    window_s: float = 5.0
-    request_timeout_s: float = 60.0
+    warmup_s: float = 1.0  # seconds of warm-up (with warmup_requests, both must pass)
+    window_s: float = 5.0  # length of one measurement window, seconds
+    request_timeout_s: float = 60.0  # a request not answered within it fails the trial
     # Longest a trial may take from load start to the end of its window; beyond it the trial fails.
     trial_timeout_s: float = 600.0
+    # A trial whose server failed under it (a crashed or unhealthy process: the Python backend's stub declares
+    # itself unhealthy when starved of CPU for a second) is measured again this many times on a fresh server. The
+    # failed attempt stays logged, tagged `retried`; the new one carries `attempt` and the earlier reason.
+    trial_retries: int = 1
     stability: StabilityConfig = field(default_factory=StabilityConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     # Client actors share a trial's load, each with its own async client and connections. 0: automatic, one
     # actor per `client_concurrency_per_actor` loops, more when an actor's CPU passes `client_cpu_limit`.
     client_actors: int = 0
-    max_client_actors: int = 4
-    client_concurrency_per_actor: int = 16
-    client_cpu_limit: float = 0.8
-    client_num_cpus: float = 0.1
+    max_client_actors: int = 4  # automatic actors stop here
+    client_concurrency_per_actor: int = 16  # request loops per actor when client_actors is automatic
+    client_cpu_limit: float = 0.8  # share of a core an actor may use before another is added (else client_bound)
+    client_num_cpus: float = 0.1  # CPUs each client actor asks of Ray
     # LoadEngine: what sends the requests. auto: the compiled engine (C, experiments/measure/engine/loadgen.c) wherever
     # it builds and speaks the trial's protocol, else the Python client; compiled: only it (a trial it cannot measure
     # is refused); python: the actors' asyncio client. Every trial records the engine that measured it.
@@ -158,17 +164,17 @@ class ExperimentConfig:
 class EmulatedNodeConfig:
     """One node of an emulated cluster: the tier it declares, or a client-pool node."""
 
-    tier: str | None = None
-    client_pool: bool = False
-    num_cpus: int = 1
+    tier: str | None = None  # the tier this node declares (null: none, e.g. a client-pool node)
+    client_pool: bool = False  # a load generator for clients.placement=separate
+    num_cpus: int = 1  # the CPUs it declares (it shares this machine's)
 
 
 @dataclass
 class ClusterConfig:
     """How the sweep reaches Ray: start one (local, emulated) or join one (address)."""
 
-    name: str = MISSING
-    address: str | None = None
+    name: str = MISSING  # local | emulated | address: the file of conf/cluster/
+    address: str | None = None  # address: `auto` (this machine is a node of it) or HEAD_IP:6379; null: start one
     # local: the node's CPUs (null: all cores); emulated: the head node's CPUs (the sweep jobs need none)
     num_cpus: int | None = None
     object_store_memory: int | None = None  # per node the sweep starts
@@ -207,8 +213,8 @@ class ClientsConfig:
 class ToleranceConfig:
     """How far a backend's logits may be from the PyTorch reference's and still count as the same function."""
 
-    max_abs_diff: float = MISSING
-    min_top1_agreement: float = MISSING
+    max_abs_diff: float = MISSING  # the largest absolute difference of a logit from the reference's
+    min_top1_agreement: float = MISSING  # the least share of images whose top-1 class matches the reference's
 
 
 @dataclass
@@ -216,35 +222,43 @@ class CrosscheckConfig:
     """The cross-check of each server group against the PyTorch reference before it is measured
     (experiments/run/crosscheck.py)."""
 
-    enabled: bool = True
-    images: int = 8
+    enabled: bool = True  # off: groups are measured unchecked
+    images: int = 8  # images in the one request sent through each path
     # by the arithmetic a backend computes in (Backend.numerics): fp32 | fp16
     tolerances: dict[str, ToleranceConfig] = field(default_factory=dict)
 
 
 @dataclass
 class MlflowConfig:
-    experiment: str = "tierbench"
-    tracking_uri: str | None = None
+    """Where the sweep logs its runs (only the driver writes to MLflow)."""
+
+    experiment: str = "tierbench"  # the MLflow experiment
+    tracking_uri: str | None = None  # null: $MLFLOW_TRACKING_URI when set, else sqlite:///<repo>/mlflow/mlflow.db
 
 
 @dataclass
 class ServingConfig:
+    """How servers are reached, started and stopped."""
+
+    # Address servers bind to and clients connect to; keep loopback unless clients run on other nodes (0.0.0.0: every
+    # interface, clients use the node's address).
     host: str = "127.0.0.1"
-    start_timeout_s: float = 180.0
-    stop_timeout_s: float = 20.0
+    start_timeout_s: float = 180.0  # a server not ready by then fails its trials (a backend's own start_timeout_s wins)
+    stop_timeout_s: float = 20.0  # how long a server is given to stop
 
 
 @dataclass
 class TelemetryConfig:
     """GPU telemetry (NVML on the server's node) during each measurement window; nothing on CPU-only nodes."""
 
-    gpu: bool = True
-    sample_hz: float = 20.0
+    gpu: bool = True  # gpu_util_pct, gpu_mem_used_mb, gpu_power_w, gpu_energy_j, energy_per_image_j per trial
+    sample_hz: float = 20.0  # NVML samples per second
 
 
 @dataclass
 class TierbenchConfig:
+    """The whole config: one sweep is one GPU tier x the experiment matrix."""
+
     gpu: GpuTierConfig = MISSING
     model: ModelConfig = MISSING
     experiment: ExperimentConfig = MISSING
@@ -252,9 +266,9 @@ class TierbenchConfig:
     clients: ClientsConfig = field(default_factory=ClientsConfig)
     # entry name -> the typed settings of the class that serves it (conf/backends/, BACKEND_SCHEMAS)
     backends: dict[str, Any] = field(default_factory=dict)
-    sweep_id: str = MISSING
-    results_dir: str = "runs"
-    quiet: bool = False
+    sweep_id: str = MISSING  # names the sweep across tiers (MLflow tag, results folder); the same one resumes it
+    results_dir: str = "runs"  # raw per-trial results are written here before they are logged to MLflow
+    quiet: bool = False  # no progress bar (the per-trial log lines stay); it is also off when stderr is no terminal
     report: bool = True   # the sweep ends by writing its report and printing the answer
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)

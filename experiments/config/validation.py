@@ -69,6 +69,8 @@ def validate(cfg: Any) -> None:
     for key in ("warmup_requests", "max_client_actors", "client_concurrency_per_actor", "max_in_flight"):
         if exp[key] <= 0:
             _fail(f"experiment.{key}", exp[key], "must be a positive integer")
+    if exp.trial_retries < 0:
+        _fail("experiment.trial_retries", exp.trial_retries, "0 (a failed trial stays failed) or a positive number")
     if exp.client_actors < 0:
         _fail("experiment.client_actors", exp.client_actors, "0 (automatic) or a positive number of actors")
     stability = exp.stability

@@ -88,6 +88,12 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     if data.superseded:
         doc.note(f"{data.superseded} older run(s) of trials that were run again are left out (the latest `ok` "
                  "run of each trial counts).")
+    retried = data.trials[data.trials["earlier_failure"] != ""]
+    if not retried.empty:
+        doc.note(f"{len(retried)} trial(s) were measured again on a fresh server after their server failed under them "
+                 "(`experiment.trial_retries`; the failed attempts stay in MLflow, tagged `retried`): "
+                 + "; ".join(f"{r.tier} · {r.stack} · b{r.batch_size} · {r.load} (first: {r.earlier_failure[:120]})"
+                             for r in retried.itertuples()) + ".")
     _answer(doc, report, data, labels, options)
     report.summary += deploy_section(doc, data, labels)
     overloaded_section(doc, data, labels)

@@ -199,6 +199,8 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     out.loc[ok, "other_engine"] = other_engine(out.loc[ok, "load_engine"])
     out["marks"] = trial_marks(out["unstable"], out["overloaded"], out["other_engine"])
     out["server_count_mismatch"] = _column(runs, "tags.server_count_mismatch", "false").fillna("false") == "true"
+    # Set on a trial measured again on a fresh server after its server failed under it (experiment.trial_retries).
+    out["earlier_failure"] = _column(runs, "tags.earlier_failure", "").fillna("")
     out["_ok"] = out["status"] == Status.OK
     out = out.sort_values(["_ok", "start_time"]).drop_duplicates(["tier", "trial_key"], keep="last")
     superseded = len(runs) - len(out)

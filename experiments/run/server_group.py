@@ -143,8 +143,10 @@ class ServerGroup:
             else:
                 self.stop()
 
-    def _measure(self, trial: Trial, pending: list[Trial], phase: str = "grid") -> TrialRecord | None:
-        """Measure one trial (starting the server if needed); None when the server would not start."""
+    def _measure(self, trial: Trial, pending: list[Trial], phase: str = "grid", attempt: int = 1,
+                 earlier: str | None = None) -> TrialRecord | None:
+        """Measure one trial (starting the server if needed); None when the server would not start. A trial that
+        failed under a working cross-check is measured again on a fresh server, `experiment.trial_retries` times."""
         if self.handle is None and not self._start(pending):
             return None
         if self.check is not None and not self.check.passed:  # computes something else: not worth measuring
@@ -155,10 +157,19 @@ class ServerGroup:
         record.metrics.update(self.check.metrics() if self.check is not None else {})
         if phase != "grid":
             record.tags["phase"] = phase
+        if attempt > 1:
+            record.tags["attempt"] = str(attempt)
+            record.tags["earlier_failure"] = earlier or ""
         if record.status == Status.FAILED and (self.check is None or self.check.passed):
-            log.warning("%s failed (%s): restarting %s", trial.name, record.reason, self.group.variant)
+            retry = attempt <= self.cfg.experiment.trial_retries
+            if retry:
+                record.tags["retried"] = "true"
+            log.warning("%s failed (%s): restarting %s%s", trial.name, record.reason, self.group.variant,
+                        f", then measuring it again (attempt {attempt + 1})" if retry else "")
             self.finish(record, self.stop())
             self.clients.restart()
+            if retry:
+                return self._measure(trial, pending, phase, attempt + 1, record.reason)
         else:
             self.finish(record, {})
             if record.status != Status.FAILED:
