@@ -28,6 +28,16 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+def unreachable(host: str, port: int, timeout_s: float) -> OSError | None:
+    """Why nothing accepts a TCP connection at host:port (None when something does): a client that would retry an
+    absent server for minutes (Ray, MLflow) is asked first."""
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        return exc
+    return None
+
+
 def _child_setup() -> None:
     # Ray workers block SIGINT and children inherit the mask: clear it so the server obeys Ctrl-C / SIGINT.
     signal.pthread_sigmask(signal.SIG_SETMASK, [])

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -32,9 +31,11 @@ from experiments.cluster.tiers import (
     tiers_for_gpu,
     tiers_of_nodes,
 )
+from serving.process import unreachable
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tierbench"
+NO_TIER_DOCS = "docs/troubleshooting.md#no-node-of-the-tier"
 
 
 class TierUnavailableError(RuntimeError):
@@ -47,10 +48,10 @@ def missing_tier_message(tier: str, available: list[str], autoscaling: Autoscali
         return (f"gpu={tier}: no live node of tier '{tier}' and no autoscaler node type offers it (live tiers: {have}; "
                 f"{autoscaling.describe()}). Add a node type whose resources declare {{tier_{tier}: 1}}, join a node "
                 f"of the tier (`python -m runners.node --address HEAD:6379 --tier {tier}`), or pick one of: "
-                f"{', '.join(sorted(set(available) | autoscaling.tiers())) or 'none'}")
+                f"{', '.join(sorted(set(available) | autoscaling.tiers())) or 'none'} ({NO_TIER_DOCS})")
     return (f"gpu={tier}: no live node of tier '{tier}' in the Ray cluster (tiers it has: {have}). "
             f"Join a node of that tier (`python -m runners.node --address HEAD:6379 --tier {tier}`) "
-            f"or pick one of: {have}")
+            f"or pick one of: {have} ({NO_TIER_DOCS})")
 
 
 def require_tiers(requested: list[str], available: list[str], autoscaling: Autoscaling | None = None) -> None:
@@ -98,7 +99,7 @@ def require_local_tiers(requested: list[str], declared: list[str]) -> None:
              f"{why}; cluster=local declares only this machine's tiers {declared}" for tier in missing]
     raise TierMismatchError("\n".join(lines) + ". Run the sweep on a node of the tier, join one to a cluster "
                             "(cluster=address), or try the tier without its GPU with cluster=emulated (every result "
-                            "tagged emulated=true)")
+                            "tagged emulated=true) (docs/troubleshooting.md#a-node-that-is-not-its-tier)")
 
 
 def declared_tiers(cluster_cfg: Any) -> list[str] | None:
@@ -158,13 +159,16 @@ def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
     if address in ("auto", "local") or address.startswith("ray://"):
         return
     host, _, port = address.rpartition(":")
+    problem: Exception | None
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except (OSError, ValueError) as exc:
+        problem = unreachable(host, int(port), timeout_s)
+    except ValueError as exc:
+        problem = exc
+    if problem is not None:
         raise TierUnavailableError(
-            f"cluster.address={address}: no Ray head answers there ({exc}). Start one on the head "
+            f"cluster.address={address}: no Ray head answers there ({problem}). Start one on the head "
             "(`python -m runners.node --head`), open its port to this machine, or use cluster=local / "
-            "cluster=emulated") from exc
+            "cluster=emulated (docs/troubleshooting.md#no-ray-head-at-the-address)") from problem
 
 
 def _quiet_ray_env() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from experiments.report.data import SweepData, load_sweep
 from experiments.results.layout import REPORT_DIR, report_folder
 from experiments.results.records import Status
 from experiments.results.redaction import redact
+from serving.process import unreachable
 
 log = logging.getLogger(__name__)
 NOTE_TAG = "mlflow.note.content"  # the run description the MLflow UI shows
@@ -145,9 +145,5 @@ def _server_answers(uri: str, timeout_s: float = 5.0) -> bool:
     parsed = urlparse(uri)
     if parsed.scheme not in ("http", "https"):
         return True
-    try:
-        socket.create_connection((parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)),
-                                 timeout=timeout_s).close()
-    except OSError:
-        return False
-    return True
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return unreachable(parsed.hostname or "", port, timeout_s) is None
