@@ -1,4 +1,5 @@
-"""`python -m runners.report [SWEEP_ID | latest] [--slo-p99-ms MS]`: the cost-per-image report of a sweep.
+"""`python -m runners.report [SWEEP_ID | latest] [--slo-p99-ms MS] [--traffic-img-s R [--peak-img-s P] [--headroom H]]`:
+the cost-per-image report of a sweep, with a capacity plan for a traffic when one is given.
 
 Reads the sweep's runs from MLflow, writes report.md, report.html and PNG plots to
 `<results_dir>/<sweep_id>/report/`, attaches them to the sweep run and prints the answer with the path.
@@ -13,6 +14,9 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+
+from experiments.config.capacity import DEFAULT_HEADROOM, FLAG_KEYS, Traffic, traffic
+from experiments.config.errors import ConfigError
 
 log = logging.getLogger("tierbench.report")
 
@@ -33,6 +37,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slo-p99-ms", type=float, default=None,
                         help="latency target: pick the cheapest (tier, backend, protocol, batch, concurrency) "
                              "whose p99 is within it")
+    parser.add_argument("--traffic-img-s", type=float, default=None,
+                        help="capacity plan: the average traffic in images/s (a request of b images counts b): "
+                             "nodes and $/month per tier within the p99 target (docs/capacity-plan.md)")
+    parser.add_argument("--peak-img-s", type=float, default=None,
+                        help="capacity plan: the peak the nodes are sized for, >= the average (default: the average)")
+    parser.add_argument("--headroom", type=float, default=None,
+                        help=f"capacity plan: spare capacity above the peak, a fraction (default {DEFAULT_HEADROOM:g}: "
+                             f"nodes for the peak +{DEFAULT_HEADROOM * 100:g} %%)")
+    for unit in ("traffic", "peak"):  # the issue's spelling: refused with the unit the plan takes
+        parser.add_argument(f"--{unit}-rps", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--baseline-tier", default=None,
                         help="tier the cross-tier ratios divide by (default: the first tier by name)")
     parser.add_argument("--tracking-uri", default=None, help="MLflow store (default: as the sweep resolves it)")
@@ -43,7 +57,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.slo_p99_ms is not None and args.slo_p99_ms <= 0:
         parser.error(f"--slo-p99-ms={args.slo_p99_ms:g} is not allowed: give a latency target > 0 in ms")
+    args.capacity = _capacity(parser, args)
     return args
+
+
+def _capacity(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Traffic | None:
+    """The checked traffic of a capacity plan, None when none is asked for; a bad figure ends the command here."""
+    for unit in ("traffic", "peak"):
+        given = getattr(args, f"{unit}_rps")
+        if given is not None:
+            parser.error(f"--{unit}-rps={given:g} is not allowed: the capacity plan takes images/s, the unit of every "
+                         f"throughput it sizes nodes with; give --{unit}-img-s (requests/s × images per request)")
+    if args.traffic_img_s is None:
+        extra = next((flag for flag, value in (("--peak-img-s", args.peak_img_s), ("--headroom", args.headroom))
+                      if value is not None), None)
+        if extra:
+            parser.error(f"{extra} is not allowed alone: it shapes a capacity plan; give the average traffic too, "
+                         "e.g. --traffic-img-s 1000")
+        return None
+    try:
+        return traffic(args.traffic_img_s, args.peak_img_s,
+                       DEFAULT_HEADROOM if args.headroom is None else args.headroom, FLAG_KEYS)
+    except ConfigError as exc:
+        parser.error(str(exc))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     configured_uri, experiment, results_dir = _config_defaults()
     uri = tracking_uri(args.tracking_uri or configured_uri)
-    options = ReportOptions(slo_p99_ms=args.slo_p99_ms, baseline_tier=args.baseline_tier)
+    options = ReportOptions(slo_p99_ms=args.slo_p99_ms, baseline_tier=args.baseline_tier, capacity=args.capacity)
     try:
         published = make_report(uri, args.experiment or experiment, args.sweep_id,
                                 Path(args.results_dir or results_dir), options,

@@ -208,3 +208,45 @@ def build_searched(uri: str) -> dict[str, str]:
         tracker.finish(tier_run, Status.OK)
     tracker.finish(sweep_run, Status.OK)
     return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
+
+
+CAPACITY_SWEEP_ID = "synthetic-capacity"
+CAPACITY_SLO_MS = 50.0
+# SLO search results at p99 <= 50 ms for the capacity plan (synthetic): tier -> [(variant, protocol, batch, img/s per
+# node within the target, search stopped at its load limit?)]. a100 $0.36/h (spot $0.18/h), rtx4090 $0.18/h. For a
+# peak of 1,000 img/s + 20 % (1,200 img/s): a100 needs 3 nodes (1,500 img/s), rtx4090 6 (1,200: exactly), and
+# 2 a100 + 1 rtx4090 (1,200) cost $0.90/h, less than either alone ($1.08/h).
+CAPACITY = {
+    "a100": [("triton_onnx", "grpc", 8, 500.0, False), ("pytorch", "http", 1, 100.0, True)],
+    "rtx4090": [("triton_onnx", "grpc", 8, 200.0, False)],
+}
+
+
+def build_capacity(uri: str) -> dict[str, str]:
+    """Log the capacity sweep into `uri` (a store of its own): per point a grid trial and its SLO summary."""
+    tracker = Tracker(uri, "tierbench")
+    sweep_run = tracker.sweep_run(CAPACITY_SWEEP_ID, TAGS)
+    node = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
+    for tier, points in CAPACITY.items():
+        cfg = _cfg(tier)
+        cfg.sweep_id = CAPACITY_SWEEP_ID
+        common = {"sweep_id": CAPACITY_SWEEP_ID, "gpu_tier": tier, "emulated": "false", **TAGS}
+        tier_params = {"gpu_tier": tier, "gpu_display_name": cfg.gpu.display_name, "price_per_hour_usd": PRICES[tier],
+                       "price_source": "test fixture", "price_seen": "2026-01-01", "experiment": "quick",
+                       "model": "resnet18", **tier_price_params(cfg.gpu)}
+        tier_run = tracker.tier_run(CAPACITY_SWEEP_ID, tier, sweep_run, tier_params, common)
+        for variant, protocol, batch, throughput, limited in points:
+            point = Trial(tier, "resnet18", variant, variant, protocol, "tensor", batch, 1)
+            record = new_record(cfg, point, node)
+            record.metrics = _metrics(20.0, 30.0, throughput / 4, PRICES[tier], batch)
+            tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
+            slo = new_record(cfg, point.at_load(0), node)
+            slo.key = f"synthetic-capacity-{tier}-{variant}-{protocol}-b{batch}"
+            slo.run_name = f"{tier}/{variant}/{protocol}/tensor/b{batch}/slo-p99-50ms"
+            slo.tags["run_level"] = "slo"
+            best = SloProbe(8, 45.0, throughput)
+            slo.metrics = SloResult(CAPACITY_SLO_MS, best, [best], limited=limited).metrics(PRICES[tier])
+            tracker.log_trial(tier_run, slo, _no_dir(), common, "synthetic: true\n")
+        tracker.finish(tier_run, Status.OK)
+    tracker.finish(sweep_run, Status.OK)
+    return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}

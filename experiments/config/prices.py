@@ -12,6 +12,8 @@ from typing import Any
 from experiments.config.errors import ConfigError
 
 PRIMARY = "primary"
+# A month of a node kept up: 365 x 24 / 12 hours, the figure cloud price lists use.
+HOURS_PER_MONTH = 730
 PRICE_KEYS = ("usd_per_hour", "kind", "provider", "source", "seen")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -15,6 +15,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from experiments.config.capacity import DEFAULT_HEADROOM
 from experiments.config.errors import not_allowed
 from serving.registry import backend_packages
 from serving.settings import BackendSettings
@@ -256,6 +257,17 @@ class TelemetryConfig:
 
 
 @dataclass
+class CapacityConfig:
+    """The report's capacity plan (docs/capacity-plan.md): per tier, the nodes that serve this traffic within
+    `experiment.slo.p99_ms` (from the SLO search's highest throughput per node) and what they cost per hour and per
+    month at each listed price. Traffic is in images/s: a request of b images counts b."""
+
+    traffic_img_s: float | None = None  # the average traffic, images/s; null: no capacity plan
+    peak_img_s: float | None = None  # the peak the nodes are sized for, >= traffic_img_s; null: the average
+    headroom: float = DEFAULT_HEADROOM  # spare capacity above the peak, a fraction in [0, 1]: 0.2 sizes for 1.2 x it
+
+
+@dataclass
 class TierbenchConfig:
     """The whole config: one sweep is one GPU tier x the experiment matrix."""
 
@@ -270,6 +282,7 @@ class TierbenchConfig:
     results_dir: str = "runs"  # raw per-trial results are written here before they are logged to MLflow
     quiet: bool = False  # no progress bar (the per-trial log lines stay); it is also off when stderr is no terminal
     report: bool = True   # the sweep ends by writing its report and printing the answer
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)  # the report's capacity plan for a traffic
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)

@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from experiments.config.capacity import check_capacity
 from experiments.config.choices import ClientPlacement, LoadEngine, LoadMode, TrialMatrix
 from experiments.config.errors import ConfigError
 from experiments.config.model_check import check_model
@@ -80,6 +81,7 @@ def validate(cfg: Any) -> None:
         _fail("experiment.stability.latency_percentile", stability.latency_percentile, "between 0 and 100")
     if exp.slo.p99_ms is not None and exp.slo.p99_ms <= 0:
         _fail("experiment.slo.p99_ms", exp.slo.p99_ms, "a latency target > 0 ms, or null for no SLO search")
+    check_capacity(cfg)
     if cfg.telemetry.sample_hz <= 0:
         _fail("telemetry.sample_hz", cfg.telemetry.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")
     for name in exp.backends:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from experiments.config.capacity import Traffic
 from experiments.report import marks, plots, tables
 from experiments.report.answer import answer_lines
+from experiments.report.capacity_section import capacity_section, refuse_unpriced
 from experiments.report.data import SweepData, TierInfo
 from experiments.report.deploy import deploy_section
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd, usd_per_hour
@@ -36,6 +38,7 @@ STACK_NOTE = ("A stack is `backend variant/protocol/input format`; `b` is the ba
 class ReportOptions:
     slo_p99_ms: float | None = None
     baseline_tier: str | None = None
+    capacity: Traffic | None = None  # size a capacity plan for this traffic (within slo_p99_ms, else the sweep's)
     source: str = ""  # where the runs were read (tracking URI and experiment), for the header
 
 
@@ -69,6 +72,8 @@ def _load_title(load: str) -> str:
 
 
 def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Report:
+    if options.capacity is not None:
+        refuse_unpriced(data, options.slo_p99_ms)
     folder.mkdir(parents=True, exist_ok=True)
     ok = data.ok
     labels = {name: info.label for name, info in data.tiers.items()}
@@ -98,6 +103,9 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     report.summary += deploy_section(doc, data, labels)
     overloaded_section(doc, data, labels)
     _prices(doc, data)
+    if options.capacity is not None:
+        report.summary += capacity_section(doc, report.images, folder, data, labels, options.capacity,
+                                           options.slo_p99_ms)
     _benchmark_cost(doc, report, data)
     if not data.sustained.empty:
         _across_tiers(doc, report, folder, data.sustained, labels, prices, options)

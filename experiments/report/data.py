@@ -38,6 +38,9 @@ class TierInfo:
     gpu_name: str = ""
     emulated: bool = False
     prices: list[Price] = field(default_factory=list)
+    # What the sweep ran on this tier (`experiment=`, `model=`): the command that measures more of it says them.
+    experiment: str = ""
+    model: str = ""
     # What running the benchmark cost on this tier (`experiments.results.node_time`); None when not logged.
     node_uptime_s: float | None = None
     sweep_cost_usd: float | None = None
@@ -240,12 +243,16 @@ def tier_infos(tier_runs: pd.DataFrame, trials: pd.DataFrame) -> dict[str, TierI
                       if c.startswith("params.") and pd.notna(row[c])}
             info.display_name = str(params.get("gpu_display_name", ""))
             info.gpu_name = str(params.get("gpu_name", ""))
+            info.experiment = str(params.get("experiment", ""))
+            info.model = str(params.get("model", ""))
             info.emulated = info.emulated or str(row.get("tags.emulated", "false")).lower() == "true"
             info.prices = prices_from_params(params)
             for metric in ("node_uptime_s", "sweep_cost_usd"):
                 value = row.get(f"metrics.{metric}")
                 if value is not None and pd.notna(value):
                     setattr(info, metric, float(value))
+        if not info.model and "model" in rows and rows["model"].notna().any():
+            info.model = str(rows["model"].dropna().iloc[0])
         if not info.prices:  # no tier run: the trial params still carry every price, without sources
             first = rows.iloc[0]
             info.prices = prices_from_params({c: first[c] for c in rows.columns

@@ -1,6 +1,7 @@
 """The report's plots (matplotlib, Agg backend, PNG): latency vs throughput per backend for each tier, p99 vs
 $ per 1k images with the Pareto frontier, and cost per 1k images by tier and backend. Unstable trials are
-drawn hollow (hatched bars), overloaded ones ringed in red, and each legend says how many."""
+drawn hollow (hatched bars), overloaded ones ringed in red, and each legend says how many. And the capacity plan's
+$/month against traffic, one step line per tier."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from experiments.config.choices import LoadMode
-from experiments.config.prices import Price, cost_per_1k_images
+from experiments.config.prices import HOURS_PER_MONTH, Price, cost_per_1k_images
 from experiments.report.marks import UNSTABLE
 from experiments.report.tables import P50, P99, THROUGHPUT
 
@@ -209,6 +210,34 @@ def cost_bars(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]], labels: 
         handles.append(Patch(facecolor="gray", hatch="//", edgecolor="white",
                              label=f"hatched {UNSTABLE}: unstable ({int(best['unstable'].sum())} of {len(best)} bars)"))
     ax.legend(handles=handles, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def capacity_cost(curves: dict[str, list[tuple[float, float]]], traffic: Any, up_to_img_s: float,
+                  crossings: list[tuple[float, float]], path: Path) -> Path:
+    """$/month (y) against peak traffic (x): one step line per curve, `[(x_k, cost_k)]` meaning cost_k for a peak
+    in (x_(k-1), x_k] (experiments.report.capacity.cost_steps); the plan's peak dashed, crossovers marked ×."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9.5, 5.5))
+    cmap = plt.get_cmap("tab10")
+    for i, (label, steps) in enumerate(curves.items()):
+        xs = [0.0, *(x for x, _ in steps)]
+        ys = [steps[0][1], *(cost for _, cost in steps)]
+        ax.step(xs, ys, where="pre", color=cmap(i % 10), lw=1.6, label=label)
+    ax.axvline(traffic.peak_img_s, color="gray", ls="--", lw=1,
+               label=f"this plan's peak: {traffic.peak_img_s:,g} img/s")
+    if crossings:
+        ax.scatter(*zip(*crossings, strict=True), marker="x", color="black", zorder=4, label="crossover")
+    ax.set_xlim(0, up_to_img_s)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(f"peak traffic (img/s); nodes sized for the peak +{traffic.headroom * 100:g} % headroom")
+    ax.set_ylabel(f"$ per month ({HOURS_PER_MONTH} h, primary price)")
+    ax.set_title("What each tier costs per month at a given peak, within the p99 target")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)

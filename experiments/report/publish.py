@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from experiments.config.capacity import configured_traffic
 from experiments.report.build import Report, ReportOptions, build_report
+from experiments.report.capacity_section import refuse_unpriced
 from experiments.report.data import SweepData, load_sweep
 from experiments.results.layout import REPORT_DIR, report_folder
 from experiments.results.records import Status
@@ -93,6 +95,8 @@ def make_report(uri: str, experiment: str, sweep_id: str, results_dir: Path, opt
     """Load the sweep, build and write its report (default folder `<results_dir>/<sweep_id>/report/`), and
     attach it to the sweep run unless told not to."""
     data = load_sweep(uri, experiment, sweep_id)
+    if options.capacity is not None:
+        refuse_unpriced(data, options.slo_p99_ms)  # before the folder's old plots go
     folder = out or report_folder(results_dir, data.sweep_id)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("*.png"):  # plots of tiers no longer in the sweep must not linger
@@ -128,7 +132,7 @@ def sweep_answer(cfg: Any) -> list[str]:
     from experiments.results.tracking import tracking_uri
 
     slo = cfg.experiment.slo.p99_ms
-    options = ReportOptions(slo_p99_ms=float(slo) if slo else None)
+    options = ReportOptions(slo_p99_ms=float(slo) if slo else None, capacity=configured_traffic(cfg.capacity))
     uri = tracking_uri(cfg.mlflow.tracking_uri)
     later = f"make it with `python -m runners.report {cfg.sweep_id}`"
     if not _server_answers(uri):   # MLflow's client would retry an unreachable server for minutes
