@@ -13,7 +13,7 @@
 #   --tier T          the GPU tier (default: the one the GPU's name matches in conf/gpu/)
 #   --dry-run         everything but what needs a GPU: the sweep runs on tier `local` (its GPU variants are
 #                     skipped by the product, with the reason), the gpu tests skip, saying why
-# README "Offline nodes" and docs/gpu.md say how it is used on a lent GPU.
+# docs/offline-nodes.md and docs/gpu.md say how it is used on a lent GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)

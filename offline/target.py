@@ -16,8 +16,8 @@ PLATFORM = re.compile(r"manylinux_2_(\d+)_(x86_64|aarch64)")
 MIN_GLIBC_MINOR = 35
 DEFAULT_PLATFORM = "manylinux_2_35_x86_64"
 CUDA_MAJORS = (12, 13)
-# PyPI's torch builds by CUDA major, from their wheels' metadata (README, GPU nodes): 2.6-2.10 for CUDA 12
-# (2.8-2.10: 12.8), 2.11 and later for CUDA 13. A node that keeps its own torch (--keep-installed) needs none.
+# PyPI's torch builds by CUDA major, from their wheels' metadata (docs/gpu-nodes.md#setting-up-a-node): 2.6-2.10 for
+# CUDA 12 (2.8-2.10: 12.8), 2.11 and later for CUDA 13. A node that keeps its own torch (--keep-installed) needs none.
 TORCH_FOR_CUDA = {12: ("torch>=2.6,<2.11", "torchvision>=0.21,<0.26"),
                   13: ("torch>=2.11", "torchvision>=0.26")}
 

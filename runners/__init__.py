@@ -12,6 +12,6 @@ SUPPORTED_PYTHON = ((3, 11), (3, 12))
 
 if tuple(sys.version_info[:2]) not in SUPPORTED_PYTHON:
     sys.exit("error: tierbench runs on Python {} and this is Python {} ({}). Create the venv with one of them, "
-             "e.g. `python3.12 -m venv .venv` (README, Set up); every node of a Ray cluster and its head need the "
-             "same minor version.".format(" or ".join("{}.{}".format(*v) for v in SUPPORTED_PYTHON),
+             "e.g. `python3.12 -m venv .venv`; every node of a Ray cluster and its head need the same minor version "
+             "(docs/getting-started.md#install).".format(" or ".join("{}.{}".format(*v) for v in SUPPORTED_PYTHON),
                                           platform.python_version(), sys.executable))

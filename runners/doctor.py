@@ -21,6 +21,7 @@ from serving.protocols import InputFormat
 
 # Every backend variant is asked about these; a variant runs when one of them does.
 PROBE_PROTOCOLS = ("http", "grpc")
+NOT_OK_DOCS = "docs/troubleshooting.md#the-doctor-says-not-ok"
 PROBE_INPUT_FORMATS = tuple(InputFormat)
 
 
@@ -128,9 +129,10 @@ def render(node: Any, diagnosis: Diagnosis) -> str:
     running = sum(v.runs for v in diagnosis.verdicts)
     if diagnosis.tier_problem:
         lines.append(f"NOT OK: this node cannot serve tier {diagnosis.tier}: {diagnosis.tier_problem}. Declare the "
-                     "tier its GPU matches (or none: --client-pool), or use an emulated cluster to try tiers on CPUs.")
+                     "tier its GPU matches (or none: --client-pool), or use an emulated cluster to try tiers on CPUs "
+                     f"({NOT_OK_DOCS}).")
     elif not running:
-        lines.append(f"NOT OK: no backend variant runs here on tier {diagnosis.tier} (reasons above).")
+        lines.append(f"NOT OK: no backend variant runs here on tier {diagnosis.tier} (reasons above; {NOT_OK_DOCS}).")
     else:
         lines.append(f"OK: this node can serve tier {diagnosis.tier} ({running} of {len(diagnosis.verdicts)} "
                      "backend variants run; the others are logged as skipped, with the reason).")

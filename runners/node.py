@@ -142,13 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not args.skip_doctor:
-        from runners.doctor import check
+        from runners.doctor import NOT_OK_DOCS, check
 
         ok, table = check(tier, args.emulated, gpu_tier_default=False)
         print(table, flush=True)
         if not ok:
-            print(f"error: this node cannot serve tier {tier} (above); fix it, or pass --skip-doctor to join anyway",
-                  file=sys.stderr)
+            print(f"error: this node cannot serve tier {tier} (above); fix it, or pass --skip-doctor to join anyway "
+                  f"({NOT_OK_DOCS})", file=sys.stderr)
             return 2
     cmd = ray_start_command(args, tier)
     role = ", ".join(filter(None, [f"tier {tier}" if tier else "", "client pool" if args.client_pool else "",
@@ -157,11 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     if not shutil.which("ray"):
-        print("error: `ray` is not on PATH: install tierbench on this node (README: GPU nodes)", file=sys.stderr)
+        print("error: `ray` is not on PATH: install tierbench on this node (docs/gpu-nodes.md#setting-up-a-node)",
+              file=sys.stderr)
         return 2
     # Ray Serve's per-request logs stay in its log files rather than being streamed to the sweep's console.
     env = {**os.environ, "RAY_SERVE_LOG_TO_STDERR": os.environ.get("RAY_SERVE_LOG_TO_STDERR", "0")}
     code = subprocess.run(cmd, env=env).returncode
+    if code != 0:
+        print(f"error: `ray start` exited {code} (its reason above); a Ray already running here is the usual one "
+              "(docs/troubleshooting.md#ray-already-running)", file=sys.stderr)
     if code == 0 and args.head:
         print(f"head up. Join GPU boxes with: python -m runners.node --address <this host's IP>:{args.port}\n"
               "Run sweeps here with: python -m runners.sweep cluster=address gpu=a100,rtx4090 -m")

@@ -2,7 +2,7 @@
 [--split-mib 60] [--out DIR]`: every wheel a node without a package index needs to install tierbench, resolved by
 pip for that node's Python and platform, with a lock, checksums and (for transports with a size limit) parts.
 
-On the node: `pip install --no-index --find-links DIR/wheels -e '<checkout>[extra]'` (README, Offline nodes)."""
+On the node: `pip install --no-index --find-links DIR/wheels -e '<checkout>[extra]'` (docs/offline-nodes.md)."""
 
 from __future__ import annotations
 

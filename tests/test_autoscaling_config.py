@@ -62,7 +62,8 @@ def test_a_tier_neither_live_nor_offered_is_refused_naming_the_node_types() -> N
     assert message.startswith("gpu=rtx4090: no live node of tier 'rtx4090' and no autoscaler node type offers it")
     assert "node types in cluster.yaml: head (tier local, up to 0)" in message
     assert "off (tier rtx4090, up to 0)" in message
-    assert "{tier_rtx4090: 1}" in message and message.endswith("pick one of: a100, h100, local")
+    assert "{tier_rtx4090: 1}" in message and message.endswith(
+        "pick one of: a100, h100, local (docs/troubleshooting.md#no-node-of-the-tier)")
     assert "gpu=a100" not in message
 
 

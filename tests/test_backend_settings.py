@@ -51,7 +51,7 @@ def test_accelerator_rocm_is_refused_before_anything_starts() -> None:
     with pytest.raises(ConfigError) as info:
         validate(compose(["backends.triton_onnx.accelerator=rocm"]))
     assert str(info.value) == ("backends.triton_onnx.accelerator='rocm' is not allowed: choose from "
-                               "['cpu', 'cuda', 'tensorrt']")
+                               "['cpu', 'cuda', 'tensorrt'] (docs/troubleshooting.md#bad-input)")
 
 
 BAD_VALUES = [

@@ -28,7 +28,8 @@ def gpu_extra_cuda_major(extra: str) -> int:
 
 
 def torch_cuda_major(version: str) -> int:
-    """CUDA major of PyPI's torch build (README, 'Setting up a node'): 2.6-2.10 CUDA 12, 2.11 and later CUDA 13."""
+    """CUDA major of PyPI's torch build (docs/gpu-nodes.md#setting-up-a-node): 2.6-2.10 CUDA 12, 2.11 and later
+    CUDA 13."""
     major, minor = (int(part) for part in version.split(".")[:2])
     assert (major, minor) >= (2, 6), f"torch {version}: older than the builds tierbench documents"
     return 12 if (major, minor) <= (2, 10) else 13

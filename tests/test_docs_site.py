@@ -74,8 +74,8 @@ def test_the_reference_documents_every_schema_field(site: Path) -> None:
 
 
 def _files_naming_docs() -> list[Path]:
-    tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, check=True).stdout.split()
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
     return [REPO_ROOT / p for p in tracked if p.endswith((".py", ".sh", ".yaml", ".yml", ".toml", ".txt", ".md"))
             and not p.startswith("docs/") and (REPO_ROOT / p).is_file()]
 

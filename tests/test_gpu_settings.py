@@ -253,5 +253,6 @@ def test_gpu_only_variants_on_a_cpu_node_are_skipped_with_reasons_before_any_ser
     reasons = {r.trial.variant: r.reason for r in records}
     assert reasons["pytorch_fp16"].startswith("half precision (fp16) in PyTorch needs a CUDA GPU")
     assert reasons["triton_trt"] == reasons["triton_trt_fp16"] == (
-        "the TensorRT execution provider needs an NVIDIA GPU; node cpu-box has none (CPU: Some CPU)")
+        "the TensorRT execution provider needs an NVIDIA GPU; node cpu-box has none (CPU: Some CPU) "
+        "(docs/troubleshooting.md#skipped-no-gpu)")
     assert all("driver_version" not in r.params for r in records)

@@ -95,7 +95,7 @@ def test_a_model_that_is_not_a_classifier_is_served_with_its_output_shape(tmp_pa
         assert "set model.output_shape=[5, 16]" in message and "max abs diff only" in message, message
         message = _refusal([*overrides, "model.output_shape=[16,5]"])
         assert message.startswith("model.output_shape=[16, 5] is not allowed: the model returns shape [1, 5, 16]")
-        assert message.endswith("set model.output_shape=[5, 16]"), message
+        assert message.endswith("set model.output_shape=[5, 16] (docs/troubleshooting.md#bad-input)"), message
         cfg = compose([*overrides, user_models.OUTPUT_SHAPE, *SMALL])
         validate(cfg)
         assert reference_runner(cfg.model)(batch).shape == (3, *user_models.DENSE_OUTPUT), name

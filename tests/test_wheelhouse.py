@@ -1,7 +1,7 @@
 """The wheelhouse for offline nodes: a small one built for another Python (3.12) than the one running (a pure
 package, a compiled one, an sdist-only one, one the node keeps), its lock and checksums, its parts joined again,
 and an offline install of it into a fresh venv of pyenv's 3.12 with no index reachable. The full wheelhouse is a
-script run and quoted (README, Offline nodes), not a test: it downloads gigabytes."""
+script run and quoted (docs/offline-nodes.md), not a test: it downloads gigabytes."""
 
 from __future__ import annotations
 

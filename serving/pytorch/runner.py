@@ -28,7 +28,8 @@ class TorchOptions:
 
     def unsupported_reason(self, device: str) -> str | None:
         if self.half and device != "cuda":
-            return "half precision (fp16) in PyTorch needs a CUDA GPU: CPU kernels for float16 convolutions are slow"
+            return ("half precision (fp16) in PyTorch needs a CUDA GPU: CPU kernels for float16 convolutions are slow "
+                    "(docs/troubleshooting.md#skipped-no-gpu)")
         return None
 
 

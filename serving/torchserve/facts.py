@@ -46,7 +46,8 @@ class TorchServeFacts:
         java_version, problem = "", None
         if java is None:
             where = f"$JAVA_HOME/bin/java ({os.environ['JAVA_HOME']})" if os.environ.get("JAVA_HOME") else "on PATH"
-            problem = f"no java {where}: TorchServe's frontend is a Java program (install a JDK, e.g. openjdk-17)"
+            problem = (f"no java {where}: TorchServe's frontend is a Java program (install a JDK, e.g. openjdk-17) "
+                       "(docs/troubleshooting.md#no-java-for-torchserve)")
         else:
             java_version, problem = _java_version(java)
         if missing:

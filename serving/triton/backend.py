@@ -26,6 +26,7 @@ from serving.triton.repository import TritonVariant, instances_on_gpu
 from serving.triton.settings import Accelerator, TritonSettings
 
 log = logging.getLogger(__name__)
+NO_GPU_DOCS = "docs/troubleshooting.md#skipped-no-gpu"
 
 CLIENTS = {
     "http": "serving.triton.clients.TritonHttpClient",
@@ -108,10 +109,11 @@ class TritonBackend(Backend):
         if reason:
             return reason
         if shared_memory == "cuda" and not node.has_gpu:
-            return f"CUDA shared memory needs an NVIDIA GPU; node {node.hostname} has none ({node.gpu_name})"
+            return (f"CUDA shared memory needs an NVIDIA GPU; node {node.hostname} has none ({node.gpu_name}) "
+                    f"({NO_GPU_DOCS})")
         if self.accelerator is Accelerator.TENSORRT and not node.has_gpu:
             return (f"the TensorRT execution provider needs an NVIDIA GPU; node {node.hostname} has none "
-                    f"({node.gpu_name})")
+                    f"({node.gpu_name}) ({NO_GPU_DOCS})")
         provider = self.accelerator.provider
         extra = f"tierbench[{gpu_extra(node.cuda_version)}]"
         if self.accelerator.gpu and self.server.uses_node_onnxruntime and provider not in ort.usable:

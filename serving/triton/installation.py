@@ -32,6 +32,9 @@ from serving.triton.settings import AUTO, TritonServerKind
 if TYPE_CHECKING:
     from serving.triton.repository import TritonVariant
 
+NO_TRITON_DOCS = "docs/troubleshooting.md#no-triton"  # what a node without a Triton can do
+
+
 class TritonNotFoundError(RuntimeError):
     pass
 
@@ -90,7 +93,8 @@ class NativeTriton(TritonInstallation):
     def discover(cls) -> NativeTriton:
         found = shutil.which("tritonserver")
         if not found:
-            raise TritonNotFoundError("no `tritonserver` on PATH (NVIDIA's Triton container has one)")
+            raise TritonNotFoundError("no `tritonserver` on PATH (NVIDIA's Triton container has one) "
+                                      f"({NO_TRITON_DOCS})")
         binary = Path(found).resolve()
         backends = Path(os.environ.get("TRITON_BACKEND_DIRECTORY", binary.parent.parent / "backends"))
         return cls(binary, backends, env=dict(os.environ))
@@ -118,9 +122,10 @@ class BundledTriton(TritonInstallation):
     def unavailable_reason(cls, facts: Any, hostname: str, preference: str) -> str | None:
         if preference == TritonServerKind.NATIVE:  # wanted the node's own, which it lacks
             return (f"server=native but node {hostname} has no tritonserver on PATH: run NVIDIA's Triton "
-                    "container there, or server=auto for the bundled server")
+                    f"container there, or server=auto for the bundled server ({NO_TRITON_DOCS})")
         if facts.bundled_problem:
-            return f"no Triton on node {hostname}: no tritonserver on PATH, and {facts.bundled_problem}"
+            return (f"no Triton on node {hostname}: no tritonserver on PATH, and {facts.bundled_problem} "
+                    f"({NO_TRITON_DOCS})")
         return None
 
     @classmethod
@@ -131,7 +136,7 @@ class BundledTriton(TritonInstallation):
         except ImportError as exc:
             raise TritonNotFoundError(
                 "nvidia-pytriton is not installed (it carries the bundled tritonserver); install tierbench's "
-                "dependencies, or run NVIDIA's Triton container (tritonserver on PATH)") from exc
+                f"dependencies, or run NVIDIA's Triton container (tritonserver on PATH) ({NO_TRITON_DOCS})") from exc
         package_dir = Path(pytriton.__file__).parent
         py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
         stub = package_dir / "tritonserver" / "python_backend_stubs" / py_version / "triton_python_backend_stub"
@@ -211,7 +216,8 @@ def find_installation(preference: str = AUTO) -> TritonInstallation:
     native_on_path = shutil.which("tritonserver") is not None
     if preference == TritonServerKind.NATIVE and not native_on_path:
         raise TritonNotFoundError("server=native but no `tritonserver` on PATH; use NVIDIA's Triton container or "
-                                  "server=auto to fall back to the server bundled in nvidia-pytriton")
+                                  "server=auto to fall back to the server bundled in nvidia-pytriton "
+                                  f"({NO_TRITON_DOCS})")
     return installation_kind(preference, native_on_path).discover()
 
 
