@@ -54,9 +54,12 @@ def test_the_site_builds_strict(site: Path) -> None:
 
 
 def test_readme_is_short_and_keeps_the_two_setup_commands() -> None:
+    """And the site's Getting started shows the same two, so they cannot drift apart."""
     lines = (REPO_ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
     assert [line for line in lines if line.startswith("python3 -m venv")] == list(SETUP_COMMANDS)
+    started = (REPO_ROOT / "docs" / "getting-started.md").read_text().splitlines()
+    assert [line for line in started if line.startswith("python3 -m venv")] == list(SETUP_COMMANDS)
 
 
 def test_the_reference_documents_every_schema_field(site: Path) -> None:
