@@ -1,4 +1,5 @@
-"""A server crash fails one trial, with the server's log; the group restarts and the sweep goes on."""
+"""A server crash fails one trial, with the server's log; the group restarts and the sweep goes on. By default the
+trial is then measured again on the fresh server (experiment.trial_retries): its failed attempt stays logged."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ THREE_TRIALS = ["experiment.protocols=[http]", "experiment.input_formats=[tensor
 CLIENTS_LOADING = r"ray::LoadClientActor\.(wait_warm|collect)"
 
 
-def _kill_during_second_trial(tmp_path: Path, backend: str, victim: str, sweep_id: str) -> tuple[SweepProcess, dict]:
+def _kill_during_second_trial(tmp_path: Path, backend: str, victim: str, sweep_id: str,
+                              *overrides: str) -> tuple[SweepProcess, dict]:
     before = server_processes()
-    sweep = SweepProcess(tmp_path, f"sweep_id={sweep_id}", f"experiment.backends=[{backend}]", *THREE_TRIALS)
+    sweep = SweepProcess(tmp_path, f"sweep_id={sweep_id}", f"experiment.backends=[{backend}]", *THREE_TRIALS,
+                         *overrides)
     try:
         sweep.wait_for(r"\[1/3\]")  # the first trial is recorded: what loads the server now is the second
         wait_for_process(CLIENTS_LOADING, before)
@@ -58,11 +61,28 @@ def _check_one_failed_then_ok(sweep: SweepProcess, result: dict, server_logs: se
 
 
 def test_killing_triton_mid_trial_fails_that_trial_only(tmp_path: Path) -> None:
-    sweep, result = _kill_during_second_trial(tmp_path, "triton_onnx", "bin/tritonserver", "kill-triton")
+    sweep, result = _kill_during_second_trial(tmp_path, "triton_onnx", "bin/tritonserver", "kill-triton",
+                                              "experiment.trial_retries=0")
     _check_one_failed_then_ok(sweep, result, {"tritonserver.log"})
 
 
 def test_killing_a_ray_serve_replica_fails_that_trial_only(tmp_path: Path) -> None:
     """Ray Serve keeps no server log of its own to attach (its replicas log into Ray's session folder)."""
-    sweep, result = _kill_during_second_trial(tmp_path, "pytorch", "ServeReplica", "kill-replica")
+    sweep, result = _kill_during_second_trial(tmp_path, "pytorch", "ServeReplica", "kill-replica",
+                                              "experiment.trial_retries=0")
     _check_one_failed_then_ok(sweep, result, set())
+
+
+def test_a_trial_whose_triton_was_killed_is_measured_again_on_a_fresh_server(tmp_path: Path) -> None:
+    sweep, result = _kill_during_second_trial(tmp_path, "triton_onnx", "bin/tritonserver", "kill-triton-retry")
+    assert [result["statuses"][c][0] for c in (1, 2, 3)] == ["ok", "ok", "ok"], sweep.output[-4000:]
+    assert result["code"] == 0, "a trial measured ok on its second attempt is ok"
+    client = MlflowClient(sweep.store)
+    exp = client.get_experiment_by_name("tierbench")
+    (failed,) = client.search_runs([exp.experiment_id], "tags.status = 'failed' and tags.run_level = 'trial'")
+    assert failed.data.tags["retried"] == "true" and failed.data.params["concurrency"] == "2"
+    logs = {a.path for a in client.list_artifacts(failed.info.run_id, "server_logs")}
+    assert logs == {"server_logs/tritonserver.log"}, "the failed attempt keeps its server's log"
+    (again,) = client.search_runs([exp.experiment_id], "tags.attempt = '2' and tags.run_level = 'trial'")
+    assert again.data.tags["status"] == "ok" and again.data.params["concurrency"] == "2"
+    assert again.data.tags["earlier_failure"] == failed.data.tags["reason"]

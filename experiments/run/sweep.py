@@ -299,6 +299,7 @@ class TierSweep:
         lost = self.place.lost() if record.status == Status.FAILED and not not_run else None
         if lost is not None:
             record.reason = f"{lost.describe()}; {record.reason}"
+            record.tags.pop("retried", None)  # the node's work stops here: no attempt follows on it
         record.finished_at = time.time()
         trial_dir = self.folder.trial(record.slug)
         logs_dir = trial_dir / SERVER_LOGS_DIR
