@@ -22,6 +22,14 @@ GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVI
     OnnxRuntimeFacts(providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")))
 
 
+# The leanest sweep that measures something real on the local CPU tier: the tiny model on FastAPI, one trial, short
+# windows (a sweep test adds what it tests).
+TINY_SWEEP = ["model=tiny", "experiment.backends=[fastapi]", "experiment.protocols=[http]",
+              "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]", "experiment.concurrency=[1]",
+              "experiment.window_s=1", "experiment.warmup_s=0.3", "experiment.stability.windows=1",
+              "experiment.warmup_requests=2"]
+
+
 def store_path(tmp: Path) -> Path:
     return tmp / "mlflow.db"
 

@@ -41,6 +41,8 @@ ROWS = [
     ("window <= 0", ["experiment.window_s=0"], "experiment.window_s=0"),
     ("warm-up <= 0", ["experiment.warmup_s=-1"], "experiment.warmup_s=-1"),
     ("negative retries", ["experiment.trial_retries=-1"], "experiment.trial_retries=-1"),
+    ("repeats < 1", ["experiment.repeats=0"], "experiment.repeats=0 is not allowed: a whole number >= 1"),
+    ("repeats not a whole number", ["experiment.repeats=1.5"], "experiment.repeats=1.5 is not allowed"),
     ("malformed override", ["experiment.batch_sizes=[1,"], "override 'experiment.batch_sizes=[1,' is malformed"),
     ("unknown load mode", ["experiment.load_mode=bursty"], "experiment.load_mode='bursty'"),
     ("a zero rate", ["experiment.load_mode=poisson", "experiment.request_rates=[10,0]"], "experiment.request_rates=0"),

@@ -145,6 +145,12 @@ class ExperimentConfig:
     # itself unhealthy when starved of CPU for a second) is measured again this many times on a fresh server. The
     # failed attempt stays logged, tagged `retried`; the new one carries `attempt` and the earlier reason.
     trial_retries: int = 1
+    # Measure each trial this many times (1: once). With more, the trial's figures pool its repeats and each gets a
+    # 95 % interval (docs/confidence-intervals.md); every repeat is an MLflow run nested under its trial's run.
+    repeats: int = 1
+    # Each repeat after the first on a fresh server process (stopped and started again): its start-up and memory
+    # layout become part of the spread. Off: every repeat on the server already running.
+    repeat_fresh_server: bool = False
     stability: StabilityConfig = field(default_factory=StabilityConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     search: SearchConfig = field(default_factory=SearchConfig)

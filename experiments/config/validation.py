@@ -72,6 +72,9 @@ def validate(cfg: Any) -> None:
             _fail(f"experiment.{key}", exp[key], "must be a positive integer")
     if exp.trial_retries < 0:
         _fail("experiment.trial_retries", exp.trial_retries, "0 (a failed trial stays failed) or a positive number")
+    if exp.repeats < 1:
+        _fail("experiment.repeats", exp.repeats, "a whole number >= 1 (1: measure each trial once; e.g. "
+              "experiment.repeats=3 for 95 % intervals)")
     if exp.client_actors < 0:
         _fail("experiment.client_actors", exp.client_actors, "0 (automatic) or a positive number of actors")
     stability = exp.stability

@@ -18,12 +18,17 @@ OVERLOAD_FRACTION = 0.05
 SERVER_COUNT_TOLERANCE = 0.05
 
 
+def percentile_metrics(prefix: str, latency_s: np.ndarray) -> dict[str, float]:
+    """`<prefix>_p50_ms` ... `<prefix>_p99_ms` of latencies in seconds."""
+    values = np.percentile(latency_s * 1e3, PERCENTILES)
+    return {f"{prefix}_p{p}_ms": float(v) for p, v in zip(PERCENTILES, values, strict=True)}
+
+
 def latency_metrics(latency_s: np.ndarray) -> dict[str, float]:
     if latency_s.size == 0:
         return {}
     ms = latency_s * 1e3
-    values = np.percentile(ms, PERCENTILES)
-    out = {f"latency_p{p}_ms": float(v) for p, v in zip(PERCENTILES, values, strict=True)}
+    out = percentile_metrics("latency", latency_s)
     out.update(latency_mean_ms=float(ms.mean()), latency_min_ms=float(ms.min()), latency_max_ms=float(ms.max()))
     return out
 
@@ -90,8 +95,7 @@ def open_loop_metrics(samples: WindowSamples, target_rate: float) -> dict[str, f
            "overloaded": float(is_overloaded(samples)),
            "late_requests": float(late), "late_fraction": late / samples.requests if samples.requests else 0.0}
     if samples.requests:
-        values = np.percentile(samples.send_latency_s * 1e3, PERCENTILES)
-        out.update({f"send_latency_p{p}_ms": float(v) for p, v in zip(PERCENTILES, values, strict=True)})
+        out.update(percentile_metrics("send_latency", samples.send_latency_s))
     return out
 
 

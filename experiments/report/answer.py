@@ -1,6 +1,6 @@
 """The report's answer: the cheapest operating point (within a p99 target when one is given) and the fastest,
 taken from trials whose server kept up with their load, stable ones first, saying when the pick itself is
-unstable."""
+unstable, and, where trials were measured several times, whether the runner-up is within noise of the pick."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import pandas as pd
 from experiments.report import tables
 from experiments.report.data import SweepData
 from experiments.report.marks import OVERLOADED, UNSTABLE
+from experiments.report.noise import noise_line, runner_up, spread
 from experiments.report.render import ms, rate, usd
 from experiments.report.tables import P50, P99, THROUGHPUT
 
+COST = "cost_per_1k_usd"  # a priced point's $ per 1k images, at the price it is priced at
 UNSTABLE_PICK = (f" {UNSTABLE} *Unstable*: its windows never agreed, and no stable trial qualifies; re-run it "
                  "with more or longer windows (`experiment.stability.max_windows`, `experiment.window_s`).")
 
@@ -27,11 +29,15 @@ def _caveat(row: pd.Series) -> str:
     return UNSTABLE_PICK if bool(row.get("unstable", False)) else ""
 
 
+def by_p99(rows: pd.DataFrame) -> pd.DataFrame:
+    """Trials by p99, lowest first: stable ones only when there are any."""
+    stable = rows[~rows["unstable"]]
+    return (stable if not stable.empty else rows).sort_values(P99, kind="stable")
+
+
 def fastest(rows: pd.DataFrame) -> pd.Series:
     """The lowest p99, among stable trials when there are any."""
-    stable = rows[~rows["unstable"]]
-    rows = stable if not stable.empty else rows
-    return rows.loc[rows[P99].idxmin()]
+    return by_p99(rows).iloc[0]
 
 
 def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_ms: float | None,
@@ -45,6 +51,19 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
     else:
         priced = tables.priced_points(sustained, prices)
         best = fastest(sustained)
+
+        def name(row: pd.Series) -> str:
+            return point_name(row, labels)
+
+        def label(tier: str) -> str:
+            return labels.get(tier, tier)
+
+        def cheaper(ranked: pd.DataFrame, pick: pd.Series) -> str | None:
+            return noise_line(pick, runner_up(ranked, pick), COST, usd, " per 1k images", "", name, label)
+
+        def faster(pick: pd.Series) -> str | None:
+            return noise_line(pick, runner_up(by_p99(sustained), pick), P99, ms, " ms", "p99 ", name, label)
+
         if slo_p99_ms is not None:
             pick = tables.slo_pick(priced, slo_p99_ms)
             if pick is None:
@@ -52,21 +71,24 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
                              f"at {point_name(best, labels)}.{_caveat(best)}")
             else:
                 lines.append(f"Cheapest operating point with p99 ≤ {slo_p99_ms:g} ms, at each tier's primary price: "
-                             f"{point_name(pick, labels)}: **{usd(pick['cost_per_1k_usd'])} per 1k images** "
-                             f"(p99 {ms(pick[P99])} ms, p50 {ms(pick[P50])} ms, {rate(pick[THROUGHPUT])} img/s, "
-                             f"price {price_label(pick)}).{_caveat(pick)}")
+                             f"{point_name(pick, labels)}: **{usd(pick['cost_per_1k_usd'])} per 1k images**"
+                             f"{spread(pick, COST, usd)} (p99 {ms(pick[P99])} ms, p50 {ms(pick[P50])} ms, "
+                             f"{rate(pick[THROUGHPUT])} img/s, price {price_label(pick)}).{_caveat(pick)}")
+                lines.append(cheaper(tables.slo_ranked(priced, slo_p99_ms), pick))
                 anywhere = tables.slo_pick(priced, slo_p99_ms, price=None)
                 if anywhere is not None and anywhere["price"] != "primary":
                     lines.append(f"At any listed price: {point_name(anywhere, labels)} at price "
                                  f"{price_label(anywhere)}: **{usd(anywhere['cost_per_1k_usd'])} per 1k "
-                                 f"images**.{_caveat(anywhere)}")
+                                 f"images**{spread(anywhere, COST, usd)}.{_caveat(anywhere)}")
         else:
             cheapest = tables.slo_pick(priced, math.inf)
             lines.append(f"Cheapest operating point at each tier's primary price: {point_name(cheapest, labels)}: "
-                         f"**{usd(cheapest['cost_per_1k_usd'])} per 1k images** at p99 {ms(cheapest[P99])} ms."
-                         f"{_caveat(cheapest)}")
-            lines.append(f"Lowest p99: {point_name(best, labels)}: {ms(best[P99])} ms at "
+                         f"**{usd(cheapest['cost_per_1k_usd'])} per 1k images**{spread(cheapest, COST, usd)} at p99 "
+                         f"{ms(cheapest[P99])} ms.{_caveat(cheapest)}")
+            lines.append(cheaper(tables.slo_ranked(priced, math.inf), cheapest))
+            lines.append(f"Lowest p99: {point_name(best, labels)}: {ms(best[P99])} ms{spread(best, P99, ms)} at "
                          f"{usd(best['cost_per_1k_images_usd'])} per 1k images.{_caveat(best)}")
+            lines.append(faster(best))
             lines.append("Give a latency target with `--slo-p99-ms` for a pick; meanwhile the Pareto frontier below "
                          "answers any target: take the frontier point with the largest p99 within it.")
         unstable = int(sustained["unstable"].sum())
@@ -78,4 +100,4 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
     if overloaded:
         lines.append(f"{overloaded} open-loop trial(s) overloaded their server ({OVERLOADED}) and are left out of "
                      "the answer, the Pareto frontier and every cost figure: see “Overloaded trials”.")
-    return lines
+    return [line for line in lines if line]

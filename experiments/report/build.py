@@ -17,6 +17,7 @@ from experiments.report.answer import answer_lines
 from experiments.report.capacity_section import capacity_section, refuse_unpriced
 from experiments.report.data import SweepData, TierInfo
 from experiments.report.deploy import deploy_section
+from experiments.report.noise import interval_ends, pivot_ends, priced_ends
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd, usd_per_hour
 from experiments.report.served import (
     load_marks,
@@ -54,12 +55,14 @@ def _numeric(frame: pd.DataFrame, first_text: int) -> list[bool]:
 
 
 def _by_batch_table(doc: Document, pivot: pd.DataFrame, pivot_marks: pd.DataFrame, fmt: Callable[[object], str],
-                    best: str) -> None:
+                    best: str, intervals: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> None:
     names = {c: f"b={c}" if c != "scaling" else "scaling" for c in pivot.columns}
     pivot, pivot_marks = pivot.rename(columns=names), pivot_marks.rename(columns=names)
     formats = {c: fmt for c in pivot.columns} | {"scaling": ratio}
+    if intervals is not None:
+        intervals = (intervals[0].rename(columns=names), intervals[1].rename(columns=names))
     out = format_frame(pivot, formats, best={c: best for c in pivot.columns if c != "scaling"},
-                       marks=pivot_marks).reset_index()
+                       marks=pivot_marks, intervals=intervals).reset_index()
     marked_table(doc, out, _numeric(out, 1), pivot_marks)
 
 
@@ -99,6 +102,9 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
                  "(`experiment.trial_retries`; the failed attempts stay in MLflow, tagged `retried`): "
                  + "; ".join(f"{r.tier} · {r.stack} · b{r.batch_size} · {r.load} (first: {r.earlier_failure[:120]})"
                              for r in retried.itertuples()) + ".")
+    repeated = _repeats_note(ok)
+    if repeated:
+        doc.note(repeated)
     _answer(doc, report, data, labels, options)
     report.summary += deploy_section(doc, data, labels)
     overloaded_section(doc, data, labels)
@@ -120,6 +126,19 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     _problems(doc, data)
     _method(doc, data)
     return report
+
+
+def _repeats_note(ok: pd.DataFrame) -> str | None:
+    """How often the trials were measured, and how their intervals read; None when each was measured once."""
+    counts = ok["repeats"].dropna() if "repeats" in ok.columns else pd.Series(dtype=float)
+    if counts.empty:
+        return None
+    times = f"{counts.min():g}" if counts.min() == counts.max() else f"{counts.min():g} to {counts.max():g}"
+    return (f"{len(counts)} trial(s) were measured {times} times each (`experiment.repeats`): their figures pool the "
+            "repeats, and each is followed by its 95 % interval, e.g. `12.5 (12.1–12.9)`: latency percentiles by a "
+            "two-level bootstrap over the repeats' raw samples, throughput by a t-interval over the repeats (on the "
+            "log scale), cost from the throughput's interval. Repeats on one node do not capture node-to-node "
+            "variation (docs/confidence-intervals.md).")
 
 
 def _slo_search(doc: Document, data: SweepData, labels: dict[str, str]) -> None:
@@ -220,10 +239,11 @@ def _across_tiers(doc: Document, report: Report, folder: Path, sustained: pd.Dat
             continue
         pivot_marks = tables.cost_by_tier(sustained, MARKS).reindex(index=pivot.index, columns=pivot.columns)
         names = {c: labels.get(c, c) for c in pivot.columns}
+        ends = pivot_ends(sustained, metric, lambda name: tables.cost_by_tier(sustained, name), names)
         pivot, pivot_marks = pivot.rename(columns=names), pivot_marks.rename(columns=names)
         doc.h(2, title)
         out = format_frame(pivot, {c: fmt for c in pivot.columns}, best={c: best for c in pivot.columns},
-                           marks=pivot_marks).reset_index()
+                           marks=pivot_marks, intervals=ends).reset_index()
         out.columns = ["stack", "b", "load", *out.columns[3:]]
         marked_table(doc, out, point_numeric(out), pivot_marks.where(pivot.notna()))
     frontier = tables.pareto_frontier(sustained)
@@ -232,10 +252,10 @@ def _across_tiers(doc: Document, report: Report, folder: Path, sustained: pd.Dat
           "last row whose p99 is within it.")
     f = frontier[["tier", "stack", "batch_size", "load", P99, P50, THROUGHPUT, "cost_per_1k_images_usd"]]
     f = f.assign(tier=f["tier"].map(labels), load=f["load"].astype(str))
-    out = format_frame(f.rename(columns={"batch_size": "b", P99: "p99 ms", P50: "p50 ms", THROUGHPUT: "img/s",
-                                         "cost_per_1k_images_usd": "$/1k img"}),
+    shown = {P99: "p99 ms", P50: "p50 ms", THROUGHPUT: "img/s", "cost_per_1k_images_usd": "$/1k img"}
+    out = format_frame(f.rename(columns={"batch_size": "b", **shown}),
                        {"p99 ms": ms, "p50 ms": ms, "img/s": rate, "$/1k img": usd},
-                       marks=load_marks(f, frontier[MARKS]))
+                       marks=load_marks(f, frontier[MARKS]), intervals=interval_ends(frontier, shown))
     marked_table(doc, out, [False, *point_numeric(out.iloc[:, 1:])], frontier[MARKS], "points")
     pick = None
     if options.slo_p99_ms is not None:
@@ -284,10 +304,10 @@ def _slo_table(doc: Document, priced: pd.DataFrame, labels: dict[str, str], slo:
         return
     out = cands[["tier", "stack", "batch_size", "load", P99, THROUGHPUT, "price", "usd_per_hour",
                  "cost_per_1k_usd"]].assign(tier=cands["tier"].map(labels), load=cands["load"].astype(str))
-    out = format_frame(out.rename(columns={"batch_size": "b", P99: "p99 ms", THROUGHPUT: "img/s",
-                                           "usd_per_hour": "$/h", "cost_per_1k_usd": "$/1k img"}),
+    shown = {P99: "p99 ms", THROUGHPUT: "img/s", "cost_per_1k_usd": "$/1k img"}
+    out = format_frame(out.rename(columns={"batch_size": "b", "usd_per_hour": "$/h", **shown}),
                        {"p99 ms": ms, "img/s": rate, "$/h": usd_per_hour, "$/1k img": usd},
-                       marks=load_marks(out, cands[MARKS]))
+                       marks=load_marks(out, cands[MARKS]), intervals=interval_ends(cands, shown))
     marked_table(doc, out, [False, False, True, False, True, True, False, True, True], cands[MARKS], "rows")
 
 
@@ -307,7 +327,8 @@ def _tier_section(doc: Document, report: Report, folder: Path, data: SweepData, 
         figure_marks = tables.by_batch(ok, MARKS)
         for load, pivot in tables.by_batch(ok, metric).items():
             doc.h(2, f"{title} by batch size, {_load_title(load)}")
-            _by_batch_table(doc, pivot, figure_marks[load], fmt, best)
+            ends = pivot_ends(ok, metric, lambda name, load=load: tables.by_batch(ok, name).get(load, pd.DataFrame()))
+            _by_batch_table(doc, pivot, figure_marks[load], fmt, best, ends)
     speedups = tables.grpc_speedup(ok)
     if speedups:
         speedup_marks = tables.grpc_speedup(ok, MARKS)
@@ -356,11 +377,13 @@ def _tier_costs(doc: Document, sustained: pd.DataFrame, info: TierInfo) -> None:
         return
     costs = tables.costs_at_prices(sustained, info.prices)
     names = {p.name: f"$/1k @{p.name} (${p.usd_per_hour:g}/h)" for p in info.prices}
-    row_marks = sustained.set_index(POINT)[MARKS].reindex(costs.index)
-    costs = costs.reset_index().rename(columns={**names, "batch_size": "b", THROUGHPUT: "img/s", P99: "p99 ms",
-                                                "images_per_usd": "img/$ @primary"})
+    points = sustained.set_index(POINT).reindex(costs.index)
+    row_marks = points[MARKS]
+    shown = {**names, THROUGHPUT: "img/s", P99: "p99 ms", "images_per_usd": "img/$ @primary"}
+    costs = costs.reset_index().rename(columns={**shown, "batch_size": "b"})
     out = format_frame(costs, {"img/s": rate, "p99 ms": ms, "img/$ @primary": count} | {v: usd for v in names.values()},
-                       best={v: "min" for v in names.values()}, marks=load_marks(costs, row_marks))
+                       best={v: "min" for v in names.values()}, marks=load_marks(costs, row_marks),
+                       intervals=priced_ends(points, info.prices, shown))
     marked_table(doc, out, point_numeric(out), row_marks, "trials")
 
 

@@ -139,9 +139,11 @@ plain = _safe(lambda v: f"{v:g}")
 
 def format_frame(frame: pd.DataFrame, formats: dict[str, Callable[[object], str]],
                  default: Callable[[object], str] = plain, best: dict[str, str] | None = None,
-                 marks: pd.DataFrame | None = None) -> pd.DataFrame:
+                 marks: pd.DataFrame | None = None,
+                 intervals: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Format numbers column by column; `best` = {column: "min"|"max"} bolds that column's best value;
-    `marks` (same index, some of the columns) holds caveat marks that follow their cells (`12.5 †`)."""
+    `marks` (same index, some of the columns) holds caveat marks that follow their cells (`12.5 †`); `intervals`,
+    the (low, high) ends of some columns' 95 % intervals (same index), follow their cells (`12.5 (12.1–12.9)`)."""
     out = pd.DataFrame(index=frame.index)
     for col in frame.columns:
         fmt = formats.get(str(col), default)
@@ -151,6 +153,10 @@ def format_frame(frame: pd.DataFrame, formats: dict[str, Callable[[object], str]
         if rule and values.notna().sum() > 1:
             target = values.min() if rule == "min" else values.max()
             cells = cells.where(values != target, "**" + cells + "**")
+        if intervals is not None and col in intervals[0].columns:
+            low, high = (ends[col].reindex(frame.index) for ends in intervals)
+            shown = low.notna() & high.notna() & values.notna()
+            cells = cells.where(~shown, cells + " (" + low.map(fmt) + "–" + high.map(fmt) + ")")
         if marks is not None and col in marks.columns:
             cells = cells + suffix(marks[col].reindex(frame.index))
         out[str(col)] = cells

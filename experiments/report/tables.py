@@ -12,8 +12,10 @@ import numpy as np
 import pandas as pd
 
 from experiments.config.prices import Price, cost_per_1k_images, images_per_usd
+from experiments.measure.intervals import metric_names
 from experiments.report import marks
 from experiments.report.data import open_loop as open_loop_rows
+from experiments.report.noise import cost_ends
 from experiments.results.records import Status
 
 P50, P99, THROUGHPUT = "latency_p50_ms", "latency_p99_ms", "throughput_img_s"
@@ -116,15 +118,17 @@ def cost_by_tier(ok: pd.DataFrame, metric: str = "cost_per_1k_images_usd") -> pd
 
 
 def priced_points(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]]) -> pd.DataFrame:
-    """Long table: every ok operating point at every price of its tier, with its $/1k at that price."""
+    """Long table: every ok operating point at every price of its tier, with its $/1k at that price (and the 95 %
+    intervals of its figures where it was measured several times)."""
+    spread = [name for metric in (P50, P99, THROUGHPUT) for name in metric_names(metric) if name in ok.columns]
     frames = []
     for tier, rows in ok.groupby("tier", sort=True):
         for price in prices_by_tier.get(str(tier), []):
-            f = rows[["tier", *POINT, "variant", "protocol", P50, P99, THROUGHPUT, "unstable", MARKS]].copy()
+            f = rows[["tier", *POINT, "variant", "protocol", P50, P99, THROUGHPUT, "unstable", MARKS, *spread]].copy()
             f["price"] = price.name
             f["usd_per_hour"] = price.usd_per_hour
             f["cost_per_1k_usd"] = cost_per_1k_images(price.usd_per_hour, f[THROUGHPUT])
-            frames.append(f)
+            frames.append(f.join(cost_ends(rows, price, "cost_per_1k_usd")))
     if not frames:
         return pd.DataFrame()
     return pd.concat(frames, ignore_index=True).sort_values(["cost_per_1k_usd", P99]).reset_index(drop=True)
@@ -137,15 +141,22 @@ def slo_candidates(priced: pd.DataFrame, slo_p99_ms: float) -> pd.DataFrame:
     return priced[priced[P99] <= slo_p99_ms].reset_index(drop=True)
 
 
-def slo_pick(priced: pd.DataFrame, slo_p99_ms: float, price: str | None = "primary") -> pd.Series | None:
-    """The cheapest (tier, stack, batch, load) whose p99 meets the SLO: at each tier's primary price, or at
-    any listed price with `price=None`; a stable trial when one meets it (an unstable one only when none
-    does: its `unstable` says so). None when nothing meets it."""
+def slo_ranked(priced: pd.DataFrame, slo_p99_ms: float, price: str | None = "primary") -> pd.DataFrame:
+    """The operating points a pick is taken from, cheapest first: those whose p99 meets the SLO, at each tier's
+    primary price (any listed price with `price=None`), stable ones only when one meets it."""
     rows = slo_candidates(priced, slo_p99_ms)
     if price is not None and not rows.empty:
         rows = rows[rows["price"] == price]
     if "unstable" in rows and (~rows["unstable"]).any():
         rows = rows[~rows["unstable"]]
+    return rows
+
+
+def slo_pick(priced: pd.DataFrame, slo_p99_ms: float, price: str | None = "primary") -> pd.Series | None:
+    """The cheapest (tier, stack, batch, load) whose p99 meets the SLO: at each tier's primary price, or at
+    any listed price with `price=None`; a stable trial when one meets it (an unstable one only when none
+    does: its `unstable` says so). None when nothing meets it."""
+    rows = slo_ranked(priced, slo_p99_ms, price)
     return None if rows.empty else rows.iloc[0]
 
 

@@ -9,6 +9,8 @@
         servers/<variant>/               server logs and rendered configs of each server group
         deploy/<backend>/                a settings search's summary and its winner's deploy files
         trials/<trial>/                  record.json, latencies.csv, server_logs/ of a failed trial
+          repeats/<repeat>/              each measurement of a trial measured several times (experiment.repeats):
+                                         record.json, latencies.csv (the trial's record.json pools them)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ TRIALS_DIR = "trials"
 RECORD_FILE = "record.json"
 LATENCIES_FILE = "latencies.csv"
 SERVER_LOGS_DIR = "server_logs"
+REPEATS_DIR = "repeats"
 # Files of the tier folder that go onto the tier run when written; node_time.json goes with the run's end
 # (`Publisher.finish`), with the metrics summed from it.
 TIER_ARTIFACTS = (CLUSTER_FILE,)
@@ -94,3 +97,8 @@ class TierFolder:
     def trials(self) -> list[Path]:
         """Trial folders holding a record."""
         return [p.parent for p in (self.path / TRIALS_DIR).glob(f"*/{RECORD_FILE}")]
+
+
+def repeat_dirs(trial_dir: Path) -> list[Path]:
+    """The folders of a trial's repeats holding a record (none for a trial measured once)."""
+    return [p.parent for p in (trial_dir / REPEATS_DIR).glob(f"*/{RECORD_FILE}")]

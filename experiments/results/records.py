@@ -1,15 +1,17 @@
 """Trial records: what a trial measured, written to the sweep's run folder before anything else sees it.
 
 The folder is the source of truth (`experiments.results.layout`): `record.json` with params, metrics and tags,
-`latencies.csv` with every measured request. MLflow gets a copy of both.
+`latencies.csv` with every measured request. MLflow gets a copy of both. A trial measured several times
+(`experiment.repeats`) pools its repeats' figures, and each repeat's record and samples go in a folder of their own.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import numpy as np
 
 from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
-from experiments.results.layout import LATENCIES_FILE, RECORD_FILE
+from experiments.results.layout import LATENCIES_FILE, RECORD_FILE, REPEATS_DIR
 
 
 class Status(StrEnum):
@@ -44,6 +46,9 @@ class TrialRecord:
     run_name: str | None = None  # defaults to the trial's name (SLO summaries name themselves)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. an SLO search's probes
     samples: WindowSamples | None = None
+    # A trial measured several times: every measurement of it (each repeat, and a repeat's attempts that failed and
+    # were measured again), in order; this record pools them.
+    repeats: list[TrialRecord] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -54,8 +59,7 @@ class TrialRecord:
         return self.name.replace("/", "_")
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("samples")
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("samples", "repeats")}
         data["trial"] = asdict(self.trial)
         data["name"] = self.name
         if self.samples is not None:
@@ -65,9 +69,9 @@ class TrialRecord:
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> TrialRecord:
-        fields = {k: v for k, v in data.items() if k not in ("name", "window")}
-        fields["trial"] = Trial(**data["trial"])
-        return TrialRecord(**fields)
+        values = {k: v for k, v in data.items() if k not in ("name", "window")}
+        values["trial"] = Trial(**data["trial"])
+        return TrialRecord(**values)
 
 
 def error_reason(exc: BaseException) -> str:
@@ -77,9 +81,15 @@ def error_reason(exc: BaseException) -> str:
 
 
 def write_record(record: TrialRecord, trial_dir: Path) -> Path:
-    """Write record.json (atomically) and latencies.csv; returns the folder."""
+    """Write record.json (atomically) and latencies.csv, and each repeat's in `repeats/<repeat>/` (replacing those of
+    an earlier record of the trial); returns the folder."""
     trial_dir.mkdir(parents=True, exist_ok=True)
-    if record.samples is not None:
+    shutil.rmtree(trial_dir / REPEATS_DIR, ignore_errors=True)
+    for repeat in record.repeats:
+        write_record(repeat, trial_dir / REPEATS_DIR / repeat.name.rsplit("/", 1)[-1])
+    if record.samples is None:  # nothing of an earlier record of the trial stays beside this one
+        (trial_dir / LATENCIES_FILE).unlink(missing_ok=True)
+    else:
         with open(trial_dir / LATENCIES_FILE, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["intended_epoch_s", "send_epoch_s", "latency_ms", "send_latency_ms", "server_ms",

@@ -1,4 +1,5 @@
-"""MLflow, written by the driver only: sweep run -> tier run -> trial runs, all tagged with `sweep_id`.
+"""MLflow, written by the driver only: sweep run -> tier run -> trial runs (-> repeat runs, `experiment.repeats`), all
+tagged with `sweep_id`.
 
 Uses `MlflowClient` with explicit parent ids (the `mlflow.parentRunId` tag) rather than the fluent API's
 process-global active run, so several tier jobs can write into one sweep.
@@ -12,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.results.layout import LATENCIES_FILE, RECORD_FILE, SERVER_LOGS_DIR
-from experiments.results.records import Status, TrialRecord
+from experiments.results.layout import LATENCIES_FILE, RECORD_FILE, SERVER_LOGS_DIR, repeat_dirs
+from experiments.results.records import Status, TrialRecord, read_record
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,17 @@ class Tracker:
 
     def log_trial(self, parent: str, record: TrialRecord, trial_dir: Path, tags: dict[str, str],
                   config_yaml: str) -> str:
-        """One run per trial, nested under the tier run, with the raw samples and resolved config attached."""
+        """One run per trial, nested under the tier run, with the raw samples and resolved config attached; a trial
+        measured several times gets one run per repeat (its folders under `repeats/`) nested under its own."""
+        run_id = self._log_run(parent, record, trial_dir, tags, config_yaml)
+        repeats = sorted(((read_record(d), d) for d in repeat_dirs(trial_dir)), key=lambda pair: pair[0].started_at)
+        for repeat, repeat_dir in repeats:
+            self._log_run(run_id, repeat, repeat_dir, tags)
+        self._supersede(record, run_id, tags.get("sweep_id", ""))
+        return run_id
+
+    def _log_run(self, parent: str, record: TrialRecord, trial_dir: Path, tags: dict[str, str],
+                 config_yaml: str | None = None) -> str:
         run_tags = {**tags, "run_level": "trial", "status": record.status, "trial_key": record.key,
                     RUN_NAME_TAG: record.name, PARENT_TAG: parent, **record.tags}
         if record.reason:
@@ -123,10 +134,10 @@ class Tracker:
                 self.client.log_artifact(run_id, str(trial_dir / name))
         if (trial_dir / SERVER_LOGS_DIR).is_dir():
             self.client.log_artifacts(run_id, str(trial_dir / SERVER_LOGS_DIR), SERVER_LOGS_DIR)
-        self.client.log_text(run_id, config_yaml, "config.yaml")
+        if config_yaml is not None:
+            self.client.log_text(run_id, config_yaml, "config.yaml")
         end = int((record.finished_at or time.time()) * 1000)
         self.client.set_terminated(run_id, "FAILED" if record.status == Status.FAILED else "FINISHED", end_time=end)
-        self._supersede(record, run_id, tags.get("sweep_id", ""))
         return run_id
 
     def _supersede(self, record: TrialRecord, run_id: str, sweep_id: str) -> None:

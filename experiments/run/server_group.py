@@ -4,7 +4,8 @@ Each server start is first checked against the PyTorch reference (`experiments.r
 computes something else is not measured. A failed trial (server crash, client error, timeout) is recorded with
 the server's log, then the server and the client actors are restarted so the next trial starts clean; the rest
 of the sweep goes on. With an SLO set (`experiment.slo.p99_ms`), each operating point is then searched for its
-highest load within it.
+highest load within it. With `experiment.repeats` > 1 every trial is measured that many times, and finished once, its
+repeats pooled (`experiments.run.repeats`).
 
 A settings search hands its server from candidate to candidate (`ServerRelay`): a candidate whose settings the
 running server can take on in place (`Backend.adopt`, e.g. Triton reloading one model) costs a reload, not a start.
@@ -27,6 +28,7 @@ from experiments.measure.telemetry import GpuTelemetry, start_gpu_telemetry
 from experiments.plan import Trial, TrialGroup, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
 from experiments.run.crosscheck import CrosscheckResult, crosscheck_group
+from experiments.run.repeats import Repeats
 from experiments.run.slo import SloProbe, SloResult, search_slo
 from experiments.run.trial import measurement_settings, new_record, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
@@ -143,11 +145,39 @@ class ServerGroup:
             else:
                 self.stop()
 
-    def _measure(self, trial: Trial, pending: list[Trial], phase: str = "grid", attempt: int = 1,
-                 earlier: str | None = None) -> TrialRecord | None:
-        """Measure one trial (starting the server if needed); None when the server would not start. A trial that
-        failed under a working cross-check is measured again on a fresh server, `experiment.trial_retries` times."""
-        if self.handle is None and not self._start(pending):
+    def _measure(self, trial: Trial, pending: list[Trial], phase: str = "grid") -> TrialRecord | None:
+        """Measure one trial, `experiment.repeats` times (starting the server if needed); None when the server would
+        not start. Repeats after the first run on a fresh server with `experiment.repeat_fresh_server`."""
+        if self.cfg.experiment.repeats == 1:
+            record = self._attempts(trial, pending, phase, self.finish)
+        else:
+            record = self._repeat(trial, pending, phase)
+        if record is not None and record.status != Status.FAILED:
+            self.measured[trial] = record
+        return record
+
+    def _repeat(self, trial: Trial, pending: list[Trial], phase: str) -> TrialRecord | None:
+        """Measure `trial` once per repeat, each with its retries, until one fails; finish it once, its repeats
+        pooled. None when the server would not start."""
+        exp = self.cfg.experiment
+        repeats = Repeats(trial, exp.repeats)
+        for number in range(1, exp.repeats + 1):
+            if number > 1 and exp.repeat_fresh_server and self.handle is not None:
+                log.info("%s: repeat %d of %d on a fresh %s server", trial.name, number, exp.repeats,
+                         self.group.variant)
+                self.stop()
+            record = self._attempts(trial, pending, phase, repeats.collector(number))
+            if record is None or record.status != Status.OK:
+                break
+        pooled = repeats.pooled(self.cfg, self.node, self.handle)
+        self.finish(pooled, repeats.server_logs)
+        return None if record is None else pooled
+
+    def _attempts(self, trial: Trial, pending: list[Trial], phase: str, finish: Finish, attempt: int = 1,
+                  earlier: str | None = None) -> TrialRecord | None:
+        """Measure `trial` once, its record to `finish`; None when the server would not start. A measurement that
+        failed under a working cross-check is taken again on a fresh server, `experiment.trial_retries` times."""
+        if self.handle is None and not self._start(pending, finish):
             return None
         if self.check is not None and not self.check.passed:  # computes something else: not worth measuring
             record = new_record(self.cfg, trial, self.node, self.handle, status=Status.FAILED,
@@ -166,14 +196,12 @@ class ServerGroup:
                 record.tags["retried"] = "true"
             log.warning("%s failed (%s): restarting %s%s", trial.name, record.reason, self.group.variant,
                         f", then measuring it again (attempt {attempt + 1})" if retry else "")
-            self.finish(record, self.stop())
+            finish(record, self.stop())
             self.clients.restart()
             if retry:
-                return self._measure(trial, pending, phase, attempt + 1, record.reason)
+                return self._attempts(trial, pending, phase, finish, attempt + 1, record.reason)
         else:
-            self.finish(record, {})
-            if record.status != Status.FAILED:
-                self.measured[trial] = record
+            finish(record, {})
         return record
 
     def _slo_points(self, runnable: list[Trial]) -> list[Trial]:
@@ -228,10 +256,16 @@ class ServerGroup:
         record.extra = {"slo": result.to_json()}
         return record
 
-    def _start(self, pending: list[Trial], attempts: int = 2) -> bool:
+    def _fail(self, pending: list[Trial], reason: str, logs: dict[str, str], finish: Finish | None) -> None:
+        """Every pending trial fails with `reason`; the first (the one being measured) to `finish`."""
+        for index, trial in enumerate(pending):
+            record = new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=reason)
+            (finish if index == 0 and finish is not None else self.finish)(record, logs)
+
+    def _start(self, pending: list[Trial], finish: Finish | None = None, attempts: int = 2) -> bool:
         """Start the server and check its outputs against the reference; a server that won't start or answer
         is tried once more (a stub can be slow to come up on a loaded node), then every pending trial fails
-        with the reason and the server log."""
+        with the reason and the server log (the first, the one being measured, to `finish`)."""
         for attempt in range(1, attempts + 1):
             try:
                 self.handle = self.relay.pass_to(self) if self.relay is not None and attempt == 1 else None
@@ -245,9 +279,7 @@ class ServerGroup:
                 off_gpu = self.backend.gpu_mismatch(self.handle)
                 if off_gpu:  # nothing to retry: the same server would land on the CPU again
                     log.error("%s", off_gpu)
-                    logs = self.stop()
-                    for trial in pending:
-                        self.finish(new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=off_gpu), logs)
+                    self._fail(pending, off_gpu, self.stop(), finish)
                     return False
                 self.telemetry = start_gpu_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
                 self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options,
@@ -258,9 +290,8 @@ class ServerGroup:
                           attempts, error_reason(exc))
                 logs = self.stop()
                 if attempt == attempts:
-                    for trial in pending:
-                        reason = f"{self.group.variant} server failed to start: {error_reason(exc)}"
-                        self.finish(new_record(self.cfg, trial, self.node, status=Status.FAILED, reason=reason), logs)
+                    self._fail(pending, f"{self.group.variant} server failed to start: {error_reason(exc)}", logs,
+                               finish)
         return False
 
     def stop_telemetry(self) -> None:

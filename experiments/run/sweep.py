@@ -358,6 +358,10 @@ def _summary(record: TrialRecord) -> str:
                   f"{m['backlog_growth_requests']:.0f})")
     if "server_count_ratio" in m:
         flags += f"  server/client count {m['server_count_ratio']:.3f}"
+    if "latency_p99_ms_ci_low" in m and "throughput_img_s_ci_low" in m:
+        flags += (f"  ({m['repeats']:.0f} repeats, 95 %: p99 {m['latency_p99_ms_ci_low']:.1f}-"
+                  f"{m['latency_p99_ms_ci_high']:.1f} ms, {m['throughput_img_s_ci_low']:.1f}-"
+                  f"{m['throughput_img_s_ci_high']:.1f} img/s)")
     return (f"p50 {m['latency_p50_ms']:.1f} ms  p99 {m['latency_p99_ms']:.1f} ms  {m['throughput_img_s']:.1f} img/s"
             f"  ${m.get('cost_per_1k_images_usd', float('nan')):.4f}/1k img{flags}")
 

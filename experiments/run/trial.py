@@ -32,11 +32,18 @@ log = logging.getLogger(__name__)
 MEASUREMENT_KEYS = ("warmup_requests", "warmup_s", "window_s", "client_actors", "max_in_flight", "load_engine")
 
 
+def repeat_settings(exp: Any) -> dict[str, Any]:
+    """How often a trial is measured, when more than once (a single measurement keeps the identity it always had)."""
+    if exp.repeats == 1:
+        return {}
+    return {"repeats": exp.repeats, "repeat_fresh_server": exp.repeat_fresh_server}
+
+
 def measurement_settings(exp: Any) -> dict[str, Any]:
     """How a trial is measured: part of its identity (a change of method re-runs it on resume)."""
     settings = {k: exp[k] for k in MEASUREMENT_KEYS}
     settings["stability"] = OmegaConf.to_container(exp.stability, resolve=True)
-    return settings
+    return {**settings, **repeat_settings(exp)}
 
 
 def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | None = None, status: str = Status.OK,
@@ -56,6 +63,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         **{k: exp[k] for k in MEASUREMENT_KEYS},
         "stability_percent": exp.stability.percent,
         "stability_latency_percentile": exp.stability.latency_percentile,
+        **repeat_settings(exp),
         **(handle.params if handle else {}),
     }
     model = model_identity(cfg.model)

@@ -1,0 +1,84 @@
+"""The figures of a trial measured several times (`experiment.repeats`): its repeats pooled, with 95 % intervals.
+
+Latency percentiles come from every repeat's raw samples pooled (never averaged), their intervals from a two-level
+bootstrap over those samples; throughput is the repeats' geometric mean with a t-interval on the log scale, and cost
+follows from it (`experiments.measure.intervals`, docs/confidence-intervals.md)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from experiments.config.prices import cost_per_1k_images, images_per_usd
+from experiments.measure.intervals import (
+    Interval,
+    cluster_bootstrap,
+    geometric_mean,
+    interval_metrics,
+    log_t_interval,
+)
+from experiments.measure.metrics import PERCENTILES, cost_metrics, latency_metrics, percentile_metrics
+from experiments.measure.samples import WindowSamples
+
+THROUGHPUT = "throughput_img_s"
+# The figures of the raw latencies that get a bootstrap interval, in the order `_latency_figures` computes them.
+LATENCY_FIGURES = (*(f"latency_p{p}_ms" for p in PERCENTILES), "latency_mean_ms")
+# Every other metric pools as: rates as the repeats' geometric mean (the centre of their interval; the cost from it
+# is then the geometric mean of the repeats' costs); counts summed; flags and worst cases from the worst repeat (a
+# caveat of one repeat is the trial's); the rest the repeats' mean.
+GEOMETRIC = (THROUGHPUT, "requests_s")
+SUMMED = ("request_count", "completed_requests", "windows", "late_requests", "backlog_growth_requests",
+          "warmup_requests_done")
+LOWEST = ("stable", "crosscheck_top1_agreement")
+HIGHEST = ("overloaded", "crosscheck_max_abs_diff", "client_cpu_util_max", "client_loop_lag_p99_ms_max")
+
+
+def _latency_figures(ms: np.ndarray) -> np.ndarray:
+    return np.append(np.percentile(ms, PERCENTILES), ms.mean())
+
+
+def _pool(name: str, values: list[float]) -> float:
+    if name in GEOMETRIC and min(values) > 0:
+        return geometric_mean(values)
+    if name in SUMMED:
+        return float(sum(values))
+    if name in LOWEST:
+        return float(min(values))
+    if name in HIGHEST:
+        return float(max(values))
+    return float(np.mean(values))
+
+
+def cost_intervals(usd_per_hour: float, throughput: Interval) -> dict[str, float]:
+    """$ per 1k images and images per $ at `usd_per_hour`, from the throughput's interval (each a monotonic function
+    of it); a throughput interval reaching 0 leaves the cost's upper end open (not logged)."""
+    out = interval_metrics("cost_per_1k_images_usd", throughput.map(
+        lambda t: cost_per_1k_images(usd_per_hour, t) if t > 0 else math.inf))
+    if usd_per_hour > 0:
+        out.update(interval_metrics("images_per_usd", throughput.map(
+            lambda t: images_per_usd(usd_per_hour, max(t, 0.0)))))
+    return out
+
+
+def pooled_metrics(repeats: list[tuple[WindowSamples, dict[str, float]]], usd_per_hour: float) -> dict[str, float]:
+    """One trial's metrics from its measured repeats (each repeat's raw samples and metrics), with `repeats` (how
+    many were pooled) and `<figure>_ci_low` / `<figure>_ci_high` for every figure that has an interval."""
+    all_metrics = [m for _, m in repeats]
+    out = {name: _pool(name, [m[name] for m in all_metrics if name in m])
+           for name in dict.fromkeys(k for m in all_metrics for k in m)}
+    samples = [s for s, _ in repeats]
+    out.update(latency_metrics(np.concatenate([s.latency_s for s in samples])))
+    if "send_latency_p50_ms" in out:
+        out.update(percentile_metrics("send_latency", np.concatenate([s.send_latency_s for s in samples])))
+    out.update(cost_metrics(usd_per_hour, out[THROUGHPUT]))
+    out["repeats"] = float(len(repeats))
+    figures = cluster_bootstrap([s.latency_s * 1e3 for s in samples], _latency_figures)
+    for name, interval in zip(LATENCY_FIGURES, figures, strict=True):
+        out.update(interval_metrics(name, interval))
+    rates = [m[THROUGHPUT] for m in all_metrics]
+    if min(rates) > 0:  # a repeat that served nothing (an overloaded open loop) leaves the rate without an interval
+        throughput = log_t_interval(rates)
+        out.update(interval_metrics(THROUGHPUT, throughput))
+        out.update(cost_intervals(usd_per_hour, throughput))
+    return out
