@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -36,6 +36,20 @@ def unreachable(host: str, port: int, timeout_s: float) -> OSError | None:
     except OSError as exc:
         return exc
     return None
+
+
+def unmapped_shm(names: Iterable[str]) -> set[str]:
+    """The /dev/shm files among `names` that no live process maps (whose processes we may read: all, as root):
+    what a killed server left behind, as opposed to a running one's."""
+    names = set(names)
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        mapped.update(name for name in names if f"/dev/shm/{name}" in text)
+    return names - mapped
 
 
 def _child_setup() -> None:

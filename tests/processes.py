@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from serving.process import unmapped_shm
+
 SESSION_VARIABLE = "TIERBENCH_TEST_SESSION"
 TOKEN_VARIABLE = "TIERBENCH_TEST_OWNER"
 os.environ.setdefault(SESSION_VARIABLE, uuid.uuid4().hex)
@@ -98,3 +100,15 @@ def owned_environment(timeout_s: float = 30) -> Iterator[str]:
         yield token
     left = wait_until_gone(token, timeout_s)
     assert not left, f"processes this test started are still running: {sorted(left)}"
+
+
+def orphan_regions(before: set[str], timeout_s: float = 30) -> set[str]:
+    """tierbench's shared-memory regions that appeared since `before` and that no live process maps (a server or
+    client left them behind), waited for up to `timeout_s`. Another test worker's live servers map theirs: they are
+    not this test's leftovers, though they appeared meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        orphans = unmapped_shm({p.name for p in Path("/dev/shm").glob("tierbench_*")} - before)
+        if not orphans or time.monotonic() > deadline:
+            return orphans
+        time.sleep(1)

@@ -16,7 +16,7 @@ from experiments.run.sweep import run_sweep
 from serving.clients.base import ClientSpec, jpeg_batch
 from tests import helpers
 from tests.helpers import store_overrides, store_uri
-from tests.processes import owned_environment
+from tests.processes import orphan_regions, owned_environment
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +30,6 @@ BATCHING_PARAMS = {"server_batching", "server_max_batch_size", "server_batch_wai
                    "server_preferred_batch_sizes"}
 
 
-def _my_regions() -> set[str]:
-    return {p.name for p in Path("/dev/shm").glob("tierbench_*")}
-
-
 @pytest.fixture(scope="module")
 def fair_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
     """The sweep's store and its runs."""
@@ -42,10 +38,10 @@ def fair_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
                    f"experiment.backends=[{','.join(VARIANTS)},fastapi,torchserve]",
                    "experiment.protocols=[http,grpc,http_shm,grpc_shm]",
                    "experiment.input_formats=[jpeg,tensor,jpeg_base64]"])
-    regions_before = _my_regions()
+    regions_before = {p.name for p in Path("/dev/shm").glob("tierbench_*")}
     with owned_environment():  # fails if the sweep left a process running
         code = run_sweep(cfg)
-    assert _my_regions() <= regions_before, "the sweep left shared-memory regions behind"
+    assert not orphan_regions(regions_before), "the sweep left shared-memory regions behind"
     runs = helpers.runs(store_uri(tmp), sweep_id="fair-e2e")
     failed = [(r.info.run_name, r.data.tags.get("reason")) for r in runs if r.data.tags["status"] == "failed"]
     assert code == 0 and not failed, failed

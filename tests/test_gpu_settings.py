@@ -249,7 +249,8 @@ def test_gpu_only_variants_on_a_cpu_node_are_skipped_with_reasons_before_any_ser
         # No client pool: nothing may be measured (or started) for trials the node can't run.
         ServerGroup(cfg, group, CPU_NODE, {}, None, lambda record, logs: records.append(record),
                     lambda name, text: None).run(group.trials)
-    assert len(records) == 3 * 2 * 2 and all(r.status == "skipped" and not r.metrics for r in records)
+    trials = 3 * 3  # variants x the default's axes (b1c1, b8c1, b1c4)
+    assert len(records) == trials and all(r.status == "skipped" and not r.metrics for r in records)
     reasons = {r.trial.variant: r.reason for r in records}
     assert reasons["pytorch_fp16"].startswith("half precision (fp16) in PyTorch needs a CUDA GPU")
     assert reasons["triton_trt"] == reasons["triton_trt_fp16"] == (

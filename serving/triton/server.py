@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.process import free_ports, start_process, stop_process_group, tail, wait_until
+from serving.process import free_ports, start_process, stop_process_group, tail, unmapped_shm, wait_until
 from serving.triton.installation import TritonInstallation
 
 log = logging.getLogger(__name__)
+SHM_PREFIX = "tierbench_pb_"  # the Python backend's regions of the servers tierbench starts
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,15 @@ class TritonEndpoints:
         return f"http://{self.host}:{self.metrics_port}/metrics"
 
 
+def remove_orphan_regions() -> None:
+    """Remove the Python backend's regions of Triton processes that were killed before `stop` ran (a node's Ray
+    workers killed with it, say): 6 MiB each in /dev/shm for as long as the machine runs, unless someone does."""
+    shm = Path("/dev/shm")
+    for name in unmapped_shm(p.name for p in shm.glob(f"{SHM_PREFIX}*")):
+        (shm / name).unlink(missing_ok=True)
+        log.info("removed %s: a Python-backend region no process maps (its Triton was killed)", name)
+
+
 class TritonServer:
     """A Triton process serving models from a rendered repository (the classifier first, then e.g. its JPEG
     ensemble)."""
@@ -55,7 +65,7 @@ class TritonServer:
         self.endpoints: TritonEndpoints | None = None
         # The Python backend's stubs talk to the server through /dev/shm regions it removes only on a clean
         # exit; a known prefix lets `stop` remove them when the exit timeout cut the unload short.
-        self.shm_prefix = f"tierbench_pb_{uuid.uuid4().hex[:12]}_"
+        self.shm_prefix = f"{SHM_PREFIX}{uuid.uuid4().hex[:12]}_"
 
     def command(self, endpoints: TritonEndpoints) -> list[str]:
         return [
@@ -81,6 +91,7 @@ class TritonServer:
         ]
 
     def start(self, timeout_s: float) -> TritonEndpoints:
+        remove_orphan_regions()
         endpoints = TritonEndpoints(self.host, *free_ports(3, self.host))
         cmd = self.command(endpoints)
         log.info("starting %s", " ".join(cmd))
