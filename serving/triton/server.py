@@ -40,11 +40,20 @@ class TritonEndpoints:
         return f"http://{self.host}:{self.metrics_port}/metrics"
 
 
-def remove_orphan_regions() -> None:
+def remove_orphan_regions(min_age_s: float = 600.0) -> None:
     """Remove the Python backend's regions of Triton processes that were killed before `stop` ran (a node's Ray
-    workers killed with it, say): 6 MiB each in /dev/shm for as long as the machine runs, unless someone does."""
+    workers killed with it, say): 6 MiB each in /dev/shm for as long as the machine runs, unless someone does. Only
+    regions older than `min_age_s`: one another server created a moment ago may not be mapped yet."""
     shm = Path("/dev/shm")
-    for name in unmapped_shm(p.name for p in shm.glob(f"{SHM_PREFIX}*")):
+    now = time.time()
+    old = []
+    for path in shm.glob(f"{SHM_PREFIX}*"):
+        try:
+            if now - path.stat().st_mtime > min_age_s:
+                old.append(path.name)
+        except OSError:  # removed meanwhile
+            continue
+    for name in unmapped_shm(old):
         (shm / name).unlink(missing_ok=True)
         log.info("removed %s: a Python-backend region no process maps (its Triton was killed)", name)
 
