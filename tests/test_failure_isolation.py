@@ -29,7 +29,9 @@ def _kill_during_second_trial(tmp_path: Path, backend: str, victim: str, sweep_i
     sweep = SweepProcess(tmp_path, f"sweep_id={sweep_id}", f"experiment.backends=[{backend}]", *THREE_TRIALS,
                          *overrides)
     try:
-        sweep.wait_for(r"\[1/3\]")  # the first trial is recorded: what loads the server now is the second
+        # The first trial is recorded: what loads the server now is the second. Generous: beside the other test
+        # worker's biggest sweep, a server's start and cross-check once took over 3 minutes in CI.
+        sweep.wait_for(r"\[1/3\]", timeout_s=420)
         wait_for_process(CLIENTS_LOADING, before)
         for pid in wait_for_process(victim, before):
             os.kill(pid, signal.SIGKILL)
