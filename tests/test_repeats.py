@@ -5,81 +5,18 @@ run folder and MLflow keep every repeat, nested under its trial's run; and a rea
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
 from experiments.config.compose import compose
-from experiments.measure.samples import WindowSamples
-from experiments.plan import plan_trials
 from experiments.results.layout import LATENCIES_FILE, REPEATS_DIR
-from experiments.results.records import Status, TrialRecord, write_record
+from experiments.results.records import Status, write_record
 from experiments.results.tracking import Tracker
-from experiments.run.server_group import ServerGroup
 from experiments.run.sweep import run_sweep
-from serving.backend import ServerHandle
-from tests.helpers import CPU_NODE, TINY_SWEEP, premigrated_store, runs, store_overrides
-
-UNHEALTHY = "measurement failed: Stub process 'resnet18_0_0' is not healthy."
-
-
-class _Sweep:
-    """What the sweep sees of a server group: the records it finishes, with their logs."""
-
-    def __init__(self) -> None:
-        self.records: list[TrialRecord] = []
-        self.logs: list[dict[str, str]] = []
-
-    def __call__(self, record: TrialRecord, logs: dict[str, str]) -> None:
-        self.records.append(record)
-        self.logs.append(logs)
-
-
-class _Clients:
-    def restart(self) -> None:
-        pass
-
-
-def _samples(rng: np.random.Generator, n: int = 200) -> WindowSamples:
-    intended = np.linspace(0.0, 2.0, n, endpoint=False)
-    done = intended + rng.lognormal(-4.0, 0.3, n)
-    return WindowSamples(0.0, 2.0, 1, intended, intended.copy(), done, np.full(n, np.nan), np.zeros(n), completed=n,
-                         sent=n)
-
-
-def _group(monkeypatch, overrides: list[str], failing: set[int] = frozenset()) -> tuple[_Sweep, dict]:
-    """A triton_onnx group on the CPU, one trial; measurement number i (from 1) fails when i is in `failing`."""
-    import experiments.run.server_group as server_group
-
-    cfg = compose(["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
-                   "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]", "experiment.concurrency=[1]",
-                   *overrides])
-    (group,) = plan_trials(cfg)
-    sweep, calls, rng = _Sweep(), {"start": 0, "measure": 0}, np.random.default_rng(0)
-    server = ServerGroup(cfg, group, CPU_NODE, {}, clients=_Clients(), finish=sweep,
-                         save_server_file=lambda name, text: None)
-
-    def start() -> ServerHandle:
-        calls["start"] += 1
-        return ServerHandle("triton_python_backend", {}, params={})
-
-    def measure(cfg: Any, trial: Any, *args: Any) -> TrialRecord:
-        calls["measure"] += 1
-        if calls["measure"] in failing:
-            return server_group.new_record(cfg, trial, CPU_NODE, status=Status.FAILED, reason=UNHEALTHY)
-        record = server_group.new_record(cfg, trial, CPU_NODE)
-        record.samples = _samples(rng)
-        record.metrics = {"throughput_img_s": 100.0 + calls["measure"], "latency_p99_ms": 30.0, "stable": 1.0}
-        record.tags["stable"] = "true"
-        return record
-
-    server.backend.start, server.backend.stop = start, lambda: {"server.log": "stub died"}
-    monkeypatch.setattr(server_group, "crosscheck_group", lambda *args: None)
-    monkeypatch.setattr(server_group, "run_trial", measure)
-    server.run(group.trials)
-    return sweep, calls
+from tests.helpers import TINY_SWEEP, premigrated_store, runs, store_overrides
+from tests.stand_in_group import UNHEALTHY
+from tests.stand_in_group import run_stand_in_group as _group
 
 
 def test_one_measurement_is_todays_trial(monkeypatch) -> None:

@@ -19,6 +19,7 @@ from serving.pytorch.facts import TorchFacts
 from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
 from serving.triton.installation import INSTALLATIONS, TritonServerKind
 from serving.triton.repository import TritonVariant, instances_on_gpu, read_config, render_repository
+from tests.stand_in_group import StandInClients, run_stand_in_group
 
 GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 A100_NODE = NodeInfo("a100-box", "10.0.0.3", "n2", "Some CPU", 16, gpu_names=("NVIDIA A100-SXM4-80GB",),
@@ -138,48 +139,9 @@ def test_a_server_that_starts_on_the_cpu_under_a_gpu_tier_fails_its_trials_once_
     assert Status.SKIPPED not in {r.status for r in finished.records}
 
 
-class _Clients:
-    def __init__(self) -> None:
-        self.restarts = 0
-
-    def restart(self) -> None:
-        self.restarts += 1
-
-
-def _group_with_failing_trials(monkeypatch, overrides: list[str], failures: int) -> tuple[_Finished, dict, _Clients]:
-    """A triton_onnx group on the CPU whose first `failures` measurements fail as an unhealthy stub fails them."""
-    import experiments.run.server_group as server_group
-
-    cfg = compose(["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
-                   "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]", "experiment.concurrency=[1]",
-                   *overrides])
-    (group,) = plan_trials(cfg)
-    finished, clients, calls = _Finished(), _Clients(), {"start": 0, "measure": 0}
-    server = ServerGroup(cfg, group, CPU_NODE, {}, clients=clients, finish=finished,
-                         save_server_file=lambda name, text: None)
-
-    def start() -> ServerHandle:
-        calls["start"] += 1
-        return ServerHandle("triton_python_backend", {}, params={})
-
-    def measure(cfg: Any, trial: Any, *args: Any) -> TrialRecord:
-        calls["measure"] += 1
-        if calls["measure"] <= failures:
-            return server_group.new_record(cfg, trial, CPU_NODE, status=Status.FAILED,
-                                           reason="measurement failed: Stub process 'resnet18_0_0' is not healthy.")
-        record = server_group.new_record(cfg, trial, CPU_NODE)
-        record.metrics = {"throughput_img_s": 100.0}
-        return record
-
-    server.backend.start, server.backend.stop = start, lambda: {}
-    monkeypatch.setattr(server_group, "crosscheck_group", lambda *args: None)
-    monkeypatch.setattr(server_group, "run_trial", measure)
-    server.run(group.trials)
-    return finished, calls, clients
-
-
 def test_a_trial_whose_server_failed_under_it_is_measured_again_on_a_fresh_server(monkeypatch) -> None:
-    finished, calls, clients = _group_with_failing_trials(monkeypatch, [], failures=1)
+    clients = StandInClients()
+    finished, calls = run_stand_in_group(monkeypatch, [], failing={1}, clients=clients)
     failed, retried = finished.records
     assert failed.status == Status.FAILED and failed.tags["retried"] == "true", "the failed attempt stays logged"
     assert retried.status == Status.OK and retried.tags["attempt"] == "2"
@@ -188,8 +150,8 @@ def test_a_trial_whose_server_failed_under_it_is_measured_again_on_a_fresh_serve
 
 
 def test_retries_are_bounded_and_zero_turns_them_off(monkeypatch) -> None:
-    finished, calls, _ = _group_with_failing_trials(monkeypatch, ["experiment.trial_retries=1"], failures=5)
+    finished, calls = run_stand_in_group(monkeypatch, ["experiment.trial_retries=1"], failing={1, 2, 3, 4, 5})
     assert [r.status for r in finished.records] == [Status.FAILED, Status.FAILED] and calls["measure"] == 2
     assert "retried" not in finished.records[-1].tags, "the last attempt is the trial's verdict"
-    finished, calls, _ = _group_with_failing_trials(monkeypatch, ["experiment.trial_retries=0"], failures=1)
+    finished, calls = run_stand_in_group(monkeypatch, ["experiment.trial_retries=0"], failing={1})
     assert [r.status for r in finished.records] == [Status.FAILED] and calls["measure"] == 1
