@@ -17,6 +17,7 @@ from experiments.config.compose import compose
 from experiments.config.errors import ConfigError
 from experiments.config.prices import Price
 from experiments.config.validation import validate
+from experiments.measure.intervals import Interval
 from experiments.report.capacity import (
     Point,
     cheapest_mix,
@@ -27,9 +28,10 @@ from experiments.report.capacity import (
     operating_points,
     single_plans,
 )
-from experiments.report.capacity_section import refuse_unpriced
+from experiments.report.capacity_section import noise_verdict, refuse_unpriced
 from experiments.report.data import ReportError, load_sweep
 from experiments.report.publish import sweep_answer
+from experiments.run.slo import SloProbe, SloResult
 from runners import report as report_cli
 from tests import synthetic_sweep as syn
 from tests.helpers import premigrated_store
@@ -66,6 +68,53 @@ def test_every_plan_covers_the_peak_with_headroom_and_no_node_more() -> None:
     plans = single_plans([A100, RTX], PRICES, Traffic(1000.0, 1000.0, 0.2))
     for plan in plans:
         assert plan.capacity_img_s >= 1200 > (plan.nodes - 1) * plan.point.img_s  # headroom once, not 1.2 x 1.2
+
+
+# --- intervals (experiment.repeats) -----------------------------------------------------------------------------
+
+A100_CI = Point("a100", "triton_onnx/grpc/tensor", 8, 500.0, img_s_interval=Interval(450.0, 560.0))
+RTX_CI = Point("rtx4090", "triton_onnx/grpc/tensor", 8, 200.0, img_s_interval=Interval(170.0, 240.0))
+RTX_SLOW = Point("rtx4090", "triton_onnx/grpc/tensor", 8, 150.0, img_s_interval=Interval(145.0, 155.0))
+PRIMARY_ONLY = {"a100": [Price("primary", 0.36)], "rtx4090": RTX_PRICES}
+
+
+def test_node_counts_and_dollars_at_the_throughput_intervals_ends() -> None:
+    """1,200 img/s: a100 at 450-560 img/s needs 3 nodes at either end; rtx4090 at 170-240 needs 5 (1,200 / 240)
+    to 8 (1,200 / 170 = 7.06), and its $/month runs from 5 to 8 nodes at $0.18/h x 730 h."""
+    a100, rtx = single_plans([A100_CI, RTX_CI], PRIMARY_ONLY, traffic(1000.0))
+    assert (a100.nodes, a100.nodes_range, rtx.nodes, rtx.nodes_range) == (3, (3, 3), 6, (5, 8))
+    assert rtx.usd_per_month_range == Interval(pytest.approx(657.0), pytest.approx(1051.2))
+    assert a100.usd_per_month_range == Interval(pytest.approx(788.4), pytest.approx(788.4))
+    exact_end = Point("a100", "s", 8, 500.0, img_s_interval=Interval(400.0, 600.0))  # 1,200 / 400 is 3, exactly
+    assert single_plans([exact_end], PRIMARY_ONLY, traffic(1000.0))[0].nodes_range == (2, 3)
+    assert single_plans([A100], PRIMARY_ONLY, traffic(1000.0))[0].nodes_range is None  # measured once: no range
+
+
+def test_the_plans_noise_verdict_is_the_overlap_of_their_dollar_ranges() -> None:
+    within = noise_verdict(single_plans([A100_CI, RTX_CI], PRIMARY_ONLY, traffic(1000.0)), {})
+    assert within.startswith("Within noise: the cheapest plan of another tier, 6 nodes (5–8) of rtx4090 · "
+                             "triton_onnx/grpc/tensor · b8 at primary")
+    assert "$788/month ($657–$1,051), overlaps the cheapest plan's, 3 nodes of a100" in within
+    assert "tier rtx4090 is within noise of tier a100" in within
+    apart = noise_verdict(single_plans([A100_CI, RTX_SLOW], PRIMARY_ONLY, traffic(1000.0)), {})
+    assert apart.startswith("Beyond noise: the cheapest plan of another tier, 8 nodes (8–9) of rtx4090")
+    assert "is clear of the cheapest plan's, 3 nodes of a100" in apart  # $1,051-$1,183 vs $788
+    assert noise_verdict(single_plans([A100, RTX], PRIMARY_ONLY, traffic(1000.0)), {}) is None  # measured once
+    assert noise_verdict(single_plans([A100_CI], PRIMARY_ONLY, traffic(1000.0)), {}) is None  # one tier
+
+
+def test_the_slo_search_logs_the_per_node_throughput_interval_and_the_plan_reads_it() -> None:
+    best = SloProbe(8, 45.0, 500.0, throughput_interval=(450.0, 560.0))
+    metrics = SloResult(50.0, best, [best]).metrics(0.36)
+    assert (metrics["slo_max_throughput_img_s_ci_low"], metrics["slo_max_throughput_img_s_ci_high"]) == (450.0, 560.0)
+    assert metrics["cost_per_1k_images_at_slo_usd_ci_high"] == pytest.approx(0.36 / 3.6 / 450.0)
+    assert "slo_max_throughput_img_s_ci_low" not in SloResult(50.0, SloProbe(8, 45.0, 500.0)).metrics(0.36)
+    row = {"tier": "a100", "variant": "triton_onnx", "protocol": "grpc", "input_format": "tensor", "batch_size": 8,
+           "status": "ok", "slo_stable_at_max": 1.0, **metrics}
+    slo = pd.DataFrame([row, {**row, "tier": "rtx4090", "slo_max_throughput_img_s_ci_low": float("nan"),
+                              "slo_max_throughput_img_s_ci_high": float("nan")}])
+    points = operating_points(slo, 50.0)
+    assert points[0].img_s_interval == Interval(450.0, 560.0) and points[1].img_s_interval is None
 
 
 # --- prices and order -------------------------------------------------------------------------------------------

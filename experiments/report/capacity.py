@@ -3,8 +3,10 @@
 A node's capacity at an operating point is the SLO search's highest throughput within the target (`run_level=slo`
 runs, `slo_max_throughput_img_s`): nodes = ⌈peak × (1 + headroom) ÷ capacity⌉, exactly (decimals as fractions, so a
 peak that fills its nodes to the image needs no extra node). Mixed plans pair two tiers, each at its best point and
-primary price, by trying every node count of one tier and the fewest nodes of the other that cover the rest. The
-section that shows all this is `experiments.report.capacity_section`."""
+primary price, by trying every node count of one tier and the fewest nodes of the other that cover the rest. Where
+the search's probes were measured several times (`experiment.repeats`), the per-node throughput has a 95 % interval
+and each plan the node counts at its two ends: fewer nodes at the high end, more at the low end, and the $/month
+between. The section that shows all this is `experiments.report.capacity_section`."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pandas as pd
 
 from experiments.config.capacity import Traffic, exact
 from experiments.config.prices import HOURS_PER_MONTH, PRIMARY, Price
+from experiments.measure.intervals import Interval, metric_names
 
 THROUGHPUT = "slo_max_throughput_img_s"
 
@@ -31,6 +34,7 @@ class Point:
     img_s: float  # the highest throughput within the p99 target, per node
     limited: bool = False  # the search stopped at its load limit still within the target: at least img_s
     unstable: bool = False  # the measurement at that load never agreed within the stability rule
+    img_s_interval: Interval | None = None  # img_s's 95 % interval (experiment.repeats > 1); None: measured once
 
     @property
     def requests_s(self) -> float:
@@ -48,6 +52,16 @@ class Plan:
     point: Point
     price: Price
     nodes: int
+    # The node counts at the high and the low end of the point's throughput interval (fewest, most); None: no interval.
+    nodes_range: tuple[int, int] | None = None
+
+    @property
+    def usd_per_month_range(self) -> Interval | None:
+        """$/month at the node counts of the throughput interval's ends: the plan's cost within noise."""
+        if self.nodes_range is None:
+            return None
+        monthly = exact(self.price.usd_per_hour) * HOURS_PER_MONTH
+        return Interval(float(self.nodes_range[0] * monthly), float(self.nodes_range[1] * monthly))
 
     @property
     def usd_per_hour(self) -> Fraction:
@@ -111,8 +125,16 @@ def operating_points(slo: pd.DataFrame, target_ms: float) -> list[Point]:
     at = slo[slo["slo_p99_ms"].map(lambda t: math.isclose(float(t), target_ms)) & (slo["slo_met"] == 1)
              & (slo["status"].fillna("ok") == "ok") & (slo[THROUGHPUT] > 0)]
     return [Point(str(r.tier), f"{r.variant}/{r.protocol}/{r.input_format}", int(r.batch_size), float(r[THROUGHPUT]),
-                  limited=bool(r["slo_limited"] == 1), unstable=bool(r.get("slo_stable_at_max") == 0))
+                  limited=bool(r["slo_limited"] == 1), unstable=bool(r.get("slo_stable_at_max") == 0),
+                  img_s_interval=_interval(r))
             for _, r in at.sort_values(["tier", "variant", "protocol", "input_format"]).iterrows()]
+
+
+def _interval(row: pd.Series) -> Interval | None:
+    low, high = (row.get(name) for name in metric_names(THROUGHPUT))
+    if low is None or high is None or pd.isna(low) or pd.isna(high) or float(low) <= 0:
+        return None
+    return Interval(float(low), float(high))
 
 
 def nodes_needed(required_img_s: Fraction, per_node_img_s: float) -> int:
@@ -120,12 +142,28 @@ def nodes_needed(required_img_s: Fraction, per_node_img_s: float) -> int:
     return math.ceil(required_img_s / exact(per_node_img_s))
 
 
+def sized(point: Point, price: Price, required_img_s: Fraction) -> Plan:
+    """`point`'s nodes for `required_img_s` at `price`, with the node counts at its throughput interval's ends."""
+    spread = point.img_s_interval
+    counts = None if spread is None else (nodes_needed(required_img_s, spread.high),
+                                          nodes_needed(required_img_s, spread.low))
+    return Plan(point, price, nodes_needed(required_img_s, point.img_s), counts)
+
+
 def single_plans(points: list[Point], prices: dict[str, list[Price]], traffic: Traffic) -> list[Plan]:
     """Every point at every price of its tier, sized for the traffic; cheapest first (then fewer nodes)."""
     required = traffic.required_img_s
-    plans = [Plan(point, price, nodes_needed(required, point.img_s))
-             for point in points for price in prices.get(point.tier, [])]
+    plans = [sized(point, price, required) for point in points for price in prices.get(point.tier, [])]
     return sorted(plans, key=lambda p: (p.usd_per_hour, p.nodes, p.point.tier, p.point.stack, p.point.batch_size))
+
+
+def tier_rivals(plans: list[Plan]) -> tuple[Plan, Plan] | None:
+    """The cheapest plan (`plans` cheapest first) and the cheapest of another tier: the two whose $/month ranges the
+    noise verdict compares. None when the plans are of one tier."""
+    if not plans:
+        return None
+    rival = next((plan for plan in plans if plan.point.tier != plans[0].point.tier), None)
+    return None if rival is None else (plans[0], rival)
 
 
 def best_points(points: list[Point]) -> dict[str, Point]:

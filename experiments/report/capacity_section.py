@@ -27,8 +27,10 @@ from experiments.report.capacity import (
     primary,
     single_plans,
     slo_targets,
+    tier_rivals,
 )
 from experiments.report.data import ReportError, SweepData, TierInfo
+from experiments.report.noise import overlap_verdict
 from experiments.report.render import Document, count, format_frame, rate, usd
 from experiments.report.served import marked_table
 
@@ -73,15 +75,35 @@ def measure_command(info: TierInfo, sweep_id: str, target_ms: float | None) -> s
     return shlex.join(["python", "-m", "runners.sweep", *args])
 
 
+def _plan_intervals(shown: list[Plan], frame: pd.DataFrame, nodes: str) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The (low, high) ends shown after the per-node throughput, the node count and the $/hour and $/month, from the
+    throughput interval of the SLO search's repeats (the fewest nodes come from its high end); NaN for a point
+    measured once; None when no point has an interval."""
+    if all(p.nodes_range is None for p in shown):
+        return None
+    nan = float("nan")
+    ends = []
+    for end in (0, 1):
+        rows = []
+        for plan in shown:
+            spread, counts, month = plan.point.img_s_interval, plan.nodes_range, plan.usd_per_month_range
+            rows.append({"img/s per node": nan, nodes: nan, "$/hour": nan, "$/month": nan} if counts is None else
+                        {"img/s per node": (spread.low, spread.high)[end], nodes: counts[end],
+                         "$/hour": counts[end] * plan.price.usd_per_hour, "$/month": (month.low, month.high)[end]})
+        ends.append(pd.DataFrame(rows, index=frame.index))
+    return ends[0], ends[1]
+
+
 def _plans_table(doc: Document, plans: list[Plan], labels: dict[str, str], traffic: Traffic) -> None:
     shown = plans[:MAX_ROWS]
+    nodes = f"nodes (peak +{traffic.headroom * 100:g} %)"
     frame = pd.DataFrame({
         "tier": [labels.get(p.point.tier, p.point.tier) for p in shown],
         "stack": [p.point.stack for p in shown],
         "b": [p.point.batch_size for p in shown],
-        "img/s per node": [("≥ " if p.point.limited else "") + rate(p.point.img_s) for p in shown],
+        "img/s per node": [p.point.img_s for p in shown],
         "req/s per node": [p.point.requests_s for p in shown],
-        f"nodes (peak +{traffic.headroom * 100:g} %)": [p.nodes for p in shown],
+        nodes: [p.nodes for p in shown],
         "capacity img/s": [float(p.capacity_img_s) for p in shown],
         "price": [p.price.label() for p in shown],
         "$/hour": [float(p.usd_per_hour) for p in shown],
@@ -90,8 +112,11 @@ def _plans_table(doc: Document, plans: list[Plan], labels: dict[str, str], traff
     })
     figure_marks = pd.DataFrame({"img/s per node": [marks.UNSTABLE if p.point.unstable else "" for p in shown]},
                                 index=frame.index)
-    out = format_frame(frame, {"req/s per node": rate, "capacity img/s": rate, "$/hour": usd, "$/month": usd,
-                               "$/1k img at average": usd}, default=count, marks=figure_marks)
+    out = format_frame(frame, {"img/s per node": rate, "req/s per node": rate, "capacity img/s": rate, "$/hour": usd,
+                               "$/month": usd, "$/1k img at average": usd}, default=count, marks=figure_marks,
+                       intervals=_plan_intervals(shown, frame, nodes))
+    out["img/s per node"] = [("≥ " if p.point.limited else "") + cell for p, cell in zip(shown, out["img/s per node"],
+                                                                                           strict=True)]
     marked_table(doc, out, [False, False, True, True, True, True, True, False, True, True, True],
                  figure_marks["img/s per node"], "plans")
     if len(plans) > MAX_ROWS:
@@ -104,6 +129,29 @@ def _prices_used(doc: Document, plans: list[Plan], labels: dict[str, str]) -> No
         seen.setdefault((plan.point.tier, plan.price.name), plan.price)
     doc.bullets([f"{labels.get(tier, tier)} · {price.label()}: source {price.source or 'not given'}"
                  + ("" if price.seen else ", date not given") for (tier, _), price in sorted(seen.items())])
+
+
+def noise_verdict(plans: list[Plan], labels: dict[str, str]) -> str | None:
+    """Whether the cheapest plan and the cheapest of another tier differ beyond noise: their $/month ranges (node
+    counts at the throughput intervals' ends) overlap or not. None without two tiers, or without intervals."""
+    rivals = tier_rivals(plans)
+    if rivals is None:
+        return None
+    pick, rival = rivals
+    ours, theirs = pick.usd_per_month_range, rival.usd_per_month_range
+    if ours is None or theirs is None:
+        return None
+
+    def named(plan: Plan, spread) -> str:  # noqa: ANN001 - an Interval
+        low, high = plan.nodes_range
+        nodes = f"{plan.nodes} nodes ({low}–{high})" if low != high else f"{plan.nodes} nodes"
+        return (f"{nodes} of {plan.point.name(labels)} at {plan.price.label()}, {usd(float(plan.usd_per_month))}/month "
+                f"({usd(spread.low)}–{usd(spread.high)})")
+
+    tier = labels.get(pick.point.tier, pick.point.tier)
+    return overlap_verdict(ours, theirs, f"the cheapest plan of another tier, {named(rival, theirs)}",
+                           f"the cheapest plan's, {named(pick, ours)}", tier,
+                           labels.get(rival.point.tier, rival.point.tier))
 
 
 def _mix_text(mix: Mix, labels: dict[str, str]) -> str:
@@ -185,7 +233,9 @@ def capacity_section(doc: Document, images: dict[str, Path], folder: Path, data:
           "as requests of b images (req/s per node = img/s ÷ b): clients that send fewer images per request need a "
           f"point at their batch size, or a server that batches. $/month = $/hour × {HOURS_PER_MONTH}. "
           "$/1k img at average: the plan's $/hour over the images the average traffic brings, idle capacity paid "
-          "for. Cheapest first, at every listed price.")
+          "for. Cheapest first, at every listed price. Where the search's probes were measured several times "
+          "(experiment.repeats), (low–high) after a figure is its 95 % interval: img/s per node from the repeats, "
+          "nodes at the interval's high and low end, and their $/hour and $/month (docs/confidence-intervals.md).")
     others = [t for t in slo_targets(data.slo) if not math.isclose(t, target)] if target is not None else []
     if others:
         doc.note(f"The sweep also searched p99 ≤ {', '.join(f'{t:g}' for t in others)} ms: "
@@ -197,9 +247,16 @@ def capacity_section(doc: Document, images: dict[str, Path], folder: Path, data:
         doc.p("Prices (as in the section “Prices”):")
         _prices_used(doc, plans, labels)
         first = plans[0]
+        spread = first.usd_per_month_range
         lines.append(f"capacity plan for {traffic.describe()}, within {within}: {first.nodes} × "
                      f"{first.point.name(labels)} at {first.price.label()}: {usd(float(first.usd_per_hour))}/hour, "
-                     f"{usd(float(first.usd_per_month))}/month")
+                     f"{usd(float(first.usd_per_month))}/month"
+                     + (f" (95 %: {first.nodes_range[0]}–{first.nodes_range[1]} nodes, {usd(spread.low)}–"
+                        f"{usd(spread.high)}/month)" if spread is not None else ""))
+        verdict = noise_verdict(plans, labels)
+        if verdict is not None:
+            doc.p(verdict)
+            lines.append(verdict)
         mixes = mixed_plans(points, {t: i.prices for t, i in data.tiers.items()}, traffic)
         if mixes:
             lines += _mixes(doc, mixes, labels, traffic)

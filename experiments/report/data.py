@@ -136,7 +136,8 @@ def load_sweep(uri: str, experiment: str, sweep_id: str = "latest") -> SweepData
 
 
 SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_max_load", "slo_max_throughput_img_s",
-               "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes", "slo_stable_at_max")
+               "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes", "slo_stable_at_max",
+               "slo_max_throughput_img_s_ci_low", "slo_max_throughput_img_s_ci_high")
 
 
 # Params of a settings search's candidates (experiments/run/backend_search.py): what backend, which values.

@@ -102,10 +102,18 @@ def noise_line(pick: pd.Series, runner: pd.Series | None, metric: str, fmt: Call
     if ours is None or theirs is None:
         return None
     runner_up = f"the runner-up, {name(runner)}, at {stated(runner, metric, fmt, unit, prefix)}"
-    picks = f"the pick's interval ({fmt(ours.low)}–{fmt(ours.high)})"
+    return overlap_verdict(ours, theirs, runner_up, f"the pick's interval ({fmt(ours.low)}–{fmt(ours.high)})",
+                           label(pick["tier"]), label(runner["tier"]), pick["tier"] == runner["tier"])
+
+
+def overlap_verdict(ours: Interval, theirs: Interval, runner_up: str, picks: str, pick_tier: str, runner_tier: str,
+                    same_tier: bool = False) -> str:
+    """The one verdict on two 95 % intervals, the pick's (`ours`) and the runner-up's: overlapping, the measurements
+    cannot tell them apart ("tier B is within noise of tier A"); apart, the pick wins beyond noise. `runner_up` and
+    `picks` name the two figures in the sentence."""
     if not ours.overlaps(theirs):
         return f"Beyond noise: {runner_up}, is clear of {picks}."
-    verdict = (f"tier {label(runner['tier'])} is within noise of tier {label(pick['tier'])}"
-               if runner["tier"] != pick["tier"] else "the two operating points are within noise of each other")
+    verdict = ("the two operating points are within noise of each other" if same_tier
+               else f"tier {runner_tier} is within noise of tier {pick_tier}")
     return (f"Within noise: {runner_up}, overlaps {picks}: {verdict}. More repeats (`experiment.repeats`), or "
             f"repeats on other nodes of each tier, would tell them apart ({DOCS}).")

@@ -229,8 +229,11 @@ class ServerGroup:
             if record is None or record.status != Status.OK:
                 return None
             m = record.metrics
+            spread = (m["throughput_img_s_ci_low"], m["throughput_img_s_ci_high"]) if (
+                "throughput_img_s_ci_low" in m and "throughput_img_s_ci_high" in m) else None
             return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"],
-                            overloaded=m.get("overloaded", 0.0) == 1, stable=m.get("stable", 1.0) == 1)
+                            overloaded=m.get("overloaded", 0.0) == 1, stable=m.get("stable", 1.0) == 1,
+                            throughput_interval=spread)
 
         def measure_at(load: float) -> SloProbe | None:
             trial = point.at_load(load)

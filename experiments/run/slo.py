@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from experiments.config.prices import cost_per_1k_images
+from experiments.measure.intervals import Interval, interval_metrics
+from experiments.measure.pooled import cost_intervals
 
 # Bisection stops when the open-loop rate is known to within this fraction.
 RATE_PRECISION = 0.05
@@ -24,6 +26,8 @@ class SloProbe:
     throughput_img_s: float
     overloaded: bool = False
     stable: bool = True
+    # The throughput's 95 % interval where the probe was measured several times (experiment.repeats); else None.
+    throughput_interval: tuple[float, float] | None = None
 
     def meets(self, slo_p99_ms: float) -> bool:
         return not self.overloaded and self.p99_ms <= slo_p99_ms
@@ -45,6 +49,13 @@ class SloResult:
             if self.best.throughput_img_s > 0:
                 out["cost_per_1k_images_at_slo_usd"] = cost_per_1k_images(price_per_hour_usd,
                                                                           self.best.throughput_img_s)
+            if self.best.throughput_interval is not None:
+                # The per-node capacity's interval: the capacity plan's node counts and $/month ranges come from it.
+                spread = Interval(*self.best.throughput_interval)
+                out.update(interval_metrics("slo_max_throughput_img_s", spread))
+                found = cost_intervals(price_per_hour_usd, spread)
+                out.update({name.replace("cost_per_1k_images_usd", "cost_per_1k_images_at_slo_usd"): value
+                            for name, value in found.items() if name.startswith("cost_per_1k_images_usd")})
         return out
 
     def to_json(self) -> dict:
