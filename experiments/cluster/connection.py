@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,8 +247,8 @@ class RayConnection:
             ray.init(address=self._emulated.address, **job)
         else:
             _quiet_ray_env()
-            ray.init(address="local", num_cpus=self.cfg.num_cpus, object_store_memory=self.cfg.object_store_memory,
-                     resources=node_declaration(declared or []), include_dashboard=False, **job)
+            start_local_ray(num_cpus=self.cfg.num_cpus, object_store_memory=self.cfg.object_store_memory,
+                            resources=node_declaration(declared or []), include_dashboard=False, **job)
             self._started_local = True
 
     def close(self) -> None:
@@ -267,6 +267,48 @@ class RayConnection:
         elif self._started_local:
             self._started_local = False
             log.info("stopped the local Ray this sweep started")
+
+
+RAY_START_TIMEOUT = "timed out during startup"  # Ray's message when its raylet misses its fixed 30 s wait
+
+
+def start_local_ray(**init_kwargs: Any) -> None:
+    """`ray.init(address="local")`, tried a second time if the first start times out.
+
+    Ray waits a fixed 30 s for its new raylet to register. A first start after `pip install --no-compile` on a busy
+    2-core machine can miss it: Ray's agents compile their modules as they import them. The bytecode they wrote
+    makes the second start quick. The processes the failed start left are this process's children; they are
+    stopped before the retry, so nothing of the first attempt keeps running.
+    """
+    import psutil
+    import ray
+
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+    try:
+        ray.init(address="local", **init_kwargs)
+        return
+    except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this
+        if RAY_START_TIMEOUT not in str(exc):
+            raise
+        log.warning("Ray's node did not register within Ray's fixed 30 s (a busy machine, or Ray's first start "
+                    "compiling its modules); stopping what it started and starting it once more")
+    stop_children_since(before)
+    ray.init(address="local", **init_kwargs)
+
+
+def stop_children_since(before: set[int], timeout_s: float = 10.0) -> None:
+    """Terminate (then kill) every descendant of this process that is not in `before`."""
+    import psutil
+
+    started = [c for c in psutil.Process().children(recursive=True) if c.pid not in before]
+    for child in started:
+        with suppress(psutil.NoSuchProcess):
+            child.terminate()
+    _, alive = psutil.wait_procs(started, timeout=timeout_s)
+    for child in alive:
+        with suppress(psutil.NoSuchProcess):
+            child.kill()
+    psutil.wait_procs(alive, timeout=timeout_s)
 
 
 def _serve_running() -> bool:
