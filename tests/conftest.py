@@ -1,5 +1,5 @@
-"""GPU gating (tests marked `gpu` skip, saying why, without one) and the leak-check fixture; the helpers tests
-share are in tests/helpers.py, tests/processes.py and tests/sweep_process.py."""
+"""The longest test files first, GPU gating (tests marked `gpu` skip, saying why, without one) and the leak-check
+fixture; the helpers tests share are in tests/helpers.py, tests/processes.py and tests/sweep_process.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,23 @@ def has_gpu() -> bool:
     return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
 
 
+# The longest test files first, roughly by their time in ci-local runs (2026-11-26; each is mostly real sweeps).
+# With `--dist loadfile --no-loadscope-reorder` (pyproject's addopts) the two workers take files in collection order:
+# the long ones start early and the short ones fill in at the end. xdist's default order (most tests first) left the
+# one-test, three-minute sweep files for last, one worker running them while the other had nothing left. A file
+# not listed keeps its place after these; a renamed one only loses its head start.
+LONGEST_FIRST = (
+    "test_failure_isolation.py", "test_user_model_sweeps.py", "test_autoscaling.py", "test_node_loss.py",
+    "test_fair_sweep_e2e.py", "test_tiers_emulated.py", "test_sweep_e2e.py", "test_config_search_sweep.py",
+    "test_clean_stop.py", "test_resume_relog.py", "test_serve_direct_ingress.py", "test_measurement_e2e.py",
+    "test_serve_oip.py", "test_foreign_ray.py", "test_torchserve.py", "test_fastapi.py", "test_serve_batching.py",
+    "test_sweep_answer.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi finds none)")
