@@ -14,12 +14,14 @@ if TYPE_CHECKING:
 class LoadMode(StrEnum):
     """How a trial loads the server. `closed`: a fixed number of request loops, each sending its next request
     when the last returns (perf_analyzer's concurrency mode); `constant` / `poisson`: open loop, arrivals at a
-    rate whatever the server does (MLPerf's server scenario). A trial's load is its concurrency (closed) or its
-    request rate in req/s (open)."""
+    rate whatever the server does (MLPerf's server scenario); `trace`: open loop, Poisson arrivals whose rate follows a
+    trace file (experiment.trace), the trial's rate its peak (experiments.measure.replay). A trial's load is its
+    concurrency (closed) or its request rate in req/s (open)."""
 
     CLOSED = "closed"
     CONSTANT = "constant"
     POISSON = "poisson"
+    TRACE = "trace"
 
     @property
     def open_loop(self) -> bool:

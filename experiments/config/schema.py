@@ -130,9 +130,14 @@ class ExperimentConfig:
     # TrialMatrix: full (every batch size at every load) | axes (batch sizes at the lowest load, loads at the
     # smallest batch size: the studies' serial-latency and concurrent-throughput tables)
     matrix: str = "full"
-    # LoadMode: closed, `concurrency` request loops; constant | poisson, open loop at each of `request_rates` (req/s)
+    # LoadMode: closed, `concurrency` request loops; constant | poisson, open loop at each of `request_rates` (req/s);
+    # trace, open loop following `trace`, each of `request_rates` its peak (docs/trace-replay.md)
     load_mode: str = "closed"
-    request_rates: list[float] = field(default_factory=list)  # open loop: req/s, one trial each
+    request_rates: list[float] = field(default_factory=list)  # open loop: req/s, one trial each (trace: the peak)
+    # load_mode=trace: a CSV of arrival times (header arrival_s) or of requests/s per step (header rate_per_s), e.g.
+    # conf/traces/diurnal_example.csv (SYNTHETIC). Its whole span is replayed in each window_s, looped; its busiest
+    # step at the trial's rate.
+    trace: str | None = None
     max_in_flight: int = 1024  # open loop: requests outstanding at most; later ones are sent late (late_requests)
     # Warm-up ends once both are reached; its requests are dropped from the measurement.
     warmup_requests: int = 10

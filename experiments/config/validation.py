@@ -18,6 +18,7 @@ from experiments.config.prices import validate_prices
 from experiments.config.schema import backend_settings
 from experiments.config.search import check_search
 from experiments.config.stacks import Stack
+from experiments.config.trace import check_trace
 from serving.protocols import PROTOCOLS, InputFormat, parse_protocol
 
 
@@ -60,6 +61,7 @@ def validate(cfg: Any) -> None:
     _check_positive_ints("experiment.batch_sizes", exp.batch_sizes, cfg.model.max_batch_size, "model.max_batch_size")
     if exp.load_mode not in list(LoadMode):
         _fail("experiment.load_mode", exp.load_mode, f"choose from {[str(m) for m in LoadMode]}")
+    check_trace(exp)
     _check_loads(LoadMode(exp.load_mode), exp)
     _check_engine(exp)
     for key in ("window_s", "warmup_s", "request_timeout_s", "trial_timeout_s", "client_num_cpus"):

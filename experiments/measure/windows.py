@@ -9,8 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from experiments.config.choices import LoadMode
 from experiments.measure.load import LoadPoint, WarmupStats
 from experiments.measure.metrics import window_stats, windows_stable
+from experiments.measure.replay import Replay, replay_of
 from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
 from serving.clients.base import ClientSpec
@@ -86,9 +88,9 @@ class Measurement:
     client_niceness: int | None = None  # the scheduling priority the clients sent at (the highest of the actors')
 
 
-def split_load(trial: Trial, actors: int) -> list[LoadPoint]:
-    """Each actor's share of the trial's load (an actor may get none)."""
-    return [LoadPoint(trial.load_mode, share) for share in trial.load_mode.split(trial.load, actors)]
+def split_load(trial: Trial, actors: int, replay: Replay | None = None) -> list[LoadPoint]:
+    """Each actor's share of the trial's load (an actor may get none); a trace replay's shape goes to each."""
+    return [LoadPoint(trial.load_mode, share, replay) for share in trial.load_mode.split(trial.load, actors)]
 
 
 def actors_needed(trial: Trial, exp: Any) -> int:
@@ -103,7 +105,8 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: Any,
     `experiment.trial_timeout_s`."""
     import ray
 
-    shares = [(a, point) for a, point in zip(actors, split_load(trial, len(actors)), strict=True) if point.load > 0]
+    points = split_load(trial, len(actors), replay_of(exp) if trial.load_mode is LoadMode.TRACE else None)
+    shares = [(a, point) for a, point in zip(actors, points, strict=True) if point.load > 0]
     used = [actor for actor, _ in shares]
     deadline = time.monotonic() + exp.trial_timeout_s
     stability = exp.stability

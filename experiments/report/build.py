@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.config.capacity import Traffic
+from experiments.config.capacity import DEFAULT_HEADROOM, Traffic
 from experiments.report import marks, plots, tables
 from experiments.report.answer import answer_lines
 from experiments.report.capacity_section import capacity_section, refuse_unpriced
@@ -29,6 +29,7 @@ from experiments.report.served import (
 )
 from experiments.report.studies import studies_section
 from experiments.report.tables import MARKS, P50, P99, POINT, THROUGHPUT
+from experiments.report.trace_section import trace_section
 from experiments.results.records import Status
 
 STACK_NOTE = ("A stack is `backend variant/protocol/input format`; `b` is the batch size; a load is `cN` (N "
@@ -112,6 +113,8 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     if options.capacity is not None:
         report.summary += capacity_section(doc, report.images, folder, data, labels, options.capacity,
                                            options.slo_p99_ms)
+    report.summary += trace_section(doc, data, labels, options.capacity.headroom if options.capacity is not None
+                                    else DEFAULT_HEADROOM, options.slo_p99_ms)
     _benchmark_cost(doc, report, data)
     if not data.sustained.empty:
         _across_tiers(doc, report, folder, data.sustained, labels, prices, options)

@@ -21,7 +21,8 @@ KEY_PARAMS = ("gpu_tier", "backend", "backend_variant", "protocol", "input_forma
 # How a trial loaded its server: closed loop at `concurrency`, or open loop (`load_mode`) at `request_rate`.
 LOAD_PARAMS = ("load_mode", "request_rate")
 # Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
-INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors", "load_engine")
+INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors", "load_engine", "trace",
+               "trace_mean_to_peak")
 # Metrics renamed since: stores written before are read under the current names.
 RENAMED_METRICS = {"validation_top1_agreement": "crosscheck_top1_agreement",
                    "validation_max_abs_diff": "crosscheck_max_abs_diff"}

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 
 from experiments.config.prices import trial_price_params
 from experiments.config.schema import backend_settings
+from experiments.config.trace import trace_settings
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.metrics import (
     client_metrics,
@@ -43,7 +44,7 @@ def measurement_settings(exp: Any) -> dict[str, Any]:
     """How a trial is measured: part of its identity (a change of method re-runs it on resume)."""
     settings = {k: exp[k] for k in MEASUREMENT_KEYS}
     settings["stability"] = OmegaConf.to_container(exp.stability, resolve=True)
-    return {**settings, **repeat_settings(exp)}
+    return {**settings, **repeat_settings(exp), **trace_settings(exp)}
 
 
 def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | None = None, status: str = Status.OK,
@@ -64,6 +65,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         "stability_percent": exp.stability.percent,
         "stability_latency_percentile": exp.stability.latency_percentile,
         **repeat_settings(exp),
+        **trace_settings(exp),
         **(handle.params if handle else {}),
     }
     model = model_identity(cfg.model)

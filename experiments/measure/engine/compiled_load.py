@@ -71,7 +71,10 @@ class CompiledLoad(LoadGenerator):
             rate = self.load.load
             rng = np.random.default_rng(self.seed + self.actor_index)
             count = max(1000, math.ceil(rate * self.horizon_s * SCHEDULE_MARGIN))
-            self.load.mode.gaps(rate, rng, count).astype("<f8").tofile(folder / "gaps.f64")
+            replay = self.load.replay
+            gaps = (replay.arrivals(rate, rng).take(count) if replay is not None
+                    else self.load.mode.gaps(rate, rng, count))
+            gaps.astype("<f8").tofile(folder / "gaps.f64")
             args += ["--open", str(folder / "gaps.f64")]
         else:
             args += ["--closed", str(int(self.load.load))]
