@@ -166,3 +166,40 @@ def test_a_replays_traffic_is_its_peak_and_average_in_images() -> None:
     row = pd.Series({"request_rate": 100.0, "batch_size": 4, "trace_mean_to_peak": 0.5})
     traffic = trace_traffic(row, 0.2)
     assert (traffic.peak_img_s, traffic.average_img_s, float(traffic.required_img_s)) == (400.0, 200.0, 480.0)
+
+
+def test_the_report_prices_the_images_a_replay_served_and_plans_its_peak() -> None:
+    """SYNTHETIC figures: a replay at peak 100 req/s of b1 (mean/peak 0.5) served 48 img/s on a $0.36/h tier, so an
+    image served cost 0.36 / 3600 / 48 x 1000 = $0.00208 per 1k; its peak of 100 img/s + 20 % needs 1 node of a
+    search result of 200 (180-220) img/s per node: $262.8/month, $0.002 per 1k images of its 50 img/s average."""
+    from experiments.config.prices import Price
+    from experiments.report.data import SweepData, TierInfo
+    from experiments.report.render import Document
+    from experiments.report.trace_section import trace_section
+
+    trial = {"status": "ok", "tier": "a100", "stack": "triton_onnx/http/tensor", "batch_size": 1, "load_mode": "trace",
+             "request_rate": 100.0, "trace": EXAMPLE, "trace_mean_to_peak": "0.5", "throughput_img_s": 48.0,
+             "latency_p50_ms": 3.0, "latency_p99_ms": 40.0, "late_requests": 2.0, "overloaded": False,
+             "cost_per_1k_images_usd": 0.36 / 3600 / 48 * 1000}
+    slo = pd.DataFrame([{"tier": "a100", "status": "ok", "variant": "triton_onnx", "protocol": "http",
+                         "input_format": "tensor", "batch_size": 1, "slo_p99_ms": 50.0, "slo_met": 1.0,
+                         "slo_limited": 0.0, "slo_max_throughput_img_s": 200.0, "slo_stable_at_max": 1.0,
+                         "slo_max_throughput_img_s_ci_low": 180.0, "slo_max_throughput_img_s_ci_high": 220.0}])
+    closed = {**trial, "load_mode": "closed", "request_rate": 0.0}
+    data = SweepData("synthetic-trace", "0", None, pd.DataFrame([trial, closed]),
+                     {"a100": TierInfo("a100", prices=[Price("primary", 0.36)])}, slo=slo)
+    doc = Document("t")
+    lines = trace_section(doc, data, {}, 0.2, None)
+    text = doc.to_markdown()
+    assert "# Traffic from a trace" in text and text.count("| a100 |") == 2  # a replay and a plan; no closed trial
+    assert ("| a100 | triton_onnx/http/tensor | 1 | conf/traces/diurnal_example.csv | 100.0 | 50.0 | 48.0 | 3.00 | "
+            "40.0 | 2 | no | $0.00208 |") in text
+    assert "| 100.0 | 50.0 | a100 | triton_onnx/http/tensor b1 | 1 (1–1) | primary $0.36/h" in text
+    assert "$263 ($263–$263) | $0.002 |" in text
+    assert lines[0] == ("trace replay a100 · triton_onnx/http/tensor · b1 at peak 100 req/s: $0.00208 per 1k images "
+                        "served, p99 40.0 ms")
+    assert lines[1].startswith("trace traffic (peak 100 img/s, average 50.0): 1 × a100 · triton_onnx/http/tensor · b1")
+    no_search = SweepData("synthetic-trace", "0", None, pd.DataFrame([trial]), data.tiers)
+    doc = Document("t")
+    trace_section(doc, no_search, {}, 0.2, None)
+    assert "experiment.load_mode=poisson experiment.slo.p99_ms=MS sweep_id=synthetic-trace" in doc.to_markdown()
