@@ -96,6 +96,24 @@ def test_a_replay_against_a_server_offers_the_traces_mean_each_window_from_inten
         assert np.all(part.send_s >= part.intended_s - 1e-6) and np.all(part.latency_s >= part.send_latency_s - 1e-9)
 
 
+def test_the_compiled_engine_gets_the_replays_gaps_as_its_schedule_file() -> None:
+    import shutil
+
+    from experiments.measure.engine.compiled_load import CompiledLoad
+    from serving.clients.wire import WireRequest
+
+    replay = Replay((0.5, 1.0), 1.0)
+    load = CompiledLoad(WireRequest("http1", "127.0.0.1", 1, b"x"), LoadPoint(LoadMode.TRACE, 40.0, replay), 1.0, 1,
+                        actor_index=0, horizon_s=10.0)
+    try:
+        args = load._arguments()
+        gaps = np.fromfile(args[args.index("--open") + 1], dtype="<f8")
+    finally:
+        shutil.rmtree(load._folder)
+    assert np.array_equal(gaps, replay.arrivals(40.0, np.random.default_rng(0)).take(gaps.size))
+    assert np.sum(gaps) > 10.0  # the schedule outlasts the trial's horizon
+
+
 def test_a_replays_load_is_split_by_rate_and_keeps_its_shape() -> None:
     assert LoadMode.TRACE.open_loop and LoadMode.TRACE.split(90.0, 3) == [30.0, 30.0, 30.0]
     assert LoadMode.TRACE.label(0, 120.0) == "trace-r120"
