@@ -33,7 +33,8 @@ from experiments.report.trace_section import trace_section
 from experiments.results.records import Status
 
 STACK_NOTE = ("A stack is `backend variant/protocol/input format`; `b` is the batch size; a load is `cN` (N "
-              "closed-loop request loops) or `poisson-rR` / `constant-rR` (open-loop arrivals at R req/s).")
+              "closed-loop request loops) or `poisson-rR` / `constant-rR` (open-loop arrivals at R req/s; `trace-rR`: "
+              "a trace replayed with its peak at R req/s).")
 
 
 @dataclass
