@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.processes import server_processes, wait_for_no_new_processes
+from tests.processes import TOKEN_VARIABLE, server_processes, wait_for_no_new_processes, wait_until_gone
+
+if TYPE_CHECKING:
+    from tests.tracking_server import TrackingServer
 
 
 def has_gpu() -> bool:
@@ -49,3 +54,19 @@ def no_leftover_processes() -> Iterator[None]:
     yield
     left = wait_for_no_new_processes(before)
     assert not left, f"processes left running: {left}"
+
+
+@pytest.fixture(scope="session")
+def tracking_server() -> Iterator[TrackingServer]:
+    """A team's MLflow server on PostgreSQL (tests/tracking_server.py), one per test session (per xdist worker):
+    its start and database migration take 15-30 s here. Skipped, saying why, where PostgreSQL is missing."""
+    from tests import tracking_server as team
+
+    reason = team.unavailable()
+    if reason:
+        pytest.skip(reason)
+    token = uuid.uuid4().hex
+    with team.tracking_server(env={TOKEN_VARIABLE: token}) as server:
+        yield server
+    left = wait_until_gone(token)
+    assert not left, f"tracking server processes still running: {sorted(left)}"
