@@ -47,6 +47,7 @@ def _interrupt_on_signal(signum: int, frame: FrameType | None) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     from experiments.cluster.placement import PlacementError
+    from experiments.run.bytecode import uncached_bytecode_hint
     from experiments.run.sweep import run_sweep
 
     # Hydra saved the overrides in the run folder: mask any password a tracking URI carried.
@@ -57,6 +58,9 @@ def main(cfg: DictConfig) -> None:
         # an explicit `kill -INT` must still stop the sweep cleanly.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    hint = uncached_bytecode_hint()
+    if hint:
+        log.warning("%s", hint)
     try:
         code = run_sweep(cfg)
     except (ConfigError, TierUnavailableError, PlacementError) as exc:
