@@ -14,6 +14,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -192,7 +193,8 @@ class TrackingServer:
     def kill_mlflow(self) -> None:
         """The tracking server dies at once (SIGKILL to its processes); PostgreSQL keeps the data."""
         if self.mlflow is not None:
-            stop_process_group(self.mlflow, timeout_s=0)
+            os.killpg(self.mlflow.pid, signal.SIGKILL)
+            self.mlflow.wait(timeout=30)
             self.mlflow = None
 
     def stop(self) -> None:
@@ -201,7 +203,7 @@ class TrackingServer:
             self.mlflow = None
         if self.postgres is not None:
             if self.postgres.poll() is None:
-                self.postgres.send_signal(2)  # SIGINT: PostgreSQL's fast shutdown (ends its backends too)
+                self.postgres.send_signal(signal.SIGINT)  # SIGINT: PostgreSQL's fast shutdown (ends its backends too)
                 try:
                     self.postgres.wait(timeout=30)
                 except subprocess.TimeoutExpired:

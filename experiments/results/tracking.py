@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 DEFAULT_STORE_DIR = Path("mlflow")
 PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
+# MLflow prints each ended run's URL on an HTTP store, built from the tracking URI with its password, and reads the
+# run once more to do so: neither is wanted (a secret in the sweep's output, a request per trial).
+QUIET_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 
 
 def tracking_uri(configured: str | None) -> str:
@@ -46,6 +49,7 @@ class Tracker:
 
         if uri.startswith("sqlite:///"):
             Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault(QUIET_URLS, "true")
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         existing = self.client.get_experiment_by_name(experiment)
