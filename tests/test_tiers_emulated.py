@@ -26,10 +26,11 @@ TINY = ["experiment.protocols=[http]", "experiment.input_formats=[tensor]", "exp
 
 
 def _sweep(args: list[str], tmp: Path, marker: str, timeout: float = 540,
-           premigrated: bool = False) -> tuple[subprocess.CompletedProcess, float]:
-    """A sweep of this machine's emulated or joined cluster, every process it starts marked with `marker`."""
-    return run_sweep_command([*store_overrides(tmp, premigrated=premigrated), *args], env={MARK_VAR: marker},
-                             timeout=timeout)
+           store: str | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """A sweep of this machine's emulated or joined cluster, every process it starts marked with `marker`; its
+    MLflow store is `store` when given (its overrides win: Hydra takes the last), else SQLite under `tmp`."""
+    stored = [f"mlflow.tracking_uri={store}"] if store else []
+    return run_sweep_command([*store_overrides(tmp), *stored, *args], env={MARK_VAR: marker}, timeout=timeout)
 
 
 def _runs(tmp: Path, level: str) -> list:
@@ -42,29 +43,38 @@ def _tier_nodes(runs_dir: Path, tier: str) -> set[str]:
     return {row["node_id"] for row in json.loads(path.read_text()) if tier in row["tiers"]}
 
 
+TWO_TIERS_SWEEP = "two-tiers"
+
+
 @pytest.fixture(scope="module")
-def two_tiers(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict, Path]:
+def two_tiers(tmp_path_factory: pytest.TempPathFactory, tracking_server) -> tuple:
+    """The two-tier sweep and its report, logged to a team's tracking server (PostgreSQL, basic auth) as a teammate:
+    (the sweep's process, processes left, its folder, the store)."""
     tmp = tmp_path_factory.mktemp("tiers")
     marker = uuid.uuid4().hex
     proc, _ = _sweep(["cluster=emulated", "gpu=a100,rtx4090", "experiment.backends=[triton_onnx,pytorch]",
                       "experiment.concurrency=[1,2]", "experiment.window_s=2",
                       "experiment.stability.windows=2", "experiment.stability.max_windows=2", *TINY, "report=true",
-                      "-m"],
-                     tmp, marker, premigrated=True)
+                      f"sweep_id={TWO_TIERS_SWEEP}", "-m"],
+                     tmp, marker, store=tracking_server.uri())
     left = wait_for_no_marked_processes(marker)
-    return proc, left, tmp
+    return proc, left, tmp, tracking_server.uri()
+
+
+def _two_tier_runs(two_tiers: tuple, level: str) -> list:
+    *_, store = two_tiers
+    return runs(store, level, TWO_TIERS_SWEEP)
 
 
 def test_two_tier_sweep_succeeds_and_leaves_nothing_running(two_tiers) -> None:
-    proc, left, _ = two_tiers
+    proc, left, *_ = two_tiers
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-4000:]
     assert "starting an emulated Ray cluster" in proc.stderr + proc.stdout
     assert not left, f"processes of the sweep still running: {left}"
 
 
 def test_one_sweep_id_across_tiers_and_every_run_tagged_emulated(two_tiers) -> None:
-    _, _, tmp = two_tiers
-    sweeps, tiers, trials = _runs(tmp, "sweep"), _runs(tmp, "tier"), _runs(tmp, "trial")
+    sweeps, tiers, trials = (_two_tier_runs(two_tiers, level) for level in ("sweep", "tier", "trial"))
     assert len(sweeps) == 1 and len(tiers) == 2 and len(trials) == 2 * 2 * 2  # tiers x backends x concurrency
     assert len({r.data.tags["sweep_id"] for r in sweeps + tiers + trials}) == 1
     assert all(r.data.tags["emulated"] == "true" for r in sweeps + tiers + trials)
@@ -73,8 +83,8 @@ def test_one_sweep_id_across_tiers_and_every_run_tagged_emulated(two_tiers) -> N
 
 
 def test_a_multirun_ends_with_one_report_across_its_tiers(two_tiers) -> None:
-    proc, _, tmp = two_tiers
-    (sweep,) = _runs(tmp, "sweep")
+    proc, _, tmp, _ = two_tiers
+    (sweep,) = _two_tier_runs(two_tiers, "sweep")
     sweep_id = sweep.data.tags["sweep_id"]
     assert proc.stdout.count("tierbench report, sweep") == 1
     assert f"tierbench report, sweep {sweep_id}: 8 trials (8 ok, 0 failed, 0 skipped) on " in proc.stdout
@@ -82,13 +92,13 @@ def test_a_multirun_ends_with_one_report_across_its_tiers(two_tiers) -> None:
 
 
 def test_each_tiers_servers_and_clients_ran_on_that_tiers_node(two_tiers) -> None:
-    _, _, tmp = two_tiers
+    _, _, tmp, _ = two_tiers
     nodes = {tier: _tier_nodes(tmp / "runs", tier) for tier in ("a100", "rtx4090")}
     assert nodes["a100"] and nodes["rtx4090"] and not nodes["a100"] & nodes["rtx4090"]
-    for run in _runs(tmp, "tier"):
+    for run in _two_tier_runs(two_tiers, "tier"):
         assert run.data.params["node_id"] in nodes[run.data.tags["gpu_tier"]]
     backends = set()
-    for run in _runs(tmp, "trial"):
+    for run in _two_tier_runs(two_tiers, "trial"):
         params, tier = run.data.params, run.data.params["gpu_tier"]
         backends.add(params["backend"])
         assert params["server_node_id"] in nodes[tier], (run.info.run_name, params["server_node_id"])
@@ -98,7 +108,7 @@ def test_each_tiers_servers_and_clients_ran_on_that_tiers_node(two_tiers) -> Non
 
 
 def test_the_tiers_measured_at_the_same_time(two_tiers) -> None:
-    _, _, tmp = two_tiers
+    _, _, tmp, _ = two_tiers
     windows = {}
     for path in (tmp / "runs").glob("*/*/trials/*/record.json"):
         record = json.loads(path.read_text())
