@@ -11,8 +11,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from experiments.report import tables
-from experiments.report.build import ReportOptions, crosscheck_lines
+from experiments.report.build import ReportOptions
 from experiments.report.data import ReportError, load_sweep
+from experiments.report.method_section import crosscheck_lines
 from experiments.report.publish import make_report
 from runners import report as report_cli
 from tests import synthetic_sweep as syn

@@ -62,8 +62,8 @@ def test_a_sweep_serves_each_pytorch_source_on_both_stacks(tmp_path: Path, name:
 def test_a_model_that_is_not_a_classifier_is_served_and_cross_checked_by_max_abs_diff(tmp_path: Path) -> None:
     """A detector-like TorchScript model (per image [5, 16], model.output_shape) on both stacks, tensor and JPEG: every
     trial ran, its cross-check gives a max abs diff and no top-1 agreement, and the report says so."""
-    from experiments.report.build import crosscheck_lines
     from experiments.report.data import load_sweep
+    from experiments.report.method_section import crosscheck_lines
 
     _, overrides = user_models.dense_head_files(tmp_path)["torchscript"]
     proc, _ = run_sweep_command([*store_overrides(tmp_path, premigrated=True), *overrides, user_models.OUTPUT_SHAPE,

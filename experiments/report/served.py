@@ -1,6 +1,6 @@
 """What was offered and what was served: the overloaded trials listed apart with why, the open-loop trials'
-rates side by side, and the trials whose server counted other than their clients. Plus the table-with-marks
-helper every section uses."""
+rates side by side, and the trials whose server counted other than their clients. Plus what every section's tables
+share: the table with its marks, the alignment of its columns, and how an operating point reads."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from experiments.report import marks, tables
 from experiments.report.data import SweepData, open_loop
 from experiments.report.render import Document, count, format_frame, ms, rate
 from experiments.report.tables import MARKS, P50, P99, POINT, THROUGHPUT
+
+STACK_NOTE = ("A stack is `backend variant/protocol/input format`; `b` is the batch size; a load is `cN` (N "
+              "closed-loop request loops) or `poisson-rR` / `constant-rR` (open-loop arrivals at R req/s; `trace-rR`: "
+              "a trace replayed with its peak at R req/s).")
 
 
 def marked_table(doc: Document, out: pd.DataFrame, numeric: list[bool], figure_marks: pd.DataFrame | pd.Series,
@@ -25,6 +29,11 @@ def marked_table(doc: Document, out: pd.DataFrame, numeric: list[bool], figure_m
 def load_marks(out: pd.DataFrame, trial_marks: pd.Series) -> pd.DataFrame:
     """Marks for a row table (one trial per row, in order): on its `load` cell, for the whole row."""
     return pd.DataFrame({"load": trial_marks.to_numpy()}, index=out.index)
+
+
+def numeric(frame: pd.DataFrame, first_text: int) -> list[bool]:
+    """Alignment of a table whose first `first_text` columns are text: numbers to the right."""
+    return [False] * first_text + [True] * (frame.shape[1] - first_text)
 
 
 def point_numeric(frame: pd.DataFrame) -> list[bool]:

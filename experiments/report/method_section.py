@@ -1,0 +1,66 @@
+"""The report's "How these numbers were made": how latency, throughput and cost are measured and counted, what the
+marks mean, which load engine sent the requests, where the raw samples are, and what the cross-check found."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.report import marks
+from experiments.report.data import SweepData
+from experiments.report.render import Document
+
+
+def method_section(doc: Document, data: SweepData) -> None:
+    doc.h(1, "How these numbers were made")
+    t = data.trials.iloc[0]
+    settings = ", ".join(f"{k} = {t[k]}" for k in ("model", "window_s", "warmup_requests", "client_actors")
+                         if k in t and pd.notna(t[k]))
+    engines = data.ok["load_engine"].fillna("python").value_counts() if "load_engine" in data.ok else pd.Series()
+    engine_line = ("Load engine: " + ", ".join(f"{name} ({n} trials)" for name, n in engines.items()) + ". The "
+                   "compiled engine (C: HTTP/1.1 written for it, gRPC over libnghttp2) sends each request's bytes as "
+                   "the client's own code built them; the Python client is the project's asyncio client. "
+                   + (f"Figures measured by the less used engine are marked {marks.OTHER_ENGINE}: set beside the "
+                      "others, the difference may be the client's." if len(engines) > 1 else ""))
+    crosscheck = crosscheck_lines(data.ok)
+    doc.bullets([
+        "Latency: client-side, from sending a request to its response, one sample per request; warm-up requests "
+        "are dropped; percentiles come from the raw samples of every client actor merged (never averaged).",
+        "Throughput: images whose requests *completed* inside the common measurement windows / their length "
+        "(as perf_analyzer and LoadGen count), closed and open loop alike; an open loop also logs its offered "
+        "rate (arrivals scheduled) and achieved rate (requests sent). Triton's own count of inferred images over "
+        "the same windows checks it (`server_count_ratio`).",
+        f"Overloaded ({marks.OVERLOADED}): an open loop whose backlog (arrivals − completions) grew across the "
+        "windows: listed apart, never in a cost figure or the answer. Unstable "
+        f"({marks.UNSTABLE}): a trial whose windows never agreed within the stability rule: marked wherever it "
+        "appears; the answer takes a stable trial wherever one qualifies.",
+        engine_line.strip(),
+        "Cost: price per hour / 3600 / throughput × 1000 per 1k images; images per $ is its inverse. It assumes "
+        "the tier is kept as busy as in the trial.",
+        "Each trial is an MLflow run named `tier/variant/protocol/format/bB/cC` (open loop: `.../bB/poisson-rR`) "
+        "with its raw latencies "
+        f"(`latencies.csv`) attached; this sweep's runs carry the tag `sweep_id = {data.sweep_id}`."
+        + (f" Measurement settings: {settings}." if settings else ""),
+        *crosscheck,
+    ])
+
+
+def crosscheck_lines(ok: pd.DataFrame) -> list[str]:
+    """What the cross-check found; a model that is not a classifier (no top-1 figure) is said to be compared by max
+    abs diff only."""
+    missing = pd.Series(float("nan"), index=ok.index)
+    diff, top1 = (ok.get(f"crosscheck_{name}", missing) for name in ("max_abs_diff", "top1_agreement"))
+    classified, diff_only = diff.notna() & top1.notna(), diff.notna() & top1.isna()
+    if not (classified | diff_only).any():
+        return []
+    lines = []
+    if classified.any():
+        lines.append("Cross-check: before a server group was measured, the same images went through each of its paths "
+                     "and the logits were compared with the in-process reference; over the measured trials the "
+                     f"lowest top-1 agreement was {top1[classified].min():.3f} and the largest logit difference "
+                     f"{diff[classified].max():.3g}.")
+    if diff_only.any():
+        models = ", ".join(sorted(ok.loc[diff_only, "model"].astype(str).unique())) if "model" in ok else "the model"
+        lines.append(f"Cross-check of {models}: its output is not a classifier's [batch, classes] logits "
+                     "(model.output_shape), so it was compared with the in-process reference by max abs diff only, "
+                     f"no top-1 agreement: the largest difference was {diff[diff_only].max():.3g}.")
+    return lines

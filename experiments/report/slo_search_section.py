@@ -1,0 +1,41 @@
+"""The report's "SLO search": per operating point, the highest load whose p99 stayed within the sweep's own target
+(`experiment.slo.p99_ms`), and what an image costs there."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.report import marks
+from experiments.report.data import SweepData
+from experiments.report.render import Document, count, format_frame, ms, rate, usd
+from experiments.report.served import marked_table, numeric
+
+
+def slo_search_section(doc: Document, data: SweepData, labels: dict[str, str]) -> None:
+    """The sweep's own SLO search (`experiment.slo.p99_ms`): the highest load within the target per point."""
+    if data.slo.empty:
+        return
+    doc.h(1, "SLO search")
+    doc.p("For each operating point, the highest load (concurrency, or request rate in open loop) whose p99 "
+          "stayed within the target, found by doubling then bisection over real trials (tag "
+          "`phase=slo_search`). “at limit” means the search stopped at its load limit still within the target.")
+    rows, slo_marks = [], []
+    for _, row in data.slo.sort_values(["tier", "variant", "protocol", "input_format", "batch_size"]).iterrows():
+        met = row["slo_met"] == 1
+        slo_marks.append(marks.UNSTABLE if met and row.get("slo_stable_at_max") == 0 else "")
+        rows.append({
+            "tier": labels.get(row["tier"], row["tier"]),
+            "stack": f"{row['variant']}/{row['protocol']}/{row['input_format']}", "batch": row["batch_size"],
+            "p99 target ms": ms(row["slo_p99_ms"]),
+            "max load": (f"{row['slo_max_load']:g}" + (" (at limit)" if row["slo_limited"] == 1 else ""))
+            if met else "none meets it",
+            "img/s at max": rate(row["slo_max_throughput_img_s"]) if met else "—",
+            "p99 ms at max": ms(row["slo_p99_at_max_ms"]) if met else "—",
+            "$ per 1k images": usd(row["cost_per_1k_images_at_slo_usd"]) if met else "—",
+            "probes": count(row["slo_probes"]),
+        })
+    frame = pd.DataFrame(rows)
+    figure_marks = pd.DataFrame({c: slo_marks for c in ("max load", "img/s at max", "p99 ms at max",
+                                                         "$ per 1k images")}, index=frame.index)
+    marked_table(doc, format_frame(frame, {}, marks=figure_marks), numeric(frame, 3), figure_marks["max load"],
+                  "operating points")
