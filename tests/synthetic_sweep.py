@@ -4,7 +4,7 @@ every run carries the tag `synthetic=true` and the sweep id says so."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ from experiments.config.prices import tier_price_params
 from experiments.config.search import add_candidate
 from experiments.measure.metrics import cost_metrics
 from experiments.plan import Trial
-from experiments.results.records import Status
+from experiments.results.records import Status, TrialRecord
 from experiments.results.tracking import Tracker
 from experiments.run.slo import SloProbe, SloResult
 from experiments.run.trial import new_record
@@ -21,6 +21,7 @@ from serving.node import NodeInfo
 
 SWEEP_ID = "synthetic-fixture"
 TAGS = {"synthetic": "true"}
+NODE = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
 # Tier a100: primary $0.36/h ($ per 1k images = 0.1 / throughput), spot $0.18/h (= 0.05 / throughput).
 # Tier rtx4090 (tagged emulated): primary $0.18/h; p50 and p99 x2, throughput x0.75 of a100's.
 PRICES = {"a100": 0.36, "rtx4090": 0.18}
@@ -63,56 +64,91 @@ def _metrics(p50: float, p99: float, thr: float, price: float, batch: int) -> di
             "payload_bytes": 602_112.0 * batch, **cost_metrics(price, thr)}
 
 
+@dataclass
+class _TierRun:
+    """One tier's run in a synthetic sweep: every trial logged under it carries the same tags and no raw samples."""
+
+    tracker: Tracker
+    run: str
+    tags: dict[str, str]
+
+    def log(self, record: TrialRecord) -> None:
+        self.tracker.log_trial(self.run, record, _no_dir(), self.tags, "synthetic: true\n")
+
+    def finish(self) -> None:
+        self.tracker.finish(self.run, Status.OK)
+
+
+class _Sweep:
+    """The setup every synthetic sweep below shares: its sweep run in `uri`, each tier's config and run under it."""
+
+    def __init__(self, uri: str, sweep_id: str) -> None:
+        self.sweep_id = sweep_id
+        self.tracker = Tracker(uri, "tierbench")
+        self.run = self.tracker.sweep_run(sweep_id, TAGS)
+
+    def cfg(self, tier: str) -> Any:
+        cfg = _cfg(tier)
+        cfg.sweep_id = self.sweep_id
+        return cfg
+
+    def tags(self, tier: str, emulated: bool = False) -> dict[str, str]:
+        return {"sweep_id": self.sweep_id, "gpu_tier": tier, "emulated": str(emulated).lower(), **TAGS}
+
+    def tier_run(self, tier: str, params: dict[str, Any], emulated: bool = False) -> _TierRun:
+        tags = self.tags(tier, emulated)
+        return _TierRun(self.tracker, self.tracker.tier_run(self.sweep_id, tier, self.run, params, tags), tags)
+
+    def finish(self, status: str = Status.OK) -> dict[str, str]:
+        """Close the sweep run; returns {"sweep_run": id, "experiment_id": id}, what the tests look runs up by."""
+        self.tracker.finish(self.run, status)
+        return {"sweep_run": self.run, "experiment_id": self.tracker.experiment_id}
+
+
 def build(uri: str, superseded_failure: bool = True) -> dict[str, str]:
     """Log the synthetic sweep into `uri`; returns {"sweep_run": id, "experiment_id": id}."""
-    tracker = Tracker(uri, "tierbench")
-    sweep_run = tracker.sweep_run(SWEEP_ID, TAGS)
-    node = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
+    sweep = _Sweep(uri, SWEEP_ID)
     for tier in ("a100", "rtx4090"):
-        cfg = _cfg(tier)
-        emulated = "true" if tier == "rtx4090" else "false"
-        common = {"sweep_id": SWEEP_ID, "gpu_tier": tier, "emulated": emulated, **TAGS}
+        cfg = sweep.cfg(tier)
         tier_params = {"gpu_tier": tier, "gpu_display_name": cfg.gpu.display_name, "gpu_name": "synthetic GPU",
                        "price_per_hour_usd": PRICES[tier], "price_source": "test fixture",
                        "price_seen": "2026-01-01", **tier_price_params(cfg.gpu)}
-        tier_run = tracker.tier_run(SWEEP_ID, tier, sweep_run, tier_params, common)
+        tier_run = sweep.tier_run(tier, tier_params, emulated=tier == "rtx4090")
         for key in A100:
             variant, protocol, batch, conc = key
             trial = Trial(tier, "resnet18", variant, variant, protocol, "tensor", batch, conc)
             if superseded_failure and tier == "a100" and key == ("pytorch", "http", 1, 1):
-                failed = new_record(cfg, trial, node, status=Status.FAILED, reason="earlier attempt: server crashed")
+                failed = new_record(cfg, trial, NODE, status=Status.FAILED, reason="earlier attempt: server crashed")
                 failed.tags["retried"] = "true"  # measured again at once (experiment.trial_retries)
-                tracker.log_trial(tier_run, failed, _no_dir(), common, "synthetic: true\n")
-            record = new_record(cfg, trial, node)
+                tier_run.log(failed)
+            record = new_record(cfg, trial, NODE)
             if superseded_failure and tier == "a100" and key == ("pytorch", "http", 1, 1):
                 record.tags |= {"attempt": "2", "earlier_failure": "earlier attempt: server crashed"}
             record.metrics = _metrics(*numbers(tier, key), PRICES[tier], batch)
             # The cross-check's figures: under the metric names written since (a100), and before (rtx4090).
             prefix = "crosscheck" if tier == "a100" else "validation"
             record.metrics |= {f"{prefix}_top1_agreement": 1.0, f"{prefix}_max_abs_diff": CROSSCHECK_DIFF[tier]}
-            tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
+            tier_run.log(record)
         if tier == "a100":  # an SLO search result: at most concurrency 6 keeps p99 <= 45 ms (synthetic)
             point = Trial(tier, "resnet18", "triton_onnx", "triton_onnx", "grpc", "tensor", 1, 0)
-            slo = new_record(cfg, point, node)
+            slo = new_record(cfg, point, NODE)
             slo.key, slo.run_name = "synthetic-slo", f"{tier}/triton_onnx/grpc/tensor/b1/slo-p99-45ms"
             slo.tags["run_level"] = "slo"
             slo.metrics = SloResult(45.0, SloProbe(6, 44.0, 240.0), [SloProbe(c, 30 + 2 * c, 40.0 * c)
                                                                      for c in (1, 2, 4, 6, 8)]).metrics(PRICES[tier])
-            tracker.log_trial(tier_run, slo, _no_dir(), common, "synthetic: true\n")
+            tier_run.log(slo)
         for protocol in ("http", "grpc"):
             trial = Trial(tier, "resnet18", "triton_trt", "triton_trt", protocol, "tensor", 1, 1)
-            record = new_record(cfg, trial, node, status=Status.SKIPPED, reason="needs an NVIDIA GPU (synthetic)")
-            tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
+            record = new_record(cfg, trial, NODE, status=Status.SKIPPED, reason="needs an NVIDIA GPU (synthetic)")
+            tier_run.log(record)
         if tier == "a100":  # what the benchmark cost: 30 min of node time (synthetic), logged as a sweep logs it
-            tracker.log_metrics(tier_run, {"node_uptime_s": 1800.0, "sweep_cost_usd": PRICES[tier] / 2})
-        tracker.finish(tier_run, Status.OK)
+            sweep.tracker.log_metrics(tier_run.run, {"node_uptime_s": 1800.0, "sweep_cost_usd": PRICES[tier] / 2})
+        tier_run.finish()
     jpeg = Trial("a100", "resnet18", "pytorch", "pytorch", "http", "jpeg", 1, 1)
-    bad = new_record(_cfg("a100"), jpeg, node, status=Status.FAILED, reason="measurement failed: synthetic failure")
-    tier_run = tracker.tier_run(SWEEP_ID, "a100", sweep_run, {}, {})
-    tracker.log_trial(tier_run, bad, _no_dir(), {"sweep_id": SWEEP_ID, "gpu_tier": "a100", "emulated": "false",
-                                                 **TAGS}, "synthetic: true\n")
-    tracker.finish(sweep_run, Status.FAILED)
-    return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
+    bad = new_record(_cfg("a100"), jpeg, NODE, status=Status.FAILED, reason="measurement failed: synthetic failure")
+    # One more a100 trial, under its tier run found again by its identity (no params or tags to add).
+    _TierRun(sweep.tracker, sweep.tracker.tier_run(SWEEP_ID, "a100", sweep.run, {}, {}), sweep.tags("a100")).log(bad)
+    return sweep.finish(Status.FAILED)
 
 
 FLAGS_SWEEP_ID = "synthetic-flags"
@@ -137,30 +173,24 @@ FLAGGED = {
 
 def build_flagged(uri: str) -> dict[str, str]:
     """Log the flagged sweep into `uri` (a store of its own: it would be `latest` in the main fixture's)."""
-    tracker = Tracker(uri, "tierbench")
-    sweep_run = tracker.sweep_run(FLAGS_SWEEP_ID, TAGS)
-    node = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
-    cfg = _cfg("a100")
-    cfg.sweep_id = FLAGS_SWEEP_ID
-    common = {"sweep_id": FLAGS_SWEEP_ID, "gpu_tier": "a100", "emulated": "false", **TAGS}
-    tier_run = tracker.tier_run(FLAGS_SWEEP_ID, "a100", sweep_run, {"gpu_tier": "a100", "price_per_hour_usd": 0.36,
-                                                                   **tier_price_params(cfg.gpu)}, common)
+    sweep = _Sweep(uri, FLAGS_SWEEP_ID)
+    cfg = sweep.cfg("a100")
+    tier_run = sweep.tier_run("a100", {"gpu_tier": "a100", "price_per_hour_usd": 0.36, **tier_price_params(cfg.gpu)})
     for (variant, protocol, batch, load), (p50, p99, thr, extra) in FLAGGED.items():
         trial = Trial("a100", "resnet18", variant, variant, protocol, "tensor", batch,
                       int(load[1:]) if isinstance(load, str) else 0)
         if not isinstance(load, str):
             trial = replace(trial, load_mode="poisson", request_rate=load)
-        record = new_record(cfg, trial, node)
+        record = new_record(cfg, trial, NODE)
         record.metrics = {**_metrics(p50, p99, thr, PRICES["a100"], batch), "stable": 1.0, **extra}
         record.tags["stable"] = str(record.metrics["stable"] == 1).lower()
         if "overloaded" in extra:
             record.tags["overloaded"] = str(extra["overloaded"] == 1).lower()
         if abs(extra.get("server_count_ratio", 1.0) - 1) > 0.05:
             record.tags["server_count_mismatch"] = "true"
-        tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
-    tracker.finish(tier_run, Status.OK)
-    tracker.finish(sweep_run, Status.OK)
-    return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
+        tier_run.log(record)
+    tier_run.finish()
+    return sweep.finish()
 
 
 def _no_dir() -> Path:
@@ -181,33 +211,27 @@ def build_searched(uri: str) -> dict[str, str]:
     """Log the search sweep's SLO summaries into `uri` (a store of its own), as `BackendSearch` logs them."""
     import json
 
-    tracker = Tracker(uri, "tierbench")
-    sweep_run = tracker.sweep_run(SEARCH_SWEEP_ID, TAGS)
-    node = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
+    sweep = _Sweep(uri, SEARCH_SWEEP_ID)
     for tier, candidates in SEARCHED.items():
-        cfg = _cfg(tier)
-        cfg.sweep_id = SEARCH_SWEEP_ID
-        common = {"sweep_id": SEARCH_SWEEP_ID, "gpu_tier": tier, "emulated": "false", **TAGS}
-        tier_run = tracker.tier_run(SEARCH_SWEEP_ID, tier, sweep_run, {"gpu_tier": tier,
-                                                                      "price_per_hour_usd": PRICES[tier]}, common)
+        cfg = sweep.cfg(tier)
+        tier_run = sweep.tier_run(tier, {"gpu_tier": tier, "price_per_hour_usd": PRICES[tier]})
         for instances, delay, throughput, start in candidates:
             values = {"instance_count": instances, "max_queue_delay_us": delay}
             entry = add_candidate(cfg, "triton_onnx_dynbatch", values)
             point = Trial(tier, "resnet18", "triton_onnx", entry, "grpc", "tensor", 1, 0)
-            record = new_record(cfg, point, node)  # a trial the grid measured, so the report has trials
+            record = new_record(cfg, point, NODE)  # a trial the grid measured, so the report has trials
             record.metrics = _metrics(10.0, 20.0, throughput or 50.0, PRICES[tier], 1)
-            tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
-            slo = new_record(cfg, point, node)
+            tier_run.log(record)
+            slo = new_record(cfg, point, NODE)
             slo.key, slo.run_name = f"synthetic-slo-{tier}-{entry}", f"{tier}/{entry}/grpc/tensor/b1/slo-p99-50ms"
             slo.tags["run_level"] = "slo"
             best = SloProbe(8, 45.0, throughput) if throughput else None
             slo.metrics = SloResult(50.0, best, [best or SloProbe(1, 80.0, 50.0)]).metrics(PRICES[tier])
             slo.params.update(search_of="triton_onnx_dynbatch", search_strategy="quick",
                               search_start=str(start).lower(), search_values=json.dumps(values))
-            tracker.log_trial(tier_run, slo, _no_dir(), common, "synthetic: true\n")
-        tracker.finish(tier_run, Status.OK)
-    tracker.finish(sweep_run, Status.OK)
-    return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
+            tier_run.log(slo)
+        tier_run.finish()
+    return sweep.finish()
 
 
 CAPACITY_SWEEP_ID = "synthetic-capacity"
@@ -224,32 +248,27 @@ CAPACITY = {
 
 def build_capacity(uri: str) -> dict[str, str]:
     """Log the capacity sweep into `uri` (a store of its own): per point a grid trial and its SLO summary."""
-    tracker = Tracker(uri, "tierbench")
-    sweep_run = tracker.sweep_run(CAPACITY_SWEEP_ID, TAGS)
-    node = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
+    sweep = _Sweep(uri, CAPACITY_SWEEP_ID)
     for tier, points in CAPACITY.items():
-        cfg = _cfg(tier)
-        cfg.sweep_id = CAPACITY_SWEEP_ID
-        common = {"sweep_id": CAPACITY_SWEEP_ID, "gpu_tier": tier, "emulated": "false", **TAGS}
+        cfg = sweep.cfg(tier)
         tier_params = {"gpu_tier": tier, "gpu_display_name": cfg.gpu.display_name, "price_per_hour_usd": PRICES[tier],
                        "price_source": "test fixture", "price_seen": "2026-01-01", "experiment": "quick",
                        "model": "resnet18", **tier_price_params(cfg.gpu)}
-        tier_run = tracker.tier_run(CAPACITY_SWEEP_ID, tier, sweep_run, tier_params, common)
+        tier_run = sweep.tier_run(tier, tier_params)
         for variant, protocol, batch, throughput, limited in points:
             point = Trial(tier, "resnet18", variant, variant, protocol, "tensor", batch, 1)
-            record = new_record(cfg, point, node)
+            record = new_record(cfg, point, NODE)
             record.metrics = _metrics(20.0, 30.0, throughput / 4, PRICES[tier], batch)
-            tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
-            slo = new_record(cfg, point.at_load(0), node)
+            tier_run.log(record)
+            slo = new_record(cfg, point.at_load(0), NODE)
             slo.key = f"synthetic-capacity-{tier}-{variant}-{protocol}-b{batch}"
             slo.run_name = f"{tier}/{variant}/{protocol}/tensor/b{batch}/slo-p99-50ms"
             slo.tags["run_level"] = "slo"
             best = SloProbe(8, 45.0, throughput)
             slo.metrics = SloResult(CAPACITY_SLO_MS, best, [best], limited=limited).metrics(PRICES[tier])
-            tracker.log_trial(tier_run, slo, _no_dir(), common, "synthetic: true\n")
-        tracker.finish(tier_run, Status.OK)
-    tracker.finish(sweep_run, Status.OK)
-    return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
+            tier_run.log(slo)
+        tier_run.finish()
+    return sweep.finish()
 
 
 REPEATS_SWEEP_ID = "synthetic-repeats"
@@ -270,25 +289,19 @@ def build_repeats(uri: str, apart: bool = False) -> dict[str, str]:
     from experiments.measure.intervals import Interval, interval_metrics
     from experiments.measure.pooled import cost_intervals
 
-    sweep_id = REPEATS_APART_SWEEP_ID if apart else REPEATS_SWEEP_ID
-    tracker = Tracker(uri, "tierbench")
-    sweep_run = tracker.sweep_run(sweep_id, TAGS)
-    node = NodeInfo("synthetic-host", "127.0.0.1", "node", "synthetic CPU", 2)
+    sweep = _Sweep(uri, REPEATS_APART_SWEEP_ID if apart else REPEATS_SWEEP_ID)
     for tier, (p50, p99, thr, (low, high)) in (REPEATED_APART if apart else REPEATED).items():
-        cfg = _cfg(tier)
-        cfg.sweep_id = sweep_id
+        cfg = sweep.cfg(tier)
         cfg.experiment.repeats = 3
-        common = {"sweep_id": sweep_id, "gpu_tier": tier, "emulated": "false", **TAGS}
-        tier_run = tracker.tier_run(sweep_id, tier, sweep_run, {"gpu_tier": tier, "price_per_hour_usd": PRICES[tier],
-                                                                **tier_price_params(cfg.gpu)}, common)
-        record = new_record(cfg, Trial(tier, "resnet18", "triton_onnx", "triton_onnx", "grpc", "tensor", 8, 4), node)
+        tier_run = sweep.tier_run(tier, {"gpu_tier": tier, "price_per_hour_usd": PRICES[tier],
+                                         **tier_price_params(cfg.gpu)})
+        record = new_record(cfg, Trial(tier, "resnet18", "triton_onnx", "triton_onnx", "grpc", "tensor", 8, 4), NODE)
         throughput = Interval(low, high)
         record.metrics = {**_metrics(p50, p99, thr, PRICES[tier], 8), "repeats": 3.0,
                           **interval_metrics("latency_p50_ms", Interval(0.95 * p50, 1.05 * p50)),
                           **interval_metrics("latency_p99_ms", Interval(0.9 * p99, 1.1 * p99)),
                           **interval_metrics("throughput_img_s", throughput),
                           **cost_intervals(PRICES[tier], throughput)}
-        tracker.log_trial(tier_run, record, _no_dir(), common, "synthetic: true\n")
-        tracker.finish(tier_run, Status.OK)
-    tracker.finish(sweep_run, Status.OK)
-    return {"sweep_run": sweep_run, "experiment_id": tracker.experiment_id}
+        tier_run.log(record)
+        tier_run.finish()
+    return sweep.finish()
