@@ -150,9 +150,10 @@ class TrackingServer:
             self._pg("createdb", "-h", HOST, "-p", str(self.pg_port), "-U", DB_USER, database, log="createdb.log")
         self.startup_s["postgres"] = time.monotonic() - started
 
-    def start_mlflow(self, port: int | None = None) -> float:
-        """`mlflow server --app-name basic-auth` (on `port`, else a free one); the seconds until it answered."""
-        self.port = port or self.port or free_ports(1)[0]
+    def start_mlflow(self, wait: bool = True) -> float:
+        """`mlflow server --app-name basic-auth` (on its earlier port, else a free one); the seconds until it answered
+        (with `wait`; else `wait_ready` waits)."""
+        self.port = self.port or free_ports(1)[0]
         ini = self.folder / "basic_auth.ini"
         ini.write_text(AUTH_INI.format(db_user=DB_USER, db_password=self.db_password, host=HOST,
                                        pg_port=self.pg_port, admin=ADMIN))
@@ -166,6 +167,10 @@ class TrackingServer:
                "--backend-store-uri", self.backend_uri(), "--artifacts-destination", str(self.folder / "artifacts"),
                "--host", HOST, "--port", str(self.port), "--workers", "1"]
         self.mlflow = start_process(cmd, self.mlflow_log, env=env)
+        return self.wait_ready() if wait else 0.0
+
+    def wait_ready(self) -> float:
+        """Wait until the started server answers; the seconds waited."""
         try:
             seconds = wait_until(self._healthy, 180, lambda: self.mlflow.poll() is None, "mlflow server",
                                  interval_s=0.25)
