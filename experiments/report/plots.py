@@ -18,6 +18,15 @@ from experiments.report.tables import P50, P99, THROUGHPUT
 
 DPI = 110
 OVERLOAD_COLOR = "crimson"
+# Past these, a plot of a large sweep (a settings search: thousands of trials) stays quick and readable: matplotlib's
+# "best" legend place tests every data point against every candidate place, and a load label per point overlaps its
+# neighbours into a smear. Smaller plots are drawn as before.
+BEST_LEGEND_MAX_POINTS = 300
+LABELLED_LOADS_MAX = 12
+
+
+def _legend_place(points: int) -> str:
+    return "best" if points <= BEST_LEGEND_MAX_POINTS else "upper left"
 
 
 def _pyplot() -> Any:
@@ -66,7 +75,8 @@ def _mark_legend(ax: Any, rows: pd.DataFrame) -> None:
 
 def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path:
     """One panel per backend variant; a line per (protocol, format, batch, load mode) through its loads
-    (concurrency levels or open-loop rates): p50 solid, p99 dotted, each point labelled with its load."""
+    (concurrency levels or open-loop rates): p50 solid, p99 dotted, each point labelled with its load (on a line of
+    more than LABELLED_LOADS_MAX loads, its first and last)."""
     plt = _pyplot()
     variants = sorted(ok["variant"].unique())
     ncols = min(len(variants), 3)
@@ -84,8 +94,9 @@ def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path
             ax.plot(line[THROUGHPUT], line[P99], ":", color=color, alpha=0.8)
             _scatter_marked(ax, line, THROUGHPUT, P50, color=color, marker="o", s=28, zorder=3)
             ax.scatter(line[THROUGHPUT], line[P99], color=color, marker="x", alpha=0.8)
-            for x, y, load, over in zip(line[THROUGHPUT], line[P50], line["load"].astype(str), line["overloaded"],
-                                        strict=True):
+            labelled = line if len(line) <= LABELLED_LOADS_MAX else line.iloc[[0, -1]]  # the ends say the range
+            for x, y, load, over in zip(labelled[THROUGHPUT], labelled[P50], labelled["load"].astype(str),
+                                        labelled["overloaded"], strict=True):
                 short = load.rpartition("-")[2]  # c4, or r80 (the line's label names the arrival mode)
                 ax.annotate(short + (" overloaded" if over else ""), (x, y), textcoords="offset points",
                             xytext=(4, -10), fontsize=7, color=OVERLOAD_COLOR if over else color)
@@ -98,7 +109,7 @@ def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path
         ax.plot([], [], "x:", color="gray", label="p99 (dotted)")
         _mark_legend(ax, rows)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc=_legend_place(2 * len(rows)))
     for ax in list(axes.flat)[len(variants):]:
         ax.set_visible(False)
     fig.suptitle(f"Latency vs throughput, tier {tier_label} (points: loads)")
@@ -146,7 +157,7 @@ def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], pat
     ax.set_ylabel("$ per 1k images (each tier's primary price)")
     ax.set_title("Latency vs cost: lower-left is better; the frontier holds the only sensible choices")
     ax.grid(True, alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc=_legend_place(len(ok)))
     if key:
         fig.text(0.01, 0.01, "Pareto frontier, fastest first:\n" + "\n".join(key), fontsize=7.5,
                  family="monospace", va="bottom")

@@ -43,10 +43,21 @@ def _combine_for(values: str) -> Combine:
     return marks.merge if values == MARKS else _ratio
 
 
+def _per_load(ok: pd.DataFrame, index: str | list[str], columns: str, values: str) -> dict[object, pd.DataFrame]:
+    """`values` by `index` x `columns`, one table per load: one pivot for every load at once, then split (a pivot per
+    load took most of a large sweep's report), each table as its own pivot would be (no row or column that is empty
+    within its load)."""
+    if ok.empty:
+        return {}
+    index = [index] if isinstance(index, str) else index
+    table = ok.pivot_table(index=["load", *index], columns=columns, values=values, aggfunc="first", observed=True)
+    return {load: rows.droplevel("load").dropna(axis=1, how="all")
+            for load, rows in table.groupby(level="load", sort=True, observed=True)}
+
+
 def by_batch(ok: pd.DataFrame, metric: str) -> dict[str, pd.DataFrame]:
     """For one tier: `metric` by stack (rows) x batch size (columns), one table per load."""
-    return {str(load): rows.pivot_table(index="stack", columns="batch_size", values=metric, aggfunc="first")
-            for load, rows in ok.groupby("load", sort=True, observed=True)}
+    return {str(load): table for load, table in _per_load(ok, "stack", "batch_size", metric).items()}
 
 
 def grpc_speedup(ok: pd.DataFrame, values: str = P50) -> dict[str, pd.DataFrame]:
@@ -54,9 +65,7 @@ def grpc_speedup(ok: pd.DataFrame, values: str = P50) -> dict[str, pd.DataFrame]
     (rows) x batch size (columns), one table per load. Pairs hit the same server: the ratio is pure
     transport. `values=MARKS`: the same table of the figures' marks."""
     out = {}
-    for load, rows in ok.groupby("load", sort=True, observed=True):
-        pivot = rows.pivot_table(index=["variant", "input_format", "batch_size"], columns="protocol",
-                                 values=values, aggfunc="first")
+    for load, pivot in _per_load(ok, ["variant", "input_format", "batch_size"], "protocol", values).items():
         if not {"http", "grpc"} <= set(pivot.columns):
             continue
         ratio = _combine_for(values)(pivot["http"], pivot["grpc"]).dropna()
