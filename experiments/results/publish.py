@@ -137,8 +137,12 @@ def publish_folder(uri: str, tier_folder: TierFolder) -> tuple[int, int]:
     publisher = Publisher(uri, info, tier_folder)
     if not publisher.open():
         raise ConnectionError(f"MLflow store {redact(uri)} unreachable: {publisher.offline_reason}")
-    existing = {(r.data.tags.get("trial_key"), r.info.start_time)
-                for r in publisher.tracker.trial_runs(info.sweep_id, info.tier)}
+    existing = set()
+    for run in publisher.tracker.trial_runs(info.sweep_id, info.tier):
+        if run.info.status == "RUNNING":  # never ended: the store went while the run was logged; logged anew below
+            publisher.tracker.discard(run.info.run_id)
+            continue
+        existing.add((run.data.tags.get("trial_key"), run.info.start_time))
     for name in TIER_ARTIFACTS:
         if (tier_folder.path / name).exists():
             publisher.tier_file(name, (tier_folder.path / name).read_text())

@@ -111,6 +111,13 @@ class Tracker:
             if not token:
                 return runs
 
+    def discard(self, run_id: str) -> None:
+        """Delete a run and the runs nested under it (MLflow's soft delete: searches no longer find them)."""
+        for child in self.client.search_runs([self.experiment_id], f"tags.`{PARENT_TAG}` = '{run_id}'",
+                                             max_results=1000):
+            self.discard(child.info.run_id)
+        self.client.delete_run(run_id)
+
     def log_trial(self, parent: str, record: TrialRecord, trial_dir: Path, tags: dict[str, str],
                   config_yaml: str) -> str:
         """One run per trial, nested under the tier run, with the raw samples and resolved config attached; a trial
@@ -118,8 +125,10 @@ class Tracker:
         run_id = self._log_run(parent, record, trial_dir, tags, config_yaml)
         repeats = sorted(((read_record(d), d) for d in repeat_dirs(trial_dir)), key=lambda pair: pair[0].started_at)
         for repeat, repeat_dir in repeats:
-            self._log_run(run_id, repeat, repeat_dir, tags)
+            self._end(self._log_run(run_id, repeat, repeat_dir, tags), repeat)
         self._supersede(record, run_id, tags.get("sweep_id", ""))
+        # Ended last: a trial run still RUNNING was cut off (the store went) and `runners.relog` logs it anew.
+        self._end(run_id, record)
         return run_id
 
     def _log_run(self, parent: str, record: TrialRecord, trial_dir: Path, tags: dict[str, str],
@@ -140,9 +149,11 @@ class Tracker:
             self.client.log_artifacts(run_id, str(trial_dir / SERVER_LOGS_DIR), SERVER_LOGS_DIR)
         if config_yaml is not None:
             self.client.log_text(run_id, config_yaml, "config.yaml")
+        return run_id
+
+    def _end(self, run_id: str, record: TrialRecord) -> None:
         end = int((record.finished_at or time.time()) * 1000)
         self.client.set_terminated(run_id, "FAILED" if record.status == Status.FAILED else "FINISHED", end_time=end)
-        return run_id
 
     def _supersede(self, record: TrialRecord, run_id: str, sweep_id: str) -> None:
         """A resumed sweep re-runs failed trials: mark their earlier runs so reports take the latest."""
