@@ -260,7 +260,9 @@ def test_compiled_open_loop_is_on_time_at_a_modest_rate() -> None:
         load = CompiledLoad(http_wire(srv.port), LoadPoint(LoadMode.POISSON, 200), 5, 1, horizon_s=30)
         (part,) = asyncio.run(_windows(load, 1, window_s=1.0))
     assert 140 <= part.requests <= 260  # Poisson arrivals at 200/s over 1 s
-    assert part.clients[0].late_sends == 0
+    # The engine's goal (docs/benchmarks.md): at most 1 % sent more than 5 ms late. One late send in ~180 was seen
+    # in CI beside the other worker's sweeps; before the engine, 1.3-18 % were.
+    assert part.clients[0].late_sends <= 0.01 * part.requests
     assert np.all(part.send_s >= part.intended_s)
 
 
