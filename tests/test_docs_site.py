@@ -20,8 +20,8 @@ from serving.paths import REPO_ROOT
 
 # The README's set-up commands, as .ci/run and its readers run them: they change only together.
 SETUP_COMMANDS = (
-    "python3 -m venv .venv && . .venv/bin/activate && pip install --no-compile -c constraints.txt -e '.[cpu]' && "
-    "python -m runners.sweep",
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt uv && "
+    "uv pip install --compile-bytecode -c constraints.txt -e '.[cpu]' && python -m runners.sweep",
     "python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e '.[dev]' && "
     "python -m pytest",
 )
