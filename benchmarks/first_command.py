@@ -1,11 +1,13 @@
 """Fresh clone to the answer: README's first set-up command, timed as a newcomer meets it (issue 31).
 
     python benchmarks/first_command.py [--runs 1] [--python python3] [--keep] [--bytecode inherit|write|no-write]
+                                       [--cache warm|cold]
 
 Each run clones this checkout's HEAD into a new temporary folder and runs README's first command there, exactly as
-written, in two timed halves: the install (`python3 -m venv ... && pip install ...`) and the sweep
-(`python -m runners.sweep`), split where the command itself chains them. pip's cache is whatever this machine has
-(a newcomer's second machine; CI's too): a first-ever download would add the network's time. The sweep's exit code,
+written, in two timed halves: the install (`python3 -m venv ... && uv pip install ...`) and the sweep
+(`python -m runners.sweep`), split where the command itself chains them. `--cache warm` (the default) keeps the
+package caches this machine has (a newcomer's second install; CI's); `--cache cold` gives pip and uv new, empty ones,
+so every package is downloaded, as on a newcomer's first machine. The sweep's exit code,
 its trial counts and whether it ended with the answer block are checked, not assumed. Goal: 6 minutes in all on
 this 2-core machine. The clone is deleted afterwards unless --keep.
 """
@@ -46,7 +48,7 @@ def timed(command: str, cwd: Path, log: Path, env: dict[str, str]) -> tuple[int,
     return code, time.monotonic() - start
 
 
-def one_run(command: str, python: str, keep: bool, env: dict[str, str]) -> dict:
+def one_run(command: str, python: str, keep: bool, env: dict[str, str], cold_cache: bool) -> dict:
     install, sweep = command.rsplit(" && ", 1)
     if sweep != SWEEP:
         raise SystemExit(f"README's first command no longer ends with `{SWEEP}`: {command!r}")
@@ -55,6 +57,8 @@ def one_run(command: str, python: str, keep: bool, env: dict[str, str]) -> dict:
     try:
         subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(folder / "repo")], check=True)
         repo = folder / "repo"
+        if cold_cache:  # an empty cache of this run's own, deleted with the clone
+            env = {**env, "UV_CACHE_DIR": str(folder / "uv-cache"), "PIP_NO_CACHE_DIR": "1"}
         install_code, install_s = timed(install, repo, folder / "install.log", env)
         if install_code != 0:
             raise SystemExit(f"the install failed ({install_code}): see {folder / 'install.log'}")
@@ -79,7 +83,9 @@ def main() -> None:
     parser.add_argument("--bytecode", choices=["inherit", "write", "no-write"], default="inherit",
                         help="PYTHONDONTWRITEBYTECODE for the command: as this shell has it, unset (Python caches the "
                              "bytecode it compiles, as on most laptops) or 1 (many Docker images: every process "
-                             "compiles what it imports, every time, after `pip --no-compile`)")
+                             "compiles what it imports, every time, when installed without bytecode)")
+    parser.add_argument("--cache", choices=["warm", "cold"], default="warm",
+                        help="warm: this machine's pip and uv caches; cold: new empty ones (every package downloaded)")
     args = parser.parse_args()
     command = readme_command()
     env = dict(os.environ)
@@ -89,11 +95,12 @@ def main() -> None:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     no_write = env.get("PYTHONDONTWRITEBYTECODE", "")
     print(f"README command 1: {command}\nPYTHONDONTWRITEBYTECODE={no_write!r}\n")
-    rows = [{"run": i + 1, "dont_write_bytecode": no_write or "-", **one_run(command, args.python, args.keep, env)}
-            for i in range(args.runs)]
-    report("first_command", ["run", "dont_write_bytecode", "install_s", "sweep_s", "total_s", "goal_met",
+    rows = [{"run": i + 1, "cache": args.cache, "dont_write_bytecode": no_write or "-",
+             **one_run(command, args.python, args.keep, env, args.cache == "cold")} for i in range(args.runs)]
+    report("first_command", ["run", "cache", "dont_write_bytecode", "install_s", "sweep_s", "total_s", "goal_met",
                              "sweep_exit", "answer_printed", "trials"], rows,
-           {"command": command, "goal_s": GOAL_S, "python": args.python, "bytecode": args.bytecode})
+           {"command": command, "goal_s": GOAL_S, "python": args.python, "bytecode": args.bytecode,
+            "cache": args.cache})
 
 
 if __name__ == "__main__":

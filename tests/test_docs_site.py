@@ -22,8 +22,8 @@ from serving.paths import REPO_ROOT
 SETUP_COMMANDS = (
     "python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt uv && "
     "uv pip install --compile-bytecode -c constraints.txt -e '.[cpu]' && python -m runners.sweep",
-    "python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e '.[dev]' && "
-    "python -m pytest",
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt uv && "
+    "uv pip install --compile-bytecode -c constraints.txt -e '.[dev]' && python -m pytest",
 )
 README_MAX_LINES = 200
 # A path into the site as code, messages and the README write it, with its anchor when it has one.
