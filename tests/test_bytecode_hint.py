@@ -1,4 +1,4 @@
-"""The sweep's hint when Python caches no bytecode and the heavy libraries have none (pip --no-compile)."""
+"""The sweep's hint when Python caches no bytecode and the heavy libraries have none (installed without it)."""
 
 from __future__ import annotations
 

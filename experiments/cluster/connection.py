@@ -275,9 +275,9 @@ RAY_START_TIMEOUT = "timed out during startup"  # Ray's message when its raylet 
 def start_local_ray(**init_kwargs: Any) -> None:
     """`ray.init(address="local")`, tried a second time if the first start times out.
 
-    Ray waits a fixed 30 s for its new raylet to register. A first start after `pip install --no-compile` on a busy
-    2-core machine can miss it: Ray's agents compile their modules as they import them. The bytecode they wrote
-    makes the second start quick. The processes the failed start left are this process's children; they are
+    Ray waits a fixed 30 s for its new raylet to register. A first start on a busy 2-core machine, in an
+    environment installed without bytecode, can miss it: Ray's agents compile their modules as they import them. The
+    bytecode they wrote makes the second start quick. The processes the failed start left are this process's children; they are
     stopped before the retry, so nothing of the first attempt keeps running.
     """
     import psutil

@@ -1,10 +1,11 @@
 """Say when every process of a sweep compiles the libraries it imports, and how to stop that.
 
-README's first command installs with `pip --no-compile` (a minute and a half less of installing), counting on Python
-to cache the bytecode it compiles on first import. Where PYTHONDONTWRITEBYTECODE is set (many Docker images; this
-project's own sandbox) nothing is cached: the driver, Ray's agents, the Serve replica and every client actor compile
-torch, Ray and MLflow again in every sweep, a minute of CPU or more on a small machine, some of it while servers
-start. One `compileall` of the environment ends it; the sweep says so once, at its start.
+README's commands compile the bytecode at install (`uv pip install --compile-bytecode`). An environment installed
+without it (`uv pip install` alone, `pip install --no-compile`) counts on Python to cache the bytecode it compiles on
+first import. Where PYTHONDONTWRITEBYTECODE is set (many Docker images; this project's own sandbox) nothing is
+cached: the driver, Ray's agents, the Serve replica and every client actor compile torch, Ray and MLflow again in
+every sweep, a minute of CPU or more on a small machine, some of it while servers start. One `compileall` of the
+environment ends it; the sweep says so once, at its start.
 """
 
 from __future__ import annotations
@@ -32,6 +33,6 @@ def uncached_bytecode_hint() -> str | None:
     if not missing:
         return None
     site = Path(importlib.util.find_spec(missing[0]).origin).parents[1]
-    return (f"PYTHONDONTWRITEBYTECODE is set and {', '.join(missing)} were installed without bytecode (pip "
-            f"--no-compile): every process of every sweep compiles them again. Compile them once: "
+    return (f"PYTHONDONTWRITEBYTECODE is set and {', '.join(missing)} were installed without bytecode (uv "
+            f"without --compile-bytecode, pip --no-compile): every process of every sweep compiles them again. Compile them once: "
             f"python -m compileall -q -j 0 {site}  (docs/troubleshooting.md#no-cached-bytecode)")
