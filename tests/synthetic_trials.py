@@ -68,22 +68,34 @@ def write_latencies(trial_dir: Path, requests: int, rng: np.random.Generator) ->
                                             "server_batch,client_actor\n" + "\n".join(rows) + "\n")
 
 
+def synthetic_config(sweep_id: str) -> Any:
+    return compose([f"sweep_id={sweep_id}", "gpu=local", f"gpu.price_per_hour_usd={PRICE}"])
+
+
+def synthetic_tier(cfg: Any, tier: str, results_dir: Path,
+                   experiment: str = "tierbench") -> tuple[TierFolder, TierInfo]:
+    """A tier's run folder and its TierInfo (saved), as the driver makes them; the tier is `local`'s config renamed."""
+    sweep_id = str(cfg.sweep_id)
+    folder = TierFolder.of(results_dir, sweep_id, tier)
+    info = TierInfo(sweep_id, tier, experiment, tags={"sweep_id": sweep_id, "gpu_tier": tier, "emulated": "false",
+                                                      **TAGS},
+                    params={"gpu_tier": tier, "gpu_display_name": f"synthetic {tier}", "gpu_name": "synthetic",
+                            "price_per_hour_usd": PRICE, "price_source": "synthetic", "price_seen": "2026-01-01",
+                            "model": cfg.model.name, "experiment": "synthetic", **tier_price_params(cfg.gpu)},
+                    config_yaml="synthetic: true\n")
+    info.save(folder)
+    return folder, info
+
+
 def log_sweep(uri: str, sweep_id: str, tiers: list[str], trials_per_tier: int, results_dir: Path,
               requests_per_trial: int = 500, experiment: str = "tierbench") -> list[Logged]:
     """Write and publish a synthetic sweep, tier after tier, as the driver does: each trial's folder written, then
     `Publisher.trial` (timed). The tiers are the `local` tier's config under other names."""
-    cfg = compose([f"sweep_id={sweep_id}", "gpu=local", f"gpu.price_per_hour_usd={PRICE}"])
+    cfg = synthetic_config(sweep_id)
     rng = np.random.default_rng(1)
     logged = []
     for tier in tiers:
-        folder = TierFolder.of(results_dir, sweep_id, tier)
-        info = TierInfo(sweep_id, tier, experiment, tags={"sweep_id": sweep_id, "gpu_tier": tier, "emulated": "false",
-                                                          **TAGS},
-                        params={"gpu_tier": tier, "gpu_display_name": f"synthetic {tier}", "gpu_name": "synthetic",
-                                "price_per_hour_usd": PRICE, "price_source": "synthetic", "price_seen": "2026-01-01",
-                                "model": cfg.model.name, "experiment": "synthetic", **tier_price_params(cfg.gpu)},
-                        config_yaml="synthetic: true\n")
-        info.save(folder)
+        folder, info = synthetic_tier(cfg, tier, results_dir, experiment)
         publisher = Publisher(uri, info, folder)
         done = Logged(tier)
         if publisher.open():

@@ -37,11 +37,12 @@ def test_server_killed_mid_sweep_then_relog_then_resume_reruns_what_failed(tmp_p
     sweep.wait_for(r"\[1/2\] local/", timeout_s=420)  # c1 measured and logged; c2 is measured with the server gone
     tracking_server.kill_mlflow()
     sweep.wait_for("unreachable")  # c2's logging failed: the sweep goes on offline
-    tracking_server.start_mlflow(wait=False)  # on the same port and database, starting while the sweep ends
+    # The server stays down until the sweep has ended (a server back before then is caught up with by the sweep
+    # itself: tests/test_tracking_server.py); then it comes back on the same port and database.
     assert sweep.wait() == 0, sweep.output[-3000:]
     folder = tmp_path / "runs" / "offline" / "local"
     assert "python -m runners.relog" in sweep.output and str(folder) in sweep.output
-    tracking_server.wait_ready()
+    tracking_server.start_mlflow()
     (live,) = helpers.runs(store, sweep_id="offline")
     assert live.info.run_name == "local/triton_onnx/grpc/tensor/b1/c1"
 

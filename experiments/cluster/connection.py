@@ -277,8 +277,8 @@ def start_local_ray(**init_kwargs: Any) -> None:
 
     Ray waits a fixed 30 s for its new raylet to register. A first start on a busy 2-core machine, in an
     environment installed without bytecode, can miss it: Ray's agents compile their modules as they import them. The
-    bytecode they wrote makes the second start quick. The processes the failed start left are this process's children; they are
-    stopped before the retry, so nothing of the first attempt keeps running.
+    bytecode they wrote makes the second start quick. The processes the failed start left are this process's
+    children; they are stopped before the retry, so nothing of the first attempt keeps running.
     """
     import psutil
     import ray

@@ -2,13 +2,16 @@
 `python -m runners.relog` from the same files, so both produce the same runs.
 
 The folder (`experiments.results.layout`) is written first and is the source of truth. When the tracking store
-is unreachable the publisher goes offline and the sweep carries on.
+is unreachable the publisher goes offline and the sweep carries on; at the end of a later trial (at most every
+`RECONNECT_EVERY_S`) and at the end of the sweep it asks the store again, and once the store answers it logs what the
+folder has and the store lacks, as relog would, and goes on online.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
@@ -21,6 +24,7 @@ from experiments.results.records import Status, TrialRecord, read_record
 from experiments.results.redaction import redact
 
 log = logging.getLogger(__name__)
+RECONNECT_EVERY_S = 30.0  # offline: how often, at most, a trial's end asks the store again
 
 
 @dataclass
@@ -59,7 +63,7 @@ def probe_store(uri: str, timeout_s: float = 5.0) -> None:
 
 
 class Publisher:
-    """Logs a tier folder to MLflow; on the first store error it goes offline and says how to relog."""
+    """Logs a tier folder to MLflow; on a store error it goes offline, and catches up once the store answers again."""
 
     def __init__(self, uri: str, info: TierInfo, folder: TierFolder) -> None:
         self.uri = uri
@@ -69,6 +73,8 @@ class Publisher:
         self.offline_reason: str | None = None
         self.sweep_run: str | None = None
         self.tier_run: str | None = None
+        self.next_reconnect = 0.0  # monotonic time before which an offline publisher does not ask again
+        self.outage_said = False  # the warning is said once per outage, not at every failed reconnect
 
     @property
     def online(self) -> bool:
@@ -77,8 +83,13 @@ class Publisher:
     def _go_offline(self, exc: BaseException) -> None:
         if self.offline_reason is None:
             self.offline_reason = redact(f"{type(exc).__name__}: {exc}")[:500]
-            log.warning("MLflow store %s unreachable (%s): results stay in %s; log them later with: %s",
-                        redact(self.uri), self.offline_reason, self.folder.path.resolve(), relog_command(self.folder))
+            self.next_reconnect = time.monotonic() + RECONNECT_EVERY_S
+            if not self.outage_said:
+                self.outage_said = True
+                log.warning("MLflow store %s unreachable (%s): results stay in %s; the sweep logs them when the store "
+                            "answers again (asked at a trial's end, every %.0f s at most, and at the sweep's end), or "
+                            "later with: %s", redact(self.uri), self.offline_reason, self.folder.path.resolve(),
+                            RECONNECT_EVERY_S, relog_command(self.folder))
 
     def open(self) -> bool:
         """Connect and get-or-create the sweep and tier runs; False (offline) when the store fails."""
@@ -91,9 +102,63 @@ class Publisher:
                                                                                                        "false")})
             self.tier_run = self.tracker.tier_run(self.info.sweep_id, self.info.tier, self.sweep_run,
                                                   self.info.params, self.info.tags)
+            self.offline_reason = None
         except Exception as exc:  # noqa: BLE001 - any store failure: keep measuring, relog later
             self._go_offline(exc)
         return self.online
+
+    def reconnect(self, now: bool = False) -> bool:
+        """Offline: ask the store again (at most every RECONNECT_EVERY_S unless `now`); when it answers, log what the
+        folder has and the store lacks, and go on online. True when online."""
+        if self.online:
+            return True
+        if not now and time.monotonic() < self.next_reconnect:
+            return False
+        self.next_reconnect = time.monotonic() + RECONNECT_EVERY_S
+        try:
+            probe_store(self.uri)
+        except Exception:  # noqa: BLE001 - still away
+            return False
+        self.offline_reason = None
+        if not self.open():
+            return False
+        try:
+            logged, _ = self.catch_up()
+        except Exception as exc:  # noqa: BLE001 - gone again while catching up: the next reconnect goes on
+            self._go_offline(exc)
+            return False
+        if self.online:
+            self.outage_said = False
+            log.info("MLflow store %s answers again: %d trial run(s) measured meanwhile logged from %s",
+                     redact(self.uri), logged, self.folder.path.resolve())
+        return self.online
+
+    def catch_up(self) -> tuple[int, int]:
+        """Log what the folder has and the store lacks: the tier's files, and each trial not there yet (a trial run the
+        store cut off mid-logging, still RUNNING, is deleted and logged anew). Returns (logged, already there)."""
+        existing = set()
+        for run in self.tracker.trial_runs(self.info.sweep_id, self.info.tier):
+            if run.info.status == "RUNNING":  # never ended: the store went while the run was logged
+                self.tracker.discard(run.info.run_id)
+                continue
+            existing.add((run.data.tags.get("trial_key"), run.info.start_time))
+        for name in TIER_ARTIFACTS:
+            if (self.folder.path / name).exists():
+                self.tier_file(name, (self.folder.path / name).read_text())
+        for name, text in self.folder.deploy_files().items():
+            self.tier_file(name, text)
+        for variant_dir in sorted(self.folder.servers.glob("*")):
+            for path in sorted(variant_dir.glob("*")):
+                self.server_file(variant_dir.name, path.name, path.read_text(errors="replace"))
+        logged = skipped = 0
+        records = sorted(((read_record(d), d) for d in self.folder.trials()), key=lambda pair: pair[0].started_at)
+        for record, trial_dir in records:
+            if (record.key, int(record.started_at * 1000)) in existing:
+                skipped += 1
+                continue
+            self._log_trial(record, trial_dir)
+            logged += 1
+        return logged, skipped
 
     def _safely(self, what: str, method: str, *args: Any) -> Any:
         """Call `self.tracker.<method>(*args)` while online; the first failure turns the publisher offline."""
@@ -117,12 +182,21 @@ class Publisher:
     def server_file(self, variant: str, name: str, text: str) -> None:
         self._safely("artifact", "log_artifact_text", self.tier_run, text, server_artifact(variant, name))
 
-    def trial(self, record: TrialRecord, trial_dir: Path) -> str | None:
-        return self._safely("log_trial", "log_trial", self.tier_run, record, trial_dir, self.info.tags,
-                            self.info.config_yaml)
+    def trial(self, record: TrialRecord, trial_dir: Path) -> None:
+        """Log a trial already written to the folder; offline, a store that answers again logs it in its catch-up."""
+        if not self.online:
+            self.reconnect()
+            return
+        self._log_trial(record, trial_dir)
 
-    def finish(self, status: str) -> None:
-        """Log the node time the tier's runs took (`results.node_time`), then close the tier and sweep runs."""
+    def _log_trial(self, record: TrialRecord, trial_dir: Path) -> None:
+        self._safely("log_trial", "log_trial", self.tier_run, record, trial_dir, self.info.tags, self.info.config_yaml)
+
+    def finish(self, status: str, catch_up: bool = True) -> None:
+        """Catch up if offline (with `catch_up`); log the node time the tier's runs took (`results.node_time`), then
+        close the tier and sweep runs."""
+        if catch_up:
+            self.reconnect(now=True)
         metrics = node_time_metrics(self.folder)
         if metrics:
             self._safely("metrics", "log_metrics", self.tier_run, metrics)
@@ -137,31 +211,9 @@ def publish_folder(uri: str, tier_folder: TierFolder) -> tuple[int, int]:
     publisher = Publisher(uri, info, tier_folder)
     if not publisher.open():
         raise ConnectionError(f"MLflow store {redact(uri)} unreachable: {publisher.offline_reason}")
-    existing = set()
-    for run in publisher.tracker.trial_runs(info.sweep_id, info.tier):
-        if run.info.status == "RUNNING":  # never ended: the store went while the run was logged; logged anew below
-            publisher.tracker.discard(run.info.run_id)
-            continue
-        existing.add((run.data.tags.get("trial_key"), run.info.start_time))
-    for name in TIER_ARTIFACTS:
-        if (tier_folder.path / name).exists():
-            publisher.tier_file(name, (tier_folder.path / name).read_text())
-    for name, text in tier_folder.deploy_files().items():
-        publisher.tier_file(name, text)
-    for variant_dir in sorted(tier_folder.servers.glob("*")):
-        for path in sorted(variant_dir.glob("*")):
-            publisher.server_file(variant_dir.name, path.name, path.read_text(errors="replace"))
-    logged = skipped = 0
-    failed = False
-    records = sorted(((read_record(d), d) for d in tier_folder.trials()), key=lambda pair: pair[0].started_at)
-    for record, trial_dir in records:
-        failed |= record.status == Status.FAILED
-        if (record.key, int(record.started_at * 1000)) in existing:
-            skipped += 1
-            continue
-        publisher.trial(record, trial_dir)
-        logged += 1
-    publisher.finish(Status.FAILED if failed else Status.OK)
+    logged, present = publisher.catch_up()
+    failed = any(read_record(d).status == Status.FAILED for d in tier_folder.trials())
+    publisher.finish(Status.FAILED if failed else Status.OK, catch_up=False)  # caught up above, or raised
     if not publisher.online:
         raise ConnectionError(f"MLflow store {redact(uri)} failed while logging: {publisher.offline_reason}")
-    return logged, skipped
+    return logged, present

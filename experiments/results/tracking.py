@@ -24,6 +24,10 @@ RUN_NAME_TAG = "mlflow.runName"
 # MLflow prints each ended run's URL on an HTTP store, built from the tracking URI with its password, and reads the
 # run once more to do so: neither is wanted (a secret in the sweep's output, a request per trial).
 QUIET_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+# MLflow's client retries a failed request 7 times with backoff by default: about 4 minutes in which a sweep whose
+# tracking server went away measures nothing. 3 (about 15 s) is enough for a blip; a longer outage is the publisher's
+# to bridge (it catches up once the server answers again, experiments/results/publish.py). The user's setting wins.
+RETRIES, SWEEP_RETRIES = "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3"
 
 
 def tracking_uri(configured: str | None) -> str:
@@ -50,6 +54,7 @@ class Tracker:
         if uri.startswith("sqlite:///"):
             Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         os.environ.setdefault(QUIET_URLS, "true")
+        os.environ.setdefault(RETRIES, SWEEP_RETRIES)
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         existing = self.client.get_experiment_by_name(experiment)

@@ -34,5 +34,5 @@ def uncached_bytecode_hint() -> str | None:
         return None
     site = Path(importlib.util.find_spec(missing[0]).origin).parents[1]
     return (f"PYTHONDONTWRITEBYTECODE is set and {', '.join(missing)} were installed without bytecode (uv "
-            f"without --compile-bytecode, pip --no-compile): every process of every sweep compiles them again. Compile them once: "
-            f"python -m compileall -q -j 0 {site}  (docs/troubleshooting.md#no-cached-bytecode)")
+            f"without --compile-bytecode, pip --no-compile): every process of every sweep compiles them again. "
+            f"Compile them once: python -m compileall -q -j 0 {site}  (docs/troubleshooting.md#no-cached-bytecode)")
