@@ -45,13 +45,14 @@ def merge(a: pd.Series, b: pd.Series) -> pd.Series:
 
 def legend(marks: pd.DataFrame | pd.Series, what: str = "figures") -> str | None:
     """What the marks in a table mean and how many of its `what` carry each; None when it carries none.
-    `marks` holds one string per figure (NaN where the table has no figure)."""
-    cells = pd.Series(np.ravel(marks.to_numpy()), dtype=object).dropna().astype(str)
+    `marks` holds one string per figure (NaN where the table has no figure). Counted in plain Python: a large
+    sweep's report has thousands of tables."""
+    cells = [str(cell) for cell in np.ravel(marks.to_numpy()) if not pd.isna(cell)]
     parts = [f"{mark} {meaning}: {n} of {len(cells)} {what}" for mark, meaning in MEANING.items()
-             if (n := int(cells.str.contains(mark, regex=False).sum()))]
+             if (n := sum(mark in cell for cell in cells))]
     return "; ".join(parts) + "." if parts else None
 
 
-def suffix(marks: pd.Series) -> pd.Series:
-    """Marks as they follow a formatted figure: ' †' (or '' when none)."""
-    return marks.fillna("").map(lambda m: f" {m}" if m else "")
+def suffix(mark: object) -> str:
+    """A cell's marks as they follow its formatted figure: ' †', or '' when it has none (NaN included)."""
+    return f" {mark}" if isinstance(mark, str) and mark else ""

@@ -113,15 +113,21 @@ def _html_table(frame: pd.DataFrame, numeric: list[bool]) -> str:
 def _inline(text: str) -> str:
     """Escape, then the inline subset: `code`, **bold**, [text](link)."""
     out = html.escape(text, quote=False)
+    if "`" not in out and "*" not in out and "[" not in out:  # most cells: a number (a large report has thousands)
+        return out
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     out = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
     return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', out)
 
 
 # Cell formatters: NaN shows as a dash, never as "nan".
+def _missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
 def _safe(fn: Callable[[float], str]) -> Callable[[object], str]:
     def fmt(value: object) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        if _missing(value):
             return MISSING_CELL
         return fn(float(value))  # type: ignore[arg-type]
 
@@ -143,24 +149,31 @@ def format_frame(frame: pd.DataFrame, formats: dict[str, Callable[[object], str]
                  intervals: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Format numbers column by column; `best` = {column: "min"|"max"} bolds that column's best value;
     `marks` (same index, some of the columns) holds caveat marks that follow their cells (`12.5 †`); `intervals`,
-    the (low, high) ends of some columns' 95 % intervals (same index), follow their cells (`12.5 (12.1–12.9)`)."""
-    out = pd.DataFrame(index=frame.index)
+    the (low, high) ends of some columns' 95 % intervals (same index), follow their cells (`12.5 (12.1–12.9)`).
+    Text columns stay as they are, a dash where missing. Cell by cell in plain Python: a large sweep's report
+    formats thousands of small tables, where pandas' per-operation overhead was most of the report's time."""
+    columns: dict[str, list[str]] = {}
     for col in frame.columns:
         fmt = formats.get(str(col), default)
         values = frame[col]
-        cells = values.map(fmt) if pd.api.types.is_numeric_dtype(values) else values.astype(str)
-        rule = (best or {}).get(str(col))
-        if rule and values.notna().sum() > 1:
-            target = values.min() if rule == "min" else values.max()
-            cells = cells.where(values != target, "**" + cells + "**")
-        if intervals is not None and col in intervals[0].columns:
-            low, high = (ends[col].reindex(frame.index) for ends in intervals)
-            shown = low.notna() & high.notna() & values.notna()
-            cells = cells.where(~shown, cells + " (" + low.map(fmt) + "–" + high.map(fmt) + ")")
+        numbers = values.tolist()
+        if not pd.api.types.is_numeric_dtype(values):
+            texts = [MISSING_CELL if _missing(v) else str(v) for v in numbers]
+        else:
+            texts = [fmt(v) for v in numbers]
+            rule = (best or {}).get(str(col))
+            if rule and values.notna().sum() > 1:
+                target = values.min() if rule == "min" else values.max()
+                texts = [f"**{t}**" if not _missing(v) and v == target else t
+                         for v, t in zip(numbers, texts, strict=True)]
+            if intervals is not None and col in intervals[0].columns:
+                low, high = (ends[col].reindex(frame.index).tolist() for ends in intervals)
+                texts = [f"{t} ({fmt(lo)}–{fmt(hi)})" if not (_missing(lo) or _missing(hi) or _missing(v)) else t
+                         for t, v, lo, hi in zip(texts, numbers, low, high, strict=True)]
         if marks is not None and col in marks.columns:
-            cells = cells + suffix(marks[col].reindex(frame.index))
-        out[str(col)] = cells
-    return out
+            texts = [t + suffix(m) for t, m in zip(texts, marks[col].reindex(frame.index).tolist(), strict=True)]
+        columns[str(col)] = texts
+    return pd.DataFrame(columns, index=frame.index, dtype=object)
 
 
 HTML_PAGE = """<!doctype html>

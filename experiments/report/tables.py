@@ -63,18 +63,23 @@ def by_batch(ok: pd.DataFrame, metric: str) -> dict[str, pd.DataFrame]:
 def grpc_speedup(ok: pd.DataFrame, values: str = P50) -> dict[str, pd.DataFrame]:
     """For one tier: p50 over HTTP / p50 over gRPC (> 1: gRPC faster) per backend variant and input format
     (rows) x batch size (columns), one table per load. Pairs hit the same server: the ratio is pure
-    transport. `values=MARKS`: the same table of the figures' marks."""
-    out = {}
-    for load, pivot in _per_load(ok, ["variant", "input_format", "batch_size"], "protocol", values).items():
-        if not {"http", "grpc"} <= set(pivot.columns):
-            continue
-        ratio = _combine_for(values)(pivot["http"], pivot["grpc"]).dropna()
-        if ratio.empty:
-            continue
-        table = ratio.rename("speedup").reset_index()
-        table["pair"] = table["variant"] + "/" + table["input_format"]
-        out[str(load)] = table.pivot_table(index="pair", columns="batch_size", values="speedup", aggfunc="first")
-    return out
+    transport. `values=MARKS`: the same table of the figures' marks. Every load's pairs at once, then split by load
+    (two pivots a load took most of a large sweep's report)."""
+    if ok.empty:
+        return {}
+    by_protocol = ok.pivot_table(index=["load", "variant", "input_format", "batch_size"], columns="protocol",
+                                 values=values, aggfunc="first", observed=True)
+    if not {"http", "grpc"} <= set(by_protocol.columns):
+        return {}
+    ratio = _combine_for(values)(by_protocol["http"], by_protocol["grpc"]).dropna()
+    if ratio.empty:
+        return {}
+    table = ratio.rename("speedup").reset_index()
+    table["pair"] = table["variant"] + "/" + table["input_format"]
+    pivot = table.pivot_table(index=["load", "pair"], columns="batch_size", values="speedup", aggfunc="first",
+                              observed=True)
+    return {str(load): rows.droplevel("load").dropna(axis=1, how="all")
+            for load, rows in pivot.groupby(level="load", sort=True, observed=True)}
 
 
 def concurrency_scaling(ok: pd.DataFrame, values: str = THROUGHPUT) -> dict[int, pd.DataFrame]:
