@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from experiments.results.layout import NODE_TIME_FILE, TIER_ARTIFACTS, TierFolder, server_artifact
 from experiments.results.node_time import node_time_metrics
@@ -25,6 +25,14 @@ from experiments.results.redaction import redact
 
 log = logging.getLogger(__name__)
 RECONNECT_EVERY_S = 30.0  # offline: how often, at most, a trial's end asks the store again
+
+
+class CaughtUp(NamedTuple):
+    """What a catch-up found in the folder: trials logged now, trials the store already had, and whether any failed."""
+
+    logged: int
+    present: int
+    any_failed: bool
 
 
 @dataclass
@@ -95,6 +103,7 @@ class Publisher:
         """Connect and get-or-create the sweep and tier runs; False (offline) when the store fails."""
         from experiments.results.tracking import Tracker
 
+        self.offline_reason = None  # a new attempt: a failure records its own reason
         try:
             probe_store(self.uri)
             self.tracker = Tracker(self.uri, self.info.experiment)
@@ -102,7 +111,6 @@ class Publisher:
                                                                                                        "false")})
             self.tier_run = self.tracker.tier_run(self.info.sweep_id, self.info.tier, self.sweep_run,
                                                   self.info.params, self.info.tags)
-            self.offline_reason = None
         except Exception as exc:  # noqa: BLE001 - any store failure: keep measuring, relog later
             self._go_offline(exc)
         return self.online
@@ -114,28 +122,22 @@ class Publisher:
             return True
         if not now and time.monotonic() < self.next_reconnect:
             return False
-        self.next_reconnect = time.monotonic() + RECONNECT_EVERY_S
-        try:
-            probe_store(self.uri)
-        except Exception:  # noqa: BLE001 - still away
-            return False
-        self.offline_reason = None
-        if not self.open():
+        if not self.open():  # still away: open() went offline again, asking again RECONNECT_EVERY_S from now
             return False
         try:
-            logged, _ = self.catch_up()
+            caught_up = self.catch_up()
         except Exception as exc:  # noqa: BLE001 - gone again while catching up: the next reconnect goes on
             self._go_offline(exc)
             return False
         if self.online:
             self.outage_said = False
             log.info("MLflow store %s answers again: %d trial run(s) measured meanwhile logged from %s",
-                     redact(self.uri), logged, self.folder.path.resolve())
+                     redact(self.uri), caught_up.logged, self.folder.path.resolve())
         return self.online
 
-    def catch_up(self) -> tuple[int, int]:
+    def catch_up(self) -> CaughtUp:
         """Log what the folder has and the store lacks: the tier's files, and each trial not there yet (a trial run the
-        store cut off mid-logging, still RUNNING, is deleted and logged anew). Returns (logged, already there)."""
+        store cut off mid-logging, still RUNNING, is deleted and logged anew)."""
         existing = set()
         for run in self.tracker.trial_runs(self.info.sweep_id, self.info.tier):
             if run.info.status == "RUNNING":  # never ended: the store went while the run was logged
@@ -150,15 +152,15 @@ class Publisher:
         for variant_dir in sorted(self.folder.servers.glob("*")):
             for path in sorted(variant_dir.glob("*")):
                 self.server_file(variant_dir.name, path.name, path.read_text(errors="replace"))
-        logged = skipped = 0
+        logged = present = 0
         records = sorted(((read_record(d), d) for d in self.folder.trials()), key=lambda pair: pair[0].started_at)
         for record, trial_dir in records:
             if (record.key, int(record.started_at * 1000)) in existing:
-                skipped += 1
+                present += 1
                 continue
             self._log_trial(record, trial_dir)
             logged += 1
-        return logged, skipped
+        return CaughtUp(logged, present, any(record.status == Status.FAILED for record, _ in records))
 
     def _safely(self, what: str, method: str, *args: Any) -> Any:
         """Call `self.tracker.<method>(*args)` while online; the first failure turns the publisher offline."""
@@ -211,9 +213,8 @@ def publish_folder(uri: str, tier_folder: TierFolder) -> tuple[int, int]:
     publisher = Publisher(uri, info, tier_folder)
     if not publisher.open():
         raise ConnectionError(f"MLflow store {redact(uri)} unreachable: {publisher.offline_reason}")
-    logged, present = publisher.catch_up()
-    failed = any(read_record(d).status == Status.FAILED for d in tier_folder.trials())
-    publisher.finish(Status.FAILED if failed else Status.OK, catch_up=False)  # caught up above, or raised
+    caught_up = publisher.catch_up()
+    publisher.finish(Status.FAILED if caught_up.any_failed else Status.OK, catch_up=False)  # caught up, or raised
     if not publisher.online:
         raise ConnectionError(f"MLflow store {redact(uri)} failed while logging: {publisher.offline_reason}")
-    return logged, present
+    return caught_up.logged, caught_up.present
