@@ -15,6 +15,7 @@ from serving.clients.base import ClientSpec
 from serving.models import output_dims
 from serving.node import NodeInfo
 from serving.protocols import InputFormat
+from serving.runtime import Runtime
 from serving.settings import BackendSettings
 
 
@@ -87,6 +88,11 @@ class Backend(ABC):
     def runs_on(self) -> str:
         """What would serve on this node, in a few words (runners.doctor shows it): server and device."""
         return ""
+
+    def runtime(self) -> Runtime | None:
+        """What computes the model inside this server on this node (runtime, device, precision): the GPU's own
+        ceiling is timed for it in-process (`experiments.measure.ceiling`). None: no in-process equivalent."""
+        return None
 
     def gpu_tier_reason(self) -> str | None:
         """Why a server on this node could not keep a GPU tier's promise (no GPU at all); None when it can or the

@@ -268,6 +268,19 @@ class TelemetryConfig:
 
 
 @dataclass
+class CeilingConfig:
+    """The GPU's own ceiling (experiments/measure/ceiling.py): before a tier's trials, each runtime its servers run is
+    timed in-process on the tier's node, and every trial is set against it (docs/ceiling.md)."""
+
+    enabled: bool = True  # off: no in-process timing, no efficiency figures or verdicts
+    min_time_s: float = 0.5  # each batch size and mode is timed for at least this long ...
+    min_calls: int = 5  # ... and at least this many calls
+    cache: bool = True  # reuse a timing made on the same node for the same model, runtime and versions
+    cache_dir: str | None = None  # null: ~/.cache/tierbench/ceiling on the node
+    timeout_s: float = 900.0  # the whole timing on a node (torch.compile and TensorRT builds happen inside it)
+
+
+@dataclass
 class CapacityConfig:
     """The report's capacity plan (docs/capacity-plan.md): per tier, the nodes that serve this traffic within
     `experiment.slo.p99_ms` (from the SLO search's highest throughput per node) and what they cost per hour and per
@@ -297,6 +310,7 @@ class TierbenchConfig:
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    ceiling: CeilingConfig = field(default_factory=CeilingConfig)
     crosscheck: CrosscheckConfig = field(default_factory=CrosscheckConfig)
 
 

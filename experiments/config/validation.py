@@ -89,6 +89,7 @@ def validate(cfg: Any) -> None:
     check_capacity(cfg)
     if cfg.telemetry.sample_hz <= 0:
         _fail("telemetry.sample_hz", cfg.telemetry.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")
+    _check_ceiling(cfg.ceiling)
     for name in exp.backends:
         _check_backend(cfg, name)
     check_search(cfg)
@@ -161,6 +162,14 @@ def _check_cluster(cluster: Any) -> None:
             _fail(f"cluster.{key}", cluster[key], "a time in seconds > 0")
     if cluster.autoscaling_config:
         load_autoscaling(str(cluster.autoscaling_config))  # the file exists and names node types
+
+
+def _check_ceiling(ceiling: Any) -> None:
+    for key in ("min_time_s", "timeout_s"):
+        if ceiling[key] <= 0:
+            _fail(f"ceiling.{key}", ceiling[key], "a time in seconds > 0 (or ceiling.enabled=false: no ceiling)")
+    if ceiling.min_calls < 1:
+        _fail("ceiling.min_calls", ceiling.min_calls, "a positive number of calls, e.g. 5")
 
 
 def _check_crosscheck(check: Any) -> None:

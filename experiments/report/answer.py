@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from experiments.report import tables
+from experiments.report.ceiling_section import share_sentence
 from experiments.report.data import SweepData
 from experiments.report.marks import OVERLOADED, UNSTABLE
 from experiments.report.noise import noise_line, runner_up, spread
@@ -27,6 +28,14 @@ def point_name(row: pd.Series, labels: dict[str, str]) -> str:
 
 def _caveat(row: pd.Series) -> str:
     return UNSTABLE_PICK if bool(row.get("unstable", False)) else ""
+
+
+def _efficiency(sustained: pd.DataFrame, pick: pd.Series) -> str:
+    """How close the pick's trial came to its runtime's in-process ceiling (a priced pick carries only the figures
+    its price needs: its trial is found by its operating point); '' without a ceiling."""
+    trial = sustained[(sustained["tier"] == pick["tier"]) & (sustained["stack"] == pick["stack"])
+                      & (sustained["batch_size"] == pick["batch_size"]) & (sustained["load"] == pick["load"])]
+    return share_sentence(trial.iloc[0]) if not trial.empty else ""
 
 
 def by_p99(rows: pd.DataFrame) -> pd.DataFrame:
@@ -73,7 +82,8 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
                 lines.append(f"Cheapest operating point with p99 ≤ {slo_p99_ms:g} ms, at each tier's primary price: "
                              f"{point_name(pick, labels)}: **{usd(pick['cost_per_1k_usd'])} per 1k images**"
                              f"{spread(pick, COST, usd)} (p99 {ms(pick[P99])} ms, p50 {ms(pick[P50])} ms, "
-                             f"{rate(pick[THROUGHPUT])} img/s, price {price_label(pick)}).{_caveat(pick)}")
+                             f"{rate(pick[THROUGHPUT])} img/s, price {price_label(pick)}).{_caveat(pick)}"
+                             + _efficiency(sustained, pick))
                 lines.append(cheaper(tables.slo_ranked(priced, slo_p99_ms), pick))
                 anywhere = tables.slo_pick(priced, slo_p99_ms, price=None)
                 if anywhere is not None and anywhere["price"] != "primary":
@@ -84,7 +94,7 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
             cheapest = tables.slo_pick(priced, math.inf)
             lines.append(f"Cheapest operating point at each tier's primary price: {point_name(cheapest, labels)}: "
                          f"**{usd(cheapest['cost_per_1k_usd'])} per 1k images**{spread(cheapest, COST, usd)} at p99 "
-                         f"{ms(cheapest[P99])} ms.{_caveat(cheapest)}")
+                         f"{ms(cheapest[P99])} ms.{_caveat(cheapest)}" + _efficiency(sustained, cheapest))
             lines.append(cheaper(tables.slo_ranked(priced, math.inf), cheapest))
             lines.append(f"Lowest p99: {point_name(best, labels)}: {ms(best[P99])} ms{spread(best, P99, ms)} at "
                          f"{usd(best['cost_per_1k_images_usd'])} per 1k images.{_caveat(best)}")

@@ -15,6 +15,7 @@ from experiments.config.capacity import DEFAULT_HEADROOM, Traffic
 from experiments.report import tables
 from experiments.report.answer import answer_lines
 from experiments.report.capacity_section import capacity_section, refuse_unpriced
+from experiments.report.ceiling_section import ceiling_section, tier_floors
 from experiments.report.cross_tier_section import cross_tier_section
 from experiments.report.data import SweepData
 from experiments.report.deploy import deploy_section
@@ -77,6 +78,8 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
         doc.note(repeated)
     _answer(doc, report, data, labels, options)
     report.summary += deploy_section(doc, data, labels)
+    floors = tier_floors(ok, prices)  # each tier at its best in-process throughput: the section and the Pareto plot
+    report.summary += ceiling_section(doc, data, labels, floors)
     overloaded_section(doc, data, labels)
     prices_section(doc, data)
     if options.capacity is not None:
@@ -87,7 +90,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     report.summary += benchmark_cost_section(doc, data)
     if not data.sustained.empty:
         cross_tier_section(doc, report.images, folder, data.sustained, labels, prices, options.slo_p99_ms,
-                           options.baseline_tier)
+                           options.baseline_tier, floors)
     studies_section(doc, data.trials, labels)
     for tier in sorted(data.tiers):
         if (ok["tier"] == tier).any():

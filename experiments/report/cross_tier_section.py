@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.report import plots, tables
+from experiments.report.ceiling_section import Floor
 from experiments.report.noise import interval_ends, pivot_ends
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd, usd_per_hour
 from experiments.report.served import STACK_NOTE, load_marks, marked_table, point_numeric
@@ -17,8 +18,9 @@ from experiments.report.tables import MARKS, P50, P99, THROUGHPUT
 
 def cross_tier_section(doc: Document, images: dict[str, Path], folder: Path, sustained: pd.DataFrame,
                        labels: dict[str, str], prices: dict, slo_p99_ms: float | None,
-                       baseline_tier: str | None) -> None:
-    """Cost tables, the Pareto frontier and its plots: from the trials whose server kept up (`sustained`)."""
+                       baseline_tier: str | None, floors: dict[str, Floor] | None = None) -> None:
+    """Cost tables, the Pareto frontier and its plots: from the trials whose server kept up (`sustained`). `floors`:
+    what each tier's image would cost at its best in-process throughput, drawn on the Pareto plot."""
     doc.h(1, "Cost per image across tiers")
     doc.p(f"$ per 1k images = price per hour / 3600 / throughput × 1000: the cost of keeping the tier busy at "
           f"that operating point, at each tier's primary price. {STACK_NOTE}")
@@ -58,9 +60,11 @@ def cross_tier_section(doc: Document, images: dict[str, Path], folder: Path, sus
         chosen = tables.slo_pick(tables.priced_points(sustained, prices), slo_p99_ms)
         if chosen is not None:
             pick = chosen.rename({"cost_per_1k_usd": "cost_per_1k_images_usd"})
-    images["pareto.png"] = plots.pareto(sustained, frontier, labels, folder / "pareto.png", slo_p99_ms, pick)
+    images["pareto.png"] = plots.pareto(sustained, frontier, labels, folder / "pareto.png", slo_p99_ms, pick,
+                                        floors)
     doc.image("pareto.png", "p99 latency vs $ per 1k images (primary prices), Pareto frontier in black; hollow "
-                            "markers: unstable trials")
+                            "markers: unstable trials" + ("; dashed: each tier's floor, at its best in-process "
+                                                          "throughput" if floors else ""))
     images["cost_per_1k.png"] = plots.cost_bars(sustained, prices, labels, folder / "cost_per_1k.png")
     doc.image("cost_per_1k.png", "Lowest $ per 1k images per backend stack and tier; ticks: other listed prices; "
                                  "hatched: unstable")

@@ -23,6 +23,10 @@ LOAD_PARAMS = ("load_mode", "request_rate")
 # Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
 INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors", "load_engine", "trace",
                "trace_mean_to_peak")
+# What held a trial back, against its runtime's in-process ceiling (`experiments.measure.efficiency`): the runtime's
+# key (a param) and the verdict (tags). Empty where the sweep logged none (ceiling off, untimed runtime, older sweeps).
+CEILING_PARAMS = ("ceiling_runtime",)
+VERDICT_TAGS = ("bottleneck", "bottleneck_evidence", "bottleneck_fix")
 # Metrics renamed since: stores written before are read under the current names.
 RENAMED_METRICS = {"validation_top1_agreement": "crosscheck_top1_agreement",
                    "validation_max_abs_diff": "crosscheck_max_abs_diff"}
@@ -182,6 +186,10 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     for key in (*KEY_PARAMS[1:], *LOAD_PARAMS, *INFO_PARAMS):
         out[key] = _column(runs, f"params.{key}")
     out["variant"] = out.pop("backend_variant").fillna(out["backend"])
+    for key in CEILING_PARAMS:
+        out[key] = _column(runs, f"params.{key}", "").fillna("").astype(str)
+    for key in VERDICT_TAGS:
+        out[key] = _column(runs, f"tags.{key}", "").fillna("").astype(str)
     for key in ("batch_size", "concurrency"):
         out[key] = pd.to_numeric(out[key], errors="coerce").astype("Int64")
     out["load_mode"] = out["load_mode"].fillna(LoadMode.CLOSED)

@@ -1,20 +1,24 @@
 """The report's plots (matplotlib, Agg backend, PNG): latency vs throughput per backend for each tier, p99 vs
-$ per 1k images with the Pareto frontier, and cost per 1k images by tier and backend. Unstable trials are
-drawn hollow (hatched bars), overloaded ones ringed in red, and each legend says how many. And the capacity plan's
-$/month against traffic, one step line per tier."""
+$ per 1k images with the Pareto frontier (and each tier's floor: its cost at its best in-process throughput), and
+cost per 1k images by tier and backend. Unstable trials are drawn hollow (hatched bars), overloaded ones ringed in
+red, and each legend says how many. And the capacity plan's $/month against traffic, one step line per tier."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from experiments.config.choices import LoadMode
 from experiments.config.prices import HOURS_PER_MONTH, Price, cost_per_1k_images
 from experiments.report.marks import UNSTABLE
 from experiments.report.tables import P50, P99, THROUGHPUT
+
+if TYPE_CHECKING:
+    from experiments.report.ceiling_section import Floor
 
 DPI = 110
 OVERLOAD_COLOR = "crimson"
@@ -119,14 +123,33 @@ def latency_vs_throughput(ok: pd.DataFrame, tier_label: str, path: Path) -> Path
     return path
 
 
+def _dollars(value: float) -> str:
+    """$0.000025, not $2.5e-05: a floor's cost is far below a cent, and a legend is read, not parsed."""
+    return "$" + np.format_float_positional(value, precision=3, unique=False, fractional=False, trim="-")
+
+
+def _floor_lines(ax: Any, floors: dict[str, Floor], colors: dict[str, Any], labels: dict[str, str]) -> None:
+    """Each tier's floor as a dashed line at its $ per 1k images, in the tier's colour, named in the legend."""
+    for tier, floor in sorted(floors.items()):
+        where = "in-process, device-resident" if floor.resident else "in-process"
+        ax.axhline(floor.usd_per_1k, color=colors.get(tier, "gray"), ls="--", lw=1,
+                   label=f"{labels.get(tier, tier)} floor: {_dollars(floor.usd_per_1k)} / 1k at "
+                         f"{floor.img_s:,.0f} img/s {where}")
+
+
 def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], path: Path,
-           slo_p99_ms: float | None = None, pick: pd.Series | None = None) -> Path:
+           slo_p99_ms: float | None = None, pick: pd.Series | None = None,
+           floors: dict[str, Floor] | None = None) -> Path:
     """Every operating point: p99 (x) vs $ per 1k images at its tier's primary price (y); colour = tier,
-    marker = backend variant; the frontier as a step line with its points numbered and named in a key."""
+    marker = backend variant; the frontier as a step line with its points numbered and named in a key. `floors`: per
+    tier, what an image would cost at its best in-process throughput (a dashed line; the cost axis goes log when it
+    lies far below the points, so they stay apart)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 6.2 + 0.17 * len(frontier)))
     markers = dict(zip(sorted(ok["variant"].unique()), "osD^v<>Pp*", strict=False))
     cmap = plt.get_cmap("tab10")
+    floors = floors or {}
+    colors = {str(tier): cmap(i % 10) for i, tier in enumerate(sorted(ok["tier"].unique()))}
     for i, (tier, rows) in enumerate(ok.groupby("tier", sort=True)):
         for variant, vrows in rows.groupby("variant", sort=True):
             _scatter_marked(ax, vrows, P99, "cost_per_1k_images_usd", color=cmap(i % 10), alpha=0.7,
@@ -151,8 +174,10 @@ def pareto(ok: pd.DataFrame, frontier: pd.DataFrame, labels: dict[str, str], pat
                    lw=1.8, label="SLO pick (primary price)", zorder=5)
     if slo_p99_ms is not None:
         ax.axvline(slo_p99_ms, color="crimson", ls="--", lw=1, label=f"SLO p99 ≤ {slo_p99_ms:g} ms")
+    _floor_lines(ax, floors, colors, labels)
     _log_if_wide(ax, ok[P99], "x")
-    _log_if_wide(ax, ok["cost_per_1k_images_usd"], "y")
+    floor_costs = pd.Series([floor.usd_per_1k for floor in floors.values()], dtype=float)
+    _log_if_wide(ax, pd.concat([ok["cost_per_1k_images_usd"], floor_costs], ignore_index=True), "y")
     ax.set_xlabel("p99 latency (ms)")
     ax.set_ylabel("$ per 1k images (each tier's primary price)")
     ax.set_title("Latency vs cost: lower-left is better; the frontier holds the only sensible choices")

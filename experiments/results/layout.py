@@ -6,6 +6,7 @@
         tier.json                        tier params and tags, experiment name, resolved config (`TierInfo`)
         cluster.json                     the live Ray nodes the job saw
         node_time.json                   each node the job held: since when, until when (`results.node_time`)
+        ceiling.json                     each runtime timed in-process on the node (`measure.ceiling`)
         servers/<variant>/               server logs and rendered configs of each server group
         deploy/<backend>/                a settings search's summary and its winner's deploy files
         trials/<trial>/                  record.json, latencies.csv, server_logs/ of a failed trial
@@ -22,6 +23,7 @@ REPORT_DIR = "report"
 TIER_FILE = "tier.json"
 CLUSTER_FILE = "cluster.json"
 NODE_TIME_FILE = "node_time.json"
+CEILING_FILE = "ceiling.json"
 SERVERS_DIR = "servers"
 DEPLOY_DIR = "deploy"
 TRIALS_DIR = "trials"
@@ -30,8 +32,8 @@ LATENCIES_FILE = "latencies.csv"
 SERVER_LOGS_DIR = "server_logs"
 REPEATS_DIR = "repeats"
 # Files of the tier folder that go onto the tier run when written; node_time.json goes with the run's end
-# (`Publisher.finish`), with the metrics summed from it.
-TIER_ARTIFACTS = (CLUSTER_FILE,)
+# (`Publisher.finish`), with the metrics summed from it (and the ceiling's, from ceiling.json).
+TIER_ARTIFACTS = (CLUSTER_FILE, CEILING_FILE)
 
 
 def sweep_folder(results_dir: str | Path, sweep_id: str) -> Path:
@@ -75,6 +77,10 @@ class TierFolder:
     @property
     def node_time_file(self) -> Path:
         return self.path / NODE_TIME_FILE
+
+    @property
+    def ceiling_file(self) -> Path:
+        return self.path / CEILING_FILE
 
     @property
     def servers(self) -> Path:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from experiments.measure.ceiling import read_ceiling
 from experiments.results.layout import NODE_TIME_FILE, TIER_ARTIFACTS, TierFolder, server_artifact
 from experiments.results.node_time import node_time_metrics
 from experiments.results.records import Status, TrialRecord, read_record
@@ -195,14 +196,17 @@ class Publisher:
         self._safely("log_trial", "log_trial", self.tier_run, record, trial_dir, self.info.tags, self.info.config_yaml)
 
     def finish(self, status: str, catch_up: bool = True) -> None:
-        """Catch up if offline (with `catch_up`); log the node time the tier's runs took (`results.node_time`), then
-        close the tier and sweep runs."""
+        """Catch up if offline (with `catch_up`); log the node time the tier's runs took (`results.node_time`) and the
+        ceiling's figures (`measure.ceiling`), then close the tier and sweep runs."""
         if catch_up:
             self.reconnect(now=True)
         metrics = node_time_metrics(self.folder)
         if metrics:
             self._safely("metrics", "log_metrics", self.tier_run, metrics)
             self.tier_file(NODE_TIME_FILE, self.folder.node_time_file.read_text())
+        ceiling = read_ceiling(self.folder.ceiling_file)
+        if ceiling is not None and ceiling.timings:
+            self._safely("metrics", "log_metrics", self.tier_run, ceiling.tier_metrics())
         self._safely("finish", "finish", self.tier_run, status)
         self._safely("finish", "finish_shared", self.sweep_run, status)
 

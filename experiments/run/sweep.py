@@ -26,7 +26,7 @@ from experiments.config.search import space_of
 from experiments.config.validation import validate
 from experiments.measure.client_actor import ClientPool
 from experiments.plan import Trial, TrialGroup, plan_trials
-from experiments.results.layout import CLUSTER_FILE, SERVER_LOGS_DIR, TierFolder
+from experiments.results.layout import CEILING_FILE, CLUSTER_FILE, SERVER_LOGS_DIR, TierFolder
 from experiments.results.node_time import record_node_time
 from experiments.results.publish import Publisher, TierInfo, relog_command
 from experiments.results.records import Status, TrialRecord, read_record, write_record
@@ -36,6 +36,7 @@ from experiments.run.backend_search import SEARCH_FILE, BackendSearch
 from experiments.run.progress import SweepProgress, sweep_progress
 from experiments.run.resume import resume_command
 from experiments.run.server_group import Finish, ServerGroup, ServerRelay, StagedModel, build_backend
+from experiments.run.tier_ceiling import TierCeiling
 from experiments.run.trial import new_record
 from serving.model_files import ShippedFile, ship, with_model_file
 from serving.node import NodeInfo
@@ -65,6 +66,7 @@ class TierSweep:
         self.node: NodeInfo | None = None
         self.progress: SweepProgress | None = None
         self.shipped: ShippedFile | None = None  # the model's file in Ray's object store, once per tier job
+        self.ceiling: TierCeiling | None = None  # the runtimes' in-process ceiling on the tier's node
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
 
     def run(self) -> int:
@@ -121,6 +123,10 @@ class TierSweep:
             self.publisher.open()
         self.publisher.tier_file(CLUSTER_FILE, self.folder.cluster_file.read_text())
         model = self._stage_model(options)
+        self.ceiling = TierCeiling(self.cfg, node, lambda name: build_backend(self.cfg, name, node, options,
+                                                                              place.emulated, model.on_node))
+        if self.ceiling.measure(self.groups, model.on_node, options, self.folder.ceiling_file):
+            self.publisher.tier_file(CEILING_FILE, self.folder.ceiling_file.read_text())
         done_keys = self._ok_keys()
         self.clients = ClientPool(self.cfg.experiment, place.client_options,
                                   self.cfg.cluster.schedule_timeout_s).start()
@@ -312,6 +318,8 @@ class TierSweep:
         if record.status != Status.SKIPPED and lost is None and not not_run:
             record.params.update(self.place.client_params(self.clients.locations(
                 record.params.get("client_actors_used", 1), record.trial.protocol)))
+        if self.ceiling is not None:
+            self.ceiling.annotate(record)
         write_record(record, trial_dir)
         self.publisher.trial(record, trial_dir)
         if record.status == Status.FAILED:

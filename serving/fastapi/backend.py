@@ -22,6 +22,7 @@ from serving.host_actor import place_host, stop_host
 from serving.oip.protocol import model_signatures
 from serving.protocols import InputFormat, parse_protocol
 from serving.pytorch.facts import TorchFacts
+from serving.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class FastApiBackend(Backend):
         if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.settings.num_gpus > 0:
             options["num_gpus"] = self.settings.num_gpus
         return options
+
+    def runtime(self) -> Runtime:
+        return self.settings.runtime(self.device)
 
     def runs_on(self) -> str:
         facts = self.context.node.facts(FastApiFacts)

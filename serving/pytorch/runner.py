@@ -25,6 +25,7 @@ class TorchOptions:
     compile_dynamic: bool | None = None  # torch.compile dynamic shapes: null lets torch decide
     compile_backend: str = "inductor"  # torch.compile backend (e.g. cudagraphs; eager only traces, for tests)
     cudnn_benchmark: bool = True  # let cuDNN pick the fastest convolution per input shape (CUDA only)
+    channels_last: bool = False  # NHWC memory layout for weights and inputs (tensor-core convolutions on GPUs)
 
     def unsupported_reason(self, device: str) -> str | None:
         if self.half and device != "cuda":
@@ -51,22 +52,29 @@ class TorchRunner:
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = options.cudnn_benchmark
         model = build_model(model_cfg).to(self.device, dtype=self.dtype)
+        self.memory_format = torch.channels_last if options.channels_last else torch.contiguous_format
+        if options.channels_last:
+            model = model.to(memory_format=torch.channels_last)
         if options.compile:
             model = torch.compile(model, backend=options.compile_backend, mode=options.compile_mode,
                                   dynamic=options.compile_dynamic)
         self.model = model
         self.info: dict[str, Any] = {"device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
-                                     "torch_compile": options.compile, "torch_version": torch.__version__,
-                                     "model_file": model_file(model_cfg) or ""}
+                                     "torch_compile": options.compile, "channels_last": options.channels_last,
+                                     "torch_version": torch.__version__, "model_file": model_file(model_cfg) or ""}
         if self.device.type == "cuda":
             self.info["cuda_device_name"] = torch.cuda.get_device_name(self.device)
+
+    def to_device(self, batch: Any) -> Any:
+        """A float32 NCHW tensor as the model takes it: on its device, in its precision and memory layout."""
+        return batch.to(self.device, dtype=self.dtype).contiguous(memory_format=self.memory_format)
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
         """float32 NCHW in, float32 logits out, whatever precision the model runs in."""
         import torch
 
         with torch.inference_mode():
-            inputs = torch.from_numpy(batch).to(self.device, dtype=self.dtype)
+            inputs = self.to_device(torch.from_numpy(batch))
             logits = self.model(inputs)
         return logits.float().cpu().numpy()
 

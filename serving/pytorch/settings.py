@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.pytorch.runner import TorchOptions
+from serving.runtime import Engine, Runtime
 from serving.settings import BackendSettings, is_positive_int
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -23,11 +24,17 @@ class TorchSettings(BackendSettings):
     compile_dynamic: bool | None = None  # torch.compile dynamic shapes: null lets torch decide
     compile_backend: str = "inductor"  # torch.compile backend
     cudnn_benchmark: bool = True  # cuDNN picks the fastest kernels per batch size during warm-up (CUDA only)
+    channels_last: bool = False  # NHWC memory layout: tensor-core convolutions on GPUs (same arithmetic)
 
     def torch_options(self) -> TorchOptions:
         return TorchOptions(half=self.half, compile=self.compile, compile_mode=self.compile_mode,
                             compile_dynamic=self.compile_dynamic, compile_backend=self.compile_backend,
-                            cudnn_benchmark=self.cudnn_benchmark)
+                            cudnn_benchmark=self.cudnn_benchmark, channels_last=self.channels_last)
+
+    def runtime(self, device: str) -> Runtime:
+        """What computes the model in a server with these settings on a node where torch runs on `device`."""
+        return Runtime(Engine.TORCH, device, "fp16" if self.half else "fp32", compile=self.compile,
+                       compile_mode=self.compile_mode, channels_last=self.channels_last, threads=self.torch_threads)
 
     def check(self, name: str, model: Any, cluster: Any) -> list[str]:
         problems = super().check(name, model, cluster)

@@ -23,6 +23,7 @@ from serving.process import free_ports
 from serving.protocols import InputFormat
 from serving.pytorch.facts import TorchFacts
 from serving.ray_serve.settings import RayServeTorchSettings
+from serving.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,9 @@ class RayServeTorchBackend(Backend):
         if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.settings.replica_num_gpus > 0:
             options["num_gpus"] = self.settings.replica_num_gpus
         return options
+
+    def runtime(self) -> Runtime:
+        return self.settings.runtime(self.device)
 
     def runs_on(self) -> str:
         version = self.context.node.facts(TorchFacts).version

@@ -23,6 +23,7 @@ from serving.host_actor import place_host, stop_host
 from serving.models import ModelSource
 from serving.protocols import InputFormat
 from serving.pytorch.facts import TorchFacts
+from serving.runtime import Runtime
 from serving.torchserve import config as ts_config
 from serving.torchserve.facts import TorchServeFacts
 from serving.torchserve.metrics import HANDLER_COUNTERS, breakdown, served_images
@@ -69,6 +70,9 @@ class TorchServeBackend(Backend):
         if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.settings.num_gpus > 0:
             options["num_gpus"] = self.settings.num_gpus
         return options
+
+    def runtime(self) -> Runtime:
+        return self.settings.runtime(self.device)
 
     def runs_on(self) -> str:
         facts, torch = self.context.node.facts(TorchServeFacts), self.context.node.facts(TorchFacts)

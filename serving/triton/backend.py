@@ -18,6 +18,7 @@ from serving.clients.base import ClientSpec
 from serving.host_actor import place_host, stop_host
 from serving.paths import MODEL_REPOSITORY
 from serving.protocols import InputFormat, parse_protocol
+from serving.runtime import Engine, Runtime
 from serving.triton.accelerators import gpu_extra
 from serving.triton.clients import TritonClientSpec
 from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
@@ -92,6 +93,13 @@ class TritonBackend(Backend):
         if self.accelerator.gpu and self.context.node.ray_gpus > 0 and self.settings.num_gpus > 0:
             options["num_gpus"] = self.settings.num_gpus
         return options
+
+    def runtime(self) -> Runtime:
+        """ONNX Runtime with this variant's provider, as the Python backend runs it (NVIDIA's native ONNX Runtime
+        backend, where the node has it, is the closest in-process equivalent)."""
+        accelerator = self.accelerator
+        return Runtime(Engine.ONNXRUNTIME, "cuda" if accelerator.gpu else "cpu", self.numerics,
+                       provider=accelerator.provider, threads=self.settings.ort_threads)
 
     def runs_on(self) -> str:
         return f"{self.server.label}, ONNX Runtime {self.accelerator.provider}"

@@ -27,7 +27,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from serving.export import ExportReport, ensure_onnx
 from serving.models import model_file, output_dims, preprocessing
 from serving.node import current_location
-from serving.paths import cache_root
+from serving.paths import node_model_repository
 from serving.triton.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import TritonInstallation, find_installation
@@ -36,14 +36,6 @@ from serving.triton.server import TritonServer
 
 log = logging.getLogger(__name__)
 MAX_DEFAULT_PREPROCESS_INSTANCES = 8
-
-
-def _node_model_repository(preferred: str) -> Path:
-    """The project's `model_repository/` when this node has it (same machine), else a node-local cache."""
-    path = Path(preferred)
-    if path.is_dir():
-        return path
-    return cache_root() / "model_repository"
 
 
 @contextmanager
@@ -98,7 +90,7 @@ class TritonServerHost:
         import ray
 
         started = time.monotonic()
-        self.export = ensure_onnx(self.model, _node_model_repository(self.model_repository))
+        self.export = ensure_onnx(self.model, node_model_repository(self.model_repository))
         self.installation = find_installation(self.preference)
         # Outside Ray (e.g. a test hosting the server itself) there is no placement to ask about: asking would
         # start a Ray.

@@ -1,0 +1,180 @@
+"""How much of the GPU an operating point uses, and what holds it back: each trial against its runtime's in-process
+ceiling (`experiments.measure.ceiling`), and one verdict from its own measured breakdown that names the setting
+that would move it.
+
+Efficiency (metrics of the trial):
+
+- `ceiling_img_s`: what the runtime does in-process, host round trip included (what a server pays), at the batch the
+  server computed (`ceiling_batch`: the request's images, or the server's average batch where it merged requests);
+  `ceiling_share` = served img/s over it;
+- `ceiling_best_img_s` / `ceiling_best_batch`: the runtime's best round-trip throughput over batch sizes;
+  `ceiling_share_best` = served over it (how far this point is from the runtime's limit at any batch);
+- `ceiling_resident_best_img_s` (at `ceiling_resident_best_batch`), `ceiling_share_resident`: the same against the
+  device-resident best (the GPU's own limit with this runtime, no copies);
+- `ceiling_p50_ms`, `served_p50_over_inprocess`: the in-process p50 at the request's batch, and the served p50 over it;
+  `ceiling_b1_p50_ms`: the in-process p50 at batch 1.
+
+The verdict (tags `bottleneck`, `bottleneck_evidence`, `bottleneck_fix`), first that applies:
+
+1. client: a client actor used more than `experiment.client_cpu_limit` of a core: the figure is the client's;
+2. compute: the GPU was busy >= `BUSY_GPU_PCT` % of the window (GPU runtimes);
+3. cpu: a CPU runtime reached >= `AT_CEILING` of its in-process throughput, or colocated clients took
+   >= `CLIENT_CORE_SHARE` of the node's cores (which the server then did not have);
+4. queue / proxy / transport: the largest of the server's queue time, the time outside the replica behind Serve's
+   proxy, or the time outside the server (client p50 side: loopback, (de)serialising, the HTTP/gRPC stack), when it
+   is >= `DOMINANT_SHARE` of the mean request;
+5. load: otherwise: the server computes most of each request and the device still idles: too little work in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from serving.inprocess import RESIDENT, ROUND_TRIP, RuntimeTiming
+
+BUSY_GPU_PCT = 80.0
+AT_CEILING = 0.7
+CLIENT_CORE_SHARE = 0.25
+DOMINANT_SHARE = 0.3
+
+
+class Bottleneck(StrEnum):
+    CLIENT = "client"
+    COMPUTE = "compute"
+    CPU = "cpu"
+    QUEUE = "queue"
+    PROXY = "proxy"
+    TRANSPORT = "transport"
+    LOAD = "load"
+
+    @property
+    def fix(self) -> str:
+        """The settings that would move a point held back by this."""
+        return {
+            Bottleneck.CLIENT: "more client actors (experiment.max_client_actors) or clients on their own node "
+                               "(clients.placement=separate); the served figure is a lower bound",
+            Bottleneck.COMPUTE: "the GPU is the limit: lower precision (FP16), TensorRT, or a bigger GPU",
+            Bottleneck.CPU: "the CPU is the limit: a bigger CPU, clients on their own node "
+                            "(clients.placement=separate), or a GPU",
+            Bottleneck.QUEUE: "more model instances (Triton instance_count, Serve num_replicas) or server-side "
+                              "batching (dynamic_batching / batching)",
+            Bottleneck.PROXY: "Serve's direct ingress to the replica (direct_ingress: true, e.g. pytorch_direct)",
+            Bottleneck.TRANSPORT: "fewer bytes per image or fewer requests: shared memory (http_shm/grpc_shm), JPEG "
+                                  "input, larger batches",
+            Bottleneck.LOAD: "more work in flight: higher concurrency, larger batches, or server-side batching",
+        }[self]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    bottleneck: Bottleneck
+    evidence: str  # the numbers that decided it
+
+    def tags(self) -> dict[str, str]:
+        return {"bottleneck": str(self.bottleneck), "bottleneck_evidence": self.evidence,
+                "bottleneck_fix": self.bottleneck.fix}
+
+
+def efficiency_metrics(metrics: dict[str, float], timing: RuntimeTiming, batch_size: int) -> dict[str, float]:
+    """The trial's figures against its runtime's ceiling (see the module's docstring)."""
+    served = metrics.get("throughput_img_s")
+    if not served:
+        return {}
+    computed_batch = max(float(batch_size), float(metrics.get("server_batch_avg") or 0.0))
+    out: dict[str, float] = {"ceiling_batch": computed_batch}
+    at = timing.img_s_at(computed_batch, ROUND_TRIP)
+    if at:
+        out.update(ceiling_img_s=at, ceiling_share=served / at)
+    best = timing.best(ROUND_TRIP)
+    if best is not None:
+        out.update(ceiling_best_img_s=best.img_s, ceiling_best_batch=float(best.batch_size),
+                   ceiling_share_best=served / best.img_s)
+    if timing.of_mode(RESIDENT):
+        resident = timing.best(RESIDENT)
+        out.update(ceiling_resident_best_img_s=resident.img_s, ceiling_resident_best_batch=float(resident.batch_size),
+                   ceiling_share_resident=served / resident.img_s)
+    same = timing.point(batch_size, ROUND_TRIP)
+    if same is not None and "latency_p50_ms" in metrics:
+        out.update(ceiling_p50_ms=same.p50_ms, served_p50_over_inprocess=metrics["latency_p50_ms"] / same.p50_ms)
+    one = timing.point(1, ROUND_TRIP)
+    if one is not None:
+        out["ceiling_b1_p50_ms"] = one.p50_ms
+    return out
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f} %"
+
+
+def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, client_cpu_limit: float,
+            node_cpus: int) -> Verdict:
+    """What holds this trial back, from its own figures (see the module's docstring for the rules)."""
+    m = metrics
+    client = m.get("client_cpu_util_max")
+    if client is not None and client > client_cpu_limit:
+        return Verdict(Bottleneck.CLIENT, f"the busiest client actor used {_pct(client)} of a core (limit "
+                                          f"{_pct(client_cpu_limit)})")
+    busy = m.get("gpu_util_pct")
+    share = m.get("ceiling_share")
+    share_text = f"{_pct(share)} of the runtime's in-process throughput at batch {m['ceiling_batch']:g}" if (
+        share is not None) else ""
+    if on_gpu and busy is not None and busy >= BUSY_GPU_PCT:
+        return Verdict(Bottleneck.COMPUTE, f"GPU busy {busy:.0f} % of the window" + (f"; {share_text}" if share_text
+                                                                                     else ""))
+    if not on_gpu:
+        client_cores = _client_cores(m)
+        colocated = str(params.get("client_placement", "colocated")) == "colocated"
+        crowded = colocated and client_cores is not None and node_cpus and client_cores / node_cpus >= CLIENT_CORE_SHARE
+        if (share is not None and share >= AT_CEILING) or crowded:
+            parts = [share_text] if share_text else []
+            if client_cores is not None and colocated:
+                parts.append(f"the clients on the same node used {client_cores:.2f} of its {node_cpus} cores")
+            return Verdict(Bottleneck.CPU, "; ".join(parts))
+    latency = m.get("latency_mean_ms") or m.get("latency_p50_ms")
+    server = m.get("server_request_ms", m.get("server_replica_ms"))
+    parts: dict[Bottleneck, tuple[float, str]] = {}
+    if latency and m.get("server_queue_ms") is not None:
+        parts[Bottleneck.QUEUE] = (m["server_queue_ms"], f"{m['server_queue_ms']:.2f} ms of a {latency:.2f} ms "
+                                                         "request waited in the server's queue")
+    if latency and server is not None:
+        outside = max(0.0, latency - server)
+        proxied = str(params.get("server_ingress", "")) == "proxy"
+        where = "outside the replica, through Serve's proxy" if proxied else "outside the server (client, " \
+                                                                             "loopback, protocol)"
+        cpu = m.get("client_cpu_us_per_request")
+        extra = f"; the client spent {cpu / 1000:.2f} ms of CPU per request" if cpu is not None and not proxied \
+            else ""
+        parts[Bottleneck.PROXY if proxied else Bottleneck.TRANSPORT] = (
+            outside, f"{outside:.2f} ms of a {latency:.2f} ms request {where} (the server's own time "
+                     f"{server:.2f} ms){extra}")
+    if parts:
+        kind, (ms, text) = max(parts.items(), key=lambda item: item[1][0])
+        if ms >= DOMINANT_SHARE * latency:
+            return Verdict(kind, text)
+    evidence = []
+    if latency and server is not None:
+        evidence.append(f"the server's own time is {server:.2f} ms of a {latency:.2f} ms request")
+    if on_gpu and busy is not None:
+        evidence.append(f"yet the GPU was busy only {busy:.0f} % of the window")
+    if share_text:
+        evidence.append(share_text)
+    evidence.append(f"at {_load(params)} with batch {params.get('batch_size', '?')}")
+    return Verdict(Bottleneck.LOAD, "; ".join(evidence))
+
+
+def _load(params: dict[str, Any]) -> str:
+    mode = str(params.get("load_mode", "closed"))
+    if mode == "closed":
+        return f"concurrency {params.get('concurrency', '?')}"
+    return f"{mode} {params.get('request_rate', '?')} req/s"
+
+
+def _client_cores(metrics: dict[str, float]) -> float | None:
+    """Cores the clients used on average: their CPU per request times the requests per second."""
+    per_request = metrics.get("client_cpu_us_per_request")
+    rate = metrics.get("requests_s")
+    if per_request is None or rate is None:
+        return None
+    return per_request * rate / 1e6

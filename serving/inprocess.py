@@ -1,0 +1,261 @@
+"""The model timed in-process, in the runtime a server runs it with (`serving.runtime.Runtime`): no server, no
+client, no network. This is the ceiling a served figure is set against (`experiments.measure.ceiling`).
+
+Two ways of calling the runtime, at each batch size:
+
+- `round_trip`: a float32 NumPy batch in, NumPy logits out, as a server pays for every request (the host-to-device
+  copy, the compute, the copy back and the synchronisation);
+- `resident`: input already on the GPU, output left there, one call after another with a synchronisation each: what
+  the GPU itself does (GPU runtimes only; on a CPU the two are the same thing and only `round_trip` is measured).
+
+Each point is the p50 of single calls and the images per second over all of them, one call at a time (one stream):
+a server runs one forward pass per model instance at a time too. Batch sizes are measured smallest first; once the
+throughput stops growing (`PLATEAU_GAIN`), larger batches are measured only where the caller needs them (the
+experiment's own batch sizes), so a CPU, which plateaus early, does not spend seconds per call on batches nobody
+serves.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from serving.paths import cache_root
+from serving.runtime import Engine, Runtime
+
+ROUND_TRIP = "round_trip"
+RESIDENT = "resident"
+MODES = (ROUND_TRIP, RESIDENT)
+# A batch whose round-trip throughput is below (1 + PLATEAU_GAIN) x the best smaller batch's marks the plateau.
+PLATEAU_GAIN = 0.03
+FALLBACKS = {"TensorrtExecutionProvider": ("CUDAExecutionProvider", "CPUExecutionProvider"),
+             "CUDAExecutionProvider": ("CPUExecutionProvider",), "CPUExecutionProvider": ()}
+
+
+@dataclass(frozen=True)
+class TimingBudget:
+    """How long each (batch, mode) is timed: at least `min_calls` calls and `min_time_s` seconds, after
+    `warmup_calls` (one only, when a single call outlasts `min_time_s`: a CPU at a large batch)."""
+
+    min_time_s: float = 0.5
+    min_calls: int = 5
+    warmup_calls: int = 3
+    max_calls: int = 5000
+
+
+@dataclass(frozen=True)
+class InProcessPoint:
+    batch_size: int
+    mode: str  # ROUND_TRIP | RESIDENT
+    p50_ms: float  # one call, median
+    mean_ms: float
+    img_s: float  # images over the timed span, one call after another
+    calls: int
+
+
+@dataclass
+class RuntimeTiming:
+    """Every point measured for one runtime on one node, with the versions that computed them."""
+
+    runtime: Runtime
+    points: list[InProcessPoint] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    setup_s: float = 0.0  # building the model / session (and, for compiled runtimes, compiling)
+    timed_s: float = 0.0  # the warm-ups and timed calls
+
+    def point(self, batch_size: int, mode: str = ROUND_TRIP) -> InProcessPoint | None:
+        return next((p for p in self.points if p.batch_size == batch_size and p.mode == mode), None)
+
+    def of_mode(self, mode: str) -> list[InProcessPoint]:
+        return sorted((p for p in self.points if p.mode == mode), key=lambda p: p.batch_size)
+
+    def best(self, mode: str = ROUND_TRIP) -> InProcessPoint | None:
+        """The batch with the highest throughput in `mode` (round trip when the runtime has no resident points)."""
+        points = self.of_mode(mode) or self.of_mode(ROUND_TRIP)
+        return max(points, key=lambda p: p.img_s, default=None)
+
+    def img_s_at(self, batch: float, mode: str = ROUND_TRIP) -> float | None:
+        """Throughput at `batch` images per forward pass: measured, else interpolated between the measured batches
+        around it (linearly in the batch), else that of the nearest one measured (beyond the plateau, throughput
+        stays flat). None when nothing was measured."""
+        points = self.of_mode(mode)
+        if not points:
+            return None
+        sizes = [p.batch_size for p in points]
+        rates = [p.img_s for p in points]
+        return float(np.interp(batch, sizes, rates))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runtime": self.runtime.to_json(), "points": [asdict(p) for p in self.points],
+                "versions": self.versions, "setup_s": self.setup_s, "timed_s": self.timed_s}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> RuntimeTiming:
+        return RuntimeTiming(Runtime.from_json(data["runtime"]), [InProcessPoint(**p) for p in data["points"]],
+                             dict(data.get("versions", {})), float(data.get("setup_s", 0.0)),
+                             float(data.get("timed_s", 0.0)))
+
+
+def time_calls(call: Callable[[], Any], batch_size: int, mode: str, budget: TimingBudget) -> InProcessPoint:
+    """Warm `call` up, then time single calls until both minimums of the budget are met."""
+    started = time.perf_counter()
+    call()
+    if time.perf_counter() - started < budget.min_time_s:
+        for _ in range(budget.warmup_calls - 1):
+            call()
+    times: list[float] = []
+    span_start = time.perf_counter()
+    while len(times) < budget.max_calls and (len(times) < budget.min_calls
+                                             or time.perf_counter() - span_start < budget.min_time_s):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    span = time.perf_counter() - span_start
+    ms = np.asarray(times) * 1e3
+    return InProcessPoint(batch_size, mode, float(np.percentile(ms, 50)), float(ms.mean()),
+                          batch_size * len(times) / span, len(times))
+
+
+def batch_plan(needed: Iterable[int], max_batch_size: int) -> tuple[list[int], set[int]]:
+    """The batches to try, ascending (powers of two up to the model's largest, its largest and `needed`), and
+    those that must be measured whatever the plateau says (`needed`)."""
+    needed = {int(b) for b in needed if 1 <= int(b) <= max_batch_size}
+    powers = {2 ** i for i in range(max_batch_size.bit_length()) if 2 ** i <= max_batch_size}
+    return sorted(powers | needed | {max_batch_size}), needed
+
+
+class _Caller:
+    """One runtime ready to be called at any batch size, in either mode."""
+
+    def setup(self) -> None: ...
+
+    def call(self, batch: np.ndarray, mode: str) -> Callable[[], Any]:
+        raise NotImplementedError
+
+    def versions(self) -> dict[str, str]:
+        return {}
+
+
+class _TorchCaller(_Caller):
+    def __init__(self, model_cfg: Any, runtime: Runtime) -> None:
+        self.model_cfg, self.runtime = model_cfg, runtime
+
+    def setup(self) -> None:
+        import torch
+
+        from serving.pytorch.runner import TorchOptions, TorchRunner
+
+        torch.set_num_threads(self.runtime.threads or os.cpu_count() or 1)
+        options = TorchOptions(half=self.runtime.precision == "fp16", compile=self.runtime.compile,
+                               compile_mode=self.runtime.compile_mode, channels_last=self.runtime.channels_last)
+        self.torch = torch
+        self.runner = TorchRunner(self.model_cfg, self.runtime.device, options)
+
+    def call(self, batch: np.ndarray, mode: str) -> Callable[[], Any]:
+        torch, runner = self.torch, self.runner
+        if mode == ROUND_TRIP:
+            return lambda: runner.infer(batch)
+        resident = runner.to_device(torch.from_numpy(batch))
+
+        def run_resident() -> None:
+            with torch.inference_mode():
+                runner.model(resident)
+            torch.cuda.synchronize(runner.device)
+
+        return run_resident
+
+    def versions(self) -> dict[str, str]:
+        torch = self.torch
+        out = {"torch": torch.__version__, "torch_cuda": str(torch.version.cuda or "")}
+        if self.runtime.on_gpu:
+            out["cudnn"] = str(torch.backends.cudnn.version())
+            out["device_name"] = torch.cuda.get_device_name(self.runner.device)
+        return out
+
+
+class _OnnxCaller(_Caller):
+    def __init__(self, model_cfg: Any, runtime: Runtime, engine_cache_dir: str | None) -> None:
+        self.model_cfg, self.runtime, self.engine_cache_dir = model_cfg, runtime, engine_cache_dir
+
+    def setup(self) -> None:
+        import onnxruntime as ort
+
+        from serving.export import ensure_onnx
+        from serving.paths import node_model_repository
+
+        provider = self.runtime.provider or "CPUExecutionProvider"
+        chain = [provider, *FALLBACKS.get(provider, ())]
+        if provider != "CPUExecutionProvider":
+            from serving.triton.ort_probe import _preload_gpu_libraries
+
+            _preload_gpu_libraries()
+        options = ort.SessionOptions()
+        if self.runtime.threads:
+            options.intra_op_num_threads = self.runtime.threads
+        path = ensure_onnx(self.model_cfg, node_model_repository()).onnx_path
+        providers = [(name, self._provider_options(name)) for name in chain]
+        self.session = ort.InferenceSession(path, options, providers=providers)
+        got = self.session.get_providers()
+        if got[0] != provider:
+            raise RuntimeError(f"ONNX Runtime {ort.__version__} could not use {provider} here (the session got {got})")
+        self.ort = ort
+        self.input_name = self.session.get_inputs()[0].name
+        self.output_name = self.session.get_outputs()[0].name
+
+    def _provider_options(self, name: str) -> dict[str, Any]:
+        if name == "TensorrtExecutionProvider":
+            cache = self.engine_cache_dir or str(cache_root() / "trt-ceiling")
+            os.makedirs(cache, exist_ok=True)
+            return {"trt_fp16_enable": self.runtime.precision == "fp16", "trt_engine_cache_enable": True,
+                    "trt_engine_cache_path": cache, "trt_timing_cache_enable": True, "trt_timing_cache_path": cache}
+        return {}
+
+    def call(self, batch: np.ndarray, mode: str) -> Callable[[], Any]:
+        session, feeds = self.session, {self.input_name: batch}
+        if mode == ROUND_TRIP:
+            return lambda: session.run([self.output_name], feeds)
+        binding = session.io_binding()
+        binding.bind_ortvalue_input(self.input_name, self.ort.OrtValue.ortvalue_from_numpy(batch, "cuda", 0))
+        binding.bind_output(self.output_name, "cuda", 0)
+
+        def run_resident() -> None:
+            session.run_with_iobinding(binding)  # synchronises the provider's stream before it returns
+
+        return run_resident
+
+    def versions(self) -> dict[str, str]:
+        return {"onnxruntime": self.ort.__version__, "providers": ",".join(self.session.get_providers())}
+
+
+def time_runtime(model_cfg: Any, runtime: Runtime, needed_batches: Iterable[int], budget: TimingBudget,
+                 engine_cache_dir: str | None = None) -> RuntimeTiming:
+    """Time `runtime` on this machine at the batch sizes of `batch_plan`, in both modes on a GPU."""
+    caller: _Caller = (_TorchCaller(model_cfg, runtime) if runtime.engine == Engine.TORCH
+                       else _OnnxCaller(model_cfg, runtime, engine_cache_dir))
+    started = time.perf_counter()
+    caller.setup()
+    timing = RuntimeTiming(runtime)
+    timing.setup_s = time.perf_counter() - started
+    modes = MODES if runtime.on_gpu else (ROUND_TRIP,)
+    batches, needed = batch_plan(needed_batches, int(model_cfg.max_batch_size))
+    rng = np.random.default_rng(0)
+    best = 0.0
+    plateau = False
+    started = time.perf_counter()
+    for size in batches:
+        if plateau and size not in needed:
+            continue
+        batch = rng.standard_normal((size, *model_cfg.input_shape), dtype=np.float32)
+        for mode in modes:
+            timing.points.append(time_calls(caller.call(batch, mode), size, mode, budget))
+        rate = timing.point(size, ROUND_TRIP).img_s
+        plateau = plateau or (best > 0 and rate < best * (1 + PLATEAU_GAIN))
+        best = max(best, rate)
+    timing.timed_s = time.perf_counter() - started
+    timing.versions = caller.versions()
+    return timing
