@@ -8,11 +8,12 @@ Two ways of calling the runtime, at each batch size:
 - `resident`: input already on the GPU, output left there, one call after another with a synchronisation each: what
   the GPU itself does (GPU runtimes only; on a CPU the two are the same thing and only `round_trip` is measured).
 
-Each point is the p50 of single calls and the images per second over all of them, one call at a time (one stream):
-a server runs one forward pass per model instance at a time too. Batch sizes are measured smallest first; once the
-throughput stops growing (`PLATEAU_GAIN`), larger batches are measured only where the caller needs them (the
-experiment's own batch sizes), so a CPU, which plateaus early, does not spend seconds per call on batches nobody
-serves.
+Each point is the p50 of single calls, one call at a time (one stream: a server runs one forward pass per model
+instance at a time too), and its throughput, batch / p50, which a noisy neighbour's hiccups do not move (the
+throughput over the whole timed span is kept beside it). Batch sizes are measured smallest first; once the
+throughput stops growing (`PLATEAU_GAIN`, twice in a row), larger batches are measured only where the caller needs
+them (the experiment's own batch sizes), so a CPU, which plateaus early, does not spend seconds per call on batches
+nobody serves.
 """
 
 from __future__ import annotations
@@ -31,16 +32,18 @@ from serving.runtime import Engine, Runtime
 ROUND_TRIP = "round_trip"
 RESIDENT = "resident"
 MODES = (ROUND_TRIP, RESIDENT)
-# A batch whose round-trip throughput is below (1 + PLATEAU_GAIN) x the best smaller batch's marks the plateau.
+# Two batches in a row whose round-trip throughput is below (1 + PLATEAU_GAIN) x the best smaller batch's mark the
+# plateau (two, so that one noisy point does not end the climb).
 PLATEAU_GAIN = 0.03
+PLATEAU_POINTS = 2
 FALLBACKS = {"TensorrtExecutionProvider": ("CUDAExecutionProvider", "CPUExecutionProvider"),
              "CUDAExecutionProvider": ("CPUExecutionProvider",), "CPUExecutionProvider": ()}
 
 
 @dataclass(frozen=True)
 class TimingBudget:
-    """How long each (batch, mode) is timed: at least `min_calls` calls and `min_time_s` seconds, after
-    `warmup_calls` (one only, when a single call outlasts `min_time_s`: a CPU at a large batch)."""
+    """How long each (batch, mode) is timed: at least `min_calls` calls and `min_time_s` seconds, after a warm-up of
+    `warmup_calls` and a fifth of `min_time_s` (one call only when it outlasts `min_time_s`: a CPU at a large batch)."""
 
     min_time_s: float = 0.5
     min_calls: int = 5
@@ -54,8 +57,9 @@ class InProcessPoint:
     mode: str  # ROUND_TRIP | RESIDENT
     p50_ms: float  # one call, median
     mean_ms: float
-    img_s: float  # images over the timed span, one call after another
+    img_s: float  # batch / p50: the throughput of a typical call (robust to a noisy neighbour's hiccups)
     calls: int
+    span_img_s: float = 0.0  # images over the whole timed span, hiccups included
 
 
 @dataclass
@@ -102,12 +106,15 @@ class RuntimeTiming:
 
 
 def time_calls(call: Callable[[], Any], batch_size: int, mode: str, budget: TimingBudget) -> InProcessPoint:
-    """Warm `call` up, then time single calls until both minimums of the budget are met."""
+    """Warm `call` up (its calls and a fifth of the minimum time), then time single calls until both minimums of the
+    budget are met."""
     started = time.perf_counter()
     call()
     if time.perf_counter() - started < budget.min_time_s:
-        for _ in range(budget.warmup_calls - 1):
+        warmed = 1
+        while warmed < budget.warmup_calls or time.perf_counter() - started < budget.min_time_s / 5:
             call()
+            warmed += 1
     times: list[float] = []
     span_start = time.perf_counter()
     while len(times) < budget.max_calls and (len(times) < budget.min_calls
@@ -117,8 +124,9 @@ def time_calls(call: Callable[[], Any], batch_size: int, mode: str, budget: Timi
         times.append(time.perf_counter() - t0)
     span = time.perf_counter() - span_start
     ms = np.asarray(times) * 1e3
-    return InProcessPoint(batch_size, mode, float(np.percentile(ms, 50)), float(ms.mean()),
-                          batch_size * len(times) / span, len(times))
+    p50 = float(np.percentile(ms, 50))
+    return InProcessPoint(batch_size, mode, p50, float(ms.mean()), batch_size / p50 * 1e3, len(times),
+                          batch_size * len(times) / span)
 
 
 def batch_plan(needed: Iterable[int], max_batch_size: int) -> tuple[list[int], set[int]]:
@@ -245,16 +253,17 @@ def time_runtime(model_cfg: Any, runtime: Runtime, needed_batches: Iterable[int]
     batches, needed = batch_plan(needed_batches, int(model_cfg.max_batch_size))
     rng = np.random.default_rng(0)
     best = 0.0
-    plateau = False
+    flat = 0  # batches in a row that did not beat the best smaller one
     started = time.perf_counter()
     for size in batches:
-        if plateau and size not in needed:
+        if flat >= PLATEAU_POINTS and size not in needed:
             continue
         batch = rng.standard_normal((size, *model_cfg.input_shape), dtype=np.float32)
         for mode in modes:
             timing.points.append(time_calls(caller.call(batch, mode), size, mode, budget))
         rate = timing.point(size, ROUND_TRIP).img_s
-        plateau = plateau or (best > 0 and rate < best * (1 + PLATEAU_GAIN))
+        if flat < PLATEAU_POINTS:
+            flat = flat + 1 if best > 0 and rate < best * (1 + PLATEAU_GAIN) else 0
         best = max(best, rate)
     timing.timed_s = time.perf_counter() - started
     timing.versions = caller.versions()

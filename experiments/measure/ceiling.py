@@ -95,11 +95,12 @@ def _engine_version(engine: str) -> str:
     return "missing"
 
 
-def cache_key(model: dict[str, Any], runtime: Runtime, needed: list[int], budget: TimingBudget,
-              gpu_names: list[str]) -> str:
+def cache_key(model: dict[str, Any], runtime: Runtime, budget: TimingBudget, gpu_names: list[str]) -> str:
+    """What a cached timing must match: the machine, its Python and runtime package, the runtime, the budget and the
+    model (a model file's path is its staged, content-addressed copy)."""
     identity = {"method": METHOD_VERSION, "host": socket.gethostname(), "cpu": cpu_model(), "gpus": gpu_names,
                 "python": platform.python_version(), "engine": _engine_version(runtime.engine),
-                "runtime": runtime.to_json(), "needed": sorted(needed), "budget": asdict(budget),
+                "runtime": runtime.to_json(), "budget": asdict(budget),
                 "model": {k: model.get(k) for k in ("name", "source", "factory", "weights", "path", "seed",
                                                     "num_classes", "output_shape", "input_shape", "max_batch_size")}}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:24]
@@ -122,14 +123,12 @@ def measure_here(model: dict[str, Any], runtimes: list[dict[str, Any]], needed: 
     folder = Path(cache_dir) if cache_dir else cache_root() / "ceiling"
     for data in runtimes:
         runtime = Runtime.from_json(data)
-        path = folder / f"{cache_key(model, runtime, needed, timing_budget, gpus)}.json"
-        if cache and path.is_file():
-            try:
-                result.timings[runtime.key] = RuntimeTiming.from_json(json.loads(path.read_text()))
-                result.cached.append(runtime.key)
-                continue
-            except (ValueError, KeyError, TypeError) as exc:
-                log.warning("ceiling cache %s unreadable (%s): timing %s again", path, exc, runtime.key)
+        path = folder / f"{cache_key(model, runtime, timing_budget, gpus)}.json"
+        cached = _cached(path, needed) if cache else None
+        if cached is not None:
+            result.timings[runtime.key] = cached
+            result.cached.append(runtime.key)
+            continue
         try:
             timing = time_runtime(model_cfg, runtime, needed, timing_budget)
         except Exception as exc:  # noqa: BLE001 - a runtime that cannot run here has no ceiling, said why
@@ -143,6 +142,18 @@ def measure_here(model: dict[str, Any], runtimes: list[dict[str, Any]], needed: 
             tmp.replace(path)
     result.seconds = time.time() - started
     return result.to_json()
+
+
+def _cached(path: Path, needed: list[int]) -> RuntimeTiming | None:
+    """The timing cached at `path` when it covers every batch size `needed`; None otherwise."""
+    if not path.is_file():
+        return None
+    try:
+        timing = RuntimeTiming.from_json(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("ceiling cache %s unreadable (%s): timing it again", path, exc)
+        return None
+    return timing if all(timing.point(b, ROUND_TRIP) is not None for b in needed) else None
 
 
 def measure_on_node(model: dict[str, Any], runtimes: list[Runtime], needed: list[int], ceiling_cfg: Any,
