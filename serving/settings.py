@@ -42,6 +42,11 @@ class BackendSettings(ABC):
             return [self.refuse(name, "start_timeout_s", "seconds > 0, or null for serving.start_timeout_s")]
         return []
 
+    def cluster_needs(self) -> dict[str, bool]:
+        """Cluster-wide switches these settings need on (`cluster.<key>`): a key the user left null is turned on
+        when a backend of the experiment needs it."""
+        return {}
+
     def refuse_batch_sizes(self, name: str, batch_sizes: list[int]) -> list[str]:
         """What is wrong with these settings for requests of `batch_sizes` images (`experiment.batch_sizes`)."""
         return []

@@ -210,8 +210,13 @@ class ClusterConfig:
     schedule_timeout_s: float = 60.0
     # Ray Serve's direct ingress (alpha in Ray 2.60): every replica also serves HTTP/gRPC on its own port,
     # which backends with `direct_ingress: true` (pytorch_direct) measure. Cluster-wide, for the Serve this
-    # sweep starts (set in the job's runtime env); Serve's proxy keeps working for the other backends.
-    serve_direct_ingress: bool = False
+    # sweep starts (set in the job's runtime env); Serve's proxy keeps working for the other backends. null: on when
+    # a backend of the experiment asks for it (validation settles it before anything starts).
+    serve_direct_ingress: bool | None = None
+
+
+# ClusterConfig's switches a backend can ask for (`BackendSettings.cluster_needs`); null ones are settled by validation.
+CLUSTER_SWITCHES = ("serve_direct_ingress",)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from experiments.config.choices import ClientPlacement, LoadEngine, LoadMode, Tr
 from experiments.config.errors import ConfigError
 from experiments.config.model_check import check_model
 from experiments.config.prices import validate_prices
-from experiments.config.schema import backend_settings
+from experiments.config.schema import CLUSTER_SWITCHES, backend_settings
 from experiments.config.search import check_search
 from experiments.config.stacks import Stack
 from experiments.config.trace import check_trace
@@ -90,6 +90,7 @@ def validate(cfg: Any) -> None:
     if cfg.telemetry.sample_hz <= 0:
         _fail("telemetry.sample_hz", cfg.telemetry.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")
     _check_ceiling(cfg.ceiling)
+    _settle_cluster_switches(cfg)
     for name in exp.backends:
         _check_backend(cfg, name)
     check_search(cfg)
@@ -152,6 +153,22 @@ def _check_backend(cfg: Any, name: str) -> None:
                 *settings.refuse_batch_sizes(name, list(cfg.experiment.batch_sizes))]
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def _settle_cluster_switches(cfg: Any) -> None:
+    """A cluster switch left null (`cluster.serve_direct_ingress`) is turned on when a backend of the experiment
+    needs it (`BackendSettings.cluster_needs`), else off, before anything starts."""
+    from omegaconf import read_write
+
+    needs: dict[str, bool] = {}
+    for name in cfg.experiment.backends:
+        if name in cfg.backends:
+            for key, value in backend_settings(cfg, name).cluster_needs().items():
+                needs[key] = needs.get(key, False) or value
+    with read_write(cfg.cluster):
+        for key in CLUSTER_SWITCHES:
+            if cfg.cluster.get(key) is None:
+                cfg.cluster[key] = needs.get(key, False)
 
 
 def _check_cluster(cluster: Any) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from experiments.config.choices import SearchStrategy
 from experiments.config.schema import backend_settings
 from experiments.config.search import add_candidate, space_of
+from experiments.measure.efficiency import Bottleneck
 from experiments.plan import TrialGroup
 from experiments.results.records import Status, TrialRecord
 from experiments.run.server_group import Finish
@@ -47,18 +48,20 @@ class BackendSearch:
         self.space = SearchSpace.of(space_of(cfg, group.variant))
         self.start = self.space.nearest(backend_settings(cfg, group.variant).as_served(cfg.model))
         self.candidates: dict[str, float | None] = {}  # entry name -> objective (normalised points share one)
+        self.at_max: dict[str, TrialRecord] = {}  # entry name -> its SLO summary (its highest load within the SLO)
         self.names: dict[tuple, str] = {}  # point -> entry name
 
     def run(self) -> SearchOutcome:
         log.info("settings search (%s) of %s over %s: %d points, from %s", self.strategy, self.group.variant,
                  dict(self.space.settings), self.space.size, self.space.values(self.start))
-        outcome = search_settings(self.space, self._objective, self.strategy, self.start)
+        outcome = search_settings(self.space, self._objective, self.strategy, self.start, self._saturated)
         best = outcome.best
         log.info("settings search of %s: %d candidates measured (%d points probed of %d); best %s", self.group.variant,
                  len(self.candidates), outcome.probes, self.space.size,
                  "none within the SLO" if best is None else
                  f"{self.space.values(best)} at {outcome.value(best):.1f} img/s within p99 <= "
-                 f"{self.cfg.experiment.slo.p99_ms:g} ms ({outcome.gain or float('nan'):.2f}x the start)")
+                 f"{self.cfg.experiment.slo.p99_ms:g} ms ({outcome.gain or float('nan'):.2f}x the start); stopped by "
+                 f"{self.stopped_by(outcome)}")
         return outcome
 
     def entry_of(self, point: tuple) -> str:
@@ -67,10 +70,30 @@ class BackendSearch:
             self.names[point] = add_candidate(self.cfg, self.group.variant, self.space.values(point))
         return self.names[point]
 
+    def _saturated(self, values: dict[str, Any]) -> bool:
+        """The candidate at `values` kept its GPU busy (verdict `compute`) at its highest load within the SLO."""
+        summary = self.at_max.get(self.entry_of(self.space.point_of(values)))
+        return summary is not None and summary.tags.get("bottleneck") == Bottleneck.COMPUTE
+
+    def stopped_by(self, outcome: SearchOutcome) -> str:
+        """Why the search ended where it did, in a sentence (the report and search.json say it)."""
+        if outcome.stopped_at_limit is not None:
+            return f"the hardware: {self.entry_of(outcome.stopped_at_limit)} kept the GPU busy (compute-bound)"
+        if self.strategy is SearchStrategy.GRID:
+            return "grid: every point was measured"
+        return "no neighbour of the best point served more within the SLO"
+
     def summary(self, outcome: SearchOutcome) -> dict[str, Any]:
-        """What the search measured and chose: `deploy/<backend>/search.json`."""
+        """What the search measured and chose: `deploy/<backend>/search.json`. Each point carries what held it back
+        at its highest load within the SLO (its share of the runtime's ceiling, GPU busy, the verdict)."""
         def point_row(point: tuple, value: float | None) -> dict[str, Any]:
-            return {"entry": self.entry_of(point), "values": self.space.values(point), THROUGHPUT_AT_SLO: value}
+            name = self.entry_of(point)
+            row = {"entry": name, "values": self.space.values(point), THROUGHPUT_AT_SLO: value}
+            summary = self.at_max.get(name)
+            if summary is not None:
+                row.update({k: v for k, v in summary.metrics.items() if k.endswith("_at_max") and k != "slo_max_load"})
+                row.update({k: summary.tags[k] for k in ("bottleneck", "bottleneck_evidence") if k in summary.tags})
+            return row
         best = outcome.best
         return {"backend": self.group.variant, "strategy": str(self.strategy),
                 "slo_p99_ms": self.cfg.experiment.slo.p99_ms,
@@ -78,7 +101,8 @@ class BackendSearch:
                 "points_probed": outcome.probes, "candidates_measured": len(self.candidates),
                 "start": point_row(self.start, outcome.value(self.start)),
                 "best": None if best is None else point_row(best, outcome.value(best)), "gain_over_start": outcome.gain,
-                "measured": [point_row(p, v) for p, v in outcome.measured.items()]}
+                "measured": [point_row(p, v) for p, v in outcome.measured.items()],
+                "stopped_by": self.stopped_by(outcome)}
 
     def _objective(self, values: dict[str, Any]) -> float | None:
         point = next(p for p in self.space.points() if self.space.values(p) == values)
@@ -92,6 +116,7 @@ class BackendSearch:
         earlier = self.done_slo(group)
         if earlier is not None:
             log.info("settings search: %s already measured (resumed)", name)
+            self.at_max[name] = earlier
             return _throughput_at_slo(earlier)
         slo: list[TrialRecord] = []
         params = {"search_of": self.group.variant, "search_strategy": str(self.strategy),
@@ -107,6 +132,8 @@ class BackendSearch:
 
         log.info("settings search of %s: measuring %s", self.group.variant, name)
         self.run_group(group, finish)
+        if slo:
+            self.at_max[name] = slo[-1]
         return _throughput_at_slo(slo[-1]) if slo else None
 
 

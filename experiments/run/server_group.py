@@ -37,6 +37,8 @@ from serving.node import NodeInfo
 
 log = logging.getLogger(__name__)
 
+# The probe's figures an SLO summary repeats for its highest load within the target (`slo_<name>_at_max`).
+AT_MAX = ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_util_pct")
 # Called with a finished record and the server logs to keep beside it (empty unless the trial failed).
 Finish = Callable[[TrialRecord, dict[str, str]], None]
 
@@ -257,7 +259,22 @@ class ServerGroup:
         record.metrics = result.metrics(float(self.cfg.gpu.price_per_hour_usd))
         record.tags["run_level"] = "slo"
         record.extra = {"slo": result.to_json()}
+        if result.best is not None:
+            record.metrics.update(self._at_max(point, result.best.load, record))
         return record
+
+    def _at_max(self, point: Trial, load: float, summary: TrialRecord) -> dict[str, float]:
+        """How much of its ceiling the highest load within the SLO used, and what held it back there (the probe's
+        own figures and verdict, `experiments.measure.efficiency`), for the search and the report."""
+        probe = self.measured.get(point.at_load(load))
+        if probe is None:
+            return {}
+        for key in ("bottleneck", "bottleneck_evidence", "bottleneck_fix"):
+            if key in probe.tags:
+                summary.tags[key] = probe.tags[key]
+        if "ceiling_runtime" in probe.params:
+            summary.params["ceiling_runtime"] = probe.params["ceiling_runtime"]
+        return {f"slo_{name}_at_max": probe.metrics[name] for name in AT_MAX if name in probe.metrics}
 
     def _fail(self, pending: list[Trial], reason: str, logs: dict[str, str], finish: Finish | None) -> None:
         """Every pending trial fails with `reason`; the first (the one being measured) to `finish`."""

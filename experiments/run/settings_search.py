@@ -46,6 +46,10 @@ class SearchSpace:
         """The settings at `point`."""
         return {name: values[i] for (name, values), i in zip(self.settings, point, strict=True)}
 
+    def point_of(self, values: dict[str, Any]) -> Point:
+        """The point whose settings are `values` (each listed among its setting's values)."""
+        return tuple(values_.index(values[name]) for name, values_ in self.settings)
+
     def points(self) -> Iterator[Point]:
         return itertools.product(*(range(len(values)) for _, values in self.settings))
 
@@ -86,6 +90,7 @@ class SearchOutcome:
     strategy: SearchStrategy
     start: Point
     measured: dict[Point, float | None] = field(default_factory=dict)
+    stopped_at_limit: Point | None = None  # the quick climb stopped here: the hardware was the limit (`saturated`)
 
     @property
     def best(self) -> Point | None:
@@ -108,8 +113,11 @@ class SearchOutcome:
 
 
 def search_settings(space: SearchSpace, objective: Callable[[dict[str, Any]], float | None],
-                    strategy: SearchStrategy, start: Point) -> SearchOutcome:
-    """Measure points of `space` with `objective` (settings -> higher is better) by `strategy`, from `start`."""
+                    strategy: SearchStrategy, start: Point,
+                    saturated: Callable[[dict[str, Any]], bool] | None = None) -> SearchOutcome:
+    """Measure points of `space` with `objective` (settings -> higher is better) by `strategy`, from `start`. The
+    quick climb also stops at a point `saturated` says has reached the hardware's limit (its GPU busy): no server
+    setting can serve more there, so its neighbours are not worth their probes."""
     outcome = SearchOutcome(space, SearchStrategy(strategy), start)
 
     def measure(point: Point) -> float:
@@ -125,6 +133,9 @@ def search_settings(space: SearchSpace, objective: Callable[[dict[str, Any]], fl
     elif outcome.strategy is SearchStrategy.QUICK:
         current, current_value = start, measure(start)
         while True:
+            if saturated is not None and current_value > float("-inf") and saturated(space.values(current)):
+                outcome.stopped_at_limit = current
+                break
             neighbours = [(measure(p), p) for p in space.neighbours(current)]
             best_value, best = max(neighbours, key=lambda vp: vp[0], default=(float("-inf"), current))
             if best_value <= current_value:

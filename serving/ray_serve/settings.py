@@ -21,8 +21,8 @@ class RayServeTorchSettings(TorchSettings):
     batching: bool = False  # @serve.batch: merge concurrent requests into one forward pass
     max_batch_size: int | None = None  # images per forward pass; null: model.max_batch_size
     batch_wait_timeout_s: float = 0.0  # how long a batch waits for more requests after its first
-    # Clients reach the replica's own HTTP/gRPC ports (Serve's direct ingress) instead of Serve's proxies; needs
-    # cluster.serve_direct_ingress=true (the Serve instance the sweep starts is switched as a whole).
+    # Clients reach the replica's own HTTP/gRPC ports (Serve's direct ingress) instead of Serve's proxies; turns
+    # cluster.serve_direct_ingress on when that is null (the Serve instance the sweep starts is switched as a whole).
     direct_ingress: bool = False
 
     server_mode_hint: ClassVar[str] = "ray_serve"
@@ -33,6 +33,9 @@ class RayServeTorchSettings(TorchSettings):
     @property
     def family(self) -> str:
         return "pytorch"
+
+    def cluster_needs(self) -> dict[str, bool]:
+        return {"serve_direct_ingress": True} if self.direct_ingress else {}
 
     def check(self, name: str, model: Any, cluster: Any) -> list[str]:
         problems = super().check(name, model, cluster)
@@ -50,6 +53,7 @@ class RayServeTorchSettings(TorchSettings):
             problems.append(self.refuse(name, "num_replicas", "direct_ingress sends every request to one replica's "
                                                               "own port; use num_replicas=1 (or the proxy)"))
         if self.direct_ingress and not cluster.get("serve_direct_ingress"):
-            problems.append(self.refuse(name, "direct_ingress", "it needs Serve started with direct ingress: add "
-                                                                "cluster.serve_direct_ingress=true"))
+            problems.append(self.refuse(name, "direct_ingress", "it needs Serve started with direct ingress: set "
+                                                                "cluster.serve_direct_ingress=true (or null: on when "
+                                                                "a backend needs it)"))
         return problems
