@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# First light on a GPU machine: every module imported, the doctor, a small GPU sweep and the `gpu`-marked tests (experiment=first_light:
-# PyTorch FP32/FP16, Triton ORT-CUDA, TensorRT FP32/FP16 where its libraries load; tensors; b1/b8; c1/c8; HTTP and
-# gRPC), one bundle under --out: doctor.txt, pytest.txt (+ junit XML), the sweep's log, report and raw records
-# (runs/), SUMMARY.txt with each step's exit code and seconds. A failed step does not stop the next.
+# First light on a GPU machine: every module imported, the doctor, the GPU's own ceiling (runners.ceiling, and
+# benchmarks/ceiling_check.py against an independent timing), a small GPU sweep (experiment=first_light: PyTorch
+# FP32/FP16 through Serve's proxy and direct, Triton ORT-CUDA alone and with its dynamic batcher, TensorRT FP32/FP16
+# where its libraries load; tensors; b1/b8; c1/c8; HTTP and gRPC), the settings search that drives to the ceiling
+# (experiment=cheapest_gpu) and the `gpu`-marked tests, one bundle under --out: doctor.txt, ceiling.txt (+ JSON),
+# the sweeps' logs, reports and raw records (runs/), pytest.txt (+ junit XML), SUMMARY.txt with each step's exit code
+# and seconds. A failed step does not stop the next; each has a time limit (--step-limit S, default 600).
 #
 # usage: benchmarks/gpu_first_light.sh [--dry-run] [--out DIR] [--parts DIR | --wheelhouse DIR] [--venv DIR]
-#                                      [--tier T] [-- sweep overrides ...]
+#                                      [--tier T] [--skip-search] [--skip-tests] [--step-limit S]
+#                                      [-- sweep overrides ...]
 #   --parts DIR       wheelhouse parts (python -m runners.wheelhouse --split-mib N): checked, joined, installed
 #   --wheelhouse DIR  a wheelhouse folder (its wheels/): installed offline into --venv first
 #   --venv DIR        the environment to install into / run from (default .venv-first-light); created with
 #                     --system-site-packages so the image's own torch stays
 #   --tier T          the GPU tier (default: the one the GPU's name matches in conf/gpu/)
-#   --dry-run         everything but what needs a GPU: the sweep runs on tier `local` (its GPU variants are
+#   --skip-search     no experiment=cheapest_gpu search;  --skip-tests: no `gpu` tests (a short device budget)
+#   --dry-run         everything but what needs a GPU: the sweeps run on tier `local` (their GPU variants are
 #                     skipped by the product, with the reason), the gpu tests skip, saying why
 # docs/offline-nodes.md and docs/gpu.md say how it is used on a lent GPU.
 set -uo pipefail
@@ -23,6 +28,9 @@ PARTS=""
 WHEELHOUSE=""
 VENV=""
 TIER=""
+SKIP_SEARCH=0
+SKIP_TESTS=0
+STEP_LIMIT=600
 SWEEP_OVERRIDES=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,6 +40,9 @@ while [ $# -gt 0 ]; do
     --wheelhouse) WHEELHOUSE=$2; shift ;;
     --venv) VENV=$2; shift ;;
     --tier) TIER=$2; shift ;;
+    --skip-search) SKIP_SEARCH=1 ;;
+    --skip-tests) SKIP_TESTS=1 ;;
+    --step-limit) STEP_LIMIT=$2; shift ;;
     --) shift; SWEEP_OVERRIDES=("$@"); break ;;
     *) echo "error: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
@@ -42,11 +53,11 @@ OUT=$(cd "$OUT" && pwd)
 : > "$OUT/SUMMARY.txt"
 FAILED=0
 
-step() {  # step NAME LOGFILE COMMAND...: run it, log it, record exit code and seconds
+step() {  # step NAME LOGFILE COMMAND...: run it (at most STEP_LIMIT s), log it, record exit code and seconds
   local name=$1 log=$2; shift 2
   local start=$SECONDS
   echo "== $name: $*" | tee -a "$OUT/SUMMARY.txt"
-  "$@" > "$log" 2>&1
+  timeout --signal=INT --kill-after=30 "$STEP_LIMIT" "$@" > "$log" 2>&1
   local rc=$?
   printf '   exit %s after %ss (log: %s)\n' "$rc" "$((SECONDS - start))" "$(basename "$log")" | tee -a "$OUT/SUMMARY.txt"
   [ "$rc" = 0 ] || FAILED=1
@@ -117,15 +128,37 @@ echo "tier: $TIER$([ "$DRY_RUN" = 1 ] && echo ' (dry run: GPU-only variants skip
 step imports "$OUT/imports.txt" "$PYTHON" -m offline.imports
 step doctor "$OUT/doctor.txt" "$PYTHON" -m runners.doctor --tier "$TIER"
 
+# The ceiling first, on an idle GPU: the sweeps find it in the node's cache (same model, runtimes and budget).
+step ceiling "$OUT/ceiling.txt" "$PYTHON" -m runners.ceiling "gpu=$TIER" experiment=first_light \
+  "experiment.backends=[pytorch,pytorch_fp16,pytorch_direct_batched,pytorch_fp16_direct_batched,triton_onnx]" \
+  "experiment.batch_sizes=[1,8]" --json "$OUT/ceiling.json"
+step ceiling-check "$OUT/ceiling_check.txt" "$PYTHON" benchmarks/ceiling_check.py --batches 1 8 32 \
+  --name "ceiling_check_$TIER"
+cp "benchmarks/results/ceiling_check_$TIER.json" "$OUT/" 2>/dev/null
+
 SWEEP_ID=first-light-$(date -u +%Y%m%d-%H%M%S)
 step sweep "$OUT/sweep.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
   "$PYTHON" -m runners.sweep "gpu=$TIER" experiment=first_light "sweep_id=$SWEEP_ID" "results_dir=$OUT/runs" \
-  quiet=true "${SWEEP_OVERRIDES[@]}"
+  quiet=true report=false "${SWEEP_OVERRIDES[@]}"
 step report "$OUT/report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
   "$PYTHON" -m runners.report "$SWEEP_ID" --results-dir "$OUT/runs"
 
-# The tests last: a lent GPU's minutes are few, and the sweep's figures are what the bundle is for.
-step gpu-tests "$OUT/pytest.txt" "$PYTHON" -m pytest -m gpu -rs -p no:cacheprovider --junitxml "$OUT/pytest.xml"
+if [ "$SKIP_SEARCH" = 0 ]; then
+  SEARCH_ID=search-$(date -u +%Y%m%d-%H%M%S)
+  step search "$OUT/search.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.sweep "gpu=$TIER" experiment=cheapest_gpu "sweep_id=$SEARCH_ID" "results_dir=$OUT/runs" \
+    quiet=true report=false
+  step search-report "$OUT/search_report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.report "$SEARCH_ID" --results-dir "$OUT/runs"
+fi
+step ceiling-vs-served "$OUT/ceiling_vs_served.txt" "$PYTHON" benchmarks/ceiling_vs_served.py "$OUT/runs" \
+  --name "ceiling_vs_served_$TIER"
+cp "benchmarks/results/ceiling_vs_served_$TIER.json" "$OUT/" 2>/dev/null
+
+# The tests last: a lent GPU's minutes are few, and the sweeps' figures are what the bundle is for.
+if [ "$SKIP_TESTS" = 0 ]; then
+  step gpu-tests "$OUT/pytest.txt" "$PYTHON" -m pytest -m gpu -rs -p no:cacheprovider --junitxml "$OUT/pytest.xml"
+fi
 
 echo "bundle: $OUT" | tee -a "$OUT/SUMMARY.txt"
 exit "$FAILED"

@@ -177,3 +177,31 @@ def test_servers_warm_up_every_batch_size_before_the_first_trial(finished_sweep)
             assert params["torch_dtype"] == "float32" and metrics["server_warmup_s"] > 0
         else:
             assert metrics["server_ready_s"] > 0 and "trt_engine_build_s" not in metrics
+
+
+def test_every_ok_trial_is_set_against_its_runtimes_ceiling(finished_sweep) -> None:
+    """The ceiling timed on the node before the servers (ceiling.json, the tier run's metrics), each trial's share
+    of its runtime's, and a verdict whose evidence quotes the trial's own numbers."""
+    from experiments.measure.ceiling import read_ceiling
+    from experiments.measure.efficiency import Bottleneck
+
+    _, client, sweep_id, runs_dir = finished_sweep
+    ceiling = read_ceiling(runs_dir / sweep_id / "local" / "ceiling.json")
+    runtimes = {"torch/cpu/fp32", "onnxruntime/CPUExecutionProvider/fp32"}
+    assert ceiling is not None and set(ceiling.timings) == runtimes and not ceiling.errors
+    (tier,) = helpers.runs(client.tracking_uri, "tier", sweep_id)
+    assert tier.data.metrics["ceiling/torch/cpu/fp32/round_trip/b1_img_s"] == ceiling.timings[
+        "torch/cpu/fp32"].point(1).img_s
+    assert "ceiling.json" in {a.path for a in client.list_artifacts(tier.info.run_id)}
+    for run in _trial_runs(client, sweep_id):
+        if run.data.tags["status"] != "ok":
+            continue
+        params, m, tags = run.data.params, run.data.metrics, run.data.tags
+        runtime = "torch/cpu/fp32" if params["backend"] == "pytorch" else "onnxruntime/CPUExecutionProvider/fp32"
+        assert params["ceiling_runtime"] == runtime, run.info.run_name
+        timing = ceiling.timings[runtime]
+        assert m["ceiling_img_s"] == pytest.approx(timing.img_s_at(m["ceiling_batch"]))
+        assert m["ceiling_share"] == pytest.approx(m["throughput_img_s"] / m["ceiling_img_s"])
+        assert m["ceiling_p50_ms"] == pytest.approx(timing.point(int(params["batch_size"])).p50_ms)
+        assert tags["bottleneck"] in {str(b) for b in Bottleneck} and tags["bottleneck_evidence"]
+        assert tags["bottleneck_fix"] == Bottleneck(tags["bottleneck"]).fix
