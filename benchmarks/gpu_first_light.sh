@@ -8,14 +8,16 @@
 # and seconds. A failed step does not stop the next; each has a time limit (--step-limit S, default 600).
 #
 # usage: benchmarks/gpu_first_light.sh [--dry-run] [--out DIR] [--parts DIR | --wheelhouse DIR] [--venv DIR]
-#                                      [--tier T] [--skip-search] [--skip-tests] [--step-limit S]
-#                                      [-- sweep overrides ...]
+#                                      [--tier T] [--steps LIST] [--step-limit S] [-- first_light overrides ...]
 #   --parts DIR       wheelhouse parts (python -m runners.wheelhouse --split-mib N): checked, joined, installed
 #   --wheelhouse DIR  a wheelhouse folder (its wheels/): installed offline into --venv first
 #   --venv DIR        the environment to install into / run from (default .venv-first-light); created with
 #                     --system-site-packages so the image's own torch stays
 #   --tier T          the GPU tier (default: the one the GPU's name matches in conf/gpu/)
-#   --skip-search     no experiment=cheapest_gpu search;  --skip-tests: no `gpu` tests (a short device budget)
+#   --steps LIST      the steps to run, comma-separated (default: all): imports, doctor, ceiling (runners.ceiling),
+#                     check (benchmarks/ceiling_check.py), first-light (the sweep and its report), search
+#                     (experiment=cheapest_gpu and its report), served (benchmarks/ceiling_vs_served.py), tests;
+#                     a short device budget runs them over several calls (the install is done once, with --parts)
 #   --dry-run         everything but what needs a GPU: the sweeps run on tier `local` (their GPU variants are
 #                     skipped by the product, with the reason), the gpu tests skip, saying why
 # docs/offline-nodes.md and docs/gpu.md say how it is used on a lent GPU.
@@ -28,8 +30,7 @@ PARTS=""
 WHEELHOUSE=""
 VENV=""
 TIER=""
-SKIP_SEARCH=0
-SKIP_TESTS=0
+STEPS=imports,doctor,ceiling,check,first-light,search,served,tests
 STEP_LIMIT=600
 SWEEP_OVERRIDES=()
 while [ $# -gt 0 ]; do
@@ -40,8 +41,7 @@ while [ $# -gt 0 ]; do
     --wheelhouse) WHEELHOUSE=$2; shift ;;
     --venv) VENV=$2; shift ;;
     --tier) TIER=$2; shift ;;
-    --skip-search) SKIP_SEARCH=1 ;;
-    --skip-tests) SKIP_TESTS=1 ;;
+    --steps) STEPS=$2; shift ;;
     --step-limit) STEP_LIMIT=$2; shift ;;
     --) shift; SWEEP_OVERRIDES=("$@"); break ;;
     *) echo "error: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
@@ -52,6 +52,8 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 : > "$OUT/SUMMARY.txt"
 FAILED=0
+
+wanted() { [[ ",$STEPS," == *",$1,"* ]]; }  # wanted STEP: is it in --steps?
 
 step() {  # step NAME LOGFILE COMMAND...: run it (at most STEP_LIMIT s), log it, record exit code and seconds
   local name=$1 log=$2; shift 2
@@ -125,25 +127,22 @@ print(default_tier(tuple(n.strip() for n in names if n.strip())))")
 fi
 echo "tier: $TIER$([ "$DRY_RUN" = 1 ] && echo ' (dry run: GPU-only variants skip, saying why)')" | tee -a "$OUT/SUMMARY.txt"
 
-step imports "$OUT/imports.txt" "$PYTHON" -m offline.imports
-step doctor "$OUT/doctor.txt" "$PYTHON" -m runners.doctor --tier "$TIER"
+wanted imports && step imports "$OUT/imports.txt" "$PYTHON" -m offline.imports
+wanted doctor && step doctor "$OUT/doctor.txt" "$PYTHON" -m runners.doctor --tier "$TIER"
 
 # The ceiling first, on an idle GPU: the sweeps find it in the node's cache (same model, runtimes and budget).
-step ceiling "$OUT/ceiling.txt" "$PYTHON" -m runners.ceiling "gpu=$TIER" experiment=first_light \
-  "experiment.backends=[pytorch,pytorch_fp16,pytorch_direct_batched,pytorch_fp16_direct_batched,triton_onnx]" \
-  "experiment.batch_sizes=[1,8]" --json "$OUT/ceiling.json"
-step ceiling-check "$OUT/ceiling_check.txt" "$PYTHON" benchmarks/ceiling_check.py --batches 1 8 32 \
-  --name "ceiling_check_$TIER"
-cp "benchmarks/results/ceiling_check_$TIER.json" "$OUT/" 2>/dev/null
+if wanted ceiling; then
+  step ceiling "$OUT/ceiling.txt" "$PYTHON" -m runners.ceiling "gpu=$TIER" experiment=first_light \
+    "experiment.backends=[pytorch,pytorch_fp16,pytorch_direct_batched,pytorch_fp16_direct_batched,triton_onnx]" \
+    "experiment.batch_sizes=[1,8]" --json "$OUT/ceiling.json"
+fi
+if wanted check; then
+  step ceiling-check "$OUT/ceiling_check.txt" "$PYTHON" benchmarks/ceiling_check.py --batches 1 8 32 \
+    --name "ceiling_check_$TIER"
+  cp "benchmarks/results/ceiling_check_$TIER.json" "$OUT/" 2>/dev/null
+fi
 
-SWEEP_ID=first-light-$(date -u +%Y%m%d-%H%M%S)
-step sweep "$OUT/sweep.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
-  "$PYTHON" -m runners.sweep "gpu=$TIER" experiment=first_light "sweep_id=$SWEEP_ID" "results_dir=$OUT/runs" \
-  quiet=true report=false "${SWEEP_OVERRIDES[@]}"
-step report "$OUT/report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
-  "$PYTHON" -m runners.report "$SWEEP_ID" --results-dir "$OUT/runs"
-
-if [ "$SKIP_SEARCH" = 0 ]; then
+if wanted search; then
   SEARCH_ID=search-$(date -u +%Y%m%d-%H%M%S)
   step search "$OUT/search.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
     "$PYTHON" -m runners.sweep "gpu=$TIER" experiment=cheapest_gpu "sweep_id=$SEARCH_ID" "results_dir=$OUT/runs" \
@@ -151,12 +150,24 @@ if [ "$SKIP_SEARCH" = 0 ]; then
   step search-report "$OUT/search_report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
     "$PYTHON" -m runners.report "$SEARCH_ID" --results-dir "$OUT/runs"
 fi
-step ceiling-vs-served "$OUT/ceiling_vs_served.txt" "$PYTHON" benchmarks/ceiling_vs_served.py "$OUT/runs" \
-  --name "ceiling_vs_served_$TIER"
-cp "benchmarks/results/ceiling_vs_served_$TIER.json" "$OUT/" 2>/dev/null
+
+if wanted first-light; then
+  SWEEP_ID=first-light-$(date -u +%Y%m%d-%H%M%S)
+  step sweep "$OUT/sweep.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.sweep "gpu=$TIER" experiment=first_light "sweep_id=$SWEEP_ID" "results_dir=$OUT/runs" \
+    quiet=true report=false "${SWEEP_OVERRIDES[@]}"
+  step report "$OUT/report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.report "$SWEEP_ID" --results-dir "$OUT/runs"
+fi
+
+if wanted served && [ -d "$OUT/runs" ]; then
+  step ceiling-vs-served "$OUT/ceiling_vs_served.txt" "$PYTHON" benchmarks/ceiling_vs_served.py "$OUT/runs" \
+    --name "ceiling_vs_served_$TIER"
+  cp "benchmarks/results/ceiling_vs_served_$TIER.json" "$OUT/" 2>/dev/null
+fi
 
 # The tests last: a lent GPU's minutes are few, and the sweeps' figures are what the bundle is for.
-if [ "$SKIP_TESTS" = 0 ]; then
+if wanted tests; then
   step gpu-tests "$OUT/pytest.txt" "$PYTHON" -m pytest -m gpu -rs -p no:cacheprovider --junitxml "$OUT/pytest.xml"
 fi
 

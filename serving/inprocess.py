@@ -71,6 +71,7 @@ class RuntimeTiming:
     versions: dict[str, str] = field(default_factory=dict)
     setup_s: float = 0.0  # building the model / session (and, for compiled runtimes, compiling)
     timed_s: float = 0.0  # the warm-ups and timed calls
+    cpu_busy_before: float | None = None  # share of the node's CPU time others used just before (None: unknown)
 
     def point(self, batch_size: int, mode: str = ROUND_TRIP) -> InProcessPoint | None:
         return next((p for p in self.points if p.batch_size == batch_size and p.mode == mode), None)
@@ -96,13 +97,33 @@ class RuntimeTiming:
 
     def to_json(self) -> dict[str, Any]:
         return {"runtime": self.runtime.to_json(), "points": [asdict(p) for p in self.points],
-                "versions": self.versions, "setup_s": self.setup_s, "timed_s": self.timed_s}
+                "versions": self.versions, "setup_s": self.setup_s, "timed_s": self.timed_s,
+                "cpu_busy_before": self.cpu_busy_before}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> RuntimeTiming:
         return RuntimeTiming(Runtime.from_json(data["runtime"]), [InProcessPoint(**p) for p in data["points"]],
                              dict(data.get("versions", {})), float(data.get("setup_s", 0.0)),
-                             float(data.get("timed_s", 0.0)))
+                             float(data.get("timed_s", 0.0)), data.get("cpu_busy_before"))
+
+
+def cpu_busy_share(seconds: float = 0.5) -> float | None:
+    """The share of the machine's CPU time spent busy over the next `seconds` (Linux /proc/stat); None elsewhere.
+    Taken before a timing, it says whether something else was running."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        return sum(values), idle
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    elapsed = total1 - total0
+    return None if elapsed <= 0 else 1.0 - (idle1 - idle0) / elapsed
 
 
 def time_calls(call: Callable[[], Any], batch_size: int, mode: str, budget: TimingBudget) -> InProcessPoint:
@@ -245,9 +266,10 @@ def time_runtime(model_cfg: Any, runtime: Runtime, needed_batches: Iterable[int]
     """Time `runtime` on this machine at the batch sizes of `batch_plan`, in both modes on a GPU."""
     caller: _Caller = (_TorchCaller(model_cfg, runtime) if runtime.engine == Engine.TORCH
                        else _OnnxCaller(model_cfg, runtime, engine_cache_dir))
+    busy = cpu_busy_share()
     started = time.perf_counter()
     caller.setup()
-    timing = RuntimeTiming(runtime)
+    timing = RuntimeTiming(runtime, cpu_busy_before=busy)
     timing.setup_s = time.perf_counter() - started
     modes = MODES if runtime.on_gpu else (ROUND_TRIP,)
     batches, needed = batch_plan(needed_batches, int(model_cfg.max_batch_size))

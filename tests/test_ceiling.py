@@ -158,3 +158,15 @@ def test_runners_ceiling_refuses_a_bad_setting_before_timing(capsys: pytest.Capt
 
     assert main(["ceiling.min_time_s=0"]) == 2
     assert "ceiling.min_time_s=0" in capsys.readouterr().err
+
+
+def test_a_timing_taken_on_a_busy_node_is_used_but_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: 0.9)
+    model = dict(compose(["model=tiny"]).model)
+    budget = {"min_time_s": 0.05, "min_calls": 3}
+    busy = NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1], budget, True, str(tmp_path)))
+    assert busy.timings[TORCH_CPU.key].cpu_busy_before == 0.9
+    assert not list(tmp_path.glob("*.json"))  # nothing cached: the next sweep times it again
+    monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: 0.1)
+    quiet = NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1], budget, True, str(tmp_path)))
+    assert quiet.cached == [] and len(list(tmp_path.glob("*.json"))) == 1

@@ -33,6 +33,9 @@ from serving.runtime import Engine, Runtime
 log = logging.getLogger(__name__)
 
 METHOD_VERSION = 1  # part of the cache key: a change of how the ceiling is measured invalidates old entries
+# A timing taken while others kept more than this share of the node's CPU busy is used, but not cached: the next
+# sweep times it again on a quieter node rather than inherit a low ceiling.
+BUSY_NODE = 0.5
 
 
 @dataclass
@@ -135,7 +138,11 @@ def measure_here(model: dict[str, Any], runtimes: list[dict[str, Any]], needed: 
             result.errors[runtime.key] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
             continue
         result.timings[runtime.key] = timing
-        if cache:
+        busy = timing.cpu_busy_before
+        if busy is not None and busy > BUSY_NODE:
+            log.warning("ceiling of %s timed while %.0f %% of the node's CPU was busy with other work: used, not "
+                        "cached", runtime.key, busy * 100)
+        elif cache:
             folder.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(timing.to_json(), indent=1))
