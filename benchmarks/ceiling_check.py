@@ -48,7 +48,7 @@ def torch_independent(model_cfg: Any, device: str, half: bool, batch: int, resid
         for _ in range(3):
             eval(stmt, {"model": model, "x": x, "device": device, "dtype": dtype})  # noqa: S307 - our own statement
         timer = benchmark.Timer(stmt=stmt, globals={"model": model, "x": x, "device": device, "dtype": dtype})
-        measurement = timer.blocked_autorange(min_run_time=1.0)
+        measurement = timer.blocked_autorange(min_run_time=0.5)
     return float(measurement.median)
 
 
@@ -89,7 +89,7 @@ def main() -> None:
     onnx_path = ensure_onnx(cfg.model, node_model_repository()).onnx_path
     rows: list[dict[str, Any]] = []
     for runtime in runtimes:
-        timing = time_runtime(cfg.model, runtime, args.batches, TimingBudget(min_time_s=1.0))
+        timing = time_runtime(cfg.model, runtime, args.batches, TimingBudget(min_time_s=0.5))
         for batch in args.batches:
             modes = (ROUND_TRIP, RESIDENT) if runtime.engine == Engine.TORCH and gpus else (ROUND_TRIP,)
             for mode in modes:

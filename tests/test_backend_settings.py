@@ -24,6 +24,7 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
     families = {name: backend_settings(cfg, name).family for name in cfg.backends}
     assert families == {"pytorch": "pytorch", "pytorch_fp16": "pytorch", "pytorch_compile": "pytorch",
                         "pytorch_batched": "pytorch", "pytorch_batched_20ms": "pytorch", "pytorch_direct": "pytorch",
+                        "pytorch_direct_batched": "pytorch", "pytorch_fp16_direct_batched": "pytorch",
                         "triton_onnx": "triton_onnx", "triton_onnx_dynbatch": "triton_onnx", "triton_trt": "triton_trt",
                         "triton_trt_fp16": "triton_trt", "triton_trt_dynbatch": "triton_trt", "fastapi": "fastapi",
                         "torchserve": "torchserve", "torchserve_batched": "torchserve"}
@@ -38,6 +39,10 @@ def test_variants_differ_from_their_class_defaults_only_where_they_say() -> None
     assert differs["pytorch_batched_20ms"] == {"batching": True, "batch_wait_timeout_s": 0.02,
                                                "max_ongoing_requests": 64}
     assert differs["triton_trt_fp16"] == {"accelerator": "tensorrt", "fp16": True, "start_timeout_s": 900.0}
+    gpu_serve = {"direct_ingress": True, "batching": True, "batch_wait_timeout_s": 0.002, "max_ongoing_requests": 64,
+                 "channels_last": True}
+    assert differs["pytorch_direct_batched"] == gpu_serve
+    assert differs["pytorch_fp16_direct_batched"] == {**gpu_serve, "half": True}
 
 
 def test_the_family_and_every_setting_make_the_trial_identity() -> None:
@@ -78,7 +83,6 @@ BAD_VALUES = [
     ("pytorch.max_batch_size=8", "max_batch_size=8", "only applies with batching=true"),
     ("pytorch.compile_mode=fastest", "compile_mode='fastest'", "choose from ['default', 'reduce-overhead'"),
     ("pytorch.compile_mode=max-autotune", "compile_mode='max-autotune'", "only applies with compile=true"),
-    ("pytorch.direct_ingress=true", "direct_ingress=True", "add cluster.serve_direct_ingress=true"),
     ("pytorch._target_=serving.nope.Backend", "_target_='serving.nope.Backend' cannot be imported", "name a Backend"),
 ]
 

@@ -102,5 +102,6 @@ def test_direct_ingress_turns_on_when_a_backend_needs_it() -> None:
     validate(plain)
     assert plain.cluster.serve_direct_ingress is False
     refused = compose(["experiment=first_light", "cluster.serve_direct_ingress=false"])
-    with pytest.raises(ConfigError, match="backends.pytorch_direct.direct_ingress=True"):
+    with pytest.raises(ConfigError, match="backends.pytorch_direct.direct_ingress=True .* set "
+                                          "cluster.serve_direct_ingress=true"):
         validate(refused)
