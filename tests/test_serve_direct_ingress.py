@@ -1,5 +1,6 @@
-"""Ray Serve's direct ingress (alpha in Ray 2.60) as the `pytorch_direct` variant: refused up front unless the
-cluster starts Serve with it; with it, trials over HTTP and gRPC reach the replica's own ports, not the proxy's."""
+"""Ray Serve's direct ingress (alpha in Ray 2.60) as the `pytorch_direct` variant: turned on for the cluster when a
+backend needs it, refused up front when the cluster switch is set off; with it, trials over HTTP and gRPC reach the
+replica's own ports, not the proxy's."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from experiments.config.validation import validate
 
 
 def test_a_direct_ingress_backend_needs_the_cluster_switch() -> None:
-    cfg = compose(["experiment.backends=[pytorch_direct]"])
+    cfg = compose(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=false"])
     with pytest.raises(ConfigError, match=r"backends\.pytorch_direct\.direct_ingress=True .*"
                                           r"cluster\.serve_direct_ingress=true"):
         validate(cfg)
     validate(compose(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true"]))
+    settled = compose(["experiment.backends=[pytorch_direct]"])  # null: on, because a backend needs it
+    validate(settled)
+    assert settled.cluster.serve_direct_ingress is True
 
 
 @pytest.mark.slow
