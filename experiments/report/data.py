@@ -143,6 +143,11 @@ def load_sweep(uri: str, experiment: str, sweep_id: str = "latest") -> SweepData
 SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_max_load", "slo_max_throughput_img_s",
                "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes", "slo_stable_at_max",
                "slo_max_throughput_img_s_ci_low", "slo_max_throughput_img_s_ci_high")
+# At the highest load within the target: the probe's figures against its runtime's in-process ceiling and the GPU busy
+# there (`experiments.run.server_group`). NaN, with `ceiling_runtime` and the verdict's tags empty, where the summary
+# carries none (ceiling off, an untimed runtime, older sweeps).
+SLO_AT_MAX = ("slo_ceiling_share_at_max", "slo_ceiling_share_best_at_max", "slo_ceiling_share_resident_at_max",
+              "slo_gpu_util_pct_at_max")
 
 
 # Params of a settings search's candidates (experiments/run/backend_search.py): what backend, which values.
@@ -150,15 +155,20 @@ SEARCH_PARAMS = ("search_of", "search_strategy", "search_values", "search_start"
 
 
 def tidy_slo(runs: pd.DataFrame) -> pd.DataFrame:
-    """SLO search results: one row per operating point (the latest run of each), params and metrics unprefixed."""
+    """SLO search results: one row per operating point (the latest run of each), params, metrics and the verdict's
+    tags unprefixed."""
     if runs.empty:
         return pd.DataFrame()
     runs = runs.sort_values("start_time").drop_duplicates("tags.trial_key", keep="last")
     out = pd.DataFrame({"tier": _column(runs, "params.gpu_tier"), "status": _column(runs, "tags.status", "")})
     for key in ("backend", "backend_variant", "protocol", "input_format", "batch_size", "load_mode", *SEARCH_PARAMS):
         out[key] = _column(runs, f"params.{key}")
-    for metric in SLO_METRICS:
+    for metric in (*SLO_METRICS, *SLO_AT_MAX):
         out[metric] = pd.to_numeric(_column(runs, f"metrics.{metric}"), errors="coerce")
+    for key in CEILING_PARAMS:
+        out[key] = _column(runs, f"params.{key}", "").fillna("").astype(str)
+    for key in VERDICT_TAGS:
+        out[key] = _column(runs, f"tags.{key}", "").fillna("").astype(str)
     out["variant"] = out.pop("backend_variant").fillna(out["backend"])
     return out.reset_index(drop=True)
 

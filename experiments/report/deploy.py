@@ -2,7 +2,9 @@
 their throughput, p99 and cost per 1k images at the SLO; across tiers, the cheapest, against the runner-up tier and
 against the searched backend's own settings (what the search gained). Read from the SLO summaries of the search's
 candidates (params `search_of`, `search_values`, `search_start`); the deploy files are on each tier run under
-`deploy/<backend>/`."""
+`deploy/<backend>/`. Below the answer, how close each winner came to its runtime's in-process ceiling and what stopped
+it there (the summary's `slo_*_at_max` figures and verdict), so a reader knows whether another setting could serve
+more or the GPU itself is the limit."""
 
 from __future__ import annotations
 
@@ -10,13 +12,22 @@ import json
 
 import pandas as pd
 
-from experiments.report.data import SweepData
+from experiments.measure.efficiency import Bottleneck
+from experiments.report.ceiling_section import percent
+from experiments.report.data import CEILING_PARAMS, SLO_AT_MAX, VERDICT_TAGS, SweepData
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd
 
 THROUGHPUT = "slo_max_throughput_img_s"
 COST = "cost_per_1k_images_at_slo_usd"
+# The winner's figures at its highest load within the SLO: how close it came to its runtime's ceiling, what stopped it.
+AT_MAX = [*SLO_AT_MAX, *CEILING_PARAMS, *VERDICT_TAGS]
 BEST_COLUMNS = ["tier", "backend", "protocol", "input_format", "batch_size", "settings", "entry", THROUGHPUT, "p99_ms",
-                COST, "default_settings", "default_throughput", "default_cost", "candidates", "strategy"]
+                COST, "default_settings", "default_throughput", "default_cost", "candidates", "strategy", *AT_MAX]
+# Each share of the ceiling: (column, how the sentence leads with it, how it reads beside the lead).
+SHARES = [("slo_ceiling_share_at_max", "of {runtime} in-process throughput at its batch",
+           "of the runtime's throughput at its batch"),
+          ("slo_ceiling_share_best_at_max", "of {runtime} best in-process throughput", "of the runtime's best"),
+          ("slo_ceiling_share_resident_at_max", "of {runtime} device-resident best", "of the device-resident best")]
 
 
 def settings_text(values: str) -> str:
@@ -48,9 +59,10 @@ def best_per_tier(slo: pd.DataFrame) -> pd.DataFrame:
                      "default_settings": settings_text(default["search_values"]) if default is not None else None,
                      "default_throughput": default[THROUGHPUT] if met_default else None,
                      "default_cost": default[COST] if met_default else None,
-                     "candidates": len(same), "strategy": best["search_strategy"]})
+                     "candidates": len(same), "strategy": best["search_strategy"]}
+                    | {column: best.get(column) for column in AT_MAX})
     best = pd.DataFrame(rows, columns=BEST_COLUMNS)
-    for column in (THROUGHPUT, "p99_ms", COST, "default_throughput", "default_cost"):
+    for column in (THROUGHPUT, "p99_ms", COST, "default_throughput", "default_cost", *SLO_AT_MAX):
         best[column] = pd.to_numeric(best[column])
     return best
 
@@ -97,4 +109,68 @@ def deploy_section(doc: Document, data: SweepData, labels: dict[str, str]) -> li
     if pd.notna(first.get("default_cost")):
         line += f"; {ratio(first['default_cost'] / first[COST])} cheaper than its default settings"
     doc.p(f"**{line}.**")
+    _closeness(doc, met, labels, target)
     return [line]
+
+
+def _closeness(doc: Document, met: pd.DataFrame, labels: dict[str, str], target: str) -> None:
+    """How close each tier's winner came to the hardware and what stopped it: where to look next, or that the GPU
+    itself is the limit. Nothing when no winner carries these figures."""
+    items = []
+    for _, row in met.iterrows():
+        text = closeness_text(row, target)
+        if text:
+            items.append(f"**{labels.get(row['tier'], row['tier'])}** · {row['backend']} ({row['settings']}): {text}")
+    if items:
+        doc.p("How close each winner came to its runtime timed in-process on the same node, no server in the way "
+              "(docs/ceiling.md), and what stopped it there:")
+        doc.bullets(items)
+
+
+def closeness_text(row: pd.Series, target: str) -> str:
+    """`At its highest load within p99 ≤ 50 ms it serves 62 % of `runtime`'s in-process throughput at its batch
+    (48 % of the runtime's best, ...), the GPU busy 55 %. What stopped it: queue — <evidence>. Next: <fix>.`;
+    '' when the winner carries neither a share, GPU busy nor a verdict."""
+    sentences = [sentence for sentence in (_shares_sentence(row, target), _verdict_sentence(row)) if sentence]
+    return " ".join(sentences)
+
+
+def _present(value: object) -> bool:
+    return value is not None and pd.notna(value)
+
+
+def _text(row: pd.Series, key: str) -> str:
+    """A text field of the row; '' where it is absent (a frame without the column, or no value)."""
+    value = row.get(key)
+    return str(value) if _present(value) else ""
+
+
+def _shares_sentence(row: pd.Series, target: str) -> str:
+    """The winner's shares of its runtime's ceiling and the GPU busy at its highest load within the SLO."""
+    runtime = f"`{_text(row, 'ceiling_runtime')}`'s" if _text(row, "ceiling_runtime") else "its runtime's"
+    shares = [(row[column], lead, aside) for column, lead, aside in SHARES if _present(row.get(column))]
+    busy = row.get("slo_gpu_util_pct_at_max")
+    if not shares and not _present(busy):
+        return ""
+    text = f"At its highest load within {target}"
+    if shares:
+        (share, lead, _), *others = shares
+        text += f" it serves {percent(share)} {lead.format(runtime=runtime)}"
+        if others:
+            text += " (" + ", ".join(f"{percent(value)} {aside}" for value, _, aside in others) + ")"
+        return text + (f", the GPU busy {float(busy):.0f} %." if _present(busy) else ".")
+    return text + f" the GPU was busy {float(busy):.0f} %."
+
+
+def _verdict_sentence(row: pd.Series) -> str:
+    """What stopped the winner, the numbers that say so, and the setting that would move it; for `compute`, that no
+    serving setting serves more on that GPU."""
+    verdict = _text(row, "bottleneck")
+    if not verdict:
+        return ""
+    evidence = _text(row, "bottleneck_evidence")
+    text = f"What stopped it: {verdict}" + (f" — {evidence}." if evidence else ".")
+    if verdict == Bottleneck.COMPUTE:
+        text += " The GPU itself is the limit: no serving setting serves more on it."
+    fix = _text(row, "bottleneck_fix") or (Bottleneck(verdict).fix if verdict in list(Bottleneck) else "")
+    return text + (f" Next: {fix}." if fix else "")
