@@ -61,6 +61,18 @@ class BackendContext:
         return self.node.ip if self.host in ("0.0.0.0", "::", "") else self.host
 
 
+def formable_batches(request_sizes: tuple[int, ...], max_batch: int) -> tuple[int, ...]:
+    """Every forward-pass size a server that merges requests can form from requests of `request_sizes` images, up to
+    `max_batch`: a GPU server warms each of them up, or the first pass of each new size (cuDNN's algorithm search,
+    a larger memory arena) lands inside a measurement window."""
+    sizes = [b for b in set(request_sizes) if b > 0]
+    reachable = {0}
+    for total in range(1, max_batch + 1):
+        if any(total - b in reachable for b in sizes if b <= total):
+            reachable.add(total)
+    return tuple(sorted(reachable - {0}))
+
+
 class Backend(ABC):
     """One backend on one tier node: start once, serve every trial of the group, stop (always)."""
 

@@ -14,7 +14,7 @@ import pytest
 
 from experiments.config.compose import compose
 from experiments.config.schema import backend_settings
-from serving.backend import BackendContext
+from serving.backend import BackendContext, formable_batches
 from serving.node import NodeInfo
 from serving.ray_serve.backend import RayServeTorchBackend
 from serving.ray_serve.settings import RayServeTorchSettings
@@ -104,6 +104,30 @@ def test_tensorrt_profile_covers_every_batch_and_is_tuned_for_the_largest_measur
     assert bounded.max_request_batch == 16, "the cross-check sends no larger batch"
     assert bounded.batching_params()["server_max_batch_size"] == 16
     assert _triton(GPU_NODE, accelerator="tensorrt").variant().max_batch_size == 32, "the model's"
+
+
+def test_formable_batches_are_every_sum_of_request_sizes_up_to_the_largest() -> None:
+    assert formable_batches((8,), 32) == (8, 16, 24, 32)
+    assert formable_batches((1, 8), 6) == (1, 2, 3, 4, 5, 6)
+    assert formable_batches((3, 5), 11) == (3, 5, 6, 8, 9, 10, 11)
+    assert formable_batches((), 8) == ()
+
+
+def test_a_gpu_batcher_warms_every_batch_it_can_form_a_cpu_only_the_requests() -> None:
+    """On a GPU each new forward-pass shape's first run searches cuDNN's algorithms: a server that merges requests
+    warms up every size it can form, so none of those searches lands in a measurement window."""
+    gpu = TritonBackend(_context(GPU_NODE, "triton_onnx_dynbatch", (8,)),
+                        TritonSettings(dynamic_batching=True, max_queue_delay_us=500))
+    assert gpu.variant().warmup_batch_sizes == (8, 16, 24, 32)
+    assert _triton(GPU_NODE, accelerator="cuda").variant().warmup_batch_sizes == (1, 8)  # no batcher
+    cpu = TritonBackend(_context(CPU_NODE, "triton_onnx_dynbatch", (8,)), TritonSettings(dynamic_batching=True))
+    assert cpu.variant().warmup_batch_sizes == (8,)
+    serve = RayServeTorchBackend(_context(GPU_NODE, "pytorch_batched", (1,)),
+                                 RayServeTorchSettings(batching=True, max_batch_size=4, max_ongoing_requests=8))
+    assert serve.warmup_batch_sizes() == (1, 2, 3, 4)
+    assert serve._app_args()["warmup_batch_sizes"] == [1, 2, 3, 4]
+    plain = RayServeTorchBackend(_context(GPU_NODE, "pytorch", (1, 8)), RayServeTorchSettings())
+    assert plain.warmup_batch_sizes() == (1, 8)
 
 
 def test_fp16_without_tensorrt_is_refused_with_the_key() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from serving.backend import Backend, BackendContext, ServerHandle
+from serving.backend import Backend, BackendContext, ServerHandle, formable_batches
 from serving.clients.base import ClientSpec
 from serving.models import ModelSource
 from serving.oip.protocol import model_signatures
@@ -190,7 +190,15 @@ class RayServeTorchBackend(Backend):
                     if self.settings.batching else None)
         return {"model": OmegaConf.to_container(self.context.model, resolve=True), "device": self.device,
                 "torch_threads": self.settings.torch_threads, "options": asdict(self.options),
-                "warmup_batch_sizes": [int(b) for b in self.context.warmup_batch_sizes], "batching": batching}
+                "warmup_batch_sizes": list(self.warmup_batch_sizes()), "batching": batching}
+
+    def warmup_batch_sizes(self) -> tuple[int, ...]:
+        """The experiment's batch sizes; on a GPU with `@serve.batch`, every batch it can merge from them (each new
+        shape's first pass runs cuDNN's autotuning, which must not land in a window)."""
+        sizes = tuple(int(b) for b in self.context.warmup_batch_sizes)
+        if self.settings.batching and self.device == "cuda":
+            return formable_batches(sizes, self.max_batch_size)
+        return sizes
 
     def _deployment_options(self, ray_actor_options: dict[str, Any]) -> dict[str, Any]:
         return {"num_replicas": self.settings.num_replicas, "max_ongoing_requests": self.settings.max_ongoing_requests,
@@ -220,7 +228,7 @@ class RayServeTorchBackend(Backend):
 
     def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
         """Trial params (device, dtype, compile) and what the replica's warm-up cost (compile included)."""
-        batches = ",".join(str(b) for b in self.context.warmup_batch_sizes)
+        batches = ",".join(str(b) for b in self.warmup_batch_sizes())
         params: dict[str, Any] = {"device": self.device, "num_replicas": self.settings.num_replicas,
                                   "torch_dtype": info["dtype"], "torch_compile": info["torch_compile"],
                                   "server_warmup_batch_sizes": batches}

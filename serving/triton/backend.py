@@ -13,7 +13,7 @@ from google.protobuf import text_format
 from omegaconf import OmegaConf
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving.backend import Backend, BackendContext, ServerHandle
+from serving.backend import Backend, BackendContext, ServerHandle, formable_batches
 from serving.clients.base import ClientSpec
 from serving.host_actor import place_host, stop_host
 from serving.paths import MODEL_REPOSITORY
@@ -82,9 +82,17 @@ class TritonBackend(Backend):
             accelerator=str(self.accelerator), instance_count=s.instance_count, ort_threads=s.ort_threads, fp16=s.fp16,
             engine_cache=s.engine_cache and tensorrt, engine_cache_root=s.engine_cache_dir,
             trt_profile=self.trt_profile() if tensorrt else None,
-            warmup_batch_sizes=tuple(self.context.warmup_batch_sizes) if s.warmup else (),
+            warmup_batch_sizes=self.warmup_batch_sizes() if s.warmup else (),
             dynamic_batching=s.dynamic_batching, max_queue_delay_us=s.max_queue_delay_us,
             preferred_batch_sizes=tuple(s.preferred_batch_sizes), max_batch_size=self.max_request_batch)
+
+    def warmup_batch_sizes(self) -> tuple[int, ...]:
+        """The experiment's batch sizes; on a GPU with the dynamic batcher, every batch it can form from them (each
+        new shape's first pass costs ONNX Runtime a cuDNN algorithm search, which must not land in a window)."""
+        sizes = tuple(self.context.warmup_batch_sizes)
+        if self.settings.dynamic_batching and self.accelerator.gpu:
+            return formable_batches(sizes, self.max_request_batch)
+        return sizes
 
     def actor_options(self) -> dict[str, Any]:
         """Ray options for the host actor: on the tier's node, holding a GPU fraction where Ray has GPUs (Ray then
