@@ -1,5 +1,5 @@
-"""The studies this tool generalises, in their own shape (`experiment=study`; the reference documents in
-../shared/reference/): per tier,
+"""The studies this tool generalises, in their own shape (`experiment=study`: a 5-way protocol study on an
+RTX 4090 and an A100, February 2026, and Miguel Mendez's TorchServe REST vs gRPC post, 2023): per tier,
 
 - the 5-way study: its five stacks (FastAPI + base64 JPEG; Triton ONNX Runtime CUDA EP and TensorRT EP, each over
   HTTP and gRPC with float32 tensors): serial p50 and throughput by batch size, gRPC speedup over HTTP per pair (p50
@@ -109,7 +109,7 @@ def five_way(doc: Document, trials: pd.DataFrame) -> None:
     """The 5-way study's tables for one tier's trials."""
     found = [(s.label, _rows(trials, s)) for s in FIVE_WAY]
     doc.h(3, "The 5-way study")
-    doc.p("The study's five stacks (../shared/reference/000_…): its baseline sent base64 JPEGs to FastAPI, the "
+    doc.p("The study's five stacks (the 5-way protocol study, February 2026): its baseline sent base64 JPEGs to FastAPI, the "
           "others float32 tensors to Triton, so its rows differ in format as much as in server (see “Input format, "
           "on the same server” below).")
     serial = [(label, _serial(rows)) for label, rows in found]
@@ -153,7 +153,7 @@ def torchserve_post(doc: Document, trials: pd.DataFrame) -> None:
     if all(rows.empty for rows in cells.values()):
         return
     doc.h(3, "The TorchServe post: REST vs gRPC, base64 vs binary")
-    doc.p("../shared/reference/001_…: one image per request (batch 1). p50 at the lowest concurrency, and "
+    doc.p("Miguel Mendez's post (2023): one image per request (batch 1). p50 at the lowest concurrency, and "
           "throughput at the highest (the post timed 20 concurrent requests). Its gRPC base64 cell was empty: "
           "TorchServe's gRPC request carries bytes, not JSON.")
     table, missing = [], []
