@@ -109,9 +109,9 @@ def five_way(doc: Document, trials: pd.DataFrame) -> None:
     """The 5-way study's tables for one tier's trials."""
     found = [(s.label, _rows(trials, s)) for s in FIVE_WAY]
     doc.h(3, "The 5-way study")
-    doc.p("The study's five stacks (the 5-way protocol study, February 2026): its baseline sent base64 JPEGs to FastAPI, the "
-          "others float32 tensors to Triton, so its rows differ in format as much as in server (see “Input format, "
-          "on the same server” below).")
+    doc.p("The study's five stacks (the 5-way protocol study, February 2026): its baseline sent base64 JPEGs to "
+          "FastAPI, the others float32 tensors to Triton, so its rows differ in format as much as in server (see "
+          "“Input format, on the same server” below).")
     serial = [(label, _serial(rows)) for label, rows in found]
     if any(not rows.empty for _, rows in serial):
         doc.p("**Serial p50 latency (ms)** by batch size, one request at a time:")
