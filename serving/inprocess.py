@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.node import cpu_times
 from serving.paths import cache_root
 from serving.runtime import Engine, Runtime
 
@@ -108,22 +109,14 @@ class RuntimeTiming:
 
 
 def cpu_busy_share(seconds: float = 0.5) -> float | None:
-    """The share of the machine's CPU time spent busy over the next `seconds` (Linux /proc/stat); None elsewhere.
-    Taken before a timing, it says whether something else was running."""
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            values = [int(v) for v in f.readline().split()[1:]]
-        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-        return sum(values), idle
-
-    try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
+    """The share of the machine's CPU time spent busy over the next `seconds` (Linux); None elsewhere. Taken before a
+    timing, it says whether something else was running."""
+    before = cpu_times()
+    time.sleep(seconds)
+    after = cpu_times()
+    if before is None or after is None or after[1] <= before[1]:
         return None
-    elapsed = total1 - total0
-    return None if elapsed <= 0 else 1.0 - (idle1 - idle0) / elapsed
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def time_calls(call: Callable[[], Any], batch_size: int, mode: str, budget: TimingBudget) -> InProcessPoint:

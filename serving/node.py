@@ -79,6 +79,21 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_times() -> tuple[float, float] | None:
+    """(busy, total) CPU time of the whole machine since boot, in clock ticks, from Linux's /proc/stat (idle and
+    iowait count as not busy); None where there is no such file."""
+    try:
+        with open("/proc/stat") as f:
+            values = [float(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(values) < 4:
+        return None
+    total = sum(values[:8])  # user nice system idle iowait irq softirq steal (guest time is inside user)
+    idle = values[3] + (values[4] if len(values) > 4 else 0.0)
+    return total - idle, total
+
+
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 

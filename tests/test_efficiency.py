@@ -76,6 +76,19 @@ def test_a_cpu_node_shared_with_its_clients_is_cpu_bound_and_says_how_many_cores
     assert separate.bottleneck is not Bottleneck.CPU
 
 
+def test_a_full_node_cpu_is_the_limit_on_a_gpu_node_too() -> None:
+    """The GPU idles while the node's cores are busy (a Python server, its proxy, the clients): cpu, not load."""
+    metrics = {**BASE, "gpu_util_pct": 12.0, "server_replica_ms": 9.0, "node_cpu_util_pct": 93.0,
+               "node_cpu_cores_busy": 14.9}
+    judged = verdict(metrics, PARAMS, on_gpu=True, client_cpu_limit=0.8, node_cpus=16)
+    assert judged.bottleneck is Bottleneck.CPU
+    assert "93 % busy" in judged.evidence and "14.9 of 16 cores" in judged.evidence
+    assert "GPU only 12 %" in judged.evidence
+    calm = verdict({**metrics, "node_cpu_util_pct": 40.0, "node_cpu_cores_busy": 6.4}, PARAMS, True, 0.8, 16)
+    assert calm.bottleneck is Bottleneck.LOAD
+    assert verdict({**metrics, "gpu_util_pct": 90.0}, PARAMS, True, 0.8, 16).bottleneck is Bottleneck.COMPUTE
+
+
 def test_the_quick_climb_stops_where_the_gpu_is_busy() -> None:
     space = SearchSpace.of({"instance_count": [1, 2, 4, 8]})
     measured = []

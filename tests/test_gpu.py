@@ -166,9 +166,9 @@ def test_a_restart_with_a_warm_engine_cache_loads_instead_of_rebuilding(tmp_path
 def test_nvml_sampler_sees_the_gpu_work() -> None:
     import torch
 
-    from experiments.measure.telemetry import NvmlSampler
+    from experiments.measure.telemetry import NodeSampler
 
-    sampler = NvmlSampler(None, 20.0)
+    sampler = NodeSampler(None, 20.0)
     try:
         description = sampler.describe()
         assert description["names"] and description["driver_version"]

@@ -1,4 +1,5 @@
-"""GPU telemetry's arithmetic on known samples, and its absence (never zeros) where there is no GPU."""
+"""Node telemetry's arithmetic on known samples (GPU and CPU), the GPU's absence (never zeros) where there is none,
+and the CPU sampled on this machine."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import pytest
 
 from experiments.config.compose import compose
 from experiments.measure.telemetry import (
+    cpu_summary,
     energy_per_image,
     gpu_params,
     nvml_unavailable_reason,
-    start_gpu_telemetry,
+    start_node_telemetry,
     summarize,
 )
 from serving.backend import ServerHandle
@@ -60,14 +62,52 @@ def test_gpu_params_only_on_gpu_nodes() -> None:
     assert gpu_params(GPU_NODE) == {"driver_version": "580.65", "cuda_version": "13.0"}
 
 
-def test_no_sampler_on_a_node_without_a_gpu() -> None:
+def test_no_sampler_on_a_node_without_a_gpu_when_the_cpu_is_not_sampled_either() -> None:
     handle = ServerHandle("triton_python_backend", {}, node_id="n0")
-    assert start_gpu_telemetry(compose().telemetry, handle, CPU_NODE, {}) is None
+    assert start_node_telemetry(compose(["telemetry.cpu=false"]).telemetry, handle, CPU_NODE, {}) is None
 
 
 def test_telemetry_can_be_turned_off() -> None:
-    cfg = compose(["telemetry.gpu=false"]).telemetry
-    assert start_gpu_telemetry(cfg, ServerHandle("ray_serve", {}), GPU_NODE, {}) is None
+    cfg = compose(["telemetry.gpu=false", "telemetry.cpu=false"]).telemetry
+    assert start_node_telemetry(cfg, ServerHandle("ray_serve", {}), GPU_NODE, {}) is None
+
+
+def test_the_nodes_cpu_over_a_window_from_cumulative_times() -> None:
+    """Busy time grows 1.5 s per second of 2 s of CPU time per second (2 cores): 75 % busy, 1.5 cores."""
+    times = np.arange(1000.0, 1010.01, 0.5)
+    busy = (times - 1000.0) * 1.5
+    total = (times - 1000.0) * 2.0
+    m = cpu_summary(times, busy, total, 2, 1002.25, 1006.0)
+    assert m["node_cpu_util_pct"] == pytest.approx(75.0) and m["node_cpu_cores_busy"] == pytest.approx(1.5)
+    assert cpu_summary(times, busy, total, 2, 1008.0, 1015.0) == {}  # sampling stopped at ~1010
+
+
+def test_a_cpu_only_sampler_sees_this_machine_work() -> None:
+    """No NVML: the node's CPU only. A thread spinning for 0.6 s shows as busy CPU; no GPU metric appears."""
+    import threading
+    import time
+
+    from experiments.measure.telemetry import NodeSampler
+
+    sampler = NodeSampler(None, 50.0, gpus=False)
+    try:
+        assert sampler.describe() == {"cpu_count": sampler.cores}
+        time.sleep(0.2)
+        start = time.time()
+
+        def busy() -> None:
+            while time.time() - start < 0.6:
+                pass
+
+        spin = threading.Thread(target=busy)
+        spin.start()
+        spin.join()
+        metrics = sampler.window(start, time.time())
+    finally:
+        sampler.stop()
+    assert set(metrics) == {"node_cpu_util_pct", "node_cpu_cores_busy"}
+    assert 0 < metrics["node_cpu_util_pct"] <= 100
+    assert metrics["node_cpu_cores_busy"] == pytest.approx(metrics["node_cpu_util_pct"] / 100 * sampler.cores)
 
 
 @pytest.mark.skipif(has_gpu(), reason="this machine has a GPU: NVML is expected to work here")
@@ -127,13 +167,14 @@ def test_sampler_combines_gpus_and_summarizes_a_window(monkeypatch: pytest.Monke
     import sys
     import time
 
-    from experiments.measure.telemetry import NvmlSampler
+    from experiments.measure.telemetry import NodeSampler
 
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
-    sampler = NvmlSampler(None, 50.0)
+    sampler = NodeSampler(None, 50.0)
     try:
         assert sampler.describe() == {"indices": [0, 1], "names": ["Fake GPU 0", "Fake GPU 1"],
-                                      "driver_version": "580.65.06", "cuda_version": "13.0", "energy_counter": True}
+                                      "driver_version": "580.65.06", "cuda_version": "13.0", "energy_counter": True,
+                                      "cpu_count": sampler.cores}
         start = time.time()  # the sampler took its first sample when it started
         end = start + 0.5
         metrics = sampler.window(start, end)  # waits for a sample past `end`

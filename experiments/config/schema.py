@@ -266,9 +266,11 @@ class ServingConfig:
 
 @dataclass
 class TelemetryConfig:
-    """GPU telemetry (NVML on the server's node) during each measurement window; nothing on CPU-only nodes."""
+    """Telemetry of the server's node during each measurement window: its CPU, and its GPUs through NVML (nothing of
+    those on CPU-only nodes)."""
 
     gpu: bool = True  # gpu_util_pct, gpu_mem_used_mb, gpu_power_w, gpu_energy_j, energy_per_image_j per trial
+    cpu: bool = True  # node_cpu_util_pct, node_cpu_cores_busy per trial: every process on the node, clients included
     sample_hz: float = 20.0  # NVML samples per second
 
 

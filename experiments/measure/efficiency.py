@@ -18,8 +18,9 @@ The verdict (tags `bottleneck`, `bottleneck_evidence`, `bottleneck_fix`), first 
 
 1. client: a client actor used more than `experiment.client_cpu_limit` of a core: the figure is the client's;
 2. compute: the GPU was busy >= `BUSY_GPU_PCT` % of the window (GPU runtimes);
-3. cpu: a CPU runtime reached >= `AT_CEILING` of its in-process throughput, or colocated clients took
-   >= `CLIENT_CORE_SHARE` of the node's cores (which the server then did not have);
+3. cpu: the node's CPU was >= `NODE_CPU_BUSY` % busy over the window (every process on it: servers, proxies,
+   colocated clients), or, on a CPU runtime, it reached >= `AT_CEILING` of its in-process throughput or colocated
+   clients took >= `CLIENT_CORE_SHARE` of the node's cores (which the server then did not have);
 4. queue / proxy / transport: the largest of the server's queue time, the time outside the replica behind Serve's
    proxy, or the time outside the server (client p50 side: loopback, (de)serialising, the HTTP/gRPC stack), when it
    is >= `DOMINANT_SHARE` of the mean request;
@@ -35,6 +36,7 @@ from typing import Any
 from serving.inprocess import RESIDENT, ROUND_TRIP, RuntimeTiming
 
 BUSY_GPU_PCT = 80.0
+NODE_CPU_BUSY = 85.0
 AT_CEILING = 0.7
 CLIENT_CORE_SHARE = 0.25
 DOMINANT_SHARE = 0.3
@@ -56,8 +58,9 @@ class Bottleneck(StrEnum):
             Bottleneck.CLIENT: "more client actors (experiment.max_client_actors) or clients on their own node "
                                "(clients.placement=separate); the served figure is a lower bound",
             Bottleneck.COMPUTE: "the GPU is the limit: lower precision (FP16), TensorRT, or a bigger GPU",
-            Bottleneck.CPU: "the CPU is the limit: a bigger CPU, clients on their own node "
-                            "(clients.placement=separate), or a GPU",
+            Bottleneck.CPU: "the node's CPU is the limit: more or faster cores, clients on their own node "
+                            "(clients.placement=separate), less Python per request (direct ingress, batching); on a "
+                            "CPU tier, a GPU",
             Bottleneck.QUEUE: "more model instances (Triton instance_count, Serve num_replicas) or server-side "
                               "batching (dynamic_batching / batching)",
             Bottleneck.PROXY: "Serve's direct ingress to the replica (direct_ingress: true, e.g. pytorch_direct)",
@@ -123,15 +126,23 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
     if on_gpu and busy is not None and busy >= BUSY_GPU_PCT:
         return Verdict(Bottleneck.COMPUTE, f"GPU busy {busy:.0f} % of the window" + (f"; {share_text}" if share_text
                                                                                      else ""))
-    if not on_gpu:
-        client_cores = _client_cores(m)
-        colocated = str(params.get("client_placement", "colocated")) == "colocated"
-        crowded = colocated and client_cores is not None and node_cpus and client_cores / node_cpus >= CLIENT_CORE_SHARE
-        if (share is not None and share >= AT_CEILING) or crowded:
-            parts = [share_text] if share_text else []
-            if client_cores is not None and colocated:
-                parts.append(f"the clients on the same node used {client_cores:.2f} of its {node_cpus} cores")
-            return Verdict(Bottleneck.CPU, "; ".join(parts))
+    node_cpu = m.get("node_cpu_util_pct")
+    client_cores = _client_cores(m)
+    colocated = str(params.get("client_placement", "colocated")) == "colocated"
+    crowded = colocated and client_cores is not None and node_cpus and client_cores / node_cpus >= CLIENT_CORE_SHARE
+    cpu_full = node_cpu is not None and node_cpu >= NODE_CPU_BUSY
+    if cpu_full or (not on_gpu and ((share is not None and share >= AT_CEILING) or crowded)):
+        parts = []
+        if node_cpu is not None:
+            parts.append(f"the node's CPU was {node_cpu:.0f} % busy over the window "
+                         f"({m.get('node_cpu_cores_busy', node_cpu / 100 * node_cpus):.1f} of {node_cpus} cores)")
+        if on_gpu and busy is not None:
+            parts.append(f"the GPU only {busy:.0f} %")
+        if share_text:
+            parts.append(share_text)
+        if client_cores is not None and colocated:
+            parts.append(f"the clients on the same node used {client_cores:.2f} of its {node_cpus} cores")
+        return Verdict(Bottleneck.CPU, "; ".join(parts))
     latency = m.get("latency_mean_ms") or m.get("latency_p50_ms")
     server = m.get("server_request_ms", m.get("server_replica_ms"))
     parts: dict[Bottleneck, tuple[float, str]] = {}

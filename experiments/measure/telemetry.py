@@ -1,9 +1,12 @@
-"""GPU telemetry of a measurement window: NVML sampled on the server's node while the trial runs.
+"""Telemetry of a measurement window: the server node's CPU and, on a GPU node, NVML, sampled while the trial runs.
 
-A small Ray actor, placed on the node the server runs on, samples utilisation, memory, power and the
-energy counter of the server's GPUs (every GPU of the node when Ray pinned none) at `telemetry.sample_hz`
-in a background thread for as long as the server group lives. After each trial the driver asks it for the
-trial's window (epoch seconds, the clients' window) and gets back only the summary:
+A small Ray actor, placed on the node the server runs on, samples the node's CPU time (Linux /proc/stat) and the
+utilisation, memory, power and energy counter of the server's GPUs (every GPU of the node when Ray pinned none) at
+`telemetry.sample_hz` in a background thread for as long as the server group lives. After each trial the driver asks
+it for the trial's window (epoch seconds, the clients' window) and gets back only the summary:
+
+- `node_cpu_util_pct`: the share of the node's CPU time spent busy (every process: servers, clients placed there,
+  Ray), `node_cpu_cores_busy` the same in cores (`telemetry.cpu`);
 
 - `gpu_util_pct`: mean NVML utilisation (share of time a kernel ran), averaged over the sampled GPUs;
 - `gpu_mem_used_mb`: peak memory used (MiB, summed over the sampled GPUs);
@@ -11,7 +14,7 @@ trial's window (epoch seconds, the clients' window) and gets back only the summa
 - `gpu_energy_j`: energy in the window, from NVML's energy counter when the GPU has one (Volta and later),
   else mean power x window length; `energy_per_image_j` divides it by the images completed in the window.
 
-A node without a GPU (or without NVML) gets no telemetry: the metrics are absent, never zero.
+A node without a GPU (or without NVML) gets no GPU telemetry: those metrics are absent, never zero.
 Ray's GPU ids are taken as NVML indices (Ray detects GPUs through NVML); on nodes mixing GPU models set
 CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers them the same way.
 """
@@ -27,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from serving.backend import ServerHandle
-from serving.node import NodeInfo
+from serving.node import NodeInfo, cpu_times
 
 log = logging.getLogger(__name__)
 
@@ -86,23 +89,45 @@ def energy_per_image(metrics: dict[str, float], images: int) -> dict[str, float]
     return {"energy_per_image_j": metrics["gpu_energy_j"] / images}
 
 
-class NvmlSampler:
-    """Samples NVML in a thread from construction until `stop`; runs on the server's node (as a Ray actor)."""
+def cpu_summary(times: np.ndarray, busy: np.ndarray, total: np.ndarray, cores: int, start: float,
+                end: float) -> dict[str, float]:
+    """The node's CPU over [start, end] from cumulative busy and total CPU time (interpolated at both ends); empty
+    when the samples do not cover the window."""
+    if end <= start or times.size < 2 or times[0] > start + COVERAGE_SLACK_S or times[-1] < end - COVERAGE_SLACK_S:
+        return {}
+    spent = float(np.interp(end, times, total) - np.interp(start, times, total))
+    if spent <= 0:
+        return {}
+    share = float(np.interp(end, times, busy) - np.interp(start, times, busy)) / spent
+    return {"node_cpu_util_pct": share * 100, "node_cpu_cores_busy": share * cores}
 
-    def __init__(self, gpu_ids: list[int] | None, sample_hz: float) -> None:
-        import pynvml
 
-        self._nvml = pynvml
-        pynvml.nvmlInit()
-        indices = gpu_ids or list(range(pynvml.nvmlDeviceGetCount()))
-        self.indices = indices
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
-        self._energy_supported = all(self._energy_mj(h) is not None for h in self._handles)
+class NodeSampler:
+    """Samples the node's CPU time, and NVML when `gpus`, in a thread from construction until `stop`; runs on the
+    server's node (as a Ray actor)."""
+
+    def __init__(self, gpu_ids: list[int] | None, sample_hz: float, gpus: bool = True) -> None:
+        import os
+
+        self._nvml: Any = None
+        self._handles: list[Any] = []
+        self.indices: list[int] = []
+        self._energy_supported = False
+        if gpus:
+            import pynvml
+
+            self._nvml = pynvml
+            pynvml.nvmlInit()
+            self.indices = gpu_ids or list(range(pynvml.nvmlDeviceGetCount()))
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
+            self._energy_supported = all(self._energy_mj(h) is not None for h in self._handles)
+        self.cores = os.cpu_count() or 1
         self._interval = 1.0 / sample_hz
-        self._rows: deque[tuple[float, float, float, float, float]] = deque(maxlen=MAX_SAMPLES)
+        # time, GPU util, memory MiB, power W, energy J, CPU busy, CPU total (NaN where not sampled)
+        self._rows: deque[tuple[float, ...]] = deque(maxlen=MAX_SAMPLES)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="node-sampler", daemon=True)
         self._thread.start()
 
     def _energy_mj(self, handle: Any) -> float | None:
@@ -111,19 +136,26 @@ class NvmlSampler:
         except self._nvml.NVMLError:
             return None
 
-    def _sample(self) -> tuple[float, float, float, float, float]:
-        nvml = self._nvml
+    def _sample_gpus(self) -> tuple[float, float, float, float]:
+        nvml, nan = self._nvml, float("nan")
+        if nvml is None:
+            return nan, nan, nan, nan
         util = [nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self._handles]
         mem = [nvml.nvmlDeviceGetMemoryInfo(h).used for h in self._handles]
         power = [nvml.nvmlDeviceGetPowerUsage(h) for h in self._handles]  # mW
-        energy = sum(self._energy_mj(h) or 0.0 for h in self._handles) if self._energy_supported else float("nan")
-        return (time.time(), float(np.mean(util)), sum(mem) / 2**20, sum(power) / 1e3, energy / 1e3)
+        energy = sum(self._energy_mj(h) or 0.0 for h in self._handles) if self._energy_supported else nan
+        return float(np.mean(util)), sum(mem) / 2**20, sum(power) / 1e3, energy / 1e3
+
+    def _sample(self) -> tuple[float, ...]:
+        cpu = cpu_times() or (float("nan"), float("nan"))
+        return (time.time(), *self._sample_gpus(), *cpu)
 
     def _run(self) -> None:
+        errors = (self._nvml.NVMLError,) if self._nvml is not None else ()
         while not self._stop.is_set():
             try:
                 row = self._sample()
-            except self._nvml.NVMLError as exc:  # e.g. the GPU fell off the bus: stop, windows come back empty
+            except errors as exc:  # e.g. the GPU fell off the bus: stop, windows come back empty
                 log.warning("NVML sampling stopped: %s", exc)
                 return
             with self._lock:
@@ -131,12 +163,15 @@ class NvmlSampler:
             self._stop.wait(self._interval)
 
     def describe(self) -> dict[str, Any]:
-        """What is sampled: GPU indices and names, driver and CUDA versions as NVML reports them."""
+        """What is sampled: the node's cores; GPU indices and names, driver and CUDA versions as NVML reports them."""
         nvml = self._nvml
+        if nvml is None:
+            return {"cpu_count": self.cores}
         cuda = nvml.nvmlSystemGetCudaDriverVersion_v2()
         return {"indices": self.indices, "names": [nvml.nvmlDeviceGetName(h) for h in self._handles],
                 "driver_version": nvml.nvmlSystemGetDriverVersion(),
-                "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}", "energy_counter": self._energy_supported}
+                "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}", "energy_counter": self._energy_supported,
+                "cpu_count": self.cores}
 
     def window(self, start: float, end: float, timeout_s: float = 5.0) -> dict[str, float]:
         """Summary of [start, end]; waits (up to `timeout_s`) for the first sample after `end`."""
@@ -150,16 +185,23 @@ class NvmlSampler:
             rows = np.array([r for r in self._rows if start - 2 <= r[0] <= end + 2], dtype=float)
         if rows.size == 0:
             return {}
-        energy = rows[:, 4] if self._energy_supported else None
-        return summarize(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], energy, start, end)
+        out: dict[str, float] = {}
+        if self._nvml is not None:
+            energy = rows[:, 4] if self._energy_supported else None
+            out.update(summarize(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], energy, start, end))
+        cpu = ~np.isnan(rows[:, 5])
+        if cpu.any():
+            out.update(cpu_summary(rows[cpu, 0], rows[cpu, 5], rows[cpu, 6], self.cores, start, end))
+        return out
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        self._nvml.nvmlShutdown()
+        if self._nvml is not None:
+            self._nvml.nvmlShutdown()
 
 
-class GpuTelemetry:
+class NodeTelemetry:
     """Driver-side handle of one server group's sampler actor."""
 
     def __init__(self, actor: Any, description: dict[str, Any]) -> None:
@@ -167,16 +209,18 @@ class GpuTelemetry:
         self.description = description
 
     def window_metrics(self, start: float, end: float, images: int, timeout_s: float = 30.0) -> dict[str, float]:
-        """The window's GPU metrics; empty (logged why) when the sampler could not cover it."""
+        """The window's node metrics (CPU; GPU where sampled); empty (logged why) when the sampler could not cover
+        it."""
         import ray
 
         try:
             metrics = ray.get(self.actor.window.remote(start, end), timeout=timeout_s)
         except Exception as exc:  # noqa: BLE001 - telemetry must not fail a trial that was measured
-            log.warning("GPU telemetry failed for the window %.3f-%.3f: %s", start, end, exc)
+            log.warning("node telemetry failed for the window %.3f-%.3f: %s", start, end, exc)
             return {}
         if not metrics:
-            log.warning("GPU telemetry did not cover the window %.3f-%.3f: no GPU metrics for this trial", start, end)
+            log.warning("node telemetry did not cover the window %.3f-%.3f: no CPU or GPU metrics for this trial",
+                        start, end)
             return {}
         return {**metrics, **energy_per_image(metrics, images)}
 
@@ -191,15 +235,16 @@ class GpuTelemetry:
             ray.kill(self.actor)
 
 
-def start_gpu_telemetry(telemetry_cfg: Any, handle: ServerHandle, node: NodeInfo,
-                        ray_options: dict[str, Any], timeout_s: float = 60.0) -> GpuTelemetry | None:
-    """A sampler on the server's node for a server group; None (logged why) where there is nothing to sample."""
+def start_node_telemetry(telemetry_cfg: Any, handle: ServerHandle, node: NodeInfo,
+                         ray_options: dict[str, Any], timeout_s: float = 60.0) -> NodeTelemetry | None:
+    """A sampler on the server's node for a server group: its CPU (`telemetry.cpu`) and, on a GPU node, its GPUs
+    (`telemetry.gpu`); None (logged why) where there is nothing to sample."""
     import ray
 
-    if not telemetry_cfg.gpu:
-        return None
-    if not node.has_gpu:
+    gpus = bool(telemetry_cfg.gpu) and node.has_gpu
+    if telemetry_cfg.gpu and not node.has_gpu:
         log.info("no GPU telemetry: node %s has no NVIDIA GPU (NVML finds none)", node.hostname)
+    if not gpus and not telemetry_cfg.cpu:
         return None
     if handle.node_id:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -207,13 +252,14 @@ def start_gpu_telemetry(telemetry_cfg: Any, handle: ServerHandle, node: NodeInfo
         placement: dict[str, Any] = {"scheduling_strategy": NodeAffinitySchedulingStrategy(handle.node_id, soft=False)}
     else:
         placement = dict(ray_options)
-    actor = ray.remote(NvmlSampler).options(num_cpus=0.01, max_concurrency=4, **placement).remote(
-        list(handle.gpu_ids) or None, float(telemetry_cfg.sample_hz))
+    actor = ray.remote(NodeSampler).options(num_cpus=0.01, max_concurrency=4, **placement).remote(
+        list(handle.gpu_ids) or None, float(telemetry_cfg.sample_hz), gpus)
     try:
         description = ray.get(actor.describe.remote(), timeout=timeout_s)
-    except Exception as exc:  # noqa: BLE001 - telemetry is an extra: the trials still run, without GPU metrics
-        log.warning("no GPU telemetry on node %s: %s", node.hostname, exc)
+    except Exception as exc:  # noqa: BLE001 - telemetry is an extra: the trials still run, without its metrics
+        log.warning("no telemetry on node %s: %s", node.hostname, exc)
         ray.kill(actor)
         return None
-    log.info("GPU telemetry: sampling %s at %.0f Hz", description["names"], telemetry_cfg.sample_hz)
-    return GpuTelemetry(actor, description)
+    log.info("node telemetry: sampling the CPU (%d cores)%s at %.0f Hz", description["cpu_count"],
+             f" and {description['names']}" if gpus else "", telemetry_cfg.sample_hz)
+    return NodeTelemetry(actor, description)

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from experiments.config.schema import backend_settings
 from experiments.config.stacks import input_formats_of
 from experiments.measure.client_actor import ClientPool
-from experiments.measure.telemetry import GpuTelemetry, start_gpu_telemetry
+from experiments.measure.telemetry import NodeTelemetry, start_node_telemetry
 from experiments.plan import Trial, TrialGroup, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
 from experiments.run.crosscheck import CrosscheckResult, crosscheck_group
@@ -118,7 +118,7 @@ class ServerGroup:
         self.ray_options = ray_options
         self.backend = build_backend(cfg, group.variant, node, ray_options, emulated, self.model.on_node)
         self.handle: ServerHandle | None = None
-        self.telemetry: GpuTelemetry | None = None
+        self.telemetry: NodeTelemetry | None = None
         self.check: CrosscheckResult | None = None
         self.measured: dict[Trial, TrialRecord] = {}
         self.relay = relay  # takes the running server over at the end, for the next group; None: stopped
@@ -301,7 +301,7 @@ class ServerGroup:
                     log.error("%s", off_gpu)
                     self._fail(pending, off_gpu, self.stop(), finish)
                     return False
-                self.telemetry = start_gpu_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
+                self.telemetry = start_node_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
                 self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options,
                                               self.model.in_driver)
                 return True

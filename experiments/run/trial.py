@@ -20,7 +20,7 @@ from experiments.measure.metrics import (
     window_metrics,
 )
 from experiments.measure.samples import WindowSamples
-from experiments.measure.telemetry import GpuTelemetry, gpu_params
+from experiments.measure.telemetry import NodeTelemetry, gpu_params
 from experiments.measure.windows import Measurement, actors_needed, measure
 from experiments.plan import Trial, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
@@ -99,11 +99,11 @@ def _measure_with_enough_clients(cfg: Any, trial: Trial, backend: Backend, handl
 
 
 def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, node: NodeInfo,
-              clients: ClientPool, telemetry: GpuTelemetry | None = None) -> TrialRecord:
+              clients: ClientPool, telemetry: NodeTelemetry | None = None) -> TrialRecord:
     """Measure `trial`; a client error fails this trial only (status and reason on the record).
 
-    With `telemetry` (GPU nodes), the GPU's utilisation, memory, power and energy over the same window join
-    the metrics."""
+    With `telemetry`, the node's CPU and (GPU nodes) the GPU's utilisation, memory, power and energy over the same
+    window join the metrics."""
     record = new_record(cfg, trial, node, handle)
     exp = cfg.experiment
     try:
