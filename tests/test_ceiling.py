@@ -96,7 +96,9 @@ def test_a_provider_that_does_not_load_is_refused_not_fallen_back_from() -> None
         time_runtime(model, Runtime(Engine.ONNXRUNTIME, "cuda", provider="CUDAExecutionProvider"), [1], QUICK)
 
 
-def test_the_node_cache_serves_a_timing_that_covers_the_batches(tmp_path: Path) -> None:
+def test_the_node_cache_serves_a_timing_that_covers_the_batches(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: 0.0)  # a quiet node: timings are cached
     model = dict(compose(["model=tiny"]).model)
     budget = {"min_time_s": 0.05, "min_calls": 3}
     first = NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1, 2], budget, True, str(tmp_path)))

@@ -241,6 +241,8 @@ def start_node_telemetry(telemetry_cfg: Any, handle: ServerHandle, node: NodeInf
     (`telemetry.gpu`); None (logged why) where there is nothing to sample."""
     import ray
 
+    if not ray.is_initialized():  # a server hosted outside a cluster (tests): no node to place a sampler on
+        return None
     gpus = bool(telemetry_cfg.gpu) and node.has_gpu
     if telemetry_cfg.gpu and not node.has_gpu:
         log.info("no GPU telemetry: node %s has no NVIDIA GPU (NVML finds none)", node.hostname)
