@@ -162,13 +162,20 @@ def test_runners_ceiling_refuses_a_bad_setting_before_timing(capsys: pytest.Capt
     assert "ceiling.min_time_s=0" in capsys.readouterr().err
 
 
-def test_a_timing_taken_on_a_busy_node_is_used_but_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: 0.9)
+def test_a_timing_taken_on_a_busy_node_is_timed_again_once_the_node_is_quiet(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    busy_share = {"now": 0.9}
+    monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: busy_share["now"])
     model = dict(compose(["model=tiny"]).model)
     budget = {"min_time_s": 0.05, "min_calls": 3}
-    busy = NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1], budget, True, str(tmp_path)))
-    assert busy.timings[TORCH_CPU.key].cpu_busy_before == 0.9
-    assert not list(tmp_path.glob("*.json"))  # nothing cached: the next sweep times it again
-    monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: 0.1)
-    quiet = NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1], budget, True, str(tmp_path)))
-    assert quiet.cached == [] and len(list(tmp_path.glob("*.json"))) == 1
+
+    def measure() -> NodeCeiling:
+        return NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1], budget, True, str(tmp_path)))
+
+    busy = measure()
+    assert busy.timings[TORCH_CPU.key].cpu_busy_before == 0.9 and busy.cached == []
+    assert measure().cached == [TORCH_CPU.key]  # still busy: the busy timing is reused, not taken again
+    busy_share["now"] = 0.1
+    quiet = measure()
+    assert quiet.cached == [] and quiet.timings[TORCH_CPU.key].cpu_busy_before == 0.1  # quiet now: timed again
+    assert measure().cached == [TORCH_CPU.key]

@@ -25,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from serving import inprocess
 from serving.inprocess import RESIDENT, ROUND_TRIP, RuntimeTiming, TimingBudget, time_runtime
 from serving.node import cpu_model, nvml_gpus
 from serving.paths import cache_root
@@ -33,8 +34,8 @@ from serving.runtime import Engine, Runtime
 log = logging.getLogger(__name__)
 
 METHOD_VERSION = 1  # part of the cache key: a change of how the ceiling is measured invalidates old entries
-# A timing taken while others kept more than this share of the node's CPU busy is used, but not cached: the next
-# sweep times it again on a quieter node rather than inherit a low ceiling.
+# A timing taken while others kept more than this share of the node's CPU busy is cached as such: a later sweep that
+# finds the node quieter times it again rather than inherit a low ceiling; one that finds it busy too reuses it.
 BUSY_NODE = 0.5
 
 
@@ -128,7 +129,7 @@ def measure_here(model: dict[str, Any], runtimes: list[dict[str, Any]], needed: 
         runtime = Runtime.from_json(data)
         path = folder / f"{cache_key(model, runtime, timing_budget, gpus)}.json"
         cached = _cached(path, needed) if cache else None
-        if cached is not None:
+        if cached is not None and not (_busy(cached) and _quiet_now()):
             result.timings[runtime.key] = cached
             result.cached.append(runtime.key)
             continue
@@ -138,11 +139,10 @@ def measure_here(model: dict[str, Any], runtimes: list[dict[str, Any]], needed: 
             result.errors[runtime.key] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
             continue
         result.timings[runtime.key] = timing
-        busy = timing.cpu_busy_before
-        if busy is not None and busy > BUSY_NODE:
-            log.warning("ceiling of %s timed while %.0f %% of the node's CPU was busy with other work: used, not "
-                        "cached", runtime.key, busy * 100)
-        elif cache:
+        if _busy(timing):
+            log.warning("ceiling of %s timed while %.0f %% of the node's CPU was busy with other work: a sweep on a "
+                        "quieter node times it again", runtime.key, timing.cpu_busy_before * 100)
+        if cache:
             folder.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(timing.to_json(), indent=1))
@@ -161,6 +161,15 @@ def _cached(path: Path, needed: list[int]) -> RuntimeTiming | None:
         log.warning("ceiling cache %s unreadable (%s): timing it again", path, exc)
         return None
     return timing if all(timing.point(b, ROUND_TRIP) is not None for b in needed) else None
+
+
+def _busy(timing: RuntimeTiming) -> bool:
+    return timing.cpu_busy_before is not None and timing.cpu_busy_before > BUSY_NODE
+
+
+def _quiet_now() -> bool:
+    busy = inprocess.cpu_busy_share()
+    return busy is not None and busy <= BUSY_NODE
 
 
 def measure_on_node(model: dict[str, Any], runtimes: list[Runtime], needed: list[int], ceiling_cfg: Any,
