@@ -121,7 +121,7 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
                                           f"{_pct(client_cpu_limit)})")
     busy = m.get("gpu_util_pct")
     share = m.get("ceiling_share")
-    share_text = f"{_pct(share)} of the runtime's in-process throughput at batch {m['ceiling_batch']:g}" if (
+    share_text = f"{_pct(share)} of the runtime's in-process throughput at batch {m['ceiling_batch']:.3g}" if (
         share is not None) else ""
     if on_gpu and busy is not None and busy >= BUSY_GPU_PCT:
         return Verdict(Bottleneck.COMPUTE, f"GPU busy {busy:.0f} % of the window" + (f"; {share_text}" if share_text

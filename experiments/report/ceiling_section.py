@@ -111,7 +111,7 @@ def share_sentence(row: pd.Series) -> str:
     if share is None or pd.isna(share):
         return ""
     batch = row.get("ceiling_batch")
-    at = f" at batch {float(batch):g}" if batch is not None and pd.notna(batch) else ""
+    at = f" at batch {float(batch):.3g}" if batch is not None and pd.notna(batch) else ""
     details = [f"`{row[RUNTIME]}`"] if row.get(RUNTIME) else []
     if row.get("bottleneck"):
         details.append(f"bottleneck: {row['bottleneck']}")
@@ -144,7 +144,7 @@ def _runtime_row(runtime: str, trials: pd.DataFrame, sustained: pd.DataFrame) ->
     share, busy = pick.get(SHARE), pick.get("gpu_util_pct")
     return row | {"best served point": _point(pick), "served img/s": rate(pick[THROUGHPUT]),
                   "of round trip at its batch": MISSING_CELL if pd.isna(share) else
-                  f"{percent(share)} (b{float(pick['ceiling_batch']):g})",
+                  f"{percent(share)} (b{float(pick['ceiling_batch']):.3g})",
                   "of runtime's best": percent(pick.get("ceiling_share_best")),
                   "GPU busy %": MISSING_CELL if busy is None or pd.isna(busy) else f"{float(busy):.0f}",
                   "verdict": pick.get("bottleneck") or MISSING_CELL}
@@ -216,7 +216,7 @@ def summary_line(sustained: pd.DataFrame, labels: dict[str, str]) -> str | None:
     if row is None:
         return None
     line = (f"closest to the ceiling: {labels.get(row['tier'], row['tier'])} · {_point(row)}: {percent(row[SHARE])} "
-            f"of {row.get(RUNTIME) or 'its runtime'}'s in-process throughput at b{float(row['ceiling_batch']):g}")
+            f"of {row.get(RUNTIME) or 'its runtime'}'s in-process throughput at b{float(row['ceiling_batch']):.3g}")
     return line + (f" (bottleneck: {row['bottleneck']})" if row.get("bottleneck") else "")
 
 
