@@ -37,8 +37,6 @@ MODES = (ROUND_TRIP, RESIDENT)
 # plateau (two, so that one noisy point does not end the climb).
 PLATEAU_GAIN = 0.03
 PLATEAU_POINTS = 2
-FALLBACKS = {"TensorrtExecutionProvider": ("CUDAExecutionProvider", "CPUExecutionProvider"),
-             "CUDAExecutionProvider": ("CPUExecutionProvider",), "CPUExecutionProvider": ()}
 
 
 @dataclass(frozen=True)
@@ -209,13 +207,14 @@ class _OnnxCaller(_Caller):
 
         from serving.export import ensure_onnx
         from serving.paths import node_model_repository
+        from serving.triton.ort_probe import preload_gpu_libraries
+        from serving.triton.settings import Accelerator
 
-        provider = self.runtime.provider or "CPUExecutionProvider"
-        chain = [provider, *FALLBACKS.get(provider, ())]
-        if provider != "CPUExecutionProvider":
-            from serving.triton.ort_probe import _preload_gpu_libraries
-
-            _preload_gpu_libraries()
+        provider = self.runtime.provider or Accelerator.CPU.provider
+        accelerator = next(a for a in Accelerator if a.provider == provider)
+        chain = accelerator.providers  # the provider and those it falls back on, as the Triton model is given them
+        if accelerator.gpu:
+            preload_gpu_libraries()
         options = ort.SessionOptions()
         if self.runtime.threads:
             options.intra_op_num_threads = self.runtime.threads

@@ -29,7 +29,7 @@ def tiny_model() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def _preload_gpu_libraries() -> None:
+def preload_gpu_libraries() -> None:
     """What the Triton Python-backend model does before its session (serving/triton/python_backend/model.py):
     CUDA and cuDNN from NVIDIA's pip wheels, TensorRT from `tensorrt_libs`, none on the loader's path."""
     import ctypes
@@ -55,7 +55,7 @@ def run_probe() -> dict[str, Any]:
     result: dict[str, Any] = {"version": ort.__version__, "available": available, "loaded": [], "errors": {}}
     if any(p in GPU_PROVIDERS for p in available):
         try:
-            _preload_gpu_libraries()
+            preload_gpu_libraries()
         except OSError as exc:
             result["errors"]["preload"] = str(exc)
     model = tiny_model()
