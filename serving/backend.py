@@ -33,6 +33,8 @@ class ServerHandle:
     gpu_ids: tuple[int, ...] = ()  # GPUs Ray gave the server (empty: it may use every GPU of its node)
     # What the server itself reports it computes on: True on the GPU, False on the CPU, None when it cannot say.
     on_gpu: bool | None = None
+    # The server's own processes on its node (with every process they start): telemetry samples their threads.
+    processes: tuple[int, ...] = ()
 
 
 @dataclass

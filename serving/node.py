@@ -9,6 +9,7 @@ runners.doctor`); the result travels back to the driver. Backends decide what th
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 from collections.abc import Mapping
@@ -92,6 +93,51 @@ def cpu_times() -> tuple[float, float] | None:
     total = sum(values[:8])  # user nice system idle iowait irq softirq steal (guest time is inside user)
     idle = values[3] + (values[4] if len(values) > 4 else 0.0)
     return total - idle, total
+
+
+def _stat_fields(path: str) -> list[str] | None:
+    """A /proc .../stat line's fields after the command name (which may hold spaces): state, ppid, ... (None: gone)."""
+    try:
+        with open(path) as f:
+            line = f.read()
+    except OSError:
+        return None
+    return line[line.rfind(")") + 2:].split()
+
+
+def process_tree(roots: set[int]) -> set[int]:
+    """`roots` and every process descending from them (Linux /proc): a server and the workers it started."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return set()
+    for pid in entries:
+        fields = _stat_fields(f"/proc/{pid}/stat")
+        if fields:
+            children.setdefault(int(fields[1]), []).append(pid)
+    found, todo = set(), [r for r in roots if os.path.isdir(f"/proc/{r}")]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return found
+
+
+def thread_cpu_ticks(pids: set[int]) -> dict[tuple[int, int], int]:
+    """User + system CPU time of every thread of `pids`, in clock ticks, by (pid, thread id)."""
+    out: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+            if fields and len(fields) > 12:
+                out[(pid, int(tid))] = int(fields[11]) + int(fields[12])  # utime, stime
+    return out
 
 
 def _text(value: str | bytes) -> str:

@@ -89,6 +89,20 @@ def test_a_full_node_cpu_is_the_limit_on_a_gpu_node_too() -> None:
     assert verdict({**metrics, "gpu_util_pct": 90.0}, PARAMS, True, 0.8, 16).bottleneck is Bottleneck.COMPUTE
 
 
+def test_one_saturated_server_thread_is_the_limit_whatever_the_nodes_other_cores_do() -> None:
+    """A Python replica's event loop at a full core on a 16-core GPU node: the node reads 8 % busy, the GPU 9 %; the
+    busiest server thread says what holds it back."""
+    metrics = {**BASE, "gpu_util_pct": 9.0, "server_replica_ms": 30.0, "latency_mean_ms": 36.0,
+               "node_cpu_util_pct": 8.0, "server_thread_cpu_max": 0.97, "server_cpu_cores": 1.3}
+    judged = verdict(metrics, {**PARAMS, "server_ingress": "direct"}, on_gpu=True, client_cpu_limit=0.8,
+                     node_cpus=16)
+    assert judged.bottleneck is Bottleneck.CPU
+    assert "one thread of the server used 97 % of a core" in judged.evidence and "1.3 cores" in judged.evidence
+    assert "GPU busy only 9 %" in judged.evidence
+    idle = verdict({**metrics, "server_thread_cpu_max": 0.4}, {**PARAMS, "server_ingress": "direct"}, True, 0.8, 16)
+    assert idle.bottleneck is Bottleneck.LOAD
+
+
 def test_the_quick_climb_stops_where_the_gpu_is_busy() -> None:
     space = SearchSpace.of({"instance_count": [1, 2, 4, 8]})
     measured = []

@@ -185,3 +185,29 @@ def test_sampler_combines_gpus_and_summarizes_a_window(monkeypatch: pytest.Monke
     assert metrics["gpu_power_w"] == pytest.approx(200.0)
     assert metrics["gpu_energy_j"] == pytest.approx(100.0, rel=0.1)  # 2 x 100 W x 0.5 s
     assert metrics["gpu_telemetry_samples"] >= 10
+
+
+def test_the_sampler_sees_a_server_threads_cpu_and_its_childrens() -> None:
+    """A stand-in server whose child spins one thread for the whole window: its busiest thread near a full core, the
+    processes' CPU at least that; processes not named stay out."""
+    import subprocess
+    import sys
+    import time
+
+    from experiments.measure.telemetry import NodeSampler
+
+    spin = "import time\nend = time.time() + 3\nwhile time.time() < end: pass"
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"])
+    sampler = NodeSampler(None, 50.0, gpus=False, processes=(parent.pid,))
+    try:
+        assert sampler.describe() == {"cpu_count": sampler.cores, "processes": [parent.pid]}
+        time.sleep(0.8)  # the child is spinning by now
+        start = time.time()
+        time.sleep(1.2)
+        metrics = sampler.window(start, time.time())
+    finally:
+        sampler.stop()
+        parent.wait(timeout=30)
+    assert 0.5 < metrics["server_thread_cpu_max"] <= 1.05, metrics  # one thread, busy (shared with the test's own)
+    assert metrics["server_cpu_cores"] >= metrics["server_thread_cpu_max"] * 0.99

@@ -270,7 +270,9 @@ class TelemetryConfig:
     those on CPU-only nodes)."""
 
     gpu: bool = True  # gpu_util_pct, gpu_mem_used_mb, gpu_power_w, gpu_energy_j, energy_per_image_j per trial
-    cpu: bool = True  # node_cpu_util_pct, node_cpu_cores_busy per trial: every process on the node, clients included
+    # node_cpu_util_pct, node_cpu_cores_busy per trial (every process on the node, clients included), and the server's
+    # own processes' CPU and busiest thread (server_cpu_cores, server_thread_cpu_max)
+    cpu: bool = True
     sample_hz: float = 20.0  # NVML samples per second
 
 

@@ -18,7 +18,9 @@ The verdict (tags `bottleneck`, `bottleneck_evidence`, `bottleneck_fix`), first 
 
 1. client: a client actor used more than `experiment.client_cpu_limit` of a core: the figure is the client's;
 2. compute: the GPU was busy >= `BUSY_GPU_PCT` % of the window (GPU runtimes);
-3. cpu: the node's CPU was >= `NODE_CPU_BUSY` % busy over the window (every process on it: servers, proxies,
+3. cpu: one thread of the server's own processes was busy >= `SATURATED_THREAD` of the window (a single loop that
+   never rests: a Python event loop holding its GIL, a one-threaded server), or the node's CPU was >= `NODE_CPU_BUSY` %
+   busy over the window (every process on it: servers, proxies,
    colocated clients), or, on a CPU runtime, it reached >= `AT_CEILING` of its in-process throughput or colocated
    clients took >= `CLIENT_CORE_SHARE` of the node's cores (which the server then did not have);
 4. queue / proxy / transport: the largest of the server's queue time, the time outside the replica behind Serve's
@@ -37,6 +39,7 @@ from serving.inprocess import RESIDENT, ROUND_TRIP, RuntimeTiming
 
 BUSY_GPU_PCT = 80.0
 NODE_CPU_BUSY = 85.0
+SATURATED_THREAD = 0.9
 AT_CEILING = 0.7
 CLIENT_CORE_SHARE = 0.25
 DOMINANT_SHARE = 0.3
@@ -58,9 +61,10 @@ class Bottleneck(StrEnum):
             Bottleneck.CLIENT: "more client actors (experiment.max_client_actors) or clients on their own node "
                                "(clients.placement=separate); the served figure is a lower bound",
             Bottleneck.COMPUTE: "the GPU is the limit: lower precision (FP16), TensorRT, or a bigger GPU",
-            Bottleneck.CPU: "the node's CPU is the limit: more or faster cores, clients on their own node "
-                            "(clients.placement=separate), less Python per request (direct ingress, batching); on a "
-                            "CPU tier, a GPU",
+            Bottleneck.CPU: "the CPU is the limit: for one saturated server thread, more server processes "
+                            "(instance_count, num_replicas, workers) or less Python per request (direct ingress, "
+                            "batching); for a busy node, more or faster cores or clients on their own node "
+                            "(clients.placement=separate); on a CPU tier, a GPU",
             Bottleneck.QUEUE: "more model instances (Triton instance_count, Serve num_replicas) or server-side "
                               "batching (dynamic_batching / batching)",
             Bottleneck.PROXY: "Serve's direct ingress to the replica (direct_ingress: true, e.g. pytorch_direct)",
@@ -126,6 +130,15 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
     if on_gpu and busy is not None and busy >= BUSY_GPU_PCT:
         return Verdict(Bottleneck.COMPUTE, f"GPU busy {busy:.0f} % of the window" + (f"; {share_text}" if share_text
                                                                                      else ""))
+    thread = m.get("server_thread_cpu_max")
+    if thread is not None and thread >= SATURATED_THREAD:
+        parts = [f"one thread of the server used {thread * 100:.0f} % of a core over the window (its processes "
+                 f"{m.get('server_cpu_cores', thread):.1f} cores in all): a single loop that never rested"]
+        if on_gpu and busy is not None:
+            parts.append(f"the GPU busy only {busy:.0f} %")
+        if share_text:
+            parts.append(share_text)
+        return Verdict(Bottleneck.CPU, "; ".join(parts))
     node_cpu = m.get("node_cpu_util_pct")
     client_cores = _client_cores(m)
     colocated = str(params.get("client_placement", "colocated")) == "colocated"

@@ -7,6 +7,9 @@ it for the trial's window (epoch seconds, the clients' window) and gets back onl
 
 - `node_cpu_util_pct`: the share of the node's CPU time spent busy (every process: servers, clients placed there,
   Ray), `node_cpu_cores_busy` the same in cores (`telemetry.cpu`);
+- `server_cpu_cores`: the CPU the server's own processes (and those they started) used, in cores, and
+  `server_thread_cpu_max`: its busiest single thread's, in cores (1.0: a thread that never rested, e.g. a Python
+  event loop holding its GIL), sampled every `THREAD_EVERY` samples where the backend names its processes;
 
 - `gpu_util_pct`: mean NVML utilisation (share of time a kernel ran), averaged over the sampled GPUs;
 - `gpu_mem_used_mb`: peak memory used (MiB, summed over the sampled GPUs);
@@ -30,12 +33,14 @@ from typing import Any
 import numpy as np
 
 from serving.backend import ServerHandle
-from serving.node import NodeInfo, cpu_times
+from serving.node import NodeInfo, cpu_times, process_tree, thread_cpu_ticks
 
 log = logging.getLogger(__name__)
 
 MAX_SAMPLES = 200_000  # ~2.8 h at 20 Hz: a server group's lifetime, memory bounded
 COVERAGE_SLACK_S = 0.5  # a window counts as covered when samples reach this close to both of its ends
+THREAD_EVERY = 5  # the server's threads are read every this many samples (a /proc walk each time)
+MAX_THREAD_SNAPSHOTS = 20_000  # ~1.4 h at 20 Hz / 5
 
 
 def nvml_unavailable_reason() -> str | None:
@@ -106,7 +111,8 @@ class NodeSampler:
     """Samples the node's CPU time, and NVML when `gpus`, in a thread from construction until `stop`; runs on the
     server's node (as a Ray actor)."""
 
-    def __init__(self, gpu_ids: list[int] | None, sample_hz: float, gpus: bool = True) -> None:
+    def __init__(self, gpu_ids: list[int] | None, sample_hz: float, gpus: bool = True,
+                 processes: tuple[int, ...] = ()) -> None:
         import os
 
         self._nvml: Any = None
@@ -125,6 +131,9 @@ class NodeSampler:
         self._interval = 1.0 / sample_hz
         # time, GPU util, memory MiB, power W, energy J, CPU busy, CPU total (NaN where not sampled)
         self._rows: deque[tuple[float, ...]] = deque(maxlen=MAX_SAMPLES)
+        self.processes = set(processes)
+        self._threads: deque[tuple[float, dict[tuple[int, int], int]]] = deque(maxlen=MAX_THREAD_SNAPSHOTS)
+        self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="node-sampler", daemon=True)
@@ -152,26 +161,45 @@ class NodeSampler:
 
     def _run(self) -> None:
         errors = (self._nvml.NVMLError,) if self._nvml is not None else ()
+        count = 0
         while not self._stop.is_set():
             try:
                 row = self._sample()
             except errors as exc:  # e.g. the GPU fell off the bus: stop, windows come back empty
                 log.warning("NVML sampling stopped: %s", exc)
                 return
+            threads = (time.time(), thread_cpu_ticks(process_tree(self.processes))) if (
+                self.processes and count % THREAD_EVERY == 0) else None
             with self._lock:
                 self._rows.append(row)
+                if threads is not None:
+                    self._threads.append(threads)
+            count += 1
             self._stop.wait(self._interval)
+
+    def _server_cpu(self, start: float, end: float) -> dict[str, float]:
+        """The server's processes' CPU and their busiest thread's over the snapshots closest inside [start, end]."""
+        with self._lock:
+            inside = [snap for snap in self._threads if start - COVERAGE_SLACK_S <= snap[0] <= end + COVERAGE_SLACK_S]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < (end - start) / 2:
+            return {}
+        (t0, first), (t1, last) = inside[0], inside[-1]
+        seconds = (t1 - t0) * self._ticks
+        used = {key: ticks - first[key] for key, ticks in last.items() if key in first}
+        if seconds <= 0 or not used:
+            return {}
+        return {"server_cpu_cores": sum(used.values()) / seconds, "server_thread_cpu_max": max(used.values()) / seconds}
 
     def describe(self) -> dict[str, Any]:
         """What is sampled: the node's cores; GPU indices and names, driver and CUDA versions as NVML reports them."""
         nvml = self._nvml
         if nvml is None:
-            return {"cpu_count": self.cores}
+            return {"cpu_count": self.cores, **({"processes": sorted(self.processes)} if self.processes else {})}
         cuda = nvml.nvmlSystemGetCudaDriverVersion_v2()
         return {"indices": self.indices, "names": [nvml.nvmlDeviceGetName(h) for h in self._handles],
                 "driver_version": nvml.nvmlSystemGetDriverVersion(),
                 "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}", "energy_counter": self._energy_supported,
-                "cpu_count": self.cores}
+                "cpu_count": self.cores, **({"processes": sorted(self.processes)} if self.processes else {})}
 
     def window(self, start: float, end: float, timeout_s: float = 5.0) -> dict[str, float]:
         """Summary of [start, end]; waits (up to `timeout_s`) for the first sample after `end`."""
@@ -192,7 +220,7 @@ class NodeSampler:
         cpu = ~np.isnan(rows[:, 5])
         if cpu.any():
             out.update(cpu_summary(rows[cpu, 0], rows[cpu, 5], rows[cpu, 6], self.cores, start, end))
-        return out
+        return {**out, **self._server_cpu(start, end)}
 
     def stop(self) -> None:
         self._stop.set()
@@ -255,7 +283,8 @@ def start_node_telemetry(telemetry_cfg: Any, handle: ServerHandle, node: NodeInf
     else:
         placement = dict(ray_options)
     actor = ray.remote(NodeSampler).options(num_cpus=0.01, max_concurrency=4, **placement).remote(
-        list(handle.gpu_ids) or None, float(telemetry_cfg.sample_hz), gpus)
+        list(handle.gpu_ids) or None, float(telemetry_cfg.sample_hz), gpus,
+        tuple(handle.processes) if telemetry_cfg.cpu else ())
     try:
         description = ray.get(actor.describe.remote(), timeout=timeout_s)
     except Exception as exc:  # noqa: BLE001 - telemetry is an extra: the trials still run, without its metrics

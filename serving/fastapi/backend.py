@@ -116,7 +116,8 @@ class FastApiBackend(Backend):
         metrics = {f"server_{k}": float(runner[k]) for k in ("warmup_s", "warmup_first_call_s") if k in runner}
         return ServerHandle(server_mode="fastapi", urls={"http": f"http://{ctx.client_host}:{info['port']}"},
                             params=params, startup_s=info["startup_s"], metrics=metrics, node_id=info["node_id"],
-                            gpu_ids=tuple(info["gpu_ids"]), on_gpu=str(runner["device"]).startswith("cuda"))
+                            gpu_ids=tuple(info["gpu_ids"]), on_gpu=str(runner["device"]).startswith("cuda"),
+                            processes=(info["pid"],))
 
     def stop(self) -> dict[str, str]:
         actor, self._actor = self._actor, None

@@ -182,6 +182,7 @@ class RayServeTorchBackend(Backend):
             node_id=info.get("node_id"),
             gpu_ids=tuple(info.get("gpu_ids") or ()),
             on_gpu=str(info.get("device", "")).startswith("cuda"),  # the replica's own torch device
+            processes=(info["pid"],) if info.get("pid") else (),  # the replica that answered (one of num_replicas)
         )
 
     def _app_args(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ Serve's `@serve.batch` merges concurrent requests into one forward pass, countin
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,7 @@ class TorchImageClassifier:
 
         context = ray.get_runtime_context()
         gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
-        return {**self.service.runner.info, "node_id": context.get_node_id(), "gpu_ids": gpu_ids}
+        return {**self.service.runner.info, "node_id": context.get_node_id(), "gpu_ids": gpu_ids, "pid": os.getpid()}
 
     def where(self) -> dict[str, str]:
         """The Ray node and host this replica runs on (recorded with every trial)."""

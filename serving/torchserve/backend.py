@@ -150,6 +150,7 @@ class TorchServeBackend(Backend):
             gpu_ids=tuple(info.get("gpu_ids") or ()),
             # Every worker's own torch device, as its handler reported it after warm-up.
             on_gpu=bool(workers) and all(str(w["device"]).startswith("cuda") for w in workers),
+            processes=(info["launcher_pid"],) if info.get("launcher_pid") else (),
         )
 
     def _params(self, info: dict[str, Any]) -> dict[str, Any]:

@@ -198,6 +198,7 @@ class TritonBackend(Backend):
             # Every instance group of the rendered classifier is KIND_GPU (a Python-backend instance also refuses
             # to load when ONNX Runtime falls back from the GPU provider it was asked for: python_backend/model.py).
             on_gpu=instances_on_gpu(info["configs"]["config.pbtxt"]),
+            processes=(info["pid"],) if info.get("pid") else (),
         )
 
     def _start_facts(self, info: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:

@@ -169,6 +169,7 @@ class TritonServerHost:
             "gpu_ids": self.gpu_ids,
             "gpu_name": _gpu_name(self.gpu_ids),
             "hostname": socket.gethostname(),
+            "pid": self.server.process.pid if self.server.process is not None else None,
         }
         if cache_dir is not None:
             info["engine_cache"] = {"dir": str(cache_dir), "status": cache_status(before, after),
