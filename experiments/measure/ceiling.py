@@ -83,10 +83,6 @@ class NodeCeiling:
                 out[f"{prefix}/{point.mode}/b{point.batch_size}_img_s"] = point.img_s
         return {k.replace("+", "_"): v for k, v in out.items()}  # MLflow metric names: no '+'
 
-    def tier_params(self) -> dict[str, str]:
-        return {f"ceiling_versions/{key.replace('+', '_')}": ", ".join(f"{k} {v}" for k, v in t.versions.items())
-                for key, t in self.timings.items()}
-
 
 def _engine_version(engine: str) -> str:
     """The installed version of the runtime's package (without importing it: the cache key is computed first)."""

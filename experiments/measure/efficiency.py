@@ -37,6 +37,8 @@ from typing import Any
 
 from serving.inprocess import RESIDENT, ROUND_TRIP, RuntimeTiming
 
+# The tags a verdict sets on a trial (and an SLO summary repeats from its highest load).
+VERDICT_TAGS = ("bottleneck", "bottleneck_evidence", "bottleneck_fix")
 BUSY_GPU_PCT = 80.0
 NODE_CPU_BUSY = 85.0
 SATURATED_THREAD = 0.9
@@ -80,8 +82,7 @@ class Verdict:
     evidence: str  # the numbers that decided it
 
     def tags(self) -> dict[str, str]:
-        return {"bottleneck": str(self.bottleneck), "bottleneck_evidence": self.evidence,
-                "bottleneck_fix": self.bottleneck.fix}
+        return dict(zip(VERDICT_TAGS, (str(self.bottleneck), self.evidence, self.bottleneck.fix), strict=True))
 
 
 def efficiency_metrics(metrics: dict[str, float], timing: RuntimeTiming, batch_size: int) -> dict[str, float]:

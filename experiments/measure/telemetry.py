@@ -68,13 +68,19 @@ def gpu_params(node: NodeInfo) -> dict[str, str]:
     return {"driver_version": node.driver_version or "unknown", "cuda_version": node.cuda_version or "unknown"}
 
 
+def covers(times: np.ndarray, start: float, end: float) -> bool:
+    """Samples reach both ends of [start, end] (within COVERAGE_SLACK_S): a partial window would understate it."""
+    return (end > start and times.size >= 2 and times[0] <= start + COVERAGE_SLACK_S
+            and times[-1] >= end - COVERAGE_SLACK_S)
+
+
 def summarize(times: np.ndarray, util: np.ndarray, mem_mb: np.ndarray, power_w: np.ndarray,
               energy_j: np.ndarray | None, start: float, end: float) -> dict[str, float]:
     """Window metrics from samples (rows in time order; columns already combined across GPUs).
 
     Empty when the samples do not cover [start, end]: a partial window would understate energy.
     """
-    if end <= start or times.size < 2 or times[0] > start + COVERAGE_SLACK_S or times[-1] < end - COVERAGE_SLACK_S:
+    if not covers(times, start, end):
         return {}
     inside = (times >= start) & (times <= end)
     if not inside.any():
@@ -98,7 +104,7 @@ def cpu_summary(times: np.ndarray, busy: np.ndarray, total: np.ndarray, cores: i
                 end: float) -> dict[str, float]:
     """The node's CPU over [start, end] from cumulative busy and total CPU time (interpolated at both ends); empty
     when the samples do not cover the window."""
-    if end <= start or times.size < 2 or times[0] > start + COVERAGE_SLACK_S or times[-1] < end - COVERAGE_SLACK_S:
+    if not covers(times, start, end):
         return {}
     spent = float(np.interp(end, times, total) - np.interp(start, times, total))
     if spent <= 0:

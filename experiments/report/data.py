@@ -13,6 +13,7 @@ import pandas as pd
 
 from experiments.config.choices import LoadMode
 from experiments.config.prices import Price, prices_from_params
+from experiments.measure.efficiency import VERDICT_TAGS
 from experiments.report.marks import other_engine, trial_marks
 from experiments.results.records import Status
 
@@ -26,7 +27,6 @@ INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_ac
 # What held a trial back, against its runtime's in-process ceiling (`experiments.measure.efficiency`): the runtime's
 # key (a param) and the verdict (tags). Empty where the sweep logged none (ceiling off, untimed runtime, older sweeps).
 CEILING_PARAMS = ("ceiling_runtime",)
-VERDICT_TAGS = ("bottleneck", "bottleneck_evidence", "bottleneck_fix")
 # Metrics renamed since: stores written before are read under the current names.
 RENAMED_METRICS = {"validation_top1_agreement": "crosscheck_top1_agreement",
                    "validation_max_abs_diff": "crosscheck_max_abs_diff"}

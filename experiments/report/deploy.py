@@ -12,9 +12,9 @@ import json
 
 import pandas as pd
 
-from experiments.measure.efficiency import Bottleneck
+from experiments.measure.efficiency import VERDICT_TAGS, Bottleneck
 from experiments.report.ceiling_section import percent
-from experiments.report.data import CEILING_PARAMS, SLO_AT_MAX, VERDICT_TAGS, SweepData
+from experiments.report.data import CEILING_PARAMS, SLO_AT_MAX, SweepData
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd
 
 THROUGHPUT = "slo_max_throughput_img_s"

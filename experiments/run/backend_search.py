@@ -105,7 +105,7 @@ class BackendSearch:
                 "stopped_by": self.stopped_by(outcome)}
 
     def _objective(self, values: dict[str, Any]) -> float | None:
-        point = next(p for p in self.space.points() if self.space.values(p) == values)
+        point = self.space.point_of(values)
         name = self.entry_of(point)
         if name not in self.candidates:
             self.candidates[name] = self._measure(name, values, point == self.start)

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from experiments.config.schema import backend_settings
 from experiments.config.stacks import input_formats_of
 from experiments.measure.client_actor import ClientPool
+from experiments.measure.efficiency import VERDICT_TAGS
 from experiments.measure.telemetry import NodeTelemetry, start_node_telemetry
 from experiments.plan import Trial, TrialGroup, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
@@ -269,7 +270,7 @@ class ServerGroup:
         probe = self.measured.get(point.at_load(load))
         if probe is None:
             return {}
-        for key in ("bottleneck", "bottleneck_evidence", "bottleneck_fix"):
+        for key in VERDICT_TAGS:
             if key in probe.tags:
                 summary.tags[key] = probe.tags[key]
         if "ceiling_runtime" in probe.params:

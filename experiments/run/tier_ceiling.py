@@ -33,10 +33,11 @@ class TierCeiling:
         self.runtimes: dict[str, Runtime | None] = {}  # entry name -> its runtime
         self.ceiling: NodeCeiling | None = None
 
-    def runtime_of(self, variant: str) -> Runtime | None:
+    def runtime_of(self, variant: str, backend: Backend | None = None) -> Runtime | None:
+        """The runtime of `backends.<variant>` on this node (`backend`: that entry's, when already built)."""
         if variant not in self.runtimes:
             try:
-                self.runtimes[variant] = self.backend_of(variant).runtime()
+                self.runtimes[variant] = (backend or self.backend_of(variant)).runtime()
             except Exception as exc:  # noqa: BLE001 - a backend that cannot be built has no ceiling
                 log.debug("no runtime for %s: %s", variant, exc)
                 self.runtimes[variant] = None
@@ -49,7 +50,7 @@ class TierCeiling:
             backend = self.backend_of(group.variant)
             if all(backend.unsupported_reason(t.protocol, t.input_format) for t in group.trials):
                 continue
-            runtime = self.runtime_of(group.variant)
+            runtime = self.runtime_of(group.variant, backend)
             if runtime is not None:
                 found.setdefault(runtime.key, runtime)
         return list(found.values())
