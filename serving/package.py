@@ -1,11 +1,13 @@
 """What a backend package (`serving/<backend>/`) tells the rest of tierbench, through one line of the registry
-(`serving/registry.py`): the settings its config entries extend, the facts of a node it decides by, and its rows of
-the doctor's table. Everything else of the backend stays in its folder: its `Backend` class is named by its settings'
-`_target_`, its clients by the specs it hands out, its deploy files by `Backend.deploy_files`."""
+(`serving/registry.py`): the settings its config entries extend, the names of its processes, the facts of a node it
+decides by, its rows of the doctor's table, its extra of pyproject.toml and what it asks of a Ray cluster. Everything
+else of the backend stays in its folder: its `Backend` class is named by its settings' `_target_`, its clients by the
+specs it hands out, its deploy files by `Backend.deploy_files`, its variants by conf/backends/<name>.yaml."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -24,10 +26,24 @@ class DoctorRow(NamedTuple):
 
 @dataclass(frozen=True)
 class BackendPackage:
-    name: str  # the `backend` config group's entry: conf/backends/ names `/backend/<name>@<entry>`
+    name: str  # the `backend` config group's entry, and its variants file conf/backends/<name>.yaml
     settings: type[BackendSettings]
+    # What the command lines of the processes its servers run contain (the tests' leak checks look for them, beside
+    # Ray's own: `experiments.cluster.connection.RAY_PROCESS_NAMES`).
+    process_names: tuple[str, ...]
     # Facts of a node the backend decides by (each a frozen dataclass with a `KEY` and a `probe()` run on the node;
     # `NodeInfo.facts(kind)`). Packages may share one (the PyTorch servers share `TorchFacts`): it is probed once.
     facts: tuple[type[Any], ...] = ()
     # Its rows of the doctor's table (rows of the same `what` from several packages are shown once).
     doctor_rows: Callable[[NodeInfo], list[DoctorRow]] = lambda node: []
+    # The extra of pyproject.toml that installs what it needs beyond tierbench's own dependencies (None: nothing more).
+    extra: str | None = None
+    # What a backend whose servers live in the Ray cluster itself (Ray Serve) asks of the cluster a sweep reaches
+    # (`experiments.cluster.connection`): environment variables the sweep's Ray job sets for every process it starts,
+    # its actors included, from the cluster config (its switches, `cluster.<key>`, settled by
+    # `BackendSettings.cluster_needs`) ...
+    cluster_environment: Callable[[Any], dict[str, str]] = lambda cluster: {}
+    # ... and, on a running cluster the sweep joins (one it did not start), what it does while the sweep is there:
+    # entered on joining, left when the sweep lets go of the cluster (stop what the sweep started there that would
+    # outlive it).
+    joined_cluster: Callable[[], AbstractContextManager[Any]] = nullcontext

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from experiments.cluster.connection import RAY_PROCESS_NAMES
 from serving.process import unmapped_shm
+from serving.registry import backend_packages
 
 SESSION_VARIABLE = "TIERBENCH_TEST_SESSION"
 TOKEN_VARIABLE = "TIERBENCH_TEST_OWNER"
@@ -27,12 +29,10 @@ os.environ.setdefault(SESSION_VARIABLE, uuid.uuid4().hex)
 # tests are running at the same time. (A worker's children inherit the suffixed value and keep it.)
 if (_worker := os.environ.get("PYTEST_XDIST_WORKER")) and not os.environ[SESSION_VARIABLE].endswith(f"-{_worker}"):
     os.environ[SESSION_VARIABLE] += f"-{_worker}"
-SERVER_PROCESS_NAMES = ("tritonserver", "triton_python_backend_stub", "raylet", "gcs_server", "ray::",
-                        "default_worker.py", "ServeReplica", "ServeController",
-                        # TorchServe: its launcher, its Java frontend, its Python model workers
-                        "ts.model_server", "org.pytorch.serve", "model_service_worker",
-                        # the FastAPI service's uvicorn
-                        "serving.fastapi.app")
+# Ray's own processes and every registered backend's (`BackendPackage.process_names`): a new server is seen as soon
+# as its package is registered.
+SERVER_PROCESS_NAMES = (*RAY_PROCESS_NAMES, *(name for package in backend_packages().values()
+                                              for name in package.process_names))
 
 
 def marked_processes(variable: str, value: str) -> set[int]:
@@ -58,7 +58,7 @@ def command_line(pid: int) -> str:
 
 
 def server_processes() -> set[int]:
-    """PIDs of Triton / Ray server processes started by this test session."""
+    """PIDs of the server processes (Ray's, every backend's) started by this test session."""
     names = re.compile("|".join(re.escape(name) for name in SERVER_PROCESS_NAMES))
     return {pid for pid in marked_processes(SESSION_VARIABLE, os.environ[SESSION_VARIABLE])
             if names.search(command_line(pid))}

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +32,13 @@ from experiments.cluster.tiers import (
     tiers_of_nodes,
 )
 from serving.process import unreachable
+from serving.registry import backend_packages
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tierbench"
+# What the command lines of Ray's own processes contain (the tests' leak checks look for them, beside each backend
+# package's `process_names`): its GCS, raylets and workers.
+RAY_PROCESS_NAMES = ("raylet", "gcs_server", "ray::", "default_worker.py")
 NO_TIER_DOCS = "docs/troubleshooting.md#no-node-of-the-tier"
 
 
@@ -194,15 +198,12 @@ def _keep_sigterm_handler() -> Iterator[None]:
 
 
 def job_runtime_env(cluster_cfg: Any) -> dict[str, Any] | None:
-    """The sweep job's runtime env: Serve's direct-ingress switch when the cluster config asks for it. Actors
-    the job creates inherit it, Serve's controller, proxies and replicas included (Serve reads the switch when
-    its processes start, so it applies to a Serve instance this job starts, not to one already running). Serve
-    then holds every ingress replica it stops for a 30 s drain, for a load balancer to stop sending it traffic;
-    a sweep deletes an app once its trials are over, so the drain is cut to a second."""
-    if cluster_cfg.get("serve_direct_ingress"):
-        return {"env_vars": {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
-                             "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}}
-    return None
+    """The sweep job's runtime env: the environment variables every backend package asks of the cluster for this
+    config (`BackendPackage.cluster_environment`, e.g. Ray Serve's direct-ingress switch); actors the job creates
+    inherit them. None when none asks for any."""
+    env_vars = {key: value for package in backend_packages().values()
+                for key, value in package.cluster_environment(cluster_cfg).items()}
+    return {"env_vars": env_vars} if env_vars else None
 
 
 class RayConnection:
@@ -213,7 +214,8 @@ class RayConnection:
         self.log_to_driver = log_to_driver
         self._emulated: Any = None  # ray.cluster_utils.Cluster when this connection started one
         self._started_local = False
-        self._serve_was_running = True
+        # What the backend packages do on a cluster this connection joined, left when it lets go of it.
+        self._joined = ExitStack()
         self.autoscaling: Autoscaling | None = None  # node types the autoscaler can start, when a tier needs one
 
     def open(self, tiers: list[str]) -> ClusterView:
@@ -223,8 +225,10 @@ class RayConnection:
             (require_tiers if self.cfg.emulated else require_local_tiers)(tiers, declared)
         with _keep_sigterm_handler():
             self._init(declared)
-        self._serve_was_running = _serve_running()
         try:
+            if self.cfg.address:
+                for package in backend_packages().values():
+                    self._joined.enter_context(package.joined_cluster())
             view = ClusterView.read(self.cfg.emulated)
             self.autoscaling = require_live_or_offered(self.cfg, tiers, view)
         except BaseException:
@@ -252,12 +256,12 @@ class RayConnection:
             self._started_local = True
 
     def close(self) -> None:
-        """Let go of Ray; stop the cluster and Ray Serve only when this connection started them."""
+        """Let go of Ray; stop the cluster only when this connection started it, and on a joined cluster what the
+        backend packages started there (`BackendPackage.joined_cluster`: Ray Serve's detached instance)."""
         import ray
 
         if ray.is_initialized():
-            if not (self._emulated or self._started_local or self._serve_was_running):
-                _shutdown_idle_serve()  # Serve is detached: on a joined cluster it would outlive the sweep
+            self._joined.close()
             ray.shutdown()
         if self._emulated is not None:
             cluster, self._emulated = self._emulated, None
@@ -309,32 +313,6 @@ def stop_children_since(before: set[int], timeout_s: float = 10.0) -> None:
         with suppress(psutil.NoSuchProcess):
             child.kill()
     psutil.wait_procs(alive, timeout=timeout_s)
-
-
-def _serve_running() -> bool:
-    from ray.serve.context import _get_global_client
-
-    try:
-        return _get_global_client(raise_if_no_controller_running=False) is not None
-    except Exception:  # noqa: BLE001 - no Serve controller reachable
-        return False
-
-
-def _shutdown_idle_serve() -> None:
-    """Shut down the Ray Serve this sweep started on a joined cluster, unless other apps still run on it."""
-    from ray import serve
-
-    if not _serve_running():
-        return
-    try:
-        apps = serve.status().applications
-    except Exception:  # noqa: BLE001 - a dying controller: nothing to keep alive
-        apps = {}
-    if apps:
-        log.info("leaving Ray Serve running: applications %s are still deployed", sorted(apps))
-        return
-    serve.shutdown()
-    log.info("shut down the Ray Serve instance this sweep started")
 
 
 @contextmanager

@@ -17,5 +17,6 @@ def doctor_rows(node: NodeInfo) -> list[DoctorRow]:
                                                                   f"{facts.http} parser)")]
 
 
-PACKAGE = BackendPackage(name="fastapi", settings=FastApiSettings, facts=(TorchFacts, FastApiFacts),
-                         doctor_rows=doctor_rows)
+PACKAGE = BackendPackage(name="fastapi", settings=FastApiSettings,
+                         process_names=("serving.fastapi.app",),  # uvicorn serving the app module
+                         facts=(TorchFacts, FastApiFacts), doctor_rows=doctor_rows)

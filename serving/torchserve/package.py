@@ -21,5 +21,7 @@ def doctor_rows(node: NodeInfo) -> list[DoctorRow]:
     return [torch_row(node), server]
 
 
-PACKAGE = BackendPackage(name="torchserve", settings=TorchServeSettings, facts=(TorchFacts, TorchServeFacts),
-                         doctor_rows=doctor_rows)
+PACKAGE = BackendPackage(name="torchserve", settings=TorchServeSettings,
+                         # its launcher, its Java frontend, its Python model workers
+                         process_names=("ts.model_server", "org.pytorch.serve", "model_service_worker"),
+                         facts=(TorchFacts, TorchServeFacts), doctor_rows=doctor_rows)

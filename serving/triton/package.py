@@ -25,5 +25,6 @@ def doctor_rows(node: NodeInfo) -> list[DoctorRow]:
     return [DoctorRow("ONNX Runtime", ort.version or "missing", ort_detail), server]
 
 
-PACKAGE = BackendPackage(name="triton", settings=TritonSettings, facts=(OnnxRuntimeFacts, TritonFacts),
-                         doctor_rows=doctor_rows)
+PACKAGE = BackendPackage(name="triton", settings=TritonSettings,
+                         process_names=("tritonserver", "triton_python_backend_stub"),
+                         facts=(OnnxRuntimeFacts, TritonFacts), doctor_rows=doctor_rows)
