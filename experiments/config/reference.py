@@ -183,13 +183,14 @@ def _choices(group: str) -> list[str]:
 
 
 def _backend_entries() -> list[str]:
-    data = yaml.safe_load((CONF_DIR / "backends" / "default.yaml").read_text())
     lines = ["| entry | class | what it sets beyond its class's defaults |", "|---|---|---|"]
-    for item in data["defaults"]:
-        if isinstance(item, str) and item.startswith("/backend/"):
-            cls, entry = item.removeprefix("/backend/").split("@")
-            changed = ", ".join(f"`{k}: {v}`" for k, v in (data.get(entry) or {}).items()) or "nothing"
-            lines.append(f"| `{entry}` | [`{cls}`](#{BACKEND_ANCHOR}.{cls}) | {changed} |")
+    for name in BACKEND_SCHEMAS:  # each backend's variants file, as conf/backends/default.yaml pulls them in
+        data = yaml.safe_load((CONF_DIR / "backends" / f"{name}.yaml").read_text())
+        for item in data["defaults"]:
+            if isinstance(item, str) and item.startswith("/backend/"):
+                cls, entry = item.removeprefix("/backend/").split("@")
+                changed = ", ".join(f"`{k}: {v}`" for k, v in (data.get(entry) or {}).items()) or "nothing"
+                lines.append(f"| `{entry}` | [`{cls}`](#{BACKEND_ANCHOR}.{cls}) | {changed} |")
     return lines
 
 
@@ -201,7 +202,7 @@ def sections() -> list[tuple[str, list[str], list[Row]]]:
         nested, _ = _nested(str(f.type))
         if f.name == "backends":
             out.append(("## backends", [
-                "Server configs that `experiment.backends` names: each entry of `conf/backends/default.yaml` extends "
+                "Server configs that `experiment.backends` names: each entry of `conf/backends/<class>.yaml` extends "
                 "the settings of its backend class and sets what differs. Add one with "
                 "`+backend@backends.<entry>=<class>`, then set its keys (`backends.<entry>.<setting>=...`).", "",
                 *_backend_entries()], [r for r in rows(TierbenchConfig, "") if r.key == "backends"]))

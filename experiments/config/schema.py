@@ -333,6 +333,8 @@ def register_configs() -> None:
     cs.store(group="cluster", name="base_cluster", node=ClusterConfig)
     for name, schema in BACKEND_SCHEMAS.items():
         cs.store(group="backend", name=name, node=schema)
+    # What conf/backends/default.yaml pulls in: every registered backend's variants file, conf/backends/<name>.yaml.
+    cs.store(group="backends", name="registered", node={"defaults": [*BACKEND_SCHEMAS, "_self_"]})
 
 
 def backend_settings(cfg: Any, name: str) -> BackendSettings:
