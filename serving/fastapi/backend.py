@@ -14,15 +14,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from serving.backend import Backend, BackendContext, ServerHandle
+from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.fastapi.facts import FastApiFacts
 from serving.fastapi.settings import FastApiSettings
 from serving.host_actor import place_host, stop_host
 from serving.oip.protocol import model_signatures
 from serving.protocols import InputFormat, parse_protocol
-from serving.pytorch.facts import TorchFacts
-from serving.runtime import Runtime
+from serving.pytorch.backend import TorchBackend
 
 log = logging.getLogger(__name__)
 
@@ -31,44 +30,22 @@ JSON_CLIENT = "serving.clients.json_images.JsonImagesClient"
 PREDICT_ROUTE = "/predict"
 
 
-class FastApiBackend(Backend):
+class FastApiBackend(TorchBackend):
     settings: FastApiSettings
+    computes = "the FastAPI service"
 
     def __init__(self, context: BackendContext, settings: FastApiSettings) -> None:
         super().__init__(context, settings)
         self._actor: Any = None
 
     @property
-    def numerics(self) -> str:
-        return "fp16" if self.settings.half else "fp32"
-
-    @property
-    def device(self) -> str:
-        return self.context.node.facts(TorchFacts).device
-
-    def actor_options(self) -> dict[str, Any]:
-        """The host actor on the tier's node, holding a GPU fraction where Ray schedules GPUs (Ray then pins the
-        service to that GPU with CUDA_VISIBLE_DEVICES, which uvicorn's processes inherit)."""
-        options: dict[str, Any] = {"num_cpus": 0.01, **self.context.ray_options}
-        if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.settings.num_gpus > 0:
-            options["num_gpus"] = self.settings.num_gpus
-        return options
-
-    def runtime(self) -> Runtime:
-        return self.settings.runtime(self.device)
+    def actor_gpus(self) -> float:
+        """uvicorn's processes, which the host actor starts, share its GPU."""
+        return self.settings.num_gpus
 
     def runs_on(self) -> str:
         facts = self.context.node.facts(FastApiFacts)
-        version = self.context.node.facts(TorchFacts).version
-        return f"FastAPI {facts.fastapi} on uvicorn {facts.uvicorn}, torch {version + ' ' if version else ''}on " \
-               f"{self.device}"
-
-    def gpu_tier_reason(self) -> str | None:
-        ctx = self.context
-        reason = super().gpu_tier_reason()
-        if reason or not ctx.requires_gpu:
-            return reason
-        return ctx.node.facts(TorchFacts).gpu_tier_reason(ctx.node, ctx.tier, "the FastAPI service")
+        return f"FastAPI {facts.fastapi} on uvicorn {facts.uvicorn}, {self.torch_runs_on()}"
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         node = self.context.node
@@ -82,17 +59,13 @@ class FastApiBackend(Backend):
             return "a plain FastAPI service speaks HTTP only (its gRPC counterpart would be another server)"
         if input_format not in list(InputFormat):
             return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
-        reason = self.gpu_tier_reason()
-        if reason:
-            return reason
-        reason = self.settings.torch_options().unsupported_reason(self.device)
-        return f"{reason}; node {node.hostname} has none ({node.gpu_name})" if reason else None
+        return self.torch_reason()
 
     def service_config(self) -> dict[str, Any]:
         """The service's config file (`serving.fastapi.app`): what the host starts and the deploy files export."""
         return {"model": OmegaConf.to_container(self.context.model, resolve=True), "device": self.device,
                 "torch_threads": self.settings.torch_threads,
-                "options": asdict(self.settings.torch_options()),
+                "options": asdict(self.options),
                 "warmup_batch_sizes": [int(b) for b in self.context.warmup_batch_sizes]}
 
     def start(self) -> ServerHandle:

@@ -15,15 +15,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from serving.backend import Backend, BackendContext, ServerHandle, formable_batches
+from serving.backend import BackendContext, ServerHandle, formable_batches
 from serving.clients.base import ClientSpec
-from serving.models import ModelSource
 from serving.oip.protocol import model_signatures
 from serving.process import free_ports
 from serving.protocols import InputFormat
-from serving.pytorch.facts import TorchFacts
+from serving.pytorch.backend import TorchBackend
 from serving.ray_serve.settings import RayServeTorchSettings
-from serving.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +72,13 @@ def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
 MEASURED_APP_SHUTDOWN = {"graceful_shutdown_wait_loop_s": 0.2, "graceful_shutdown_timeout_s": 2.0}
 
 
-class RayServeTorchBackend(Backend):
+class RayServeTorchBackend(TorchBackend):
     settings: RayServeTorchSettings
+    computes = "the replica"
 
     def __init__(self, context: BackendContext, settings: RayServeTorchSettings) -> None:
         super().__init__(context, settings)
         s = settings
-        self.options = s.torch_options()
         # Serve is shared by every tier job on the cluster: one app and route per job (tier, node, variant).
         node = context.node.ray_node_id[:8]
         self.app_name = "-".join(p for p in ("tierbench", context.tier, node, context.name, context.model.name) if p)
@@ -90,49 +88,21 @@ class RayServeTorchBackend(Backend):
         self._running = False
 
     @property
-    def numerics(self) -> str:
-        """fp16 with half precision: its logits are compared with the fp16 tolerance, as TensorRT FP16's are."""
-        return "fp16" if self.settings.half else "fp32"
+    def actor_cpus(self) -> float:
+        return self.settings.replica_num_cpus
 
     @property
-    def device(self) -> str:
-        return self.context.node.facts(TorchFacts).device
-
-    def actor_options(self) -> dict[str, Any]:
-        """Replica placement: the tier's node, and a GPU fraction where Ray schedules GPUs (Ray then pins the
-        replica to that GPU with CUDA_VISIBLE_DEVICES; replicas of one app can share it)."""
-        options: dict[str, Any] = {"num_cpus": self.settings.replica_num_cpus, **self.context.ray_options}
-        if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.settings.replica_num_gpus > 0:
-            options["num_gpus"] = self.settings.replica_num_gpus
-        return options
-
-    def runtime(self) -> Runtime:
-        return self.settings.runtime(self.device)
+    def actor_gpus(self) -> float:
+        """Replicas of one app can share the GPU."""
+        return self.settings.replica_num_gpus
 
     def runs_on(self) -> str:
-        version = self.context.node.facts(TorchFacts).version
-        return f"Ray Serve, torch {version + ' ' if version else ''}on {self.device}"
-
-    def gpu_tier_reason(self) -> str | None:
-        """A GPU tier needs torch to see the node's GPU: a CPU build, or a CUDA build the driver cannot run, would
-        put the replica on the CPU."""
-        ctx = self.context
-        reason = super().gpu_tier_reason()
-        if reason or not ctx.requires_gpu:
-            return reason
-        return ctx.node.facts(TorchFacts).gpu_tier_reason(ctx.node, ctx.tier, "the replica")
+        return f"Ray Serve, {self.torch_runs_on()}"
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
-        if not ModelSource(self.context.model.source).pytorch:
-            return (f"model {self.context.model.name} is an ONNX file (model.source={self.context.model.source}): "
-                    "PyTorch cannot run it; the Triton backends serve it")
-        reason = self.gpu_tier_reason()
+        reason = self.model_reason() or self.torch_reason()
         if reason:
             return reason
-        reason = self.options.unsupported_reason(self.device)
-        if reason:
-            node = self.context.node
-            return f"{reason}; node {node.hostname} has none ({node.gpu_name})"
         if protocol not in CLIENTS:
             if protocol.endswith("shm"):
                 return (f"{protocol}: shared-memory transport is a Triton feature; Ray Serve's ingress takes "
@@ -232,16 +202,10 @@ class RayServeTorchBackend(Backend):
         batches = ",".join(str(b) for b in self.warmup_batch_sizes())
         params: dict[str, Any] = {"device": self.device, "num_replicas": self.settings.num_replicas,
                                   "torch_dtype": info["dtype"], "torch_compile": info["torch_compile"],
-                                  "server_warmup_batch_sizes": batches}
-        if info.get("model_file"):
-            params["server_model_file"] = info["model_file"]  # the copy the replica loaded (serving.model_files)
-        if self.options.compile:
-            params["torch_compile_mode"] = self.options.compile_mode or "default"
-            params["torch_compile_backend"] = self.options.compile_backend
+                                  "server_warmup_batch_sizes": batches,
+                                  **self.torch_params(info.get("model_file"), info.get("gpu_ids"))}
         if "num_gpus" in self.actor_options():
             params["replica_num_gpus"] = self.settings.replica_num_gpus
-        if info.get("gpu_ids"):
-            params["server_gpu_ids"] = ",".join(str(i) for i in info["gpu_ids"])
         metrics = {f"server_{k}" if k.startswith("warmup") else k: float(info[k])
                    for k in ("warmup_s", "warmup_first_call_s", "torch_compile_s") if k in info}
         return params, metrics

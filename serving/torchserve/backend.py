@@ -17,13 +17,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from serving.backend import Backend, BackendContext, ServerHandle
+from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.host_actor import place_host, stop_host
-from serving.models import ModelSource
 from serving.protocols import InputFormat
-from serving.pytorch.facts import TorchFacts
-from serving.runtime import Runtime
+from serving.pytorch.backend import TorchBackend
 from serving.torchserve import config as ts_config
 from serving.torchserve.facts import TorchServeFacts
 from serving.torchserve.metrics import HANDLER_COUNTERS, breakdown, served_images
@@ -37,22 +35,13 @@ JSON_CLIENT = "serving.clients.json_images.JsonImagesClient"  # jpeg_base64, to 
 HOST_CALL_MARGIN_S = 60.0  # beyond the server's own start timeout: archiving, and the actor's own start
 
 
-class TorchServeBackend(Backend):
+class TorchServeBackend(TorchBackend):
     settings: TorchServeSettings
+    computes = "TorchServe's workers"
 
     def __init__(self, context: BackendContext, settings: TorchServeSettings) -> None:
         super().__init__(context, settings)
-        self.options = settings.torch_options()
         self._actor: Any = None  # the TorchServeHost while the server runs
-
-    @property
-    def numerics(self) -> str:
-        """fp16 with half precision: its outputs are compared with the fp16 tolerance."""
-        return "fp16" if self.settings.half else "fp32"
-
-    @property
-    def device(self) -> str:
-        return self.context.node.facts(TorchFacts).device
 
     def variant(self) -> ts_config.TorchServeVariant:
         """What the host actor renders and serves."""
@@ -63,30 +52,15 @@ class TorchServeBackend(Backend):
             torch_threads=s.torch_threads, options=asdict(self.options),
             warmup_batch_sizes=tuple(int(b) for b in self.context.warmup_batch_sizes))
 
-    def actor_options(self) -> dict[str, Any]:
-        """The host actor's placement: the tier's node, and a GPU fraction where Ray schedules GPUs (Ray then pins
-        TorchServe and its workers to that GPU with CUDA_VISIBLE_DEVICES)."""
-        options: dict[str, Any] = {"num_cpus": 0.01, **self.context.ray_options}
-        if self.device == "cuda" and self.context.node.ray_gpus > 0 and self.settings.num_gpus > 0:
-            options["num_gpus"] = self.settings.num_gpus
-        return options
-
-    def runtime(self) -> Runtime:
-        return self.settings.runtime(self.device)
+    @property
+    def actor_gpus(self) -> float:
+        """TorchServe and its workers, which the host actor starts, share its GPU."""
+        return self.settings.num_gpus
 
     def runs_on(self) -> str:
-        facts, torch = self.context.node.facts(TorchServeFacts), self.context.node.facts(TorchFacts)
+        facts = self.context.node.facts(TorchServeFacts)
         server = f"TorchServe {facts.version}" if facts.version else "TorchServe"
-        return f"{server}, torch {torch.version + ' ' if torch.version else ''}on {self.device}"
-
-    def gpu_tier_reason(self) -> str | None:
-        """A GPU tier needs torch to see the node's GPU: a CPU build, or a CUDA build the driver cannot run, would
-        put the workers on the CPU."""
-        ctx = self.context
-        reason = super().gpu_tier_reason()
-        if reason or not ctx.requires_gpu:
-            return reason
-        return ctx.node.facts(TorchFacts).gpu_tier_reason(ctx.node, ctx.tier, "TorchServe's workers")
+        return f"{server}, {self.torch_runs_on()}"
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         node = self.context.node
@@ -100,19 +74,13 @@ class TorchServeBackend(Backend):
         if input_format == InputFormat.JPEG_BASE64 and protocol == "grpc":
             return ("TorchServe's gRPC PredictionsRequest carries map<string, bytes>: base64 in JSON is a REST "
                     "workaround (the TorchServe post has no such cell either)")
-        if not ModelSource(self.context.model.source).pytorch:
-            return (f"model {self.context.model.name} is an ONNX file (model.source={self.context.model.source}): "
-                    "PyTorch cannot run it; the Triton backends serve it")
+        reason = self.model_reason()
+        if reason:
+            return reason
         problem = node.facts(TorchServeFacts).problem
         if problem:
             return f"TorchServe cannot start on node {node.hostname}: {problem}"
-        reason = self.gpu_tier_reason()
-        if reason:
-            return reason
-        reason = self.options.unsupported_reason(self.device)
-        if reason:
-            return f"{reason}; node {node.hostname} has none ({node.gpu_name})"
-        return None
+        return self.torch_reason()
 
     def start(self) -> ServerHandle:
         import ray
@@ -163,16 +131,10 @@ class TorchServeBackend(Backend):
             "torch_threads": first.get("torch_threads", ""),
             "torchserve_version": info["server_version"], "server_node_id": info.get("node_id") or "",
             "server_hostname": info["hostname"], **self.batching_params(),
-            "server_warmup_batch_sizes": ",".join(str(b) for b in self.context.warmup_batch_sizes)}
-        if first.get("model_file"):
-            params["server_model_file"] = first["model_file"]  # the copy the workers loaded (serving.model_files)
-        if self.options.compile:
-            params["torch_compile_mode"] = self.options.compile_mode or "default"
-            params["torch_compile_backend"] = self.options.compile_backend
+            "server_warmup_batch_sizes": ",".join(str(b) for b in self.context.warmup_batch_sizes),
+            **self.torch_params(first.get("model_file"), info.get("gpu_ids"))}
         if "num_gpus" in self.actor_options():
             params["server_num_gpus"] = self.settings.num_gpus
-        if info.get("gpu_ids"):
-            params["server_gpu_ids"] = ",".join(str(i) for i in info["gpu_ids"])
         return params
 
     def _start_metrics(self, info: dict[str, Any]) -> dict[str, float]:
