@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -128,6 +128,24 @@ class InferenceClient(ABC):
         expected = (self.spec.batch_size, *self.spec.output_shape)
         if tuple(logits.shape) != expected:
             raise ValueError(f"response has shape {tuple(logits.shape)}, expected {expected}")
+
+
+class PrebuiltRequestClient(InferenceClient):
+    """A client whose request is the same bytes on every call, built once by its own code (`_request_bytes`), as
+    its transport sends them (`serving.clients.http_client`, `serving.clients.grpc_client`): the compiled load engine
+    can send them too."""
+
+    @abstractmethod
+    def _request_bytes(self) -> bytes:
+        """The request as the transport sends it (HTTP: head and body; gRPC: the serialized message)."""
+
+    @abstractmethod
+    def response_outputs(self, response: Any) -> np.ndarray:
+        """The outputs [batch, *output_shape] an answer carries (HTTP: a 200 response; gRPC: the response message)."""
+
+    @classmethod
+    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
+        return None
 
 
 def load_client(spec: ClientSpec) -> InferenceClient:

@@ -18,16 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from serving.clients.base import (
-    TIMING_HEADER,
-    ClientSpec,
-    InferenceClient,
-    ServerReport,
-    jpeg_batch,
-    parse_server_timing,
-)
-from serving.clients.http1 import Http1Client, build_request
-from serving.clients.wire import WireRequest, http1_wire
+from serving.clients.base import ClientSpec, jpeg_batch
+from serving.clients.http1 import HttpResponse, build_request
+from serving.clients.http_client import HttpInferenceClient
+from serving.clients.wire import WireRequest
 
 CONTENT_TYPE = "application/json"
 IMAGES_KEY = "images"
@@ -71,11 +65,9 @@ def decode_outputs(body: bytes) -> np.ndarray:
         raise RuntimeError(f"not a {{\"{OUTPUT_KEY}\": [...]}} response ({exc}): {body[:200]!r}") from None
 
 
-class JsonImagesClient(InferenceClient):
+class JsonImagesClient(HttpInferenceClient):
     """POSTs the batch's JPEGs as base64 JSON to `spec.url` (the server's endpoint for the format); the body is built
     once and sent as pre-built bytes by the project's HTTP/1.1 client, like every HTTP load here."""
-
-    _http: Http1Client | None = None
 
     def __init__(self, spec: ClientSpec) -> None:
         super().__init__(spec)
@@ -87,34 +79,14 @@ class JsonImagesClient(InferenceClient):
     def payload_bytes(self) -> int:
         return self._payload_bytes
 
-    @property
-    def _url(self) -> str:
-        return self.spec.url if "://" in self.spec.url else f"http://{self.spec.url}"
-
     def _request_bytes(self) -> bytes:
-        return build_request("POST", self._url, self._body, {"Content-Type": CONTENT_TYPE})
+        return build_request("POST", self.url, self._body, {"Content-Type": CONTENT_TYPE})
 
-    @classmethod
-    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
-        return None
+    def response_outputs(self, response: HttpResponse) -> np.ndarray:
+        return decode_outputs(response.body)
 
     def wire_request(self) -> WireRequest:
-        return replace(http1_wire(self._url, self._request_bytes()), sized=False)  # JSON numbers vary in length
+        return replace(super().wire_request(), sized=False)  # JSON numbers vary in length
 
     def check_wire_response(self, body: bytes) -> None:
         self.check_logits(decode_outputs(body))
-
-    async def open(self) -> None:
-        self._request = self._request_bytes()
-        self._http = Http1Client(self._url, self.spec.timeout_s)
-
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        response = await self._http.send(self._request)
-        if response.status != 200:
-            raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
-        return decode_outputs(response.body), parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
-
-    async def close(self) -> None:
-        if self._http is not None:
-            http, self._http = self._http, None
-            await http.close()

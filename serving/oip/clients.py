@@ -21,17 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from serving.clients.base import (
-    TIMING_HEADER,
-    ClientSpec,
-    InferenceClient,
-    ServerReport,
-    jpeg_batch,
-    parse_server_timing,
-    tensor_batch,
-)
-from serving.clients.http1 import Http1Client, build_request
-from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wire
+from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
+from serving.clients.grpc_client import GrpcInferenceClient
+from serving.clients.http1 import HttpResponse, build_request
+from serving.clients.http_client import HttpInferenceClient
 from serving.protocols import InputFormat
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -90,21 +83,15 @@ class OipClient(InferenceClient):
     def payload_bytes(self) -> int:
         return self._payload_bytes
 
-    @classmethod
-    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
-        return None
 
-
-class OipHttpClient(OipClient):
+class OipHttpClient(OipClient, HttpInferenceClient):
     """OIP over HTTP/1.1 to `spec.url`: a server's host:port (Triton), or a URL whose path the protocol lives under
     (Ray Serve's route prefix)."""
 
-    _http: Http1Client | None = None
-
     @property
-    def _infer_url(self) -> str:
-        base = self.spec.url if "://" in self.spec.url else f"http://{self.spec.url}"
-        return f"{base.rstrip('/')}/v2/models/{self.spec.model_name}/infer"
+    def url(self) -> str:
+        """The model's infer endpoint under `spec.url`."""
+        return f"{super().url.rstrip('/')}/v2/models/{self.spec.model_name}/infer"
 
     def _request_bytes(self) -> bytes:
         """The request, head and body: tritonclient's own body with the binary tensor extension."""
@@ -117,37 +104,21 @@ class OipHttpClient(OipClient):
         headers = {"Content-Type": "application/octet-stream"}
         if json_size is not None:
             headers[HEADER_LENGTH] = str(json_size)
-        return build_request("POST", self._infer_url, body, headers)
+        return build_request("POST", self.url, body, headers)
 
-    async def open(self) -> None:
-        self._request = self._request_bytes()
-        self._http = Http1Client(self._infer_url, self.spec.timeout_s)
-
-    def wire_request(self) -> WireRequest:
-        return http1_wire(self._infer_url, self._request_bytes())
+    def response_outputs(self, response: HttpResponse) -> np.ndarray:
+        return binary_output(response.body, response.headers.get(HEADER_LENGTH.lower()), self.spec.output_name)
 
     def check_wire_response(self, body: bytes) -> None:
         """A binary-data response's body starts with its JSON header; its length is where the JSON ends."""
         _, header_length = json.JSONDecoder().raw_decode(body.decode("latin-1"))
         self.check_logits(binary_output(body, str(header_length), self.spec.output_name))
 
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        response = await self._http.send(self._request)
-        if response.status != 200:
-            raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
-        logits = binary_output(response.body, response.headers.get(HEADER_LENGTH.lower()), self.spec.output_name)
-        return logits, parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
 
-    async def close(self) -> None:
-        if self._http is not None:
-            http, self._http = self._http, None
-            await http.close()
-
-
-class OipGrpcClient(OipClient):
+class OipGrpcClient(OipClient, GrpcInferenceClient):
     """OIP over gRPC to `spec.url` (host:port), with `spec.grpc_metadata` on every call."""
 
-    _channel: Any = None
+    method = MODEL_INFER
 
     def _request_bytes(self) -> bytes:
         """The serialized ModelInferRequest: the tensor as raw_input_contents, as tritonclient sends it."""
@@ -161,31 +132,10 @@ class OipGrpcClient(OipClient):
             raw_input_contents=[self._raw],
         ).SerializeToString()
 
-    def wire_request(self) -> WireRequest:
-        return grpc_wire(self.spec.url, MODEL_INFER, self._request_bytes(), self.spec.grpc_metadata)
-
-    def check_wire_response(self, body: bytes) -> None:
+    def response_type(self) -> Any:
         from tritonclient.grpc import service_pb2
 
-        self.check_logits(response_logits(service_pb2.ModelInferResponse.FromString(grpc_message(body))))
+        return service_pb2.ModelInferResponse
 
-    async def open(self) -> None:
-        import grpc
-        from tritonclient.grpc import service_pb2
-
-        self._request = self._request_bytes()
-        self._channel = grpc.aio.insecure_channel(
-            self.spec.url, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)])
-        # No request serializer: the request goes out as the bytes built above.
-        self._call = self._channel.unary_unary(
-            MODEL_INFER, response_deserializer=service_pb2.ModelInferResponse.FromString)
-
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        response = await self._call(self._request, timeout=self.spec.timeout_s,
-                                    metadata=self.spec.grpc_metadata or None)
-        return response_logits(response), None
-
-    async def close(self) -> None:
-        if self._channel is not None:
-            channel, self._channel = self._channel, None
-            await channel.close()
+    def response_outputs(self, response: Any) -> np.ndarray:
+        return response_logits(response)

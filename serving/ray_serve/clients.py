@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from serving.clients.base import TIMING_HEADER, ClientSpec, ServerReport, jpeg_batch, parse_server_timing, tensor_batch
-from serving.oip.clients import OipGrpcClient, OipHttpClient, response_logits
+from serving.oip.clients import OipGrpcClient, OipHttpClient
 from serving.protocols import InputFormat
 
 JPEG_CONTENT_TYPE = "image/jpeg"
@@ -59,4 +59,4 @@ class RayServeGrpcClient(OipGrpcClient):
         call = self._call(self._request, timeout=self.spec.timeout_s, metadata=self.spec.grpc_metadata or None)
         response = await call
         trailing = await call.trailing_metadata()
-        return response_logits(response), parse_server_timing(trailing.get(TIMING_METADATA) if trailing else None)
+        return self.response_outputs(response), parse_server_timing(trailing.get(TIMING_METADATA) if trailing else None)

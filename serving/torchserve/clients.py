@@ -15,17 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from serving.clients.base import (
-    TIMING_HEADER,
-    ClientSpec,
-    InferenceClient,
-    ServerReport,
-    jpeg_batch,
-    parse_server_timing,
-    tensor_batch,
-)
-from serving.clients.http1 import Http1Client, build_request
-from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wire
+from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
+from serving.clients.grpc_client import GrpcInferenceClient
+from serving.clients.http1 import HttpResponse, build_request
+from serving.clients.http_client import HttpInferenceClient
 from serving.protocols import InputFormat
 from serving.torchserve.payloads import PREDICTIONS, TENSOR_CONTENT_TYPE, TENSOR_KEY, image_key, outputs_of
 
@@ -64,56 +57,31 @@ class TorchServeClient(InferenceClient):
     def payload_bytes(self) -> int:
         return self._payload_bytes
 
-    @classmethod
-    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
-        return None
-
     def outputs(self, body: bytes) -> np.ndarray:
         return outputs_of(body, self.spec.batch_size, self.spec.output_shape)
 
 
-class TorchServeRestClient(TorchServeClient):
+class TorchServeRestClient(TorchServeClient, HttpInferenceClient):
     """`POST /predictions/<model>` (`spec.url`)."""
-
-    _http: Http1Client | None = None
-
-    @property
-    def _url(self) -> str:
-        return self.spec.url if "://" in self.spec.url else f"http://{self.spec.url}"
 
     def _request_bytes(self) -> bytes:
         if self.spec.input_format == InputFormat.TENSOR:
             body, content_type = self._inputs[TENSOR_KEY], TENSOR_CONTENT_TYPE
         else:
             body, content_type = multipart_body(list(self._inputs.values()))
-        return build_request("POST", self._url, body, {"Content-Type": content_type})
+        return build_request("POST", self.url, body, {"Content-Type": content_type})
 
-    def wire_request(self) -> WireRequest:
-        return http1_wire(self._url, self._request_bytes())
+    def response_outputs(self, response: HttpResponse) -> np.ndarray:
+        return self.outputs(response.body)
 
     def check_wire_response(self, body: bytes) -> None:
         self.check_logits(self.outputs(body))
 
-    async def open(self) -> None:
-        self._request = self._request_bytes()
-        self._http = Http1Client(self._url, self.spec.timeout_s)
 
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        response = await self._http.send(self._request)
-        if response.status != 200:
-            raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
-        return self.outputs(response.body), parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
-
-    async def close(self) -> None:
-        if self._http is not None:
-            http, self._http = self._http, None
-            await http.close()
-
-
-class TorchServeGrpcClient(TorchServeClient):
+class TorchServeGrpcClient(TorchServeClient, GrpcInferenceClient):
     """`InferenceAPIsService/Predictions` at `spec.url` (host:port)."""
 
-    _channel: Any = None
+    method = PREDICTIONS
 
     def _request_bytes(self) -> bytes:
         from serving.torchserve.proto import inference_pb2
@@ -121,32 +89,10 @@ class TorchServeGrpcClient(TorchServeClient):
         return inference_pb2.PredictionsRequest(model_name=self.spec.model_name,
                                                 input=self._inputs).SerializeToString()
 
-    def wire_request(self) -> WireRequest:
-        return grpc_wire(self.spec.url, PREDICTIONS, self._request_bytes(), self.spec.grpc_metadata)
-
-    def check_wire_response(self, body: bytes) -> None:
+    def response_type(self) -> Any:
         from serving.torchserve.proto import inference_pb2
 
-        self.check_logits(self.outputs(inference_pb2.PredictionResponse.FromString(grpc_message(body)).prediction))
+        return inference_pb2.PredictionResponse
 
-    async def open(self) -> None:
-        import grpc
-
-        from serving.torchserve.proto import inference_pb2
-
-        self._request = self._request_bytes()
-        self._channel = grpc.aio.insecure_channel(
-            self.spec.url, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)])
-        # No request serializer: the request goes out as the bytes built above.
-        self._call = self._channel.unary_unary(PREDICTIONS,
-                                               response_deserializer=inference_pb2.PredictionResponse.FromString)
-
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        response = await self._call(self._request, timeout=self.spec.timeout_s,
-                                    metadata=self.spec.grpc_metadata or None)
-        return self.outputs(response.prediction), None
-
-    async def close(self) -> None:
-        if self._channel is not None:
-            channel, self._channel = self._channel, None
-            await channel.close()
+    def response_outputs(self, response: Any) -> np.ndarray:
+        return self.outputs(response.prediction)

@@ -1,0 +1,50 @@
+"""What every inference client over gRPC shares (the Open Inference Protocol's, TorchServe's): one unary method on a
+`grpc.aio` channel, its request message serialized once by its own code and sent as those bytes on every call (the
+channel has no request serializer), `spec.grpc_metadata` with each."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+from serving.clients.base import PrebuiltRequestClient, ServerReport
+from serving.clients.wire import WireRequest, grpc_message, grpc_wire
+
+
+class GrpcInferenceClient(PrebuiltRequestClient):
+    """Calls `method` at `spec.url` (host:port) with `_request_bytes()` (the serialized request message); subclasses
+    build the request and read a response message's outputs (`response_outputs`)."""
+
+    method: ClassVar[str]  # the method's path, e.g. /inference.GRPCInferenceService/ModelInfer
+    _channel: Any = None
+
+    @abstractmethod
+    def response_type(self) -> Any:
+        """The response message's class (its generated module imported here, when a client needs it)."""
+
+    def wire_request(self) -> WireRequest:
+        return grpc_wire(self.spec.url, self.method, self._request_bytes(), self.spec.grpc_metadata)
+
+    def check_wire_response(self, body: bytes) -> None:
+        self.check_logits(self.response_outputs(self.response_type().FromString(grpc_message(body))))
+
+    async def open(self) -> None:
+        import grpc
+
+        self._request = self._request_bytes()
+        self._channel = grpc.aio.insecure_channel(
+            self.spec.url, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)])
+        # No request serializer: the request goes out as the bytes built above.
+        self._call = self._channel.unary_unary(self.method, response_deserializer=self.response_type().FromString)
+
+    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
+        response = await self._call(self._request, timeout=self.spec.timeout_s,
+                                    metadata=self.spec.grpc_metadata or None)
+        return self.response_outputs(response), None
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            channel, self._channel = self._channel, None
+            await channel.close()

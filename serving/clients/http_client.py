@@ -1,0 +1,42 @@
+"""What every inference client over HTTP/1.1 shares (the Open Inference Protocol's, TorchServe's REST one, the JSON
+API's): its request built once by its own code and sent as the same bytes by the project's HTTP/1.1 client
+(`serving.clients.http1`) on every call, a 200's body read for the outputs and its `Server-Timing` header for what
+the server reported."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from serving.clients.base import TIMING_HEADER, PrebuiltRequestClient, ServerReport, parse_server_timing
+from serving.clients.http1 import Http1Client
+from serving.clients.wire import WireRequest, http1_wire
+
+
+class HttpInferenceClient(PrebuiltRequestClient):
+    """POSTs `_request_bytes()` (head and body, `serving.clients.http1.build_request`) to `url`; subclasses build the
+    request and read a 200 response's outputs (`response_outputs`)."""
+
+    _http: Http1Client | None = None
+
+    @property
+    def url(self) -> str:
+        """Where the requests go: `spec.url`, over http:// when it names no scheme."""
+        return self.spec.url if "://" in self.spec.url else f"http://{self.spec.url}"
+
+    def wire_request(self) -> WireRequest:
+        return http1_wire(self.url, self._request_bytes())
+
+    async def open(self) -> None:
+        self._request = self._request_bytes()
+        self._http = Http1Client(self.url, self.spec.timeout_s)
+
+    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
+        response = await self._http.send(self._request)
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
+        return self.response_outputs(response), parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
+
+    async def close(self) -> None:
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.close()
