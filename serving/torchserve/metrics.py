@@ -10,8 +10,7 @@ metrics config declares them (`serving.torchserve.config.metrics_yaml`).
 
 from __future__ import annotations
 
-import re
-import urllib.request
+from serving import prometheus
 
 IMAGES_SERVED = "ImagesServed"  # images through the model
 FORWARD_PASSES = "ForwardPasses"  # handler calls that ran the model
@@ -22,24 +21,16 @@ REQUESTS = "ts_inference_requests_total"
 LATENCY_US = "ts_inference_latency_microseconds"
 QUEUE_US = "ts_queue_latency_microseconds"
 COUNTERS = (REQUESTS, LATENCY_US, QUEUE_US, *HANDLER_COUNTERS)
-_SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$')
 
 
 def parse_counters(text: str, model: str) -> dict[str, float]:
     """Each counter summed over the model's versions (the frontend's label is `model_name`, the handler's
     `ModelName`); other models are ignored."""
-    totals = dict.fromkeys(COUNTERS, 0.0)
-    labels = (f'model_name="{model}"', f'ModelName="{model}"')
-    for line in text.splitlines():
-        match = _SAMPLE.match(line.strip())
-        if match and match["name"] in totals and any(label in match["labels"] for label in labels):
-            totals[match["name"]] += float(match["value"])
-    return totals
+    return prometheus.sum_counters(text, COUNTERS, [f'model_name="{model}"', f'ModelName="{model}"'])
 
 
 def scrape(metrics_url: str, model: str, timeout_s: float = 5.0) -> dict[str, float]:
-    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as response:
-        return parse_counters(response.read().decode(), model)
+    return parse_counters(prometheus.read(metrics_url, timeout_s), model)
 
 
 def breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -3,8 +3,7 @@ snapshots (perf_analyzer's server-side view: queue, compute input / infer / outp
 
 from __future__ import annotations
 
-import re
-import urllib.request
+from serving import prometheus
 
 COUNTERS = (
     "nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
@@ -12,7 +11,6 @@ COUNTERS = (
     "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
     "nv_inference_compute_output_duration_us",
 )
-_SAMPLE = re.compile(r'^(?P<name>[a-z_]+)\{(?P<labels>[^}]*)\}\s+(?P<value>[-+0-9.eE]+)$')
 BREAKDOWN = {
     "server_request_ms": "nv_inference_request_duration_us",
     "server_queue_ms": "nv_inference_queue_duration_us",
@@ -24,17 +22,11 @@ BREAKDOWN = {
 
 def parse_counters(text: str, model: str) -> dict[str, float]:
     """Sum each counter over the model's versions (other models on the server are ignored)."""
-    totals = dict.fromkeys(COUNTERS, 0.0)
-    for line in text.splitlines():
-        match = _SAMPLE.match(line.strip())
-        if match and match["name"] in totals and f'model="{model}"' in match["labels"]:
-            totals[match["name"]] += float(match["value"])
-    return totals
+    return prometheus.sum_counters(text, COUNTERS, [f'model="{model}"'])
 
 
 def scrape(metrics_url: str, model: str, timeout_s: float = 5.0) -> dict[str, float]:
-    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as response:
-        return parse_counters(response.read().decode(), model)
+    return parse_counters(prometheus.read(metrics_url, timeout_s), model)
 
 
 def breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
