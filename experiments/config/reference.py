@@ -1,8 +1,9 @@
-"""The configuration reference page, rendered from the typed schemas and conf/ when the site is built, so it cannot
-drift from them: every key with its type, its default and the comment beside it in its schema, grouped by config
-group, each with an anchor (`configuration/reference.md#experiment.window_s`), and the options of each conf/ group.
+"""The configuration reference page, rendered from the typed schemas and conf/: every key with its type, its default
+and the comment beside it in its schema, grouped by config group, each with an anchor
+(`configuration/reference.md#experiment.window_s`), and the options of each conf/ group.
 
-It is also the MkDocs hook that adds the page (`hooks:` in mkdocs.yml): the page is never a file in docs/."""
+The page is committed, docs/configuration/reference.md, so that its links work wherever the Markdown is read (GitHub
+too); tests/test_docs_commands.py fails when it is not what `render()` gives now, and says how to render it again."""
 
 from __future__ import annotations
 
@@ -229,10 +230,11 @@ def render() -> str:
     """The reference page's Markdown."""
     out = ["# Configuration reference", "",
            "Generated from the typed schemas (`experiments/config/schema.py`, the backends' `serving/*/settings.py`) "
-           "and the files of `conf/` each time the site is built: every key with its type, default and the comment "
-           "beside it in its schema. Each key has an anchor: `configuration/reference.md#experiment.window_s`. "
-           "Set any of them on the command line (`python -m runners.sweep experiment.window_s=2`); how the groups "
-           "fit together: [Configuration](index.md).", ""]
+           "and the files of `conf/` by `experiments/config/reference.py`: every key with its type, default and "
+           "the comment beside it in its schema. Each key has an anchor: "
+           "`configuration/reference.md#experiment.window_s`. Set any of them on the command line "
+           "(`python -m runners.sweep experiment.window_s=2`); how the groups fit together: "
+           "[Configuration](index.md).", ""]
     for heading, intro, entries in sections():
         out += [heading, "", *intro, ""]
         if entries:
@@ -241,7 +243,7 @@ def render() -> str:
 
 
 def on_files(files: Any, config: Any) -> Any:
-    """MkDocs hook: add the generated page to the site's files, before the nav is built from them."""
+    """MkDocs hook that adds the rendered page to a site's files (mkdocs.yml uses the committed page instead)."""
     from mkdocs.structure.files import File
 
     files.append(File.generated(config, PAGE, content=render()))

@@ -1,5 +1,7 @@
-"""The studies this tool generalises, in their own shape (`experiment=study`: a 5-way protocol study on an
-RTX 4090 and an A100, February 2026, and Miguel Mendez's TorchServe REST vs gRPC post, 2023): per tier,
+"""The studies this tool generalises, in their own shape (`experiment=study`: "Step 7: 5-Way Protocol Comparison", a
+protocol study on an RTX 4090 and an A100 SXM4 of February 2026, and Miguel Mendez's post "Image Transmission for
+Computer Vision: A Comparison of Torchserve's REST and gRPC", February 2023, github.com/mmeendez8/grpc_vs_rest): per
+tier,
 
 - the 5-way study: its five stacks (FastAPI + base64 JPEG; Triton ONNX Runtime CUDA EP and TensorRT EP, each over
   HTTP and gRPC with float32 tensors): serial p50 and throughput by batch size, gRPC speedup over HTTP per pair (p50
@@ -109,9 +111,9 @@ def five_way(doc: Document, trials: pd.DataFrame) -> None:
     """The 5-way study's tables for one tier's trials."""
     found = [(s.label, _rows(trials, s)) for s in FIVE_WAY]
     doc.h(3, "The 5-way study")
-    doc.p("The study's five stacks (the 5-way protocol study, February 2026): its baseline sent base64 JPEGs to "
-          "FastAPI, the others float32 tensors to Triton, so its rows differ in format as much as in server (see "
-          "“Input format, on the same server” below).")
+    doc.p("The study's five stacks (“Step 7: 5-Way Protocol Comparison”, an RTX 4090 and an A100, February 2026): "
+          "its baseline sent base64 JPEGs to FastAPI, the others float32 tensors to Triton, so its rows differ in "
+          "format as much as in server (see “Input format, on the same server” below).")
     serial = [(label, _serial(rows)) for label, rows in found]
     if any(not rows.empty for _, rows in serial):
         doc.p("**Serial p50 latency (ms)** by batch size, one request at a time:")
@@ -153,9 +155,10 @@ def torchserve_post(doc: Document, trials: pd.DataFrame) -> None:
     if all(rows.empty for rows in cells.values()):
         return
     doc.h(3, "The TorchServe post: REST vs gRPC, base64 vs binary")
-    doc.p("Miguel Mendez's post (2023): one image per request (batch 1). p50 at the lowest concurrency, and "
-          "throughput at the highest (the post timed 20 concurrent requests). Its gRPC base64 cell was empty: "
-          "TorchServe's gRPC request carries bytes, not JSON.")
+    doc.p("Miguel Mendez's post “Image Transmission for Computer Vision: A Comparison of Torchserve's REST and gRPC” "
+          "(February 2023, github.com/mmeendez8/grpc_vs_rest): one image per request (batch 1). p50 at the lowest "
+          "concurrency, and throughput at the highest (the post timed 20 concurrent requests). Its gRPC base64 cell "
+          "was empty: TorchServe's gRPC request carries bytes, not JSON.")
     table, missing = [], []
     for protocol, name in (("http", "REST"), ("grpc", "gRPC")):
         row = {"": name}
