@@ -1,4 +1,4 @@
-"""Fresh clone to the answer: README's first set-up command, timed as a newcomer meets it (issue 31).
+"""Fresh clone to the answer: README's first set-up command, timed as a newcomer meets it.
 
     python benchmarks/first_command.py [--runs 1] [--python python3] [--keep] [--bytecode inherit|write|no-write]
                                        [--cache warm|cold]

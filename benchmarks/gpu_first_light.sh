@@ -17,10 +17,10 @@
 #   --steps LIST      the steps to run, comma-separated (default: all): imports, doctor, ceiling (runners.ceiling),
 #                     check (benchmarks/ceiling_check.py), first-light (the sweep and its report), search
 #                     (experiment=cheapest_gpu and its report), served (benchmarks/ceiling_vs_served.py), tests;
-#                     a short device budget runs them over several calls (the install is done once, with --parts)
+#                     later commands can run more steps with the same --venv (the install is done once, with --parts)
 #   --dry-run         everything but what needs a GPU: the sweeps run on tier `local` (their GPU variants are
 #                     skipped by the product, with the reason), the gpu tests skip, saying why
-# docs/offline-nodes.md and docs/gpu.md say how it is used on a lent GPU.
+# docs/offline-nodes.md and docs/gpu.md say how it is used on an air-gapped GPU node.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -167,7 +167,7 @@ if wanted served && [ -d "$OUT/runs" ]; then
   cp "benchmarks/results/ceiling_vs_served_$TIER.json" "$OUT/" 2>/dev/null
 fi
 
-# The tests last: a lent GPU's minutes are few, and the sweeps' figures are what the bundle is for.
+# The tests last: the sweeps' figures are what the bundle is for.
 if wanted tests; then
   step gpu-tests "$OUT/pytest.txt" "$PYTHON" -m pytest -m gpu -rs -p no:cacheprovider --junitxml "$OUT/pytest.xml"
 fi

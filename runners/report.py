@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--headroom", type=float, default=None,
                         help=f"capacity plan: spare capacity above the peak, a fraction (default {DEFAULT_HEADROOM:g}: "
                              f"nodes for the peak +{DEFAULT_HEADROOM * 100:g} %%)")
-    for unit in ("traffic", "peak"):  # the spelling: refused with the unit the plan takes
+    for unit in ("traffic", "peak"):  # requests/s, a unit the plan does not take: refused, naming the one it does
         parser.add_argument(f"--{unit}-rps", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--baseline-tier", default=None,
                         help="tier the cross-tier ratios divide by (default: the first tier by name)")

@@ -25,11 +25,11 @@ POINT = ["stack", "batch_size", "load"]
 # Open-loop trials side by side: what was asked, offered, sent and served, and what it did to latency.
 OPEN_LOOP_METRICS = ("target_rate_rps", "offered_rate_rps", "achieved_rate_rps", THROUGHPUT, P50, P99,
                      "server_queue_ms", "backlog_growth_requests", "server_count_ratio")
-# Server-side breakdown and SLO-search metrics (issue 4): shown when the trials carry them.
+# Server-side breakdown and SLO-search metrics: shown when the trials carry them.
 SERVER_METRICS = ("server_queue_ms", "server_compute_input_ms", "server_compute_infer_ms",
                   "server_compute_output_ms", "server_request_ms")
 SLO_SEARCH_METRICS = ("slo_max_throughput_img_s", "cost_per_1k_images_at_slo_usd")
-# The clients' own cost (issue 15): CPU per completed request over all actors, and the busiest actor's CPU.
+# The clients' own cost: CPU per completed request over all actors, and the busiest actor's CPU.
 CLIENT_METRICS = ("client_cpu_us_per_request", "client_cpu_util_max", P50)
 # A figure from two trials: a ratio of numbers, or both trials' marks when the table's marks are asked for.
 Combine = Callable[[pd.Series, pd.Series], pd.Series]
@@ -206,5 +206,5 @@ def problems(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def present(ok: pd.DataFrame, metrics: tuple[str, ...]) -> list[str]:
-    """Those of `metrics` that some trial carries (metrics other issues add appear once they exist)."""
+    """Those of `metrics` that some trial carries (a metric older trials lack appears once some trial has it)."""
     return [m for m in metrics if m in ok.columns and ok[m].notna().any()]
