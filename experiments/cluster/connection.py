@@ -20,7 +20,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.cluster.autoscaling import Autoscaling, read_autoscaling
+from experiments.cluster.autoscaling import read_autoscaling
 from experiments.cluster.tiers import (
     CLIENT_POOL_RESOURCE,
     EMULATED_RESOURCE,
@@ -31,6 +31,7 @@ from experiments.cluster.tiers import (
     tiers_for_gpu,
     tiers_of_nodes,
 )
+from experiments.config.autoscaling import Autoscaling
 from serving.process import unreachable
 from serving.registry import backend_packages
 

@@ -10,8 +10,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from experiments.config.compose import CONF_DIR
+from experiments.config.schema import RESOURCE_PREFIX
 
-RESOURCE_PREFIX = "tier_"
 TIER_LABEL = "gpu-tier"
 CLIENT_POOL_RESOURCE = "client_pool"
 # Declared by every node of an emulated cluster (several nodes on one machine): results get emulated=true.

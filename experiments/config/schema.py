@@ -25,6 +25,11 @@ from serving.settings import BackendSettings
 BACKEND_SCHEMAS: dict[str, type[BackendSettings]] = {name: p.settings for name, p in backend_packages().items()}
 
 
+# A node of tier <name> declares the Ray resource `tier_<name>` (experiments.cluster.tiers), and so does a node type
+# of the autoscaler that offers the tier (experiments.config.autoscaling).
+RESOURCE_PREFIX = "tier_"
+
+
 @dataclass
 class GpuTierConfig:
     """A GPU tier: what it is called, what it costs and how its nodes are recognised."""

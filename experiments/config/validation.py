@@ -172,7 +172,7 @@ def _settle_cluster_switches(cfg: Any) -> None:
 
 
 def _check_cluster(cluster: Any) -> None:
-    from experiments.cluster.autoscaling import load_autoscaling
+    from experiments.config.autoscaling import load_autoscaling
 
     for key in ("lease_timeout_s", "scale_up_timeout_s", "schedule_timeout_s"):
         if cluster[key] <= 0:
