@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.config.choices import LoadMode, TrialMatrix
-from experiments.config.schema import backend_settings
 from experiments.config.stacks import stacks
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class TrialGroup:
     trials: list[Trial] = field(default_factory=list)
 
 
-def plan_trials(cfg: Any) -> list[TrialGroup]:
+def plan_trials(cfg: TierbenchConfig) -> list[TrialGroup]:
     """One group per backend variant with trials, in `experiment.backends` order: each of its stacks at each
     (batch size, load) point of `experiment.matrix`."""
     exp = cfg.experiment
@@ -87,9 +89,10 @@ def plan_trials(cfg: Any) -> list[TrialGroup]:
     return groups
 
 
-def planned_trial(cfg: Any, variant: str, protocol: str, input_format: str, batch_size: int, load: float) -> Trial:
+def planned_trial(cfg: TierbenchConfig, variant: str, protocol: str, input_format: str, batch_size: int,
+                  load: float) -> Trial:
     """One trial of the config's tier, model and load mode: what `plan_trials` plans, or a benchmark measures."""
-    family = backend_settings(cfg, variant).family
+    family = cfg.backends[variant].family
     trial = Trial(cfg.gpu.name, cfg.model.name, family, variant, protocol, input_format, int(batch_size), 0,
                   cfg.experiment.load_mode)
     return trial.at_load(load)

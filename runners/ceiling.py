@@ -15,15 +15,17 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import runners  # noqa: F401 - warns on a Python tierbench does not support
 
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
+    from experiments.measure.ceiling import NodeCeiling
 
-def ceiling_here(cfg: Any) -> Any:
+
+def ceiling_here(cfg: TierbenchConfig) -> NodeCeiling:
     """Time the runtimes of `cfg`'s backends on this machine: the `NodeCeiling`."""
-    from omegaconf import OmegaConf
-
     from experiments.measure.ceiling import NodeCeiling, measure_here
     from experiments.plan import plan_trials
     from experiments.run.server_group import build_backend
@@ -39,13 +41,13 @@ def ceiling_here(cfg: Any) -> Any:
     budget = {"min_time_s": float(cfg.ceiling.min_time_s), "min_calls": int(cfg.ceiling.min_calls)}
     print(f"timing {len(runtimes)} runtime(s) of model {cfg.model.name} on {node.gpu_name} ({node.cpu_count} cores): "
           + ", ".join(r.key for r in runtimes), flush=True)
-    result = measure_here(OmegaConf.to_container(cfg.model, resolve=True), [r.to_json() for r in runtimes],
+    result = measure_here(cfg.model, [r.to_json() for r in runtimes],
                           sorted({int(b) for b in cfg.experiment.batch_sizes}), budget, bool(cfg.ceiling.cache),
                           cfg.ceiling.cache_dir)
     return NodeCeiling.from_json(result)
 
 
-def table(ceiling: Any) -> str:
+def table(ceiling: NodeCeiling) -> str:
     """One block per runtime: a row per batch size, round trip and (GPU) device-resident side by side."""
     from serving.inprocess import RESIDENT, ROUND_TRIP
 
@@ -79,12 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="the sweep's overrides, e.g. model=resnet50")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from experiments.config.compose import compose
+    from experiments.config.compose import load_config
     from experiments.config.errors import ConfigError
     from experiments.config.validation import validate
 
     try:
-        cfg = compose(args.overrides)
+        cfg = load_config(args.overrides)
         validate(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -14,10 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runners import SUPPORTED_PYTHON
 from serving.protocols import InputFormat
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
+    from serving.node import NodeInfo
 
 # Every backend variant is asked about these; a variant runs when one of them does.
 PROBE_PROTOCOLS = ("http", "grpc")
@@ -51,7 +55,7 @@ def default_tier(gpu_names: tuple[str, ...]) -> str:
     return matched[0] if len(matched) == 1 else "local"
 
 
-def backend_verdicts(cfg: Any, node: Any, emulated: bool) -> list[Verdict]:
+def backend_verdicts(cfg: TierbenchConfig, node: NodeInfo, emulated: bool) -> list[Verdict]:
     """Every variant of conf/backends: runs (and on what) or skipped, by the backend's own unsupported_reason."""
     from experiments.run.server_group import build_backend
 
@@ -68,13 +72,13 @@ def backend_verdicts(cfg: Any, node: Any, emulated: bool) -> list[Verdict]:
     return verdicts
 
 
-def diagnose(node: Any, tier: str | None, emulated: bool = False) -> Diagnosis:
+def diagnose(node: NodeInfo, tier: str | None, emulated: bool = False) -> Diagnosis:
     if tier is None:  # a head or a client pool: nothing to serve
         return Diagnosis(None, None, [])
     from experiments.cluster.tiers import tier_gpu_problem
-    from experiments.config.compose import compose
+    from experiments.config.compose import load_config
 
-    cfg = compose([f"gpu={tier}"])
+    cfg = load_config([f"gpu={tier}"])
     problem = None if emulated else tier_gpu_problem(cfg.gpu, node.gpu_names)
     return Diagnosis(tier, problem, backend_verdicts(cfg, node, emulated))
 

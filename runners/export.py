@@ -19,12 +19,13 @@ from serving.paths import MODEL_REPOSITORY
 def main(cfg: DictConfig) -> None:
     from experiments.config.errors import ConfigError
     from experiments.config.model_check import check_model
+    from experiments.config.typed import typed
     from serving.export import export_onnx
     from serving.models import ModelSource, output_dims
     from serving.triton.repository import classifier_config, write_config
 
-    model = cfg.model
     try:
+        model = typed(cfg).model
         check_model(model)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -73,9 +73,10 @@ def main(cfg: DictConfig) -> None:
                   "sweep_id=%s (trials already ok are skipped)", cfg.sweep_id)
         sys.exit(EXIT_INTERRUPTED)
     if cfg.report and not multirun:  # a multirun's driver reports once every tier is done (ClusterCallback)
+        from experiments.config.typed import typed
         from experiments.report.publish import sweep_answer
 
-        print("\n".join(sweep_answer(cfg)), flush=True)
+        print("\n".join(sweep_answer(typed(cfg))), flush=True)
     if code:
         # An exception, not sys.exit: a multirun still runs its other tiers, then Hydra exits non-zero.
         raise SweepFailedError(f"some trials of tier {cfg.gpu.name} failed (their runs carry status=failed "

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.clients.base import ClientSpec
+from serving.model_config import ModelConfig
 from serving.models import output_dims
 from serving.node import NodeInfo
 from serving.protocols import InputFormat
@@ -42,7 +43,7 @@ class BackendContext:
     """What every backend needs from the sweep: where to run and what to serve."""
 
     name: str  # the backend's name in experiment.backends, e.g. triton_onnx
-    model: Any  # the model config node
+    model: ModelConfig  # what to serve
     node: NodeInfo  # the tier node the server runs on
     ray_options: dict[str, Any]  # Ray placement for actors on that node (tier resource / label selector)
     host: str = "127.0.0.1"

@@ -9,8 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
+from serving.model_config import ModelConfig
 from serving.models import ModelSource, build_model, example_batch
 
 log = logging.getLogger(__name__)
@@ -37,11 +36,11 @@ def onnx_path_for(repository: Path, model_name: str) -> Path:
     return repository / model_name / "1" / "model.onnx"
 
 
-def export_fingerprint(model_cfg: Any) -> str:
+def export_fingerprint(model_cfg: ModelConfig) -> str:
     """What the exported file depends on: the model config, torch version and export procedure."""
     import torch
 
-    model = OmegaConf.to_container(model_cfg, resolve=True) if OmegaConf.is_config(model_cfg) else dict(model_cfg)
+    model = model_cfg.to_dict()
     for key in NOT_IN_THE_ONNX_FILE:
         model.pop(key, None)
     payload = {
@@ -57,7 +56,7 @@ def _sidecar(onnx_path: Path) -> Path:
     return onnx_path.parent.parent / "export.json"
 
 
-def is_stale(model_cfg: Any, onnx_path: Path) -> bool:
+def is_stale(model_cfg: ModelConfig, onnx_path: Path) -> bool:
     sidecar = _sidecar(onnx_path)
     if not onnx_path.exists() or not sidecar.exists():
         return True
@@ -68,7 +67,7 @@ def is_stale(model_cfg: Any, onnx_path: Path) -> bool:
     return recorded != export_fingerprint(model_cfg)
 
 
-def export_onnx(model_cfg: Any, repository: Path, check_batch_size: int = 2) -> ExportReport:
+def export_onnx(model_cfg: ModelConfig, repository: Path, check_batch_size: int = 2) -> ExportReport:
     """Write `<repository>/<model>/1/model.onnx` and compare ONNX Runtime's output with PyTorch's."""
     import torch
 
@@ -102,7 +101,7 @@ def export_onnx(model_cfg: Any, repository: Path, check_batch_size: int = 2) -> 
     return report
 
 
-def compare_with_pytorch(model_cfg: Any, onnx_path: Path, batch_size: int, model: Any = None) -> float:
+def compare_with_pytorch(model_cfg: ModelConfig, onnx_path: Path, batch_size: int, model: Any = None) -> float:
     """Max absolute difference between ONNX Runtime (CPU EP) and PyTorch logits on a fixed batch."""
     import numpy as np
     import onnxruntime as ort
@@ -117,7 +116,7 @@ def compare_with_pytorch(model_cfg: Any, onnx_path: Path, batch_size: int, model
     return float(np.max(np.abs(actual - expected)))
 
 
-def ensure_onnx(model_cfg: Any, repository: Path) -> ExportReport:
+def ensure_onnx(model_cfg: ModelConfig, repository: Path) -> ExportReport:
     """Export when the file is missing or was written for another config / torch / export procedure; an ONNX model
     (`model.source=onnx`) is its own file, served as is.
 

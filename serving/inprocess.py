@@ -22,13 +22,16 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from serving.node import cpu_times
 from serving.paths import cache_root
 from serving.runtime import Engine, Runtime
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
 
 ROUND_TRIP = "round_trip"
 RESIDENT = "resident"
@@ -162,7 +165,7 @@ class _Caller:
 
 
 class _TorchCaller(_Caller):
-    def __init__(self, model_cfg: Any, runtime: Runtime) -> None:
+    def __init__(self, model_cfg: ModelConfig, runtime: Runtime) -> None:
         self.model_cfg, self.runtime = model_cfg, runtime
 
     def setup(self) -> None:
@@ -199,7 +202,7 @@ class _TorchCaller(_Caller):
 
 
 class _OnnxCaller(_Caller):
-    def __init__(self, model_cfg: Any, runtime: Runtime, engine_cache_dir: str | None) -> None:
+    def __init__(self, model_cfg: ModelConfig, runtime: Runtime, engine_cache_dir: str | None) -> None:
         self.model_cfg, self.runtime, self.engine_cache_dir = model_cfg, runtime, engine_cache_dir
 
     def setup(self) -> None:
@@ -253,7 +256,7 @@ class _OnnxCaller(_Caller):
         return {"onnxruntime": self.ort.__version__, "providers": ",".join(self.session.get_providers())}
 
 
-def time_runtime(model_cfg: Any, runtime: Runtime, needed_batches: Iterable[int], budget: TimingBudget,
+def time_runtime(model_cfg: ModelConfig, runtime: Runtime, needed_batches: Iterable[int], budget: TimingBudget,
                  engine_cache_dir: str | None = None) -> RuntimeTiming:
     """Time `runtime` on this machine at the batch sizes of `batch_plan`, in both modes on a GPU."""
     caller: _Caller = (_TorchCaller(model_cfg, runtime) if runtime.engine == Engine.TORCH

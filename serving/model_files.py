@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from serving.models import ModelSource, model_file
+from serving.model_config import ModelConfig
+from serving.models import model_file
 from serving.paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -47,7 +46,7 @@ def file_sha256(path: str) -> str:
     return _SHA256_BY_PATH[path]
 
 
-def model_identity(model_cfg: Any) -> dict[str, str]:
+def model_identity(model_cfg: ModelConfig) -> dict[str, str]:
     """What a trial's key needs beyond the model's name: the file's content (empty for a seeded factory model)."""
     path = model_file(model_cfg)
     return {"model_file_sha256": file_sha256(str(absolute_model_path(path)))} if path else {}
@@ -72,7 +71,7 @@ class ShippedFile:
         return ray.get(task.remote(self.ref, self.sha256, self.filename), timeout=timeout_s)
 
 
-def ship(model_cfg: Any) -> ShippedFile | None:
+def ship(model_cfg: ModelConfig) -> ShippedFile | None:
     """Put the model's file in the object store (None for a seeded factory model, which has no file)."""
     import ray
 
@@ -111,9 +110,3 @@ def stage(data: bytes, sha256: str, filename: str) -> str:
 def _stage_task(data: bytes, sha256: str, filename: str) -> str:
     return stage(data, sha256, filename)
 
-
-def with_model_file(model_cfg: Any, path: str) -> Any:
-    """A copy of the model config reading its file from `path` (a staged copy)."""
-    copy = OmegaConf.create(OmegaConf.to_container(model_cfg, resolve=True))
-    copy[ModelSource(model_cfg.source).file_key] = path
-    return copy

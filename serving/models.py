@@ -19,6 +19,8 @@ from serving.images import Preprocessing
 if TYPE_CHECKING:
     import torch
 
+    from serving.model_config import ModelConfig
+
 TIMM_PREFIX = "timm:"
 
 
@@ -39,23 +41,23 @@ class ModelSource(StrEnum):
         return self is not ModelSource.ONNX
 
 
-def model_file(model_cfg: Any) -> str | None:
+def model_file(model_cfg: ModelConfig) -> str | None:
     """The file the model is read from, or None (a factory with seeded weights)."""
-    return model_cfg.get(ModelSource(model_cfg.source).file_key) or None
+    return getattr(model_cfg, ModelSource(model_cfg.source).file_key) or None
 
 
-def output_dims(model_cfg: Any) -> tuple[int, ...]:
+def output_dims(model_cfg: ModelConfig) -> tuple[int, ...]:
     """The model's output per image: `model.output_shape`, or a classifier's [num_classes]."""
-    shape = model_cfg.get("output_shape")
+    shape = model_cfg.output_shape
     return tuple(int(d) for d in shape) if shape else (int(model_cfg.num_classes),)
 
 
-def is_classifier(model_cfg: Any) -> bool:
+def is_classifier(model_cfg: ModelConfig) -> bool:
     """Whether the output is a classifier's logits (top-1 agreement means something), not another tensor."""
-    return not model_cfg.get("output_shape")
+    return not model_cfg.output_shape
 
 
-def build_model(model_cfg: Any) -> torch.nn.Module:
+def build_model(model_cfg: ModelConfig) -> torch.nn.Module:
     """The model as a float32 CPU `torch.nn.Module` in eval mode (ValueError for an ONNX-only model)."""
     import torch
 
@@ -73,7 +75,7 @@ def build_model(model_cfg: Any) -> torch.nn.Module:
     raise ValueError(f"model {model_cfg.name} is an ONNX file (model.source=onnx): PyTorch cannot run it")
 
 
-def _from_factory(model_cfg: Any) -> torch.nn.Module:
+def _from_factory(model_cfg: ModelConfig) -> torch.nn.Module:
     import torch
 
     generator_state = torch.random.get_rng_state()
@@ -94,7 +96,7 @@ def _from_factory(model_cfg: Any) -> torch.nn.Module:
     return model
 
 
-def reference_runner(model_cfg: Any) -> Any:
+def reference_runner(model_cfg: ModelConfig) -> Any:
     """A callable float32 NCHW batch -> float32 outputs on the CPU: the cross-check's reference (PyTorch, or ONNX
     Runtime's CPU provider for an ONNX-only model)."""
     if ModelSource(model_cfg.source).pytorch:
@@ -118,11 +120,11 @@ def reference_runner(model_cfg: Any) -> Any:
     return run_onnx
 
 
-def reference_name(model_cfg: Any) -> str:
+def reference_name(model_cfg: ModelConfig) -> str:
     return "PyTorch" if ModelSource(model_cfg.source).pytorch else "ONNX Runtime (CPU)"
 
 
-def preprocessing(model_cfg: Any) -> Preprocessing:
+def preprocessing(model_cfg: ModelConfig) -> Preprocessing:
     """`model.preprocess` for the model's input size: what every JPEG path runs."""
     p = model_cfg.preprocess
     _, height, width = (int(d) for d in model_cfg.input_shape)
@@ -131,7 +133,7 @@ def preprocessing(model_cfg: Any) -> Preprocessing:
                          channel_order=str(p.channel_order), interpolation=str(p.interpolation))
 
 
-def example_batch(model_cfg: Any, batch_size: int, seed: int = 1) -> torch.Tensor:
+def example_batch(model_cfg: ModelConfig, batch_size: int, seed: int = 1) -> torch.Tensor:
     """A reproducible float32 batch in the model's input shape (normalised-image-like values)."""
     import torch
 

@@ -6,8 +6,16 @@ need each other), so every bad setting stops the sweep before anything starts.""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
+
+# The cluster-wide switches (`cluster.<key>` by key, each settled on or off before anything starts) a backend's
+# settings are checked against.
+ClusterSwitches = Mapping[str, bool]
 
 
 @dataclass
@@ -36,7 +44,7 @@ class BackendSettings(ABC):
         """The contract's backend these settings measure (pytorch | triton_onnx | triton_trt): the trial param
         `backend`, derived from the class and its settings rather than stated beside them."""
 
-    def check(self, name: str, model: Any, cluster: Any) -> list[str]:
+    def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         """What is wrong with `backends.<name>`: one message per problem, naming the key, the value and the fix."""
         if self.start_timeout_s is not None and self.start_timeout_s <= 0:
             return [self.refuse(name, "start_timeout_s", "seconds > 0, or null for serving.start_timeout_s")]
@@ -51,7 +59,7 @@ class BackendSettings(ABC):
         """What is wrong with these settings for requests of `batch_sizes` images (`experiment.batch_sizes`)."""
         return []
 
-    def refuse_max_batch_size(self, name: str, model: Any, meaning: str) -> list[str]:
+    def refuse_max_batch_size(self, name: str, model: ModelConfig, meaning: str) -> list[str]:
         """A `max_batch_size` setting (where a backend has one) outside 1..model.max_batch_size, the largest batch
         the model is exported for; `meaning` says what the setting bounds and what null means."""
         value = getattr(self, "max_batch_size", None)
@@ -60,7 +68,7 @@ class BackendSettings(ABC):
             return []
         return [self.refuse(name, "max_batch_size", f"in 1..model.max_batch_size={limit} {meaning}")]
 
-    def as_served(self, model: Any) -> dict[str, Any]:
+    def as_served(self, model: ModelConfig) -> dict[str, Any]:
         """Every setting as the server runs it: a null `max_batch_size` (where a backend has one) is the model's."""
         values = asdict(self)
         if values.get("max_batch_size", 0) is None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.measure.samples import WindowSamples
 from experiments.plan import plan_trials
 from experiments.results.records import Status, TrialRecord
@@ -51,7 +51,7 @@ def run_stand_in_group(monkeypatch, overrides: list[str], failing: set[int] = fr
     """A triton_onnx group on the CPU, one trial; measurement number i (from 1) fails when i is in `failing`."""
     import experiments.run.server_group as server_group
 
-    cfg = compose(["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
+    cfg = load_config(["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
                    "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]", "experiment.concurrency=[1]",
                    *overrides])
     (group,) = plan_trials(cfg)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.prices import tier_price_params
 from experiments.config.search import add_candidate
 from experiments.measure.metrics import cost_metrics
@@ -51,7 +51,7 @@ def numbers(tier: str, key: tuple[str, str, int, int]) -> tuple[float, float, fl
 
 def _cfg(tier: str) -> Any:
     overrides = [f"gpu={tier}", f"gpu.price_per_hour_usd={PRICES[tier]}", f"sweep_id={SWEEP_ID}"]
-    cfg = compose(overrides)
+    cfg = load_config(overrides)
     # Only the prices this fixture states (the tier files' real alternatives would blur exact checks).
     cfg.gpu.prices = {"spot": {"usd_per_hour": A100_SPOT, "kind": "spot", "provider": "Synthetic",
                                "source": "test fixture", "seen": "2026-01-01"}} if tier == "a100" else {}

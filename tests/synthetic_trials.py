@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.prices import tier_price_params
 from experiments.plan import Trial
 from experiments.results.layout import LATENCIES_FILE, TierFolder
@@ -69,7 +69,7 @@ def write_latencies(trial_dir: Path, requests: int, rng: np.random.Generator) ->
 
 
 def synthetic_config(sweep_id: str) -> Any:
-    return compose([f"sweep_id={sweep_id}", "gpu=local", f"gpu.price_per_hour_usd={PRICE}"])
+    return load_config([f"sweep_id={sweep_id}", "gpu=local", f"gpu.price_per_hour_usd={PRICE}"])
 
 
 def synthetic_tier(cfg: Any, tier: str, results_dir: Path,

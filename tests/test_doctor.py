@@ -11,7 +11,7 @@ import tomllib
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from runners import SUPPORTED_PYTHON
 from runners import node as node_cli
 from runners.doctor import diagnose, render
@@ -54,7 +54,7 @@ def test_the_probes_report_what_this_machine_really_has(this_node) -> None:
 def test_the_local_tier_runs_the_cpu_variants_and_skips_the_gpu_ones_with_the_sweeps_reasons(this_node) -> None:
     diagnosis = diagnose(this_node, "local")
     verdicts = {v.variant: v for v in diagnosis.verdicts}
-    assert set(verdicts) == set(compose().backends), "every variant in conf/backends/"
+    assert set(verdicts) == set(load_config().backends), "every variant in conf/backends/"
     assert verdicts["pytorch"].runs and verdicts["pytorch"].detail.endswith("on cpu")
     assert verdicts["triton_onnx"].runs and "bundled Triton" in verdicts["triton_onnx"].detail
     assert "CPUExecutionProvider" in verdicts["triton_onnx"].detail
@@ -148,7 +148,7 @@ def test_the_tier_job_refuses_a_node_declaring_a_gpu_tier_it_lacks(tmp_path, no_
     from experiments.run.sweep import run_sweep
 
     store = tmp_path / "mlflow.db"
-    cfg = compose(["gpu=a100", "cluster=address", f"results_dir={tmp_path}",
+    cfg = load_config(["gpu=a100", "cluster=address", f"results_dir={tmp_path}",
                           f"mlflow.tracking_uri=sqlite:///{store}"])
     # ray.init writes these into os.environ (RAY_AUTH_MODE=token among them): restored after the test, so later
     # tests' subprocesses do not inherit them.

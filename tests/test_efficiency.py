@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from experiments.config.choices import SearchStrategy
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.validation import validate
 from experiments.measure.efficiency import Bottleneck, efficiency_metrics, verdict
@@ -121,14 +121,14 @@ def test_the_quick_climb_stops_where_the_gpu_is_busy() -> None:
 
 
 def test_direct_ingress_turns_on_when_a_backend_needs_it() -> None:
-    cfg = compose(["experiment=first_light"])
+    cfg = load_config(["experiment=first_light"])
     assert cfg.cluster.serve_direct_ingress is None
     validate(cfg)
     assert cfg.cluster.serve_direct_ingress is True
-    plain = compose([])
+    plain = load_config([])
     validate(plain)
     assert plain.cluster.serve_direct_ingress is False
-    refused = compose(["experiment=first_light", "cluster.serve_direct_ingress=false"])
+    refused = load_config(["experiment=first_light", "cluster.serve_direct_ingress=false"])
     with pytest.raises(ConfigError, match="backends.pytorch_direct.direct_ingress=True .* set "
                                           "cluster.serve_direct_ingress=true"):
         validate(refused)

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from serving.export import ensure_onnx, export_onnx, is_stale
 from serving.models import example_batch
 
 
 def test_export_matches_pytorch_and_has_a_dynamic_batch(tmp_path: Path) -> None:
-    model = compose(["model=resnet18"]).model
+    model = load_config(["model=resnet18"]).model
     report = export_onnx(model, tmp_path)
     assert report.max_abs_diff < 1e-3, report
     session = ort.InferenceSession(report.onnx_path, providers=["CPUExecutionProvider"])
@@ -23,9 +23,9 @@ def test_export_matches_pytorch_and_has_a_dynamic_batch(tmp_path: Path) -> None:
 
 
 def test_ensure_onnx_exports_only_when_missing_or_stale(tmp_path: Path) -> None:
-    model = compose(["model=resnet18"]).model
+    model = load_config(["model=resnet18"]).model
     first = ensure_onnx(model, tmp_path)
     assert first.exported
     assert not ensure_onnx(model, tmp_path).exported
-    other_weights = compose(["model=resnet18", "model.seed=1"]).model
+    other_weights = load_config(["model=resnet18", "model.seed=1"]).model
     assert is_stale(other_weights, Path(first.onnx_path))

@@ -4,29 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
-from experiments.config.schema import backend_settings
 from experiments.config.validation import validate
 from experiments.plan import plan_trials
 from serving.protocols import PROTOCOLS, parse_protocol
 
 
 def test_every_backend_has_a_server_batching_twin_with_matched_settings() -> None:
-    cfg = compose()
+    cfg = load_config()
     backends = cfg.backends
     pairs = {"pytorch": "pytorch_batched", "triton_onnx": "triton_onnx_dynbatch", "triton_trt": "triton_trt_dynbatch"}
     for plain, batched in pairs.items():
-        assert backend_settings(cfg, plain).family == backend_settings(cfg, batched).family == plain
-    assert not backends.pytorch.batching and backends.pytorch_batched.batching
-    assert not backends.triton_onnx.dynamic_batching and backends.triton_onnx_dynbatch.dynamic_batching
+        assert cfg.backends[plain].family == cfg.backends[batched].family == plain
+    assert not backends["pytorch"].batching and backends["pytorch_batched"].batching
+    assert not backends["triton_onnx"].dynamic_batching and backends["triton_onnx_dynbatch"].dynamic_batching
     # Same wait on both servers (Serve in seconds, Triton in microseconds), same cap (the model's max batch).
-    assert backends.pytorch_batched.batch_wait_timeout_s * 1e6 == backends.triton_onnx_dynbatch.max_queue_delay_us
-    assert backends.pytorch_batched.max_batch_size is None
+    assert backends["pytorch_batched"].batch_wait_timeout_s * 1e6 == backends["triton_onnx_dynbatch"].max_queue_delay_us
+    assert backends["pytorch_batched"].max_batch_size is None
 
 
 def test_fair_comparison_crosses_every_axis() -> None:
-    cfg = compose(["experiment=fair_comparison"])
+    cfg = load_config(["experiment=fair_comparison"])
     validate(cfg)
     exp = cfg.experiment
     assert set(exp.input_formats) == {"jpeg", "tensor"}
@@ -55,9 +54,9 @@ BAD_CROSSCHECK = [
 @pytest.mark.parametrize("overrides,fragment", BAD_CROSSCHECK)
 def test_bad_crosscheck_settings_are_refused_before_anything_starts(overrides, fragment) -> None:
     with pytest.raises(ConfigError) as info:
-        validate(compose(overrides))
+        validate(load_config(overrides))
     assert fragment in str(info.value)
 
 
 def test_shared_memory_protocols_validate() -> None:
-    validate(compose(["experiment.protocols=[http_shm,grpc_cuda_shm]"]))
+    validate(load_config(["experiment.protocols=[http_shm,grpc_cuda_shm]"]))

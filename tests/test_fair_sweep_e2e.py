@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import experiments.run.server_group as server_group
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.run.sweep import run_sweep
 from serving.clients.base import ClientSpec, jpeg_batch
 from tests import helpers
@@ -34,7 +34,7 @@ BATCHING_PARAMS = {"server_batching", "server_max_batch_size", "server_batch_wai
 def fair_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
     """The sweep's store and its runs."""
     tmp = tmp_path_factory.mktemp("fair")
-    cfg = compose(["experiment=fair_comparison", *store_overrides(tmp, "fair-e2e", premigrated=True), *LEAN,
+    cfg = load_config(["experiment=fair_comparison", *store_overrides(tmp, "fair-e2e", premigrated=True), *LEAN,
                    f"experiment.backends=[{','.join(VARIANTS)},fastapi,torchserve]",
                    "experiment.protocols=[http,grpc,http_shm,grpc_shm]",
                    "experiment.input_formats=[jpeg,tensor,jpeg_base64]"])
@@ -124,9 +124,10 @@ def test_server_batching_settings_are_params_comparable_across_servers(fair_runs
 
 def test_a_server_with_other_weights_fails_the_crosscheck_unmeasured(tmp_path: Path, monkeypatch) -> None:
     """The server gets model.seed=1, the reference keeps seed 0: the group must fail with the figures."""
-    cfg = compose([*store_overrides(tmp_path, "wrong-model", premigrated=True), *LEAN, "experiment.backends=[fastapi]",
-                   "experiment.protocols=[http]", "experiment.input_formats=[tensor,jpeg]"])
-    wrong = compose(["model.seed=1", "experiment.backends=[fastapi]"])
+    cfg = load_config([*store_overrides(tmp_path, "wrong-model", premigrated=True), *LEAN,
+                       "experiment.backends=[fastapi]", "experiment.protocols=[http]",
+                       "experiment.input_formats=[tensor,jpeg]"])
+    wrong = load_config(["model.seed=1", "experiment.backends=[fastapi]"])
     real_build = server_group.build_backend
     monkeypatch.setattr(server_group, "build_backend",
                         lambda cfg_, name, node, options, emulated=False, model=None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.run.server_group import build_backend
 from serving.backend import ServerHandle
 from serving.clients.base import jpeg_batch, load_client, tensor_batch
@@ -26,7 +26,7 @@ FORMATS = ("tensor", "jpeg", "jpeg_base64")
 
 
 def _backend(overrides: tuple[str, ...] = (), node=CPU_NODE, tier: str = "local"):
-    return build_backend(compose([f"gpu={tier}", "model=tiny", *overrides]), "fastapi", node, {})
+    return build_backend(load_config([f"gpu={tier}", "model=tiny", *overrides]), "fastapi", node, {})
 
 
 def test_bad_settings_are_refused_with_the_key() -> None:
@@ -34,7 +34,7 @@ def test_bad_settings_are_refused_with_the_key() -> None:
     from experiments.config.validation import validate
 
     with pytest.raises(ConfigError, match=r"backends.fastapi.workers=0 is not allowed: a positive integer"):
-        validate(compose(["model=tiny", "experiment.backends=[fastapi]", "backends.fastapi.workers=0"]))
+        validate(load_config(["model=tiny", "experiment.backends=[fastapi]", "backends.fastapi.workers=0"]))
 
 
 def test_http_only_every_format_and_a_gpu_tier_needs_torch_to_see_the_gpu() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from tests import helpers
 from tests.conftest import has_gpu
 from tests.helpers import store_overrides, store_uri
@@ -56,7 +56,7 @@ def gpu_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, l
     from experiments.run.sweep import run_sweep
 
     tmp = tmp_path_factory.mktemp("gpu-sweep")
-    cfg = compose([
+    cfg = load_config([
         *store_overrides(tmp, SWEEP_ID),
         f"experiment.backends=[{','.join(BACKENDS)}]", "experiment.protocols=[http,grpc]",
         "experiment.input_formats=[tensor]", f"experiment.batch_sizes=[{','.join(map(str, BATCHES))}]",
@@ -136,7 +136,7 @@ def test_a_restart_with_a_warm_engine_cache_loads_instead_of_rebuilding(tmp_path
     from serving.probe import describe_node
     from serving.triton.accelerators import engine_files
 
-    cfg = compose(["experiment.batch_sizes=[1,4]", f"++backends.triton_trt.engine_cache_dir={tmp_path}"])
+    cfg = load_config(["experiment.batch_sizes=[1,4]", f"++backends.triton_trt.engine_cache_dir={tmp_path}"])
     before = server_processes()
     with ray_cluster(cfg.cluster, "local"):
         options = placement_options("local")

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.config.compose import compose
-from experiments.config.schema import backend_settings
+from experiments.config.compose import load_config
 from serving.backend import BackendContext, formable_batches
 from serving.node import NodeInfo
 from serving.ray_serve.backend import RayServeTorchBackend
@@ -39,7 +38,7 @@ from tests.helpers import CPU_NODE, GPU_NODE
 
 
 def _context(node: NodeInfo, name: str = "triton_trt", batches: tuple[int, ...] = (1, 8)) -> BackendContext:
-    return BackendContext(name=name, model=compose().model, node=node,
+    return BackendContext(name=name, model=load_config().model, node=node,
                           ray_options={"resources": {"tier_rtx4090": 0.001}}, warmup_batch_sizes=batches)
 
 
@@ -131,7 +130,7 @@ def test_a_gpu_batcher_warms_every_batch_it_can_form_a_cpu_only_the_requests() -
 
 
 def test_fp16_without_tensorrt_is_refused_with_the_key() -> None:
-    (problem,) = TritonSettings(accelerator="cuda", fp16=True).check("triton_trt", compose().model, {})
+    (problem,) = TritonSettings(accelerator="cuda", fp16=True).check("triton_trt", load_config().model, {})
     assert problem.startswith("backends.triton_trt.fp16=True is not allowed: FP16 needs accelerator: tensorrt")
 
 
@@ -190,8 +189,8 @@ def test_compile_variant_reports_its_compile_cost_as_a_metric() -> None:
 
 
 def test_gpu_variants_are_entries_of_their_contract_backend() -> None:
-    cfg = compose()
-    settings = {name: backend_settings(cfg, name) for name in cfg.backends}
+    cfg = load_config()
+    settings = {name: cfg.backends[name] for name in cfg.backends}
     assert settings["pytorch_fp16"].family == "pytorch" and settings["pytorch_fp16"].half
     assert settings["pytorch_compile"].family == "pytorch" and settings["pytorch_compile"].compile
     assert settings["triton_trt_fp16"].family == "triton_trt" and settings["triton_trt_fp16"].fp16
@@ -266,7 +265,7 @@ def test_gpu_only_variants_on_a_cpu_node_are_skipped_with_reasons_before_any_ser
     from experiments.plan import plan_trials
     from experiments.run.server_group import ServerGroup
 
-    cfg = compose(["experiment.backends=[pytorch_fp16,triton_trt,triton_trt_fp16]",
+    cfg = load_config(["experiment.backends=[pytorch_fp16,triton_trt,triton_trt_fp16]",
                           "experiment.protocols=[http]", "experiment.input_formats=[tensor]"])
     records = []
     for group in plan_trials(cfg):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.run.sweep import run_sweep
 from tests.helpers import premigrated_store
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("engine", ["compiled", "python"])
 def test_poisson_load_and_slo_search_are_logged(engine: str, tmp_path: Path) -> None:
     store = premigrated_store(tmp_path)
-    cfg = compose([
+    cfg = load_config([
         f"experiment.load_engine={engine}", "sweep_id=open-loop", f"results_dir={tmp_path / 'runs'}",
         f"mlflow.tracking_uri={store}", "model=tiny",
         "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",

@@ -9,7 +9,7 @@ import pytest
 
 from experiments.cluster.node_loss import NodeLoss, death_cause
 from experiments.cluster.waiting import NodeWaitTimeout, wait_for_tier_node
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.run.resume import resume_command
 from runners import node as node_cli
 
@@ -27,7 +27,7 @@ def test_a_lost_node_is_named_in_the_users_terms() -> None:
 
 
 def test_the_resume_command_runs_the_lost_tier_alone_in_the_same_sweep() -> None:
-    cfg = compose(["gpu=rtx4090", "sweep_id=s1"])
+    cfg = load_config(["gpu=rtx4090", "sweep_id=s1"])
     command = resume_command(cfg, ["cluster=address", "gpu=rtx4090", "experiment.batch_sizes=[1,2]",
                                    "sweep_id=old"])
     assert command == ("python -m runners.sweep cluster=address 'experiment.batch_sizes=[1,2]' gpu=rtx4090 "

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from serving.clients.base import ClientSpec, jpeg_batch
 from serving.images import DEFAULT_PREPROCESSING, decode_and_preprocess
 from serving.paths import REPO_ROOT
@@ -91,7 +90,7 @@ def test_triton_preprocess_model_answers_a_bad_image_with_an_error(tmp_path, mon
 def replica() -> object:
     from serving.ray_serve.deployment import TorchImageClassifier
 
-    model = OmegaConf.to_container(compose().model, resolve=True)
+    model = load_config().model.to_dict()
     return TorchImageClassifier.func_or_class(model, "cpu", 1)
 
 

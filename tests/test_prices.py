@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.prices import prices_from_params, tier_price_params, tier_prices, trial_price_params
 from experiments.config.validation import validate
@@ -15,18 +15,18 @@ from serving.node import NodeInfo
 
 def test_gpu_tiers_list_cited_alternative_prices() -> None:
     for tier in ("a100", "rtx4090", "h100"):
-        gpu = compose([f"gpu={tier}"]).gpu
+        gpu = load_config([f"gpu={tier}"]).gpu
         prices = tier_prices(gpu)
         assert prices[0].name == "primary" and prices[0].usd_per_hour == gpu.price_per_hour_usd
         assert {p.name for p in prices[1:]} == {"runpod_spot", "runpod_on_demand"}
         for price in prices[1:]:
             assert price.usd_per_hour > 0 and price.source.count("https://") == 1 and price.seen
-    spot = {p.name: p for p in tier_prices(compose(["gpu=rtx4090"]).gpu)}["runpod_spot"]
+    spot = {p.name: p for p in tier_prices(load_config(["gpu=rtx4090"]).gpu)}["runpod_spot"]
     assert (spot.usd_per_hour, spot.kind, spot.provider) == (0.34, "spot", "RunPod")
 
 
 def test_a_price_can_be_added_on_the_command_line() -> None:
-    cfg = compose(["+gpu.prices.mine={usd_per_hour:0.2,kind:reserved,source:my invoice,seen:2026-11-01}"])
+    cfg = load_config(["+gpu.prices.mine={usd_per_hour:0.2,kind:reserved,source:my invoice,seen:2026-11-01}"])
     validate(cfg)
     assert trial_price_params(cfg.gpu) == {"price_mine_per_hour_usd": 0.2}
 
@@ -40,11 +40,11 @@ def test_a_price_can_be_added_on_the_command_line() -> None:
 ])
 def test_bad_prices_are_refused_naming_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-        validate(compose([override]))
+        validate(load_config([override]))
 
 
 def test_trials_and_tier_runs_carry_every_price_and_the_report_gets_them_back() -> None:
-    cfg = compose(["gpu=a100"])
+    cfg = load_config(["gpu=a100"])
     node = NodeInfo("h", "127.0.0.1", "n", "cpu", 2)
     record = new_record(cfg, Trial("a100", "resnet18", "pytorch", "pytorch", "http", "jpeg", 1, 1), node)
     assert record.params["price_per_hour_usd"] == 0.894

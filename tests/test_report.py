@@ -255,7 +255,7 @@ def test_by_batch_has_a_cell_per_measured_point_only() -> None:
 
 
 def test_a_sweep_with_nothing_measured_still_reports_why(tmp_path: Path) -> None:
-    from experiments.config.compose import compose
+    from experiments.config.compose import load_config
     from experiments.plan import Trial
     from experiments.results.records import Status
     from experiments.results.tracking import Tracker
@@ -266,7 +266,7 @@ def test_a_sweep_with_nothing_measured_still_reports_why(tmp_path: Path) -> None
     tracker = Tracker(uri, "tierbench")
     sweep = tracker.sweep_run("synthetic-empty", {"synthetic": "true"})
     tier = tracker.tier_run("synthetic-empty", "local", sweep, {"gpu_tier": "local", "price_per_hour_usd": 0.0}, {})
-    cfg = compose(["gpu.price_per_hour_usd=0"])
+    cfg = load_config(["gpu.price_per_hour_usd=0"])
     record = new_record(cfg, Trial("local", "resnet18", "triton_trt", "triton_trt", "http", "tensor", 1, 1),
                         NodeInfo("h", "127.0.0.1", "n", "cpu", 2), status=Status.SKIPPED, reason="needs an NVIDIA GPU")
     tracker.log_trial(tier, record, tmp_path / "none", {"sweep_id": "synthetic-empty", "emulated": "false"}, "")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.prices import tier_price_params
 from experiments.measure.efficiency import Bottleneck, efficiency_metrics
 from experiments.plan import Trial
@@ -63,7 +63,7 @@ def _cfg(tier: str) -> object:
     if tier != "local":
         cfg = syn._cfg(tier)
     else:
-        cfg = compose(["gpu=local", f"gpu.price_per_hour_usd={LOCAL_PRICE}"])
+        cfg = load_config(["gpu=local", f"gpu.price_per_hour_usd={LOCAL_PRICE}"])
         cfg.gpu.prices = {}
     cfg.sweep_id = SWEEP_ID
     return cfg

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.search import add_candidate
 from experiments.measure.efficiency import Bottleneck
 from experiments.plan import Trial
@@ -53,7 +53,7 @@ SLO_HEADER = "tier | stack | batch | p99 target ms | max load | img/s at max | p
 
 
 def _cfg(tier: str, sweep_id: str) -> Any:
-    cfg = compose([f"gpu={tier}", f"gpu.price_per_hour_usd={PRICES[tier]}", f"sweep_id={sweep_id}"])
+    cfg = load_config([f"gpu={tier}", f"gpu.price_per_hour_usd={PRICES[tier]}", f"sweep_id={sweep_id}"])
     cfg.gpu.prices = {}  # only the price this fixture states
     return cfg
 

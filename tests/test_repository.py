@@ -192,12 +192,12 @@ def test_one_factory_builds_the_native_or_the_bundled_server(monkeypatch: pytest
 def test_the_checked_in_configs_are_what_the_server_generates_from_the_onnx_file(tmp_path: Path) -> None:
     """One definition: `classifier_config` writes what model_repository/ holds for NVIDIA's container, for every
     built-in model."""
-    from experiments.config.compose import compose
+    from experiments.config.compose import load_config
     from serving.export import export_onnx
     from serving.triton.repository import classifier_config
 
     for name in ("resnet18", "tiny"):
-        model = compose([f"model={name}"]).model
+        model = load_config([f"model={name}"]).model
         onnx = export_onnx(model, tmp_path).onnx_path if name == "tiny" else _exported_resnet_stand_in(tmp_path, model)
         generated = classifier_config(model.name, Path(onnx), model.max_batch_size, list(model.input_shape),
                                       [model.num_classes])
@@ -206,7 +206,7 @@ def test_the_checked_in_configs_are_what_the_server_generates_from_the_onnx_file
 
 def _exported_resnet_stand_in(tmp_path: Path, model: object) -> str:
     """An ONNX file with the exporter's tensor names (exporting resnet18 itself would take seconds for nothing)."""
-    from experiments.config.compose import compose
+    from experiments.config.compose import load_config
     from serving.export import export_onnx
 
-    return export_onnx(compose(["model=tiny"]).model, tmp_path / "stand_in").onnx_path
+    return export_onnx(load_config(["model=tiny"]).model, tmp_path / "stand_in").onnx_path

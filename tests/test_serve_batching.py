@@ -10,7 +10,7 @@ import pytest
 
 from experiments.cluster.connection import ray_cluster
 from experiments.cluster.tiers import placement_options
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.run.server_group import build_backend
 from serving.clients.base import ClientSpec
 from serving.probe import describe_node
@@ -35,7 +35,7 @@ async def _executed_batches(url: str, spec: ClientSpec, requests: int) -> list[i
 def test_serve_batch_merges_concurrent_requests_and_the_plain_replica_does_not() -> None:
     import ray
 
-    cfg = compose(["model=tiny", "experiment.backends=[pytorch,pytorch_batched]", "experiment.batch_sizes=[1]",
+    cfg = load_config(["model=tiny", "experiment.backends=[pytorch,pytorch_batched]", "experiment.batch_sizes=[1]",
                           "backends.pytorch_batched.batch_wait_timeout_s=0.05"])
     with ray_cluster(cfg.cluster, "local"):
         options = placement_options("local")

@@ -9,18 +9,18 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.validation import validate
 
 
 def test_a_direct_ingress_backend_needs_the_cluster_switch() -> None:
-    cfg = compose(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=false"])
+    cfg = load_config(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=false"])
     with pytest.raises(ConfigError, match=r"backends\.pytorch_direct\.direct_ingress=True .*"
                                           r"cluster\.serve_direct_ingress=true"):
         validate(cfg)
-    validate(compose(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true"]))
-    settled = compose(["experiment.backends=[pytorch_direct]"])  # null: on, because a backend needs it
+    validate(load_config(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true"]))
+    settled = load_config(["experiment.backends=[pytorch_direct]"])  # null: on, because a backend needs it
     validate(settled)
     assert settled.cluster.serve_direct_ingress is True
 
@@ -28,8 +28,8 @@ def test_a_direct_ingress_backend_needs_the_cluster_switch() -> None:
 def test_the_switch_reaches_the_sweep_jobs_environment_through_ray_serves_package() -> None:
     from experiments.cluster.connection import job_runtime_env
 
-    assert job_runtime_env(compose(["cluster.serve_direct_ingress=false"]).cluster) is None
-    assert job_runtime_env(compose(["cluster.serve_direct_ingress=true"]).cluster) == {"env_vars": {
+    assert job_runtime_env(load_config(["cluster.serve_direct_ingress=false"]).cluster) is None
+    assert job_runtime_env(load_config(["cluster.serve_direct_ingress=true"]).cluster) == {"env_vars": {
         "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}}
 
 
@@ -45,7 +45,7 @@ def test_direct_ingress_trials_reach_the_replica_port_over_http_and_grpc() -> No
     from experiments.run.trial import run_trial
     from serving.probe import describe_node
 
-    cfg = compose(["model=tiny", "experiment.backends=[pytorch,pytorch_direct]", "experiment.batch_sizes=[1]",
+    cfg = load_config(["model=tiny", "experiment.backends=[pytorch,pytorch_direct]", "experiment.batch_sizes=[1]",
                           "cluster.serve_direct_ingress=true", "experiment.window_s=0.5", "experiment.warmup_s=0.2",
                           "experiment.stability.windows=1"])
     validate(cfg)

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from serving.clients.base import ClientSpec, jpeg_batch, tensor_batch
 from serving.oip import protocol as oip
 from serving.oip.protocol import OipError
 
-TINY = compose(["model=tiny"]).model
+TINY = load_config(["model=tiny"]).model
 MODELS = oip.model_signatures(TINY)
 TENSOR, JPEG = MODELS["tensor"], MODELS["jpeg"]
 SPEC = ClientSpec(target="", url="127.0.0.1:1/route", model_name="tiny", input_format="tensor", batch_size=3,
@@ -145,7 +145,7 @@ def serve_app() -> Iterator[dict[str, Any]]:
     from experiments.run.server_group import build_backend
     from serving.probe import describe_node
 
-    cfg = compose(["model=tiny", "experiment.backends=[pytorch]", "experiment.batch_sizes=[1]",
+    cfg = load_config(["model=tiny", "experiment.backends=[pytorch]", "experiment.batch_sizes=[1]",
                    "experiment.window_s=0.5", "experiment.warmup_s=0.2", "experiment.stability.windows=1",
                    "experiment.load_engine=compiled"])
     with ray_cluster(cfg.cluster, "local"):

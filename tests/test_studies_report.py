@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.stacks import stacks
 from experiments.plan import plan_trials
 from experiments.report.render import Document
@@ -78,7 +78,7 @@ def test_no_study_stack_no_section() -> None:
 
 
 def test_the_study_preset_plans_exactly_its_stacks_one_factor_at_a_time() -> None:
-    cfg = compose(["experiment=study"])
+    cfg = load_config(["experiment=study"])
     assert len(stacks(cfg.experiment)) == len(cfg.experiment.stacks) == 15
     trials = [t for g in plan_trials(cfg) for t in g.trials]
     per_stack = {(t.variant, t.protocol, t.input_format) for t in trials}

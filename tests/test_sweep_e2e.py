@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.run.sweep import run_sweep
 from tests import helpers
 from tests.helpers import store_overrides, store_uri
@@ -28,7 +28,7 @@ TRIAL_METRICS = {"latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, MlflowClient, str, Path]:
     tmp = tmp_path_factory.mktemp("sweep")
-    cfg = compose([
+    cfg = load_config([
         *store_overrides(tmp, "e2e-test"),
         "experiment.input_formats=[tensor]",  # JPEG on every server: tests/test_fair_sweep_e2e.py
         "experiment.batch_sizes=[1,2]",

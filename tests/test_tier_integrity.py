@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.plan import plan_trials
 from experiments.results.records import Status, TrialRecord
 from experiments.run.server_group import ServerGroup, build_backend
@@ -32,7 +32,7 @@ CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2,
 
 
 def _backend(tier: str, variant: str, node: NodeInfo, emulated: bool = False) -> Any:
-    return build_backend(compose([f"gpu={tier}"]), variant, node, {}, emulated)
+    return build_backend(load_config([f"gpu={tier}"]), variant, node, {}, emulated)
 
 
 def test_a_gpu_tier_node_without_a_gpu_skips_every_variant_instead_of_falling_back_to_the_cpu() -> None:
@@ -111,7 +111,7 @@ class _Finished:
 
 
 def test_a_server_that_starts_on_the_cpu_under_a_gpu_tier_fails_its_trials_once_without_a_retry() -> None:
-    cfg = compose(["gpu=a100", "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
+    cfg = load_config(["gpu=a100", "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
                           "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
                           "experiment.concurrency=[1,2]"])
     (group,) = plan_trials(cfg)

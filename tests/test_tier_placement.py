@@ -8,7 +8,7 @@ import pytest
 from experiments.cluster.connection import ClusterView, TierUnavailableError, declared_tiers, require_tiers
 from experiments.cluster.placement import PlacementError, client_options
 from experiments.cluster.tiers import NODE_ID_LABEL, node_declaration, placement_options
-from experiments.config.compose import compose
+from experiments.config.compose import compose, load_config
 from experiments.run.multirun import requested_tiers
 from runners import node as node_cli
 
@@ -48,15 +48,15 @@ def test_a_tier_jobs_actors_are_pinned_to_the_node_it_holds() -> None:
 
 
 def test_clients_colocated_by_default_and_on_the_pool_when_separate() -> None:
-    cfg = compose(["gpu=a100"])
+    cfg = load_config(["gpu=a100"])
     assert cfg.clients.placement == "colocated"
     assert client_options(cfg, CLUSTER, "a100", "n-a100") == placement_options("a100", "n-a100")
-    cfg = compose(["gpu=a100", "clients.placement=separate", "serving.host=0.0.0.0"])
+    cfg = load_config(["gpu=a100", "clients.placement=separate", "serving.host=0.0.0.0"])
     assert client_options(cfg, CLUSTER, "a100", "n-a100") == {"resources": {"client_pool": 0.001}}
 
 
 def test_separate_clients_need_a_pool_and_reachable_servers() -> None:
-    cfg = compose(["gpu=a100", "clients.placement=separate"])
+    cfg = load_config(["gpu=a100", "clients.placement=separate"])
     with pytest.raises(PlacementError, match="serving.host='127.0.0.1'"):
         client_options(cfg, CLUSTER, "a100", "n-a100")  # the pool is another machine: loopback is out of reach
     one_machine = ClusterView([_node("n-a100", node_declaration(["a100"])),
@@ -67,19 +67,19 @@ def test_separate_clients_need_a_pool_and_reachable_servers() -> None:
 
 
 def test_clients_that_cannot_fit_fail_before_they_are_placed() -> None:
-    cfg = compose(["gpu=a100", "experiment.client_actors=4", "experiment.client_num_cpus=0.5"])
+    cfg = load_config(["gpu=a100", "experiment.client_actors=4", "experiment.client_num_cpus=0.5"])
     with pytest.raises(PlacementError, match=r"4 client actors .* = 2 CPU"):
         client_options(cfg, CLUSTER, "a100", "n-a100")
-    automatic = compose(["gpu=a100", "experiment.client_actors=0", "experiment.max_client_actors=8",
+    automatic = load_config(["gpu=a100", "experiment.client_actors=0", "experiment.max_client_actors=8",
                                 "experiment.client_num_cpus=0.25"])  # automatic: room for the most it may start
     with pytest.raises(PlacementError, match=r"8 client actors .* = 2 CPU"):
         client_options(automatic, CLUSTER, "a100", "n-a100")
 
 
 def test_declared_tiers_are_known_before_anything_starts() -> None:
-    assert declared_tiers(compose(["cluster=emulated"]).cluster) == ["a100", "rtx4090"]
-    assert declared_tiers(compose(["cluster=address"]).cluster) is None
-    assert "local" in declared_tiers(compose().cluster)
+    assert declared_tiers(load_config(["cluster=emulated"]).cluster) == ["a100", "rtx4090"]
+    assert declared_tiers(load_config(["cluster=address"]).cluster) is None
+    assert "local" in declared_tiers(load_config().cluster)
 
 
 def _multirun_config(overrides: list[str]):
@@ -140,7 +140,7 @@ def test_an_address_with_nothing_listening_fails_at_once() -> None:
     from serving.process import free_ports
 
     (port,) = free_ports(1)
-    cfg = compose(["cluster=address", f"cluster.address=127.0.0.1:{port}"]).cluster
+    cfg = load_config(["cluster=address", f"cluster.address=127.0.0.1:{port}"]).cluster
     started = time.monotonic()
     with pytest.raises(TierUnavailableError, match=f"cluster.address=127.0.0.1:{port}: no Ray head answers"):
         RayConnection(cfg).open(["a100"])

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from serving.models import build_model, example_batch
 from serving.pytorch.runner import TorchOptions, TorchRunner
 
 
 def test_runner_matches_the_model_and_times_its_warmup() -> None:
-    cfg = compose().model
+    cfg = load_config().model
     runner = TorchRunner(cfg, "cpu", TorchOptions())
     runner.warm_up((2, 1, 2))
     assert runner.info["dtype"] == "float32" and runner.info["torch_compile"] is False
@@ -26,7 +26,7 @@ def test_runner_matches_the_model_and_times_its_warmup() -> None:
 def test_compiled_runner_compiles_during_warmup_and_gives_the_same_logits() -> None:
     # The `eager` backend runs TorchDynamo's graph capture without code generation: the real compile path at a
     # fraction of inductor's cost (inductor takes minutes on 2 cores; it runs on GPU nodes in tests/test_gpu.py).
-    cfg = compose().model
+    cfg = load_config().model
     runner = TorchRunner(cfg, "cpu", TorchOptions(compile=True, compile_backend="eager"))
     runner.warm_up((1,))
     assert runner.info["torch_compile"] is True and runner.info["torch_compile_s"] > 0
@@ -37,4 +37,4 @@ def test_compiled_runner_compiles_during_warmup_and_gives_the_same_logits() -> N
 
 def test_half_precision_on_the_cpu_is_refused() -> None:
     with pytest.raises(ValueError, match="needs a CUDA GPU"):
-        TorchRunner(compose().model, "cpu", TorchOptions(half=True))
+        TorchRunner(load_config().model, "cpu", TorchOptions(half=True))

@@ -22,9 +22,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from serving.backend import BackendContext, ServerHandle
 from serving.clients import json_images
 from serving.clients.base import ClientSpec, jpeg_batch, load_client, parse_server_timing, tensor_batch
@@ -44,9 +43,9 @@ from serving.torchserve.payloads import PREDICTIONS, BadRequest, jpeg_files
 from serving.torchserve.settings import TorchServeSettings
 from tests.processes import owned_environment
 
-CFG = compose(["model=tiny"])
+CFG = load_config(["model=tiny"])
 TINY = CFG.model
-MODEL = OmegaConf.to_container(TINY, resolve=True)
+MODEL = TINY.to_dict()
 SHAPE = tuple(TINY.input_shape)
 REFERENCE = reference_runner(TINY)
 NODE = NodeInfo(hostname="localhost", ip="127.0.0.1", ray_node_id="", cpu_model="test", cpu_count=2)

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from experiments.config.choices import LoadMode
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.trace import EXAMPLE, check_trace, read_trace, trace_settings
 from experiments.config.validation import validate
@@ -122,7 +122,7 @@ def test_a_replays_load_is_split_by_rate_and_keeps_its_shape() -> None:
 # --- refusals (before anything starts) ---------------------------------------------------------------------------
 
 def _cfg(*overrides: str):
-    return compose(["experiment.load_mode=trace", "experiment.request_rates=[50]", *overrides])
+    return load_config(["experiment.load_mode=trace", "experiment.request_rates=[50]", *overrides])
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -165,7 +165,7 @@ def test_trace_settings_that_cannot_work_are_refused(overrides: list[str], key: 
 def test_a_trace_without_load_mode_trace_is_refused_not_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     with pytest.raises(ConfigError, match="a trace is replayed only with experiment.load_mode=trace"):
-        validate(compose([f"experiment.trace={EXAMPLE}"]))
+        validate(load_config([f"experiment.trace={EXAMPLE}"]))
 
 
 def test_a_good_trace_passes_and_names_itself_in_the_trials_identity(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,7 +175,7 @@ def test_a_good_trace_passes_and_names_itself_in_the_trials_identity(monkeypatch
     settings = trace_settings(cfg.experiment)
     assert settings["trace"] == EXAMPLE and settings["trace_kind"] == "rate_per_s" and settings["trace_steps"] == 288
     assert settings["trace_mean_to_peak"] == pytest.approx(0.548, abs=0.001) and len(settings["trace_sha256"]) == 16
-    assert trace_settings(compose([]).experiment) == {}  # other load modes keep the identity they had
+    assert trace_settings(load_config([]).experiment) == {}  # other load modes keep the identity they had
 
 
 # --- cost --------------------------------------------------------------------------------------------------------

@@ -12,9 +12,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import tritonclient.http as triton_http
-from omegaconf import OmegaConf
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from serving.images import sample_jpegs
 from serving.paths import REPO_ROOT
 from serving.triton.ensemble import JPEG_INPUT, ensemble_model_name
@@ -36,8 +35,8 @@ def jpeg_logits(client: triton_http.InferenceServerClient, model: str) -> np.nda
 def test_a_reload_serves_the_new_config_and_a_bad_one_leaves_the_old_serving() -> None:
     from serving.triton.host import TritonServerHost
 
-    model = OmegaConf.to_container(compose(["model=tiny"]).model, resolve=True)
-    name = model["name"]
+    model = load_config(["model=tiny"]).model
+    name = model.name
     with owned_environment():  # every stub, of each config loaded, ends with the stop
         host = TritonServerHost(model, START, "bundled", "127.0.0.1", str(REPO_ROOT / "model_repository"),
                                 preprocess_instances=1)
@@ -71,8 +70,8 @@ def test_a_max_batch_size_setting_bounds_the_classifier_and_the_ensemble() -> No
     """Not reloadable (the ensemble's bound is set at start): a candidate with another one gets a new process."""
     from serving.triton.host import TritonServerHost
 
-    model = OmegaConf.to_container(compose(["model=tiny"]).model, resolve=True)
-    name = model["name"]
+    model = load_config(["model=tiny"]).model
+    name = model.name
     with owned_environment():
         host = TritonServerHost(model, replace(START, dynamic_batching=True, max_batch_size=4), "bundled",
                                 "127.0.0.1", str(REPO_ROOT / "model_repository"), preprocess_instances=1)

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import load_client
 from serving.images import decode_and_preprocess, sample_jpegs
@@ -33,13 +32,13 @@ QUEUE_DELAY_US = 20_000  # long enough that concurrent requests surely meet in t
 def triton() -> Iterator[tuple[TritonBackend, ServerHandle]]:
     from serving.triton.host import TritonServerHost
 
-    cfg = compose()
+    cfg = load_config()
     node = NodeInfo(hostname="localhost", ip="127.0.0.1", ray_node_id="", cpu_model="test", cpu_count=2)
     backend = TritonBackend(BackendContext(name="triton_onnx_dynbatch", model=cfg.model, node=node, ray_options={}),
                             TritonSettings(accelerator="cpu", dynamic_batching=True, max_queue_delay_us=QUEUE_DELAY_US))
     variant = TritonVariant("cpu", dynamic_batching=True, max_queue_delay_us=QUEUE_DELAY_US)
     with owned_environment():  # fails if the server or its stubs outlive the stop
-        host = TritonServerHost(OmegaConf.to_container(cfg.model, resolve=True), variant, "bundled", "127.0.0.1",
+        host = TritonServerHost(cfg.model, variant, "bundled", "127.0.0.1",
                                 str(REPO_ROOT / "model_repository"), preprocess_instances=1)
         try:
             info = host.start(180)

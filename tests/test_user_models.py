@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.config.compose import compose, options
+from experiments.config.compose import load_config, options
 from experiments.config.errors import ConfigError
 from experiments.config.validation import validate
 from serving.images import sample_jpegs
@@ -30,7 +30,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, lis
 def _refusal(overrides: list[str]) -> str:
     started = time.monotonic()
     with pytest.raises(ConfigError) as caught:
-        validate(compose([*overrides, *SMALL]))
+        validate(load_config([*overrides, *SMALL]))
     assert time.monotonic() - started < 30
     return str(caught.value)
 
@@ -46,13 +46,13 @@ def test_every_model_example_config_is_an_option_and_documents_itself() -> None:
 @pytest.mark.parametrize("name", list(user_models.FORMATS))
 def test_each_source_validates_and_computes_what_the_file_holds(files, name) -> None:
     path, overrides = files[name]
-    cfg = compose([*overrides, *SMALL])
+    cfg = load_config([*overrides, *SMALL])
     validate(cfg)
     batch = np.random.default_rng(0).standard_normal((3, 3, 64, 64), dtype=np.float32)
     logits = reference_runner(cfg.model)(batch)
     assert logits.shape == (3, user_models.CLASSES)
     if name == "state_dict":  # the file's weights, not the factory's seeded ones
-        seeded = build_model(compose([*overrides, "model.weights=null"]).model)
+        seeded = build_model(load_config([*overrides, "model.weights=null"]).model)
         with torch.inference_mode():
             assert not np.allclose(seeded(torch.from_numpy(batch)).numpy(), logits, atol=1e-3)
     if name == "onnx":  # ONNX Runtime runs the file the user exported, names and all
@@ -96,7 +96,7 @@ def test_a_model_that_is_not_a_classifier_is_served_with_its_output_shape(tmp_pa
         message = _refusal([*overrides, "model.output_shape=[16,5]"])
         assert message.startswith("model.output_shape=[16, 5] is not allowed: the model returns shape [1, 5, 16]")
         assert message.endswith("set model.output_shape=[5, 16] (docs/troubleshooting.md#bad-input)"), message
-        cfg = compose([*overrides, user_models.OUTPUT_SHAPE, *SMALL])
+        cfg = load_config([*overrides, user_models.OUTPUT_SHAPE, *SMALL])
         validate(cfg)
         assert reference_runner(cfg.model)(batch).shape == (3, *user_models.DENSE_OUTPUT), name
     for bad in ("[]", "[4,0]"):
@@ -148,7 +148,7 @@ def test_model_preprocessing_is_torchvisions_for_what_the_config_says() -> None:
     from PIL import Image
     from torchvision import transforms as T
 
-    cfg = compose([*user_models.SHAPE, *user_models.PREPROCESS]).model
+    cfg = load_config([*user_models.SHAPE, *user_models.PREPROCESS]).model
     trained_with = T.Compose([T.Resize(72, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(64),
                               T.ToTensor(), T.Normalize([0.5] * 3, [0.25] * 3)])
     from serving.images import preprocess_image
@@ -165,7 +165,7 @@ def test_preprocessing_reaches_every_jpeg_path_from_the_config(tmp_path, monkeyp
     from serving.triton.repository import read_config
     from tests.test_preprocessing_paths import load_rendered_preprocess_model
 
-    cfg = compose([*user_models.SHAPE, *user_models.PREPROCESS]).model
+    cfg = load_config([*user_models.SHAPE, *user_models.PREPROCESS]).model
     wanted = preprocessing(cfg)
     classifier = read_config(Path("model_repository/tiny/config.pbtxt"))
     classifier.input[0].dims[:] = [3, 64, 64]
@@ -173,11 +173,9 @@ def test_preprocessing_reaches_every_jpeg_path_from_the_config(tmp_path, monkeyp
     # The stub loads its own copy of serving/images.py: compare the values, not the classes.
     assert load_rendered_preprocess_model(tmp_path, "tiny", monkeypatch).preprocessing.to_json() == wanted.to_json()
 
-    from omegaconf import OmegaConf
-
     from serving.ray_serve.deployment import TorchImageClassifier
 
-    replica = TorchImageClassifier.func_or_class(OmegaConf.to_container(compose(["model=tiny", *user_models.SHAPE,
-                                                                                   *user_models.PREPROCESS]).model),
+    replica = TorchImageClassifier.func_or_class(load_config(["model=tiny", *user_models.SHAPE,
+                                                           *user_models.PREPROCESS]).model.to_dict(),
                                                  "cpu", 1)
     assert replica.service.preprocessing == wanted

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.overrides import check_overrides
 from experiments.config.validation import validate
@@ -37,7 +37,7 @@ ROWS = [
     ("backend setting of the wrong type", ["backends.pytorch.half=maybe"], "backends.pytorch.half='maybe'"),
     ("unknown accelerator", ["backends.triton_onnx.accelerator=rocm"], "backends.triton_onnx.accelerator='rocm'"),
     ("negative price", ["gpu.price_per_hour_usd=-0.5"], "gpu.price_per_hour_usd=-0.5"),
-    ("missing price", ["gpu.price_per_hour_usd=???"], "gpu.price_per_hour_usd=None"),
+    ("missing price", ["gpu.price_per_hour_usd=???"], "gpu.price_per_hour_usd='???' is not allowed: set a price"),
     ("window <= 0", ["experiment.window_s=0"], "experiment.window_s=0"),
     ("warm-up <= 0", ["experiment.warmup_s=-1"], "experiment.warmup_s=-1"),
     ("negative retries", ["experiment.trial_retries=-1"], "experiment.trial_retries=-1"),
@@ -66,7 +66,7 @@ ROWS = [
 def test_every_row_is_refused_in_one_line_naming_key_and_value(overrides: list[str], fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
         check_overrides(overrides)  # what `python -m runners.sweep` checks before Hydra starts
-        validate(compose(overrides))  # what its job checks before anything starts
+        validate(load_config(overrides))  # what its job checks before anything starts
     message = str(info.value)
     assert fragment in message and "\n" not in message and ("not allowed" in message or "malformed" in message)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -25,6 +25,9 @@ from experiments.config.autoscaling import (
     parse_autoscaling,
 )
 
+if TYPE_CHECKING:
+    from experiments.config.schema import ClusterConfig
+
 log = logging.getLogger(__name__)
 
 
@@ -33,10 +36,10 @@ def _read_head_bootstrap_config() -> str | None:
     return path.read_text() if path.is_file() else None
 
 
-def read_autoscaling(cluster_cfg: Any, timeout_s: float = 30.0) -> Autoscaling | None:
+def read_autoscaling(cluster_cfg: ClusterConfig, timeout_s: float = 30.0) -> Autoscaling | None:
     """The autoscaler's node types for a joined cluster (`cluster.address`); None when there is no autoscaler
     config to read (a hand-joined cluster, or one this program starts itself)."""
-    if cluster_cfg.get("autoscaling_config"):
+    if cluster_cfg.autoscaling_config:
         return load_autoscaling(str(cluster_cfg.autoscaling_config))
     if not cluster_cfg.address:
         return None

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.cluster.tiers import TIER_LABEL, node_declaration
 
+if TYPE_CHECKING:
+    from experiments.config.schema import ClusterConfig
+
 log = logging.getLogger(__name__)
 
-def describe_nodes(cluster_cfg: Any) -> str:
+def describe_nodes(cluster_cfg: ClusterConfig) -> str:
     roles = [node.tier or ("client pool" if node.client_pool else "plain") for node in cluster_cfg.nodes]
     return f"head + {len(roles)} nodes ({', '.join(roles)})"
 
 
-def start_emulated_cluster(cluster_cfg: Any) -> Any:
+def start_emulated_cluster(cluster_cfg: ClusterConfig) -> Any:
     """A started `ray.cluster_utils.Cluster` (it stops its processes at exit should nobody call shutdown)."""
     from ray.cluster_utils import Cluster
 

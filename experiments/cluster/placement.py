@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.cluster.connection import ClusterView, TierUnavailableError
 from experiments.cluster.node_loss import NodeLoss, probe_node
@@ -18,6 +18,9 @@ from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, SLIVER, placement_op
 from experiments.cluster.waiting import PROGRESS_EVERY_S, NodeWaitTimeout, minutes
 from experiments.config.choices import ClientPlacement
 from serving.node import current_location
+
+if TYPE_CHECKING:
+    from experiments.config.schema import ClusterConfig, TierbenchConfig
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +93,7 @@ class NodeTime:
         return max(0.0, (self.released_at or time.time()) - start)
 
 
-def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: Any) -> tuple[Any, dict[str, str], NodeTime]:
+def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) -> tuple[Any, dict[str, str], NodeTime]:
     """A NodeLease actor on a free node of `tier`, where it is, and since when the job holds a node.
 
     With no live node of the tier, the pending lease is the demand the cluster's autoscaler answers by starting a
@@ -178,7 +181,7 @@ def client_options(cfg: Any, view: ClusterView, tier: str, node_id: str) -> dict
 
 
 @contextmanager
-def hold_tier_node(cfg: Any, view: ClusterView,
+def hold_tier_node(cfg: TierbenchConfig, view: ClusterView,
                    on_release: Callable[[NodeTime], None] | None = None) -> Iterator[TierPlacement]:
     """Hold a node of the tier for the job; yields where servers and clients go. Releases it at the end, then
     tells `on_release` how long the job kept the node up."""

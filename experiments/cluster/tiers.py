@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from experiments.config.compose import CONF_DIR
-from experiments.config.schema import RESOURCE_PREFIX
+from experiments.config.schema import RESOURCE_PREFIX, GpuTierConfig
 
 TIER_LABEL = "gpu-tier"
 CLIENT_POOL_RESOURCE = "client_pool"
@@ -46,14 +46,20 @@ def node_declaration(tiers: list[str], client_pool: bool = False, emulated: bool
     return resources
 
 
-def known_tiers(conf_dir: Path = CONF_GPU_DIR) -> dict[str, Any]:
-    """Every tier config under conf/gpu/, by name."""
-    return {path.stem: OmegaConf.load(path) for path in sorted(conf_dir.glob("*.yaml"))}
+def known_tiers(conf_dir: Path = CONF_GPU_DIR) -> dict[str, GpuTierConfig]:
+    """Every tier config under conf/gpu/, by name, typed by its schema."""
+    return {path.stem: _tier(path) for path in sorted(conf_dir.glob("*.yaml"))}
 
 
-def gpu_matches_tier(tier_cfg: Any, gpu_names: tuple[str, ...] | list[str]) -> bool:
+def _tier(path: Path) -> GpuTierConfig:
+    values = OmegaConf.load(path)
+    values.pop("defaults", None)  # the file's defaults list names its schema, merged here
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(GpuTierConfig), values))
+
+
+def gpu_matches_tier(tier_cfg: GpuTierConfig, gpu_names: tuple[str, ...] | list[str]) -> bool:
     """Whether one of these GPU names matches the tier's `gpu_name_patterns` (case-insensitive substrings)."""
-    patterns = [p.lower() for p in tier_cfg.get("gpu_name_patterns", [])]
+    patterns = [p.lower() for p in tier_cfg.gpu_name_patterns]
     return any(p in gpu.lower() for p in patterns for gpu in gpu_names)
 
 
@@ -62,14 +68,14 @@ def tiers_for_gpu(gpu_names: tuple[str, ...] | list[str], conf_dir: Path = CONF_
     return [name for name, tier in known_tiers(conf_dir).items() if gpu_matches_tier(tier, gpu_names)]
 
 
-def tier_gpu_problem(tier_cfg: Any, gpu_names: tuple[str, ...] | list[str]) -> str | None:
+def tier_gpu_problem(tier_cfg: GpuTierConfig, gpu_names: tuple[str, ...] | list[str]) -> str | None:
     """Why a node with these GPUs is not a node of this tier; None when it is, or when the tier needs no GPU
     (`requires_gpu: false`, e.g. `local`). One rule for runners.node, runners.doctor and the tier job."""
-    if not tier_cfg.get("requires_gpu", True) or gpu_matches_tier(tier_cfg, gpu_names):
+    if not tier_cfg.requires_gpu or gpu_matches_tier(tier_cfg, gpu_names):
         return None
     found = f"GPU {', '.join(gpu_names)}" if gpu_names else "no NVIDIA GPU"
-    return (f"tier {tier_cfg.name} ({tier_cfg.get('display_name', tier_cfg.name)}) needs a GPU matching "
-            f"{list(tier_cfg.get('gpu_name_patterns', []))}, and this node has {found}")
+    return (f"tier {tier_cfg.name} ({tier_cfg.display_name}) needs a GPU matching "
+            f"{list(tier_cfg.gpu_name_patterns)}, and this node has {found}")
 
 
 def tiers_of_nodes(nodes: list[dict[str, Any]]) -> dict[str, list[str]]:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.config.errors import not_allowed
+
+if TYPE_CHECKING:
+    from experiments.config.schema import CapacityConfig, TierbenchConfig
 
 DEFAULT_HEADROOM = 0.2
 # Beyond 100 % spare capacity the "headroom" is a different peak: say that peak instead (or a percent was typed).
@@ -76,14 +79,14 @@ def traffic(average: Any, peak: Any = None, headroom: Any = DEFAULT_HEADROOM,
     return Traffic(average, peak, headroom)
 
 
-def configured_traffic(capacity: Any) -> Traffic | None:
+def configured_traffic(capacity: CapacityConfig) -> Traffic | None:
     """A sweep's `capacity.*` as the report takes it; None when no traffic is given (no plan)."""
     if capacity.traffic_img_s is None:
         return None
     return traffic(capacity.traffic_img_s, capacity.peak_img_s, capacity.headroom)
 
 
-def check_capacity(cfg: Any) -> None:
+def check_capacity(cfg: TierbenchConfig) -> None:
     """A sweep's `capacity.*`: the plan sizes nodes from the SLO search, so it needs `experiment.slo.p99_ms`."""
     capacity = cfg.capacity
     if capacity.traffic_img_s is None:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
+    from experiments.config.schema import ExperimentConfig
+
 
 class LoadMode(StrEnum):
     """How a trial loads the server. `closed`: a fixed number of request loops, each sending its next request
@@ -32,8 +34,8 @@ class LoadMode(StrEnum):
         """The experiment key listing this mode's loads."""
         return "request_rates" if self.open_loop else "concurrency"
 
-    def loads(self, exp: Any) -> list[float]:
-        return list(exp[self.loads_key])
+    def loads(self, exp: ExperimentConfig) -> list[float]:
+        return list(getattr(exp, self.loads_key))
 
     def trial_fields(self, load: float) -> dict[str, Any]:
         """A trial's `concurrency` and `request_rate` at `load` (the other one is 0)."""
@@ -60,7 +62,7 @@ class LoadMode(StrEnum):
         """Client actors a trial starts with in automatic mode: one per `loops_per_actor` loops; one schedule."""
         return 1 if self.open_loop else min(most, math.ceil(load / loops_per_actor))
 
-    def slo_search_range(self, exp: Any) -> tuple[float, float, bool]:
+    def slo_search_range(self, exp: ExperimentConfig) -> tuple[float, float, bool]:
         """(lowest load, highest load, whole loads only) of the SLO search."""
         if self.open_loop:
             return min(exp.request_rates), exp.slo.max_rate, False

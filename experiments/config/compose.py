@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
 from experiments.config.errors import ConfigError, not_allowed
 from serving.paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
 
 CONF_DIR = REPO_ROOT / "conf"
 
@@ -36,6 +39,13 @@ def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) ->
             return hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
     except ConfigCompositionException as exc:
         raise composition_error(exc, overrides) from None
+
+
+def load_config(overrides: Sequence[str] = ()) -> TierbenchConfig:
+    """`compose(overrides)` as the typed config the engine takes (`experiments.config.typed`), not yet validated."""
+    from experiments.config.typed import typed
+
+    return typed(compose(overrides))
 
 
 # Keys that moved, and where to: a command line of an earlier version gets the new spelling.

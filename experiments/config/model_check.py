@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any
-
-from omegaconf import OmegaConf
 
 from experiments.config.errors import ConfigError
 from serving.images import CHANNEL_ORDERS, INTERPOLATIONS
+from serving.model_config import ModelConfig, PreprocessConfig
 from serving.models import TIMM_PREFIX, ModelSource, build_model, example_batch, is_classifier, model_file, output_dims
 
 
-def check_model(model_cfg: Any) -> None:
+def check_model(model_cfg: ModelConfig) -> None:
     """Raise ConfigError on the first problem with `model`."""
     sources = [str(s) for s in ModelSource]
     if model_cfg.source not in sources:
@@ -37,20 +35,21 @@ def check_model(model_cfg: Any) -> None:
                           "program carries its weights; remove model.weights")
     if model_file(model_cfg) or str(model_cfg.factory or "").startswith(TIMM_PREFIX) or not is_classifier(model_cfg):
         # The probe loads and runs the model: worth it for what the user brings, not for the built-in seeded ones.
-        payload = json.dumps(OmegaConf.to_container(model_cfg, resolve=True), sort_keys=True)
+        payload = json.dumps(model_cfg.to_dict(), sort_keys=True)
         problem = _probe(payload, *_file_stamp(model_cfg))
         if problem:
             raise ConfigError(problem)
 
 
-def _check_shapes(model_cfg: Any) -> None:
+def _check_shapes(model_cfg: ModelConfig) -> None:
     shape = list(model_cfg.input_shape)
     if len(shape) != 3 or shape[0] != 3 or not all(isinstance(d, int) and d > 0 for d in shape):
         raise ConfigError(f"model.input_shape={shape} is not allowed: give [3, height, width] (an RGB image, channels "
                           "first), e.g. [3, 384, 384]")
     for key in ("num_classes", "max_batch_size"):
-        if not isinstance(model_cfg[key], int) or model_cfg[key] < 1:
-            raise ConfigError(f"model.{key}={model_cfg[key]!r} is not allowed: a positive integer")
+        value = getattr(model_cfg, key)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"model.{key}={value!r} is not allowed: a positive integer")
     dims = model_cfg.output_shape
     if dims is not None and (not dims or not all(isinstance(d, int) and d > 0 for d in dims)):
         raise ConfigError(f"model.output_shape={list(dims)} is not allowed: give the output's dims per image (positive "
@@ -59,7 +58,7 @@ def _check_shapes(model_cfg: Any) -> None:
         raise ConfigError(f"model.max_file_mb={model_cfg.max_file_mb!r} is not allowed: a size in MB > 0")
 
 
-def _check_preprocess(p: Any) -> None:
+def _check_preprocess(p: PreprocessConfig) -> None:
     if p.channel_order not in CHANNEL_ORDERS:
         raise ConfigError(f"model.preprocess.channel_order={p.channel_order!r} is not allowed: choose from "
                           f"{list(CHANNEL_ORDERS)} (the order of the model's input channels)")
@@ -67,8 +66,9 @@ def _check_preprocess(p: Any) -> None:
         raise ConfigError(f"model.preprocess.interpolation={p.interpolation!r} is not allowed: choose from "
                           f"{list(INTERPOLATIONS)}")
     for key in ("mean", "std"):
-        if len(p[key]) != 3:
-            raise ConfigError(f"model.preprocess.{key}={list(p[key])} is not allowed: one value per channel, in RGB "
+        values = getattr(p, key)
+        if len(values) != 3:
+            raise ConfigError(f"model.preprocess.{key}={list(values)} is not allowed: one value per channel, in RGB "
                               "order, of pixels scaled to [0, 1], e.g. [0.5, 0.5, 0.5]")
     if any(v <= 0 for v in p.std):
         raise ConfigError(f"model.preprocess.std={list(p.std)} is not allowed: every value must be > 0")
@@ -77,7 +77,7 @@ def _check_preprocess(p: Any) -> None:
                           "pixels, or null for the crop / 0.875")
 
 
-def _check_factory(model_cfg: Any) -> None:
+def _check_factory(model_cfg: ModelConfig) -> None:
     from hydra.utils import get_method
 
     factory = model_cfg.factory
@@ -102,7 +102,7 @@ def _check_factory(model_cfg: Any) -> None:
                           ) from None
 
 
-def _file_stamp(model_cfg: Any) -> tuple[int, int]:
+def _file_stamp(model_cfg: ModelConfig) -> tuple[int, int]:
     """(size, mtime) of the model's file, so a rewritten file is probed again; ConfigError when it is missing or too
     big to ship."""
     from serving.model_files import absolute_model_path
@@ -129,16 +129,16 @@ def _probe(payload: str, size: int, mtime_ns: int) -> str | None:
     version: a multirun's driver validates each tier's job config."""
     from serving.model_files import absolute_model_path
 
-    model_cfg = OmegaConf.create(json.loads(payload))
+    model_cfg = ModelConfig.from_dict(json.loads(payload))
     path = model_file(model_cfg)
     if path:
-        model_cfg[ModelSource(model_cfg.source).file_key] = str(absolute_model_path(path))
+        model_cfg = model_cfg.with_file(str(absolute_model_path(path)))
     if ModelSource(model_cfg.source) is ModelSource.ONNX:
         return _probe_onnx(model_cfg)
     return _probe_torch(model_cfg)
 
 
-def _load_problem(model_cfg: Any, exc: Exception) -> str:
+def _load_problem(model_cfg: ModelConfig, exc: Exception) -> str:
     source = ModelSource(model_cfg.source)
     key = "factory" if source is ModelSource.FACTORY and not model_cfg.weights else source.file_key
     how = {ModelSource.FACTORY: "a state_dict saved with torch.save(model.state_dict(), path) from the architecture "
@@ -147,11 +147,11 @@ def _load_problem(model_cfg: Any, exc: Exception) -> str:
            ModelSource.TORCH_EXPORT: "a .pt2 file written by torch.export.save",
            ModelSource.ONNX: "an ONNX file"}[source]
     gist = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-    return (f"model.{key}={model_cfg[key]!r} is not allowed: it does not load as model.source={source} "
+    return (f"model.{key}={getattr(model_cfg, key)!r} is not allowed: it does not load as model.source={source} "
             f"({type(exc).__name__}: {gist}); give {how}")
 
 
-def _shape_problem(model_cfg: Any, batch: int, exc: Exception) -> str:
+def _shape_problem(model_cfg: ModelConfig, batch: int, exc: Exception) -> str:
     gist = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
     if batch == 1:
         return (f"model.input_shape={list(model_cfg.input_shape)} is not allowed: the model fails on a "
@@ -160,7 +160,7 @@ def _shape_problem(model_cfg: Any, batch: int, exc: Exception) -> str:
     return _fixed_batch_problem(model_cfg, f"it fails on a batch of {batch} ({type(exc).__name__}: {gist})")
 
 
-def _fixed_batch_problem(model_cfg: Any, what: str) -> str:
+def _fixed_batch_problem(model_cfg: ModelConfig, what: str) -> str:
     source = ModelSource(model_cfg.source)
     fix = {ModelSource.TORCH_EXPORT: "export with a dynamic batch: torch.export.export(model, (x,), dynamic_shapes="
                                      f"({{0: torch.export.Dim('batch', max={model_cfg.max_batch_size})}},))",
@@ -170,11 +170,11 @@ def _fixed_batch_problem(model_cfg: Any, what: str) -> str:
                                     "(x.flatten(1), not x.view(1, -1))",
            ModelSource.FACTORY: "fix the model's forward so it takes any batch size"}[source]
     key = f"model.{source.file_key if model_file(model_cfg) else 'factory'}"
-    return (f"{key}={model_cfg[key.split('.')[1]]!r} is not allowed: its batch dimension is not dynamic up to "
+    return (f"{key}={getattr(model_cfg, key.split('.')[1])!r} is not allowed: its batch dimension is not dynamic up to "
             f"model.max_batch_size={model_cfg.max_batch_size} ({what}); {fix}")
 
 
-def _output_problem(model_cfg: Any, shape: tuple[int, ...], batch: int) -> str | None:
+def _output_problem(model_cfg: ModelConfig, shape: tuple[int, ...], batch: int) -> str | None:
     if tuple(shape) == (batch, *output_dims(model_cfg)):
         return None
     returns = f"the model returns shape {list(shape)} for a batch of {batch}"
@@ -191,7 +191,7 @@ def _output_problem(model_cfg: Any, shape: tuple[int, ...], batch: int) -> str |
             "max abs diff only)")
 
 
-def _probe_torch(model_cfg: Any) -> str | None:
+def _probe_torch(model_cfg: ModelConfig) -> str | None:
     import torch
 
     try:
@@ -218,7 +218,7 @@ def _probe_torch(model_cfg: Any) -> str | None:
     return None
 
 
-def _export_batch_problem(model_cfg: Any) -> str | None:
+def _export_batch_problem(model_cfg: ModelConfig) -> str | None:
     """A torch.export program's batch range, from its own constraints (its guards refuse any other size)."""
     import torch
 
@@ -237,7 +237,7 @@ def _export_batch_problem(model_cfg: Any) -> str | None:
     return None
 
 
-def _probe_onnx(model_cfg: Any) -> str | None:
+def _probe_onnx(model_cfg: ModelConfig) -> str | None:
     import numpy as np
     import onnx
     import onnxruntime as ort

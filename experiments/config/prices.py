@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from experiments.config.schema import GpuTierConfig
 
 PRIMARY = "primary"
 # A month of a node kept up: 365 x 24 / 12 hours, the figure cloud price lists use.
@@ -52,9 +55,9 @@ def images_per_usd(usd_per_hour: Any, throughput_img_s: Any) -> Any:
     return throughput_img_s * 3600.0 / usd_per_hour
 
 
-def validate_prices(gpu: Any) -> None:
+def validate_prices(gpu: GpuTierConfig) -> None:
     """Each alternative price: a lower-case identifier (it becomes a param name) with usd_per_hour >= 0."""
-    for name, entry in (gpu.get("prices") or {}).items():
+    for name, entry in (gpu.prices or {}).items():
         key = f"gpu.prices.{name}"
         if not NAME_RE.match(str(name)) or name == PRIMARY:
             raise ConfigError(f"{key}: the name {name!r} is not allowed: use lower-case letters, digits and _ "
@@ -70,23 +73,23 @@ def validate_prices(gpu: Any) -> None:
             raise ConfigError(f"{key}.usd_per_hour={usd!r} is not allowed: set a price >= 0 in USD per hour")
 
 
-def tier_prices(gpu: Any) -> list[Price]:
+def tier_prices(gpu: GpuTierConfig) -> list[Price]:
     """The primary price first, then the alternatives in config order."""
-    prices = [Price(PRIMARY, float(gpu.price_per_hour_usd), "", "", str(gpu.get("price_source") or ""),
-                    str(gpu.get("price_seen") or ""))]
-    for name, entry in (gpu.get("prices") or {}).items():
+    prices = [Price(PRIMARY, float(gpu.price_per_hour_usd), "", "", str(gpu.price_source or ""),
+                    str(gpu.price_seen or ""))]
+    for name, entry in (gpu.prices or {}).items():
         prices.append(Price(str(name), float(entry["usd_per_hour"]), str(entry.get("kind") or "on_demand"),
                             str(entry.get("provider") or ""), str(entry.get("source") or ""),
                             str(entry.get("seen") or "")))
     return prices
 
 
-def trial_price_params(gpu: Any) -> dict[str, float]:
+def trial_price_params(gpu: GpuTierConfig) -> dict[str, float]:
     """The alternative prices as trial params (`price_<name>_per_hour_usd`); the primary is logged already."""
     return {p.param: p.usd_per_hour for p in tier_prices(gpu) if p.name != PRIMARY}
 
 
-def tier_price_params(gpu: Any) -> dict[str, Any]:
+def tier_price_params(gpu: GpuTierConfig) -> dict[str, Any]:
     """Alternative prices with their details, for the tier run (`price_<name>_{per_hour_usd,kind,...}`)."""
     out: dict[str, Any] = {}
     for p in tier_prices(gpu):

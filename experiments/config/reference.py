@@ -78,11 +78,13 @@ def _yaml(value: Any) -> str:
 
 
 def schema_dataclasses() -> dict[str, type]:
-    """The dataclasses experiments/config/schema.py defines, by name: the types a field nests."""
+    """The dataclasses of the config schema (experiments/config/schema.py, and the model's in
+    serving/model_config.py), by name: the types a field nests."""
     import experiments.config.schema as schema
+    import serving.model_config as model_config
 
-    return {name: obj for name, obj in vars(schema).items()
-            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == schema.__name__}
+    return {name: obj for module in (schema, model_config) for name, obj in vars(module).items()
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__}
 
 
 def _nested(type_text: str) -> tuple[type | None, str]:

@@ -8,15 +8,14 @@ composed. Rules that types cannot express (allowed names, positive sizes) live i
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING
 
 from experiments.config.capacity import DEFAULT_HEADROOM
-from experiments.config.errors import not_allowed
+from serving.model_config import ModelConfig
 from serving.registry import backend_packages
 from serving.settings import BackendSettings
 
@@ -46,45 +45,6 @@ class GpuTierConfig:
     requires_gpu: bool = True  # a node declaring this tier must have a GPU matching gpu_name_patterns
     # Substrings matched against the NVML GPU name to recognise a node of this tier.
     gpu_name_patterns: list[str] = field(default_factory=list)
-
-
-@dataclass
-class PreprocessConfig:
-    """How a JPEG becomes the model's input, as the model was trained: every JPEG path (Ray Serve's replica,
-    Triton's preprocess model, the cross-check's reference) uses it (`serving.images.Preprocessing`). The crop is
-    `model.input_shape`'s height and width."""
-
-    resize_shorter_to: int | None = None  # null: the crop / 0.875 (256 for a 224 crop)
-    mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])  # of [0, 1] pixels, in RGB order
-    std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])  # of [0, 1] pixels, in RGB order
-    channel_order: str = "RGB"  # RGB | BGR: the order of the model's input channels
-    interpolation: str = "bilinear"  # bilinear | bicubic | nearest
-
-
-@dataclass
-class ModelConfig:
-    """The image model to serve (a classifier, or any model returning one tensor per batch), from one of
-    `serving.models.ModelSource`: a factory (torchvision-style or `timm:<name>`) with seeded random or local
-    weights, a TorchScript or torch.export program, or an ONNX file. Files are checked before anything starts and
-    travel to the tier nodes through Ray's object store."""
-
-    name: str = MISSING  # the Triton model name and the trial param `model`
-    source: str = "factory"  # ModelSource: factory | torchscript | torch_export | onnx
-    # factory: a callable taking (weights=None, num_classes=...), e.g. torchvision.models.resnet18, or timm:<model>
-    factory: str | None = None
-    weights: str | None = None  # factory: a state_dict file (torch.save); null: random weights drawn from `seed`
-    path: str | None = None  # torchscript | torch_export | onnx: the model file
-    seed: int = 0  # draws the random weights when `weights` is null: every node builds the same model
-    num_classes: int = 1000  # a classifier's outputs per image
-    # null: a classifier, [batch, num_classes] logits, cross-checked by top-1 agreement and max abs diff. Any
-    # other single output (a detector's head, a segmentation map): its per-image dims, e.g. [84, 8400], compared
-    # by max abs diff only (top-1 has no meaning there).
-    output_shape: list[int] | None = None
-    input_shape: list[int] = field(default_factory=lambda: [3, 224, 224])  # [channels, height, width] of one image
-    max_batch_size: int = 32  # the largest batch the model is exported and served for
-    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
-    # Bigger files are refused up front: each tier job puts the file in Ray's object store once.
-    max_file_mb: float = 2048.0
 
 
 @dataclass
@@ -219,6 +179,10 @@ class ClusterConfig:
     # a backend of the experiment asks for it (validation settles it before anything starts).
     serve_direct_ingress: bool | None = None
 
+    def switches(self) -> dict[str, bool]:
+        """The switches backends are checked against (`BackendSettings.check`), as validation settled them."""
+        return {key: bool(getattr(self, key)) for key in CLUSTER_SWITCHES}
+
 
 # ClusterConfig's switches a backend can ask for (`BackendSettings.cluster_needs`); null ones are settled by validation.
 CLUSTER_SWITCHES = ("serve_direct_ingress",)
@@ -340,23 +304,6 @@ def register_configs() -> None:
         cs.store(group="backend", name=name, node=schema)
     # What conf/backends/default.yaml pulls in: every registered backend's variants file, conf/backends/<name>.yaml.
     cs.store(group="backends", name="registered", node={"defaults": [*BACKEND_SCHEMAS, "_self_"]})
-
-
-def backend_settings(cfg: Any, name: str) -> BackendSettings:
-    """`backends.<name>` as the settings object of its class. ConfigError for an entry without a schema, or with a
-    key its schema lacks (`+backends.<name>.<key>=...` adds keys past Hydra's own check)."""
-    node = cfg.backends[name]
-    schema = OmegaConf.get_type(node)
-    if not (isinstance(schema, type) and issubclass(schema, BackendSettings)):
-        raise not_allowed(f"backends.{name}", OmegaConf.to_container(node), "an entry extends its class's settings: "
-                          f"add it with +backend@backends.{name}=<{' | '.join(BACKEND_SCHEMAS)}>, then set its keys "
-                          f"(e.g. backends.{name}.dynamic_batching=true)")
-    keys = [f.name for f in dataclasses.fields(schema)]
-    unknown = [key for key in node if key not in keys]
-    if unknown:
-        raise not_allowed(f"backends.{name}.{unknown[0]}", node[unknown[0]],
-                          f"not a setting of {schema.__name__} (its settings: {keys})")
-    return OmegaConf.to_object(node)
 
 
 register_configs()

@@ -9,14 +9,15 @@ it is planned, keyed, resumed, logged and reported like any other backend entry.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
-from omegaconf import OmegaConf, open_dict
+from typing import TYPE_CHECKING, Any
 
 from experiments.config.choices import SearchStrategy
 from experiments.config.errors import ConfigError
-from experiments.config.schema import BACKEND_SCHEMAS, backend_settings
+from experiments.config.schema import BACKEND_SCHEMAS
 from serving.settings import BackendSettings
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
 
 SPACE_KEY = "experiment.search.space"
 
@@ -26,17 +27,18 @@ def settings_class(settings: BackendSettings) -> str:
     return next(name for name, schema in BACKEND_SCHEMAS.items() if isinstance(settings, schema))
 
 
-def searching(cfg: Any) -> bool:
+def searching(cfg: TierbenchConfig) -> bool:
     return SearchStrategy(cfg.experiment.search.strategy) is not SearchStrategy.NONE
 
 
-def space_of(cfg: Any, variant: str) -> dict[str, list[Any]] | None:
+def space_of(cfg: TierbenchConfig, variant: str) -> dict[str, list[Any]] | None:
     """The settings to search for `backends.<variant>` and their values; None when its class has no space (or no
     search is asked for): it is measured at its own settings."""
     if not searching(cfg):
         return None
-    space = cfg.experiment.search.space.get(settings_class(backend_settings(cfg, variant)))
-    return None if not space else OmegaConf.to_container(space, resolve=True)
+    space = cfg.experiment.search.space.get(settings_class(cfg.backends[variant]))
+    return None if not space else {key: list(values) if isinstance(values, list) else values
+                                    for key, values in space.items()}
 
 
 def candidate_settings(base: BackendSettings, values: dict[str, Any]) -> BackendSettings:
@@ -66,18 +68,16 @@ def candidate_name(variant: str, values: dict[str, Any]) -> str:
     return "+".join([variant, *(f"{key}={text(value)}" for key, value in values.items())])
 
 
-def add_candidate(cfg: Any, variant: str, values: dict[str, Any]) -> str:
+def add_candidate(cfg: TierbenchConfig, variant: str, values: dict[str, Any]) -> str:
     """Add the candidate of `backends.<variant>` at `values` to `cfg.backends`; returns its entry name."""
     space = dict.fromkeys(values)
-    candidate = candidate_settings(backend_settings(cfg, variant), values)
+    candidate = candidate_settings(cfg.backends[variant], values)
     name = candidate_name(variant, searched_values(candidate, space))
-    if name not in cfg.backends:
-        with open_dict(cfg.backends):
-            cfg.backends[name] = OmegaConf.structured(candidate)
+    cfg.backends.setdefault(name, candidate)
     return name
 
 
-def check_search(cfg: Any) -> None:
+def check_search(cfg: TierbenchConfig) -> None:
     """Refuse a search that cannot run, naming the key, the value and the fix; nothing is started before."""
     exp = cfg.experiment
     search = exp.search
@@ -91,25 +91,26 @@ def check_search(cfg: Any) -> None:
                           f"{search.strategy}: the search keeps the settings with the highest throughput within a p99 "
                           "target; set one, e.g. experiment.slo.p99_ms=50")
     for key in ("protocols", "input_formats", "batch_sizes"):
-        if len(exp[key]) != 1:
-            raise ConfigError(f"experiment.{key}={list(exp[key])} is not allowed with a settings search: a search "
+        values = getattr(exp, key)
+        if len(values) != 1:
+            raise ConfigError(f"experiment.{key}={list(values)} is not allowed with a settings search: a search "
                               f"finds the best settings for one operating point; give one, e.g. "
-                              f"experiment.{key}=[{exp[key][0]}] (a multirun over it searches each)")
+                              f"experiment.{key}=[{values[0]}] (a multirun over it searches each)")
     unknown = [name for name in search.space if name not in BACKEND_SCHEMAS]
     if unknown:
         raise ConfigError(f"{SPACE_KEY}.{unknown[0]} is not allowed: the space is keyed by backend class, one of "
                           f"{sorted(BACKEND_SCHEMAS)}")
     searched = [v for v in exp.backends if space_of(cfg, v)]
     if not searched:
-        raise ConfigError(f"{SPACE_KEY}={OmegaConf.to_container(search.space)} is not allowed: no backend of "
+        raise ConfigError(f"{SPACE_KEY}={dict(search.space)} is not allowed: no backend of "
                           f"experiment.backends={list(exp.backends)} is of a class it searches; give values for "
-                          f"their class ({sorted({settings_class(backend_settings(cfg, v)) for v in exp.backends})})")
+                          f"their class ({sorted({settings_class(cfg.backends[v]) for v in exp.backends})})")
     for variant in searched:
         _check_space(cfg, variant, space_of(cfg, variant))
 
 
-def _check_space(cfg: Any, variant: str, space: dict[str, list[Any]]) -> None:
-    base = backend_settings(cfg, variant)
+def _check_space(cfg: TierbenchConfig, variant: str, space: dict[str, list[Any]]) -> None:
+    base = cfg.backends[variant]
     cls = settings_class(base)
     for key, values in space.items():
         where = f"{SPACE_KEY}.{cls}.{key}"
@@ -129,7 +130,7 @@ def _check_space(cfg: Any, variant: str, space: dict[str, list[Any]]) -> None:
         for value in values:
             single = {key: value, **({switch: True} if switch else {})}
             candidate = candidate_settings(base, single)
-            problems = [*candidate.check(variant, cfg.model, cfg.cluster),
+            problems = [*candidate.check(variant, cfg.model, cfg.cluster.switches()),
                         *candidate.refuse_batch_sizes(variant, list(cfg.experiment.batch_sizes))]
             if problems:
                 raise ConfigError(f"{where}={values!r} is not allowed: the value {value!r} gives: {problems[0]}")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from experiments.config.schema import ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class Stack:
         return cls(*parts)
 
 
-def stacks(exp: Any) -> list[Stack]:
+def stacks(exp: ExperimentConfig) -> list[Stack]:
     """The stacks the experiment measures: `experiment.stacks` when given, else every combination of backends x
     protocols x input formats, in that order."""
     if exp.stacks:
@@ -33,7 +36,7 @@ def stacks(exp: Any) -> list[Stack]:
     return [Stack(*combination) for combination in itertools.product(exp.backends, exp.protocols, exp.input_formats)]
 
 
-def input_formats_of(exp: Any, variant: str) -> tuple[str, ...]:
+def input_formats_of(exp: ExperimentConfig, variant: str) -> tuple[str, ...]:
     """The input formats `variant`'s trials send (its server prepares only those, e.g. Triton's JPEG ensemble)."""
     return tuple(dict.fromkeys(s.input_format for s in stacks(exp) if s.variant == variant))
 

@@ -20,9 +20,12 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.config.errors import not_allowed
+
+if TYPE_CHECKING:
+    from experiments.config.schema import ExperimentConfig
 
 KEY = "experiment.trace"
 ARRIVALS, RATES = "arrival_s", "rate_per_s"
@@ -125,7 +128,7 @@ def trace_settings(exp: Any) -> dict[str, Any]:
             "trace_steps": len(trace.rates), "trace_mean_to_peak": round(trace.mean_to_peak, 6)}
 
 
-def check_trace(exp: Any) -> None:
+def check_trace(exp: ExperimentConfig) -> None:
     """load_mode=trace needs a readable trace, and its peak (each request rate) within max_in_flight per second; a
     trace without load_mode=trace would be ignored, so it is refused. Raises ConfigError naming key, value and fix."""
     if exp.load_mode != "trace":

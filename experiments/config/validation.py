@@ -6,16 +6,22 @@ classes (`BackendSettings.check`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
-
-from omegaconf import OmegaConf
 
 from experiments.config.capacity import check_capacity
 from experiments.config.choices import ClientPlacement, LoadEngine, LoadMode, TrialMatrix
 from experiments.config.errors import ConfigError
 from experiments.config.model_check import check_model
 from experiments.config.prices import validate_prices
-from experiments.config.schema import CLUSTER_SWITCHES, backend_settings
+from experiments.config.schema import (
+    CLUSTER_SWITCHES,
+    CeilingConfig,
+    ClusterConfig,
+    CrosscheckConfig,
+    ExperimentConfig,
+    TierbenchConfig,
+)
 from experiments.config.search import check_search
 from experiments.config.stacks import Stack
 from experiments.config.trace import check_trace
@@ -44,10 +50,10 @@ def _check_positive_ints(key: str, values: Any, upper: int | None = None, upper_
             _fail(key, value, f"must not exceed {upper_key}={upper}")
 
 
-def validate(cfg: Any) -> None:
-    """Raise ConfigError on the first value that is not allowed."""
+def validate(cfg: TierbenchConfig) -> None:
+    """Raise ConfigError on the first value that is not allowed (`cfg` is typed: `experiments.config.typed`)."""
     exp = cfg.experiment
-    price = None if OmegaConf.is_missing(cfg.gpu, "price_per_hour_usd") else cfg.gpu.price_per_hour_usd
+    price = cfg.gpu.price_per_hour_usd
     if price is None or not isinstance(price, int | float) or price < 0:
         _fail("gpu.price_per_hour_usd", price, "set a price >= 0 in USD per hour for this tier")
     validate_prices(cfg.gpu)
@@ -65,13 +71,13 @@ def validate(cfg: Any) -> None:
     _check_loads(LoadMode(exp.load_mode), exp)
     _check_engine(exp)
     for key in ("window_s", "warmup_s", "request_timeout_s", "trial_timeout_s", "client_num_cpus"):
-        if exp[key] <= 0:
-            _fail(f"experiment.{key}", exp[key], "must be > 0")
+        if getattr(exp, key) <= 0:
+            _fail(f"experiment.{key}", getattr(exp, key), "must be > 0")
     if cfg.clients.placement not in list(ClientPlacement):
         _fail("clients.placement", cfg.clients.placement, f"choose from {[str(p) for p in ClientPlacement]}")
     for key in ("warmup_requests", "max_client_actors", "client_concurrency_per_actor", "max_in_flight"):
-        if exp[key] <= 0:
-            _fail(f"experiment.{key}", exp[key], "must be a positive integer")
+        if getattr(exp, key) <= 0:
+            _fail(f"experiment.{key}", getattr(exp, key), "must be a positive integer")
     if exp.trial_retries < 0:
         _fail("experiment.trial_retries", exp.trial_retries, "0 (a failed trial stays failed) or a positive number")
     if exp.repeats < 1:
@@ -81,7 +87,8 @@ def validate(cfg: Any) -> None:
         _fail("experiment.client_actors", exp.client_actors, "0 (automatic) or a positive number of actors")
     stability = exp.stability
     if stability.percent <= 0 or stability.windows < 1 or stability.max_windows < stability.windows:
-        _fail("experiment.stability", dict(stability), "percent > 0, windows >= 1, max_windows >= windows")
+        _fail("experiment.stability", dataclasses.asdict(stability),
+              "percent > 0, windows >= 1, max_windows >= windows")
     if not 0 < stability.latency_percentile < 100:
         _fail("experiment.stability.latency_percentile", stability.latency_percentile, "between 0 and 100")
     if exp.slo.p99_ms is not None and exp.slo.p99_ms <= 0:
@@ -99,7 +106,7 @@ def validate(cfg: Any) -> None:
     check_model(cfg.model)  # last: it loads and runs a model the user brings
 
 
-def _check_stacks(exp: Any) -> None:
+def _check_stacks(exp: ExperimentConfig) -> None:
     """Each `variant/protocol/input_format` of experiment.stacks names a listed backend, protocol and format."""
     for text in exp.stacks:
         try:
@@ -109,12 +116,13 @@ def _check_stacks(exp: Any) -> None:
                   "fastapi/http/jpeg_base64")
         for key, value in (("backends", stack.variant), ("protocols", stack.protocol),
                            ("input_formats", stack.input_format)):
-            if value not in exp[key]:
-                _fail("experiment.stacks", text, f"{value!r} is not in experiment.{key} ({list(exp[key])}): list it "
+            if value not in getattr(exp, key):
+                _fail("experiment.stacks", text, f"{value!r} is not in experiment.{key} ({list(getattr(exp, key))}): "
+                      "list it "
                       "there too")
 
 
-def _check_loads(mode: LoadMode, exp: Any) -> None:
+def _check_loads(mode: LoadMode, exp: ExperimentConfig) -> None:
     """Closed loop: positive numbers of request loops; open loop: positive rates in requests/s."""
     if not mode.open_loop:
         _check_positive_ints("experiment.concurrency", exp.concurrency)
@@ -127,7 +135,7 @@ def _check_loads(mode: LoadMode, exp: Any) -> None:
             _fail("experiment.request_rates", rate, "every rate must be > 0 requests/s")
 
 
-def _check_engine(exp: Any) -> None:
+def _check_engine(exp: ExperimentConfig) -> None:
     """The compiled engine sends bytes over sockets: shared-memory protocols need the Python client."""
     if exp.load_engine not in list(LoadEngine):
         _fail("experiment.load_engine", exp.load_engine, f"choose from {[str(e) for e in LoadEngine]}")
@@ -139,57 +147,55 @@ def _check_engine(exp: Any) -> None:
                   "client): use experiment.load_engine=auto (python for those protocols only) or drop them")
 
 
-def _check_backend(cfg: Any, name: str) -> None:
+def _check_backend(cfg: TierbenchConfig, name: str) -> None:
     """The entry's typed settings, the class they name, and the settings' own checks, before any server starts."""
     from hydra.utils import get_class
 
-    settings = backend_settings(cfg, name)
+    settings = cfg.backends[name]
     try:
         get_class(settings._target_)
     except Exception as exc:  # noqa: BLE001 - any import failure is a bad _target_
         raise ConfigError(f"backends.{name}._target_={settings._target_!r} cannot be imported ({exc}): name a "
                           "Backend class, e.g. serving.triton.backend.TritonBackend") from None
-    problems = [*settings.check(name, cfg.model, cfg.cluster),
+    problems = [*settings.check(name, cfg.model, cfg.cluster.switches()),
                 *settings.refuse_batch_sizes(name, list(cfg.experiment.batch_sizes))]
     if problems:
         raise ConfigError("; ".join(problems))
 
 
-def _settle_cluster_switches(cfg: Any) -> None:
+def _settle_cluster_switches(cfg: TierbenchConfig) -> None:
     """A cluster switch left null (`cluster.serve_direct_ingress`) is turned on when a backend of the experiment
     needs it (`BackendSettings.cluster_needs`), else off, before anything starts."""
-    from omegaconf import read_write
-
     needs: dict[str, bool] = {}
     for name in cfg.experiment.backends:
         if name in cfg.backends:
-            for key, value in backend_settings(cfg, name).cluster_needs().items():
+            for key, value in cfg.backends[name].cluster_needs().items():
                 needs[key] = needs.get(key, False) or value
-    with read_write(cfg.cluster):
-        for key in CLUSTER_SWITCHES:
-            if cfg.cluster.get(key) is None:
-                cfg.cluster[key] = needs.get(key, False)
+    for key in CLUSTER_SWITCHES:
+        if getattr(cfg.cluster, key) is None:
+            setattr(cfg.cluster, key, needs.get(key, False))
 
 
-def _check_cluster(cluster: Any) -> None:
+def _check_cluster(cluster: ClusterConfig) -> None:
     from experiments.config.autoscaling import load_autoscaling
 
     for key in ("lease_timeout_s", "scale_up_timeout_s", "schedule_timeout_s"):
-        if cluster[key] <= 0:
-            _fail(f"cluster.{key}", cluster[key], "a time in seconds > 0")
+        if getattr(cluster, key) <= 0:
+            _fail(f"cluster.{key}", getattr(cluster, key), "a time in seconds > 0")
     if cluster.autoscaling_config:
         load_autoscaling(str(cluster.autoscaling_config))  # the file exists and names node types
 
 
-def _check_ceiling(ceiling: Any) -> None:
+def _check_ceiling(ceiling: CeilingConfig) -> None:
     for key in ("min_time_s", "timeout_s"):
-        if ceiling[key] <= 0:
-            _fail(f"ceiling.{key}", ceiling[key], "a time in seconds > 0 (or ceiling.enabled=false: no ceiling)")
+        if getattr(ceiling, key) <= 0:
+            _fail(f"ceiling.{key}", getattr(ceiling, key),
+                  "a time in seconds > 0 (or ceiling.enabled=false: no ceiling)")
     if ceiling.min_calls < 1:
         _fail("ceiling.min_calls", ceiling.min_calls, "a positive number of calls, e.g. 5")
 
 
-def _check_crosscheck(check: Any) -> None:
+def _check_crosscheck(check: CrosscheckConfig) -> None:
     if check.images < 1:
         _fail("crosscheck.images", check.images, "must be a positive integer")
     for numerics in ("fp32", "fp16"):

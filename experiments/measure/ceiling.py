@@ -23,13 +23,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serving import inprocess
 from serving.inprocess import RESIDENT, ROUND_TRIP, RuntimeTiming, TimingBudget, time_runtime
 from serving.node import cpu_model, nvml_gpus
 from serving.paths import cache_root
 from serving.runtime import Engine, Runtime
+
+if TYPE_CHECKING:
+    from experiments.config.schema import CeilingConfig
+    from serving.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -95,30 +99,27 @@ def _engine_version(engine: str) -> str:
     return "missing"
 
 
-def cache_key(model: dict[str, Any], runtime: Runtime, budget: TimingBudget, gpu_names: list[str]) -> str:
+def cache_key(model: ModelConfig, runtime: Runtime, budget: TimingBudget, gpu_names: list[str]) -> str:
     """What a cached timing must match: the machine, its Python and runtime package, the runtime, the budget and the
     model (a model file's path is its staged, content-addressed copy)."""
     identity = {"method": METHOD_VERSION, "host": socket.gethostname(), "cpu": cpu_model(), "gpus": gpu_names,
                 "python": platform.python_version(), "engine": _engine_version(runtime.engine),
                 "runtime": runtime.to_json(), "budget": asdict(budget),
-                "model": {k: model.get(k) for k in ("name", "source", "factory", "weights", "path", "seed",
+                "model": {k: getattr(model, k) for k in ("name", "source", "factory", "weights", "path", "seed",
                                                     "num_classes", "output_shape", "input_shape", "max_batch_size")}}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def measure_here(model: dict[str, Any], runtimes: list[dict[str, Any]], needed: list[int],
+def measure_here(model: ModelConfig, runtimes: list[dict[str, Any]], needed: list[int],
                  budget: dict[str, Any], cache: bool, cache_dir: str | None) -> dict[str, Any]:
     """On the node (a Ray task, or `runners.ceiling` in-process): time every runtime, from the cache where it has
     it; returns `NodeCeiling.to_json()`."""
     import os
 
-    from omegaconf import OmegaConf
-
     started = time.time()
     gpus = list(nvml_gpus().names)
     result = NodeCeiling(hostname=socket.gethostname(), gpu_names=gpus, cpu_model=cpu_model(),
                          cpu_count=os.cpu_count() or 1, measured_at=started)
-    model_cfg = OmegaConf.create(model)
     timing_budget = TimingBudget(**budget)
     folder = Path(cache_dir) if cache_dir else cache_root() / "ceiling"
     for data in runtimes:
@@ -130,7 +131,7 @@ def measure_here(model: dict[str, Any], runtimes: list[dict[str, Any]], needed: 
             result.cached.append(runtime.key)
             continue
         try:
-            timing = time_runtime(model_cfg, runtime, needed, timing_budget)
+            timing = time_runtime(model, runtime, needed, timing_budget)
         except Exception as exc:  # noqa: BLE001 - a runtime that cannot run here has no ceiling, said why
             result.errors[runtime.key] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
             continue
@@ -168,7 +169,7 @@ def _quiet_now() -> bool:
     return busy is not None and busy <= BUSY_NODE
 
 
-def measure_on_node(model: dict[str, Any], runtimes: list[Runtime], needed: list[int], ceiling_cfg: Any,
+def measure_on_node(model: ModelConfig, runtimes: list[Runtime], needed: list[int], ceiling_cfg: CeilingConfig,
                     ray_options: dict[str, Any], gpus_on_node: float) -> NodeCeiling:
     """`measure_here` as one Ray task placed by `ray_options` (the tier's node), holding a GPU where Ray schedules
     them; the worker exits afterwards, taking its CUDA context and memory with it."""

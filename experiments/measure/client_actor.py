@@ -7,7 +7,7 @@ Only samples travel back to the driver; the actor never talks to MLflow.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.config.choices import LoadEngine
 from experiments.measure.engine.build import EngineStatus, engine_status
@@ -16,6 +16,9 @@ from experiments.measure.samples import WindowSamples
 from serving.clients.base import ClientSpec, InferenceClient, load_client
 from serving.node import current_location
 from serving.protocols import parse_protocol
+
+if TYPE_CHECKING:
+    from experiments.config.schema import ExperimentConfig
 
 
 class LoadClientActor:
@@ -77,7 +80,7 @@ class ClientPool:
     event loop after the channel closed, and an HTTP trial measured there sends late (docs/benchmarks.md, the
     client's ceiling)."""
 
-    def __init__(self, exp: Any, ray_options: dict[str, Any], timeout_s: float) -> None:
+    def __init__(self, exp: ExperimentConfig, ray_options: dict[str, Any], timeout_s: float) -> None:
         self.exp = exp
         self.ray_options = ray_options
         self.timeout_s = timeout_s

@@ -9,9 +9,12 @@ shape repeats for as long as the load runs. Arrivals by time rescaling: unit exp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from experiments.config.schema import ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class Arrivals:
         return self._buffer.pop()
 
 
-def replay_of(exp: Any) -> Replay:
+def replay_of(exp: ExperimentConfig) -> Replay:
     """The experiment's trace as its replay: the trace's shape over one measurement window (`experiment.window_s`)."""
     from experiments.config.trace import read_trace
 

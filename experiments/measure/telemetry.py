@@ -28,12 +28,15 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from serving.backend import ServerHandle
 from serving.node import NodeInfo, cpu_times, process_tree, thread_cpu_ticks
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TelemetryConfig
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +112,8 @@ def cpu_summary(times: np.ndarray, busy: np.ndarray, total: np.ndarray, cores: i
     spent = float(np.interp(end, times, total) - np.interp(start, times, total))
     if spent <= 0:
         return {}
-    share = float(np.interp(end, times, busy) - np.interp(start, times, busy)) / spent
+    # Busy time is never more than the time spent; interpolating both at the edges can cross by a rounding.
+    share = min(1.0, float(np.interp(end, times, busy) - np.interp(start, times, busy)) / spent)
     return {"node_cpu_util_pct": share * 100, "node_cpu_cores_busy": share * cores}
 
 
@@ -269,7 +273,7 @@ class NodeTelemetry:
             ray.kill(self.actor)
 
 
-def start_node_telemetry(telemetry_cfg: Any, handle: ServerHandle, node: NodeInfo,
+def start_node_telemetry(telemetry_cfg: TelemetryConfig, handle: ServerHandle, node: NodeInfo,
                          ray_options: dict[str, Any], timeout_s: float = 60.0) -> NodeTelemetry | None:
     """A sampler on the server's node for a server group: its CPU (`telemetry.cpu`) and, on a GPU node, its GPUs
     (`telemetry.gpu`); None (logged why) where there is nothing to sample."""

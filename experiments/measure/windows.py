@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.config.choices import LoadMode
 from experiments.measure.load import LoadPoint, WarmupStats
@@ -16,6 +16,9 @@ from experiments.measure.replay import Replay, replay_of
 from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
 from serving.clients.base import ClientSpec
+
+if TYPE_CHECKING:
+    from experiments.config.schema import ExperimentConfig
 
 # Head start so every actor is loading before the common window opens.
 WINDOW_LEAD_S = 0.05
@@ -93,13 +96,13 @@ def split_load(trial: Trial, actors: int, replay: Replay | None = None) -> list[
     return [LoadPoint(trial.load_mode, share, replay) for share in trial.load_mode.split(trial.load, actors)]
 
 
-def actors_needed(trial: Trial, exp: Any) -> int:
+def actors_needed(trial: Trial, exp: ExperimentConfig) -> int:
     """How many client actors a trial starts with: fixed, or one per `client_concurrency_per_actor` loops."""
     return exp.client_actors or trial.load_mode.actors_for(trial.load, exp.client_concurrency_per_actor,
                                                            exp.max_client_actors)
 
 
-def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: Any,
+def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentConfig,
             probe: CounterProbe | None = None, engine: str = "python") -> Measurement:
     """Run one trial's load with `engine` (LoadEngine); raises on a client error or when it overruns
     `experiment.trial_timeout_s`."""

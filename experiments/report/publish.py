@@ -8,7 +8,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from experiments.config.capacity import configured_traffic
@@ -19,6 +19,9 @@ from experiments.results.layout import REPORT_DIR, report_folder
 from experiments.results.records import Status
 from experiments.results.redaction import redact
 from serving.process import unreachable
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
 
 log = logging.getLogger(__name__)
 NOTE_TAG = "mlflow.note.content"  # the run description the MLflow UI shows
@@ -124,7 +127,7 @@ def answer_lines(published: Published) -> list[str]:
     return lines
 
 
-def sweep_answer(cfg: Any) -> list[str]:
+def sweep_answer(cfg: TierbenchConfig) -> list[str]:
     """The report of the sweep `cfg` ran, written and attached, as answer lines; a report that cannot be made
     (the store unreachable, no trial logged) says why and how to make it later, and never fails the sweep: what it
     measured is in the run folder and the store already."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from experiments.config.choices import SearchStrategy
-from experiments.config.schema import backend_settings
+from experiments.config.schema import TierbenchConfig
 from experiments.config.search import add_candidate, space_of
 from experiments.measure.efficiency import Bottleneck
 from experiments.plan import TrialGroup
@@ -37,7 +37,7 @@ RunGroup = Callable[[TrialGroup, Finish], None]
 class BackendSearch:
     """Searches the settings of `group.variant` on the tier's node."""
 
-    def __init__(self, cfg: Any, group: TrialGroup, run_group: RunGroup, finish: Finish,
+    def __init__(self, cfg: TierbenchConfig, group: TrialGroup, run_group: RunGroup, finish: Finish,
                  done_slo: Callable[[TrialGroup], TrialRecord | None]) -> None:
         self.cfg = cfg
         self.group = group
@@ -46,7 +46,7 @@ class BackendSearch:
         self.done_slo = done_slo  # the ok SLO summary of a candidate's group measured earlier (resume), or None
         self.strategy = SearchStrategy(cfg.experiment.search.strategy)
         self.space = SearchSpace.of(space_of(cfg, group.variant))
-        self.start = self.space.nearest(backend_settings(cfg, group.variant).as_served(cfg.model))
+        self.start = self.space.nearest(cfg.backends[group.variant].as_served(cfg.model))
         self.candidates: dict[str, float | None] = {}  # entry name -> objective (normalised points share one)
         self.at_max: dict[str, TrialRecord] = {}  # entry name -> its SLO summary (its highest load within the SLO)
         self.names: dict[tuple, str] = {}  # point -> entry name

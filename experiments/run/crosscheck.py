@@ -21,14 +21,19 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from serving.backend import Backend, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.model_config import ModelConfig
 from serving.models import is_classifier, reference_name
 from serving.protocols import InputFormat
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
+    from experiments.plan import Trial
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +102,7 @@ def compare(reference: np.ndarray, actual: np.ndarray, classifier: bool = True) 
     return agreement, float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64))))
 
 
-def reference_logits(model_cfg: Any, spec: ClientSpec, reference: Any = None) -> np.ndarray:
+def reference_logits(model_cfg: ModelConfig, spec: ClientSpec, reference: Any = None) -> np.ndarray:
     """What the reference (`serving.models.reference_runner`: PyTorch float32 on the CPU, or ONNX Runtime's CPU
     provider for an ONNX model) returns for the payload a client of `spec` sends."""
     from serving.clients.base import jpeg_batch, tensor_batch
@@ -136,17 +141,14 @@ def server_logits_on_node(specs: list[ClientSpec]) -> list[np.ndarray]:
 
 @lru_cache(maxsize=16)
 def _cached_reference(model_json: str, spec: ClientSpec) -> np.ndarray:
-    from omegaconf import OmegaConf
-
-    return reference_logits(OmegaConf.create(json.loads(model_json)), spec)
+    return reference_logits(ModelConfig.from_dict(json.loads(model_json)), spec)
 
 
-def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: list[Any],
-                     ray_options: dict[str, Any], reference_model: Any) -> CrosscheckResult | None:
+def crosscheck_group(cfg: TierbenchConfig, backend: Backend, handle: ServerHandle, trials: list[Trial],
+                     ray_options: dict[str, Any], reference_model: ModelConfig) -> CrosscheckResult | None:
     """Check every (protocol, input format) of `trials` against the reference, `reference_model` (the model config
     reading its file from the driver's own copy); None when disabled."""
     import ray
-    from omegaconf import OmegaConf
 
     check_cfg = cfg.crosscheck
     if not check_cfg.enabled or not trials:
@@ -159,7 +161,7 @@ def crosscheck_group(cfg: Any, backend: Backend, handle: ServerHandle, trials: l
     tolerance = check_cfg.tolerances[backend.numerics]
     task = ray.remote(server_logits_on_node).options(num_cpus=0, **ray_options)
     pending = task.remote([spec for _, spec in specs])
-    model_json = json.dumps(OmegaConf.to_container(reference_model, resolve=True), sort_keys=True)
+    model_json = json.dumps(reference_model.to_dict(), sort_keys=True)
     # The payload depends on the input format and batch size only, not on the path's URL or protocol.
     references = [_cached_reference(model_json, payload_spec(spec)) for _, spec in specs]
     try:

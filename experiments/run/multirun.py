@@ -13,7 +13,7 @@ from __future__ import annotations
 import atexit
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
@@ -22,6 +22,9 @@ from omegaconf import DictConfig
 
 from experiments.cluster.connection import ClusterView, RayConnection, TierUnavailableError
 from experiments.cluster.tiers import known_tiers
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
 
 log = logging.getLogger("tierbench")
 
@@ -55,12 +58,14 @@ class ClusterCallback(Callback):
         global _connection
         from experiments.cluster.placement import PlacementError
         from experiments.config.errors import ConfigError
+        from experiments.config.typed import typed
         from experiments.config.validation import validate
 
         tiers = requested_tiers(config)
-        connection = RayConnection(config.cluster, log_to_driver=True)
         try:
-            validate(config)
+            sweep = typed(config)
+            validate(sweep)
+            connection = RayConnection(sweep.cluster, log_to_driver=True)
             view = connection.open(tiers)
         except (ConfigError, TierUnavailableError, PlacementError) as exc:
             log.error("%s", exc)
@@ -68,28 +73,29 @@ class ClusterCallback(Callback):
         _connection = connection
         atexit.register(close_cluster)
         have = {tier: len(nodes) for tier, nodes in sorted(view.tiers.items())}
-        log.info("Ray cluster (%s): %d live nodes, tiers %s; running tiers %s", config.cluster.name,
+        log.info("Ray cluster (%s): %d live nodes, tiers %s; running tiers %s", sweep.cluster.name,
                  len(view.nodes), have, tiers)
         if connection.autoscaling is not None:
             starts = [tier for tier in tiers if tier not in have]
             log.info("tiers %s have no live node: the autoscaler starts one per tier job (%s)", starts,
                      connection.autoscaling.describe())
-        _create_sweep_run(config, view)
+        _create_sweep_run(sweep, tiers, view)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         close_cluster()
         if config.report:   # every tier's trials are logged by now: one report across them
+            from experiments.config.typed import typed
             from experiments.report.publish import sweep_answer
 
-            print("\n".join(sweep_answer(config)), flush=True)
+            print("\n".join(sweep_answer(typed(config))), flush=True)
 
 
-def _create_sweep_run(config: DictConfig, view: ClusterView) -> None:
+def _create_sweep_run(config: TierbenchConfig, tiers: list[str], view: ClusterView) -> None:
     """The MLflow store, experiment and sweep run, created once here rather than raced for by parallel jobs
     (two processes creating a new SQLite store at once break its schema migration)."""
     from experiments.results.tracking import Tracker, tracking_uri
 
     emulated = bool(config.cluster.emulated) or any(
-        view.is_emulated(node) for tier in requested_tiers(config) for node in view.tiers.get(tier, []))
+        view.is_emulated(node) for tier in tiers for node in view.tiers.get(tier, []))
     tracker = Tracker(tracking_uri(config.mlflow.tracking_uri), config.mlflow.experiment)
     tracker.sweep_run(str(config.sweep_id), {"emulated": "true" if emulated else "false"})

@@ -9,7 +9,7 @@ it fails when a repeat failed, after its retries, and says which.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from experiments.measure.pooled import pooled_metrics
 from experiments.plan import Trial
@@ -17,6 +17,9 @@ from experiments.results.records import Status, TrialRecord
 from experiments.run.trial import new_record
 from serving.backend import ServerHandle
 from serving.node import NodeInfo
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
 
 # Tags a caveat of one repeat sets on the whole trial (its figures pool that repeat's).
 CAVEATS = {"stable": "false", "overloaded": "true", "client_bound": "true", "server_count_mismatch": "true"}
@@ -44,7 +47,7 @@ class Repeats:
 
         return finish
 
-    def pooled(self, cfg: Any, node: NodeInfo, handle: ServerHandle | None) -> TrialRecord:
+    def pooled(self, cfg: TierbenchConfig, node: NodeInfo, handle: ServerHandle | None) -> TrialRecord:
         """The trial's record: the repeats' figures pooled when every repeat was measured, else failed with the
         failing repeat's reason. Its params are the last repeat's (what measured it); every repeat is attached."""
         verdicts = [r for r in self.records if "retried" not in r.tags]

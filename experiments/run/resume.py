@@ -4,7 +4,10 @@ the tier alone, the same `sweep_id`, so trials already `ok` are skipped and the 
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
 
 
 def _job_overrides() -> list[str]:
@@ -15,7 +18,7 @@ def _job_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task)
 
 
-def resume_command(cfg: Any, overrides: list[str] | None = None) -> str:
+def resume_command(cfg: TierbenchConfig, overrides: list[str] | None = None) -> str:
     """`python -m runners.sweep ... gpu=<tier> sweep_id=<id>` for the tier of `cfg` (a single run, not -m)."""
     given = _job_overrides() if overrides is None else overrides
     kept = [o for o in given if o.split("=", 1)[0].lstrip("+~") not in ("gpu", "sweep_id", "hydra.mode")]

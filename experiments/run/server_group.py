@@ -13,15 +13,15 @@ running server can take on in place (`Backend.adopt`, e.g. Triton reloading one 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hydra.utils import get_class
-from omegaconf import OmegaConf
 
-from experiments.config.schema import backend_settings
+from experiments.config.schema import TierbenchConfig
 from experiments.config.stacks import input_formats_of
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.efficiency import VERDICT_TAGS
@@ -33,6 +33,7 @@ from experiments.run.repeats import Repeats
 from experiments.run.slo import SloProbe, SloResult, search_slo
 from experiments.run.trial import measurement_settings, new_record, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
+from serving.model_config import ModelConfig
 from serving.model_files import model_identity
 from serving.node import NodeInfo
 
@@ -44,8 +45,8 @@ AT_MAX = ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_
 Finish = Callable[[TrialRecord, dict[str, str]], None]
 
 
-def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, Any],
-                  emulated: bool = False, model: Any = None) -> Backend:
+def build_backend(cfg: TierbenchConfig, name: str, node: NodeInfo, ray_options: dict[str, Any],
+                  emulated: bool = False, model: ModelConfig | None = None) -> Backend:
     """The `_target_` class of `backends.<name>`, built with its typed settings, serving `model` (default
     `cfg.model`; the sweep passes the config reading the file staged on the node). A GPU tier (`gpu.requires_gpu`)
     holds its servers to the GPU, except in an emulated cluster (CPU nodes standing in for tiers, results tagged)."""
@@ -58,7 +59,7 @@ def build_backend(cfg: Any, name: str, node: NodeInfo, ray_options: dict[str, An
         input_formats=input_formats_of(cfg.experiment, name),
         requires_gpu=bool(cfg.gpu.requires_gpu) and not emulated,
     )
-    settings = backend_settings(cfg, name)
+    settings = cfg.backends[name]
     return get_class(settings._target_)(context, settings)
 
 
@@ -67,8 +68,8 @@ class StagedModel:
     """The model config twice: reading its file from the copy staged on the tier node (what the servers load) and
     from the driver's own copy (what the cross-check's reference runs). Both are `cfg.model` for a seeded model."""
 
-    on_node: Any
-    in_driver: Any
+    on_node: ModelConfig
+    in_driver: ModelConfig
 
 
 class ServerRelay:
@@ -219,8 +220,8 @@ class ServerGroup:
 
     def slo_key(self, point: Trial) -> str:
         """The key of the SLO summary of `point` (its operating point, in this group's settings)."""
-        slo = OmegaConf.to_container(self.cfg.experiment.slo, resolve=True)
-        settings = backend_settings(self.cfg, point.variant).identity()
+        slo = dataclasses.asdict(self.cfg.experiment.slo)
+        settings = self.cfg.backends[point.variant].identity()
         return trial_key(point.at_load(0), {**measurement_settings(self.cfg.experiment), "slo": slo}, settings,
                          model_identity(self.cfg.model))
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from experiments.cluster.connection import ClusterView, TierMismatchError, ray_cluster
 from experiments.cluster.node_loss import NodeLoss, NodeLostError
@@ -22,7 +22,9 @@ from experiments.cluster.placement import NodeTime, TierPlacement, hold_tier_nod
 from experiments.cluster.tiers import tier_gpu_problem
 from experiments.cluster.waiting import NodeWaitTimeout, wait_for_tier_node
 from experiments.config.prices import tier_price_params
+from experiments.config.schema import GpuTierConfig, TierbenchConfig
 from experiments.config.search import space_of
+from experiments.config.typed import typed
 from experiments.config.validation import validate
 from experiments.measure.client_actor import ClientPool
 from experiments.plan import Trial, TrialGroup, plan_trials
@@ -38,7 +40,7 @@ from experiments.run.resume import resume_command
 from experiments.run.server_group import Finish, ServerGroup, ServerRelay, StagedModel, build_backend
 from experiments.run.tier_ceiling import TierCeiling
 from experiments.run.trial import new_record
-from serving.model_files import ShippedFile, ship, with_model_file
+from serving.model_files import ShippedFile, ship
 from serving.node import NodeInfo
 from serving.probe import describe_node
 
@@ -49,7 +51,7 @@ NOT_RUN = "not run: "  # the reason of a trial whose node was lost before its tu
 class TierSweep:
     """Runs the trials of one tier and owns everything it starts."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: TierbenchConfig) -> None:
         self.cfg = cfg
         self.tier = cfg.gpu.name
         self.sweep_id = str(cfg.sweep_id)
@@ -202,7 +204,7 @@ class TierSweep:
             return StagedModel(model, model)
         on_node = self.shipped.staged_on(server_options, self.cfg.cluster.schedule_timeout_s + 600)
         log.info("model %s: staged on node %s at %s", model.name, self.node.hostname, on_node)
-        return StagedModel(with_model_file(model, on_node), with_model_file(model, self.shipped.driver_copy))
+        return StagedModel(model.with_file(on_node), model.with_file(self.shipped.driver_copy))
 
     def _node_released(self, node_time: NodeTime) -> None:
         """Keep what holding the node cost (`results.node_time`): in the tier folder now, on the tier run at the
@@ -338,7 +340,7 @@ class TierSweep:
             raise NodeLostError(lost)
 
 
-def refuse_wrong_gpu(tier_cfg: Any, node: NodeInfo, emulated: bool) -> None:
+def refuse_wrong_gpu(tier_cfg: GpuTierConfig, node: NodeInfo, emulated: bool) -> None:
     """A node that declares a GPU tier without its GPU would file its figures under the tier's name: refuse it
     (an emulated cluster's nodes stand in for tiers on purpose; their results are tagged emulated)."""
     problem = None if emulated else tier_gpu_problem(tier_cfg, node.gpu_names)
@@ -374,7 +376,8 @@ def _summary(record: TrialRecord) -> str:
             f"  ${m.get('cost_per_1k_images_usd', float('nan')):.4f}/1k img{flags}")
 
 
-def run_sweep(cfg: Any) -> int:
-    """Validate, then run the tier's sweep; returns the exit code (1 when a trial failed)."""
-    validate(cfg)
-    return TierSweep(cfg).run()
+def run_sweep(cfg: DictConfig | TierbenchConfig) -> int:
+    """Type and validate the config, then run the tier's sweep; returns the exit code (1 when a trial failed)."""
+    config = typed(cfg)
+    validate(config)
+    return TierSweep(config).run()

@@ -8,9 +8,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from omegaconf import OmegaConf
+from typing import TYPE_CHECKING, Any
 
 from experiments.measure.ceiling import NodeCeiling, describe, measure_on_node, read_ceiling
 from experiments.measure.efficiency import efficiency_metrics, verdict
@@ -20,13 +18,17 @@ from serving.backend import Backend
 from serving.node import NodeInfo
 from serving.runtime import Runtime
 
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
+    from serving.model_config import ModelConfig
+
 log = logging.getLogger(__name__)
 
 
 class TierCeiling:
     """The runtimes of a tier job's backends and their in-process ceiling on its node."""
 
-    def __init__(self, cfg: Any, node: NodeInfo, backend_of: Callable[[str], Backend]) -> None:
+    def __init__(self, cfg: TierbenchConfig, node: NodeInfo, backend_of: Callable[[str], Backend]) -> None:
         self.cfg = cfg
         self.node = node
         self.backend_of = backend_of  # entry name -> its backend on this node (not started)
@@ -55,7 +57,8 @@ class TierCeiling:
                 found.setdefault(runtime.key, runtime)
         return list(found.values())
 
-    def measure(self, groups: list[TrialGroup], model: Any, ray_options: dict[str, Any], folder_file: Path) -> bool:
+    def measure(self, groups: list[TrialGroup], model: ModelConfig, ray_options: dict[str, Any],
+                folder_file: Path) -> bool:
         """Time the groups' runtimes on the node (or read what this tier folder already holds for the same node and
         runtimes: a resumed sweep); writes `ceiling.json` into the tier folder. Never fails the sweep. True when it
         wrote a new `ceiling.json` (to log on the tier run)."""
@@ -74,9 +77,8 @@ class TierCeiling:
         log.info("ceiling: timing %d runtime(s) in-process on %s before any server starts: %s", len(runtimes),
                  self.node.hostname, ", ".join(r.key for r in runtimes))
         needed = sorted({int(b) for b in self.cfg.experiment.batch_sizes})
-        container = OmegaConf.to_container(model, resolve=True)
         try:
-            self.ceiling = measure_on_node(container, runtimes, needed, self.cfg.ceiling, ray_options,
+            self.ceiling = measure_on_node(model, runtimes, needed, self.cfg.ceiling, ray_options,
                                            self.node.ray_gpus)
         except Exception as exc:  # noqa: BLE001 - the trials still run, without efficiency figures
             log.warning("ceiling: not measured on %s (%s): trials carry no efficiency figures", self.node.hostname,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from experiments.config.prices import trial_price_params
-from experiments.config.schema import backend_settings
+from experiments.config.schema import ExperimentConfig, TierbenchConfig
 from experiments.config.trace import trace_settings
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.metrics import (
@@ -33,26 +32,26 @@ log = logging.getLogger(__name__)
 MEASUREMENT_KEYS = ("warmup_requests", "warmup_s", "window_s", "client_actors", "max_in_flight", "load_engine")
 
 
-def repeat_settings(exp: Any) -> dict[str, Any]:
+def repeat_settings(exp: ExperimentConfig) -> dict[str, Any]:
     """How often a trial is measured, when more than once (a single measurement keeps the identity it always had)."""
     if exp.repeats == 1:
         return {}
     return {"repeats": exp.repeats, "repeat_fresh_server": exp.repeat_fresh_server}
 
 
-def measurement_settings(exp: Any) -> dict[str, Any]:
+def measurement_settings(exp: ExperimentConfig) -> dict[str, Any]:
     """How a trial is measured: part of its identity (a change of method re-runs it on resume)."""
-    settings = {k: exp[k] for k in MEASUREMENT_KEYS}
-    settings["stability"] = OmegaConf.to_container(exp.stability, resolve=True)
+    settings = {k: getattr(exp, k) for k in MEASUREMENT_KEYS}
+    settings["stability"] = dataclasses.asdict(exp.stability)
     return {**settings, **repeat_settings(exp), **trace_settings(exp)}
 
 
-def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | None = None, status: str = Status.OK,
-               reason: str | None = None) -> TrialRecord:
+def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: ServerHandle | None = None,
+               status: str = Status.OK, reason: str | None = None) -> TrialRecord:
     """A record with the trial's params (what ran, where, at what price) and its identity key."""
     exp = cfg.experiment
     measurement = measurement_settings(exp)
-    settings = backend_settings(cfg, trial.variant)
+    settings = cfg.backends[trial.variant]
     params = {
         **trial.params(),
         "gpu_name": node.gpu_name,
@@ -61,7 +60,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
         "server_mode": handle.server_mode if handle else settings.server_mode_hint,
         "node_hostname": node.hostname,
         **gpu_params(node),
-        **{k: exp[k] for k in MEASUREMENT_KEYS},
+        **{k: getattr(exp, k) for k in MEASUREMENT_KEYS},
         "stability_percent": exp.stability.percent,
         "stability_latency_percentile": exp.stability.latency_percentile,
         **repeat_settings(exp),
@@ -74,7 +73,7 @@ def new_record(cfg: Any, trial: Trial, node: NodeInfo, handle: ServerHandle | No
     return TrialRecord(trial=trial, key=key, status=status, reason=reason, params=params)
 
 
-def _measure_with_enough_clients(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle,
+def _measure_with_enough_clients(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: ServerHandle,
                                  clients: ClientPool, record: TrialRecord) -> Measurement:
     """Measure with the trial's engine (recorded: param `load_engine`, and `load_engine_note` when it is not the one
     asked for); in automatic mode, add client actors while the busiest one is near a full core."""
@@ -98,7 +97,7 @@ def _measure_with_enough_clients(cfg: Any, trial: Trial, backend: Backend, handl
         actors = min(exp.max_client_actors, actors * 2)
 
 
-def run_trial(cfg: Any, trial: Trial, backend: Backend, handle: ServerHandle, node: NodeInfo,
+def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: ServerHandle, node: NodeInfo,
               clients: ClientPool, telemetry: NodeTelemetry | None = None) -> TrialRecord:
     """Measure `trial`; a client error fails this trial only (status and reason on the record).
 

@@ -12,8 +12,6 @@ import shlex
 from dataclasses import asdict, replace
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.fastapi.facts import FastApiFacts
@@ -63,7 +61,7 @@ class FastApiBackend(TorchBackend):
 
     def service_config(self) -> dict[str, Any]:
         """The service's config file (`serving.fastapi.app`): what the host starts and the deploy files export."""
-        return {"model": OmegaConf.to_container(self.context.model, resolve=True), "device": self.device,
+        return {"model": self.context.model.to_dict(), "device": self.device,
                 "torch_threads": self.settings.torch_threads,
                 "options": asdict(self.options),
                 "warmup_batch_sizes": [int(b) for b in self.context.warmup_batch_sizes]}

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from serving.pytorch.settings import TorchSettings
 from serving.settings import is_positive_int
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
+    from serving.settings import ClusterSwitches
 
 
 @dataclass
@@ -25,7 +29,7 @@ class FastApiSettings(TorchSettings):
     def family(self) -> str:
         return "fastapi"
 
-    def check(self, name: str, model: Any, cluster: Any) -> list[str]:
+    def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         if not is_positive_int(self.workers):
             problems.append(self.refuse(name, "workers", "a positive integer (uvicorn worker processes)"))

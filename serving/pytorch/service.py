@@ -32,15 +32,15 @@ class ImageService:
                  options: dict[str, Any] | None = None, warmup_batch_sizes: tuple[int, ...] = (),
                  server_name: str = oip.SERVER_NAME, server_version: str = "") -> None:
         import torch
-        from omegaconf import OmegaConf
 
+        from serving.model_config import ModelConfig
         from serving.models import preprocessing
         from serving.pytorch.runner import TorchOptions, TorchRunner
 
         # Ray sets OMP_NUM_THREADS=1 in workers with fractional CPUs; a server owns the node's cores like a Triton
         # instance does, unless torch_threads says otherwise.
         torch.set_num_threads(torch_threads or os.cpu_count() or 1)
-        self.model_cfg = OmegaConf.create(model)
+        self.model_cfg = ModelConfig.from_dict(model)
         self.runner = TorchRunner(self.model_cfg, device, TorchOptions(**(options or {})))
         self.input_shape = tuple(self.model_cfg.input_shape)
         self.preprocessing = preprocessing(self.model_cfg)  # the model's own (model.preprocess)

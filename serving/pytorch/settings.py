@@ -4,11 +4,15 @@ threads). Ray Serve's, FastAPI's and TorchServe's settings extend them with how 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from serving.pytorch.runner import TorchOptions
 from serving.runtime import Engine, Runtime
 from serving.settings import BackendSettings, is_positive_int
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
+    from serving.settings import ClusterSwitches
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -36,7 +40,7 @@ class TorchSettings(BackendSettings):
         return Runtime(Engine.TORCH, device, "fp16" if self.half else "fp32", compile=self.compile,
                        compile_mode=self.compile_mode, channels_last=self.channels_last, threads=self.torch_threads)
 
-    def check(self, name: str, model: Any, cluster: Any) -> list[str]:
+    def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         if not (self.torch_threads is None or is_positive_int(self.torch_threads)):
             problems.append(self.refuse(name, "torch_threads", "a positive integer, or null (all the node's cores)"))

@@ -13,8 +13,6 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from serving.backend import BackendContext, ServerHandle, formable_batches
 from serving.clients.base import ClientSpec
 from serving.oip.protocol import model_signatures
@@ -159,7 +157,7 @@ class RayServeTorchBackend(TorchBackend):
         """The replica's constructor arguments: what `start` binds and the exported Serve config's `args` say."""
         batching = ({"max_batch_size": self.max_batch_size, "batch_wait_timeout_s": self.settings.batch_wait_timeout_s}
                     if self.settings.batching else None)
-        return {"model": OmegaConf.to_container(self.context.model, resolve=True), "device": self.device,
+        return {"model": self.context.model.to_dict(), "device": self.device,
                 "torch_threads": self.settings.torch_threads, "options": asdict(self.options),
                 "warmup_batch_sizes": list(self.warmup_batch_sizes()), "batching": batching}
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from serving.pytorch.settings import TorchSettings
 from serving.settings import is_positive_int
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
+    from serving.settings import ClusterSwitches
 
 
 @dataclass
@@ -37,7 +41,7 @@ class RayServeTorchSettings(TorchSettings):
     def cluster_needs(self) -> dict[str, bool]:
         return {"serve_direct_ingress": True} if self.direct_ingress else {}
 
-    def check(self, name: str, model: Any, cluster: Any) -> list[str]:
+    def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         for key in ("num_replicas", "max_ongoing_requests"):
             if not is_positive_int(getattr(self, key)):

@@ -15,8 +15,6 @@ import shlex
 from dataclasses import asdict
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.host_actor import place_host, stop_host
@@ -88,7 +86,7 @@ class TorchServeBackend(TorchBackend):
         from serving.torchserve.host import TorchServeHost
 
         ctx = self.context
-        self._actor = place_host(TorchServeHost, self.actor_options(), (OmegaConf.to_container(ctx.model, resolve=True),
+        self._actor = place_host(TorchServeHost, self.actor_options(), (ctx.model.to_dict(),
                                                                         self.variant(), ctx.host), ctx, "TorchServe")
         try:
             info: dict[str, Any] = ray.get(self._actor.start.remote(self.start_timeout_s),
@@ -188,7 +186,7 @@ class TorchServeBackend(TorchBackend):
         """TorchServe serving these settings outside tierbench, from one folder: `run.sh` (the archiver and
         torchserve commands), the handler and its JSON, config.properties on TorchServe's default ports, the
         metrics and log configs. The handler imports `serving.*`: tierbench must be installed where it runs."""
-        model = OmegaConf.to_container(self.context.model, resolve=True)
+        model = self.context.model.to_dict()
         name, variant, store = str(model["name"]), self.variant(), "model_store"
         # The measured server's own (saved with its files), else rendered here (that needs torchserve installed).
         metrics_yaml = rendered.get("metrics.yaml") or ts_config.metrics_yaml(HANDLER_COUNTERS)

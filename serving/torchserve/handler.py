@@ -52,8 +52,8 @@ class TierbenchHandler:
     def initialize(self, context: Any) -> None:
         """Build, warm up and report (device, dtype, warm-up seconds) before TorchServe marks the worker READY."""
         import torch
-        from omegaconf import OmegaConf
 
+        from serving.model_config import ModelConfig
         from serving.models import preprocessing
         from serving.pytorch.runner import TorchOptions, TorchRunner
 
@@ -61,7 +61,7 @@ class TierbenchHandler:
         config = json.loads((Path(properties["model_dir"]) / HANDLER_CONFIG).read_text())
         # A worker owns the node's cores, as a Triton instance or a Serve replica does, unless torch_threads says.
         torch.set_num_threads(config["torch_threads"] or os.cpu_count() or 1)
-        model_cfg = OmegaConf.create(config["model"])
+        model_cfg = ModelConfig.from_dict(config["model"])
         device = worker_device(config["device"], properties.get("gpu_id"))
         self.runner = TorchRunner(model_cfg, device, TorchOptions(**config["options"]))
         self.input_shape = tuple(int(d) for d in model_cfg.input_shape)

@@ -4,10 +4,14 @@ takes requests (workers, its request batcher, queue, timeouts); how the model ru
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from serving.pytorch.settings import TorchSettings
 from serving.settings import is_positive_int
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
+    from serving.settings import ClusterSwitches
 
 
 @dataclass
@@ -33,7 +37,7 @@ class TorchServeSettings(TorchSettings):
         """Its own family, not `pytorch` (Ray Serve's): the server in front of the same model is what differs."""
         return "torchserve"
 
-    def check(self, name: str, model: Any, cluster: Any) -> list[str]:
+    def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         for key in ("workers", "batch_size", "job_queue_size", "response_timeout_s"):
             if not is_positive_int(getattr(self, key)):

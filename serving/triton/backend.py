@@ -10,7 +10,6 @@ from dataclasses import replace
 from typing import Any
 
 from google.protobuf import text_format
-from omegaconf import OmegaConf
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.backend import Backend, BackendContext, ServerHandle, formable_batches
@@ -152,7 +151,7 @@ class TritonBackend(Backend):
         from serving.triton.host import TritonServerHost
 
         ctx = self.context
-        args = (OmegaConf.to_container(ctx.model, resolve=True), self.variant(), self.settings.server, ctx.host,
+        args = (ctx.model, self.variant(), self.settings.server, ctx.host,
                 str(MODEL_REPOSITORY.resolve()), self.settings.preprocess_instance_count,
                 InputFormat.JPEG in ctx.input_formats)
         self._actor = place_host(TritonServerHost, self.actor_options(), args, ctx, "Triton")

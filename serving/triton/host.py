@@ -21,10 +21,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.export import ExportReport, ensure_onnx
+from serving.model_config import ModelConfig
 from serving.models import model_file, output_dims, preprocessing
 from serving.node import current_location
 from serving.paths import node_model_repository
@@ -61,10 +61,10 @@ def _gpu_name(gpu_ids: list[int]) -> str:
 
 
 class TritonServerHost:
-    def __init__(self, model: dict[str, Any], variant: TritonVariant, preference: str,
+    def __init__(self, model: ModelConfig, variant: TritonVariant, preference: str,
                  host: str, model_repository: str, preprocess_instances: int | None = None,
                  jpeg_ensemble: bool = True) -> None:
-        self.model = OmegaConf.create(model)
+        self.model = model
         self.variant = variant
         # JPEG decoding runs one request per Python-backend instance: by default one per core of this node (up
         # to MAX_DEFAULT_PREPROCESS_INSTANCES processes).

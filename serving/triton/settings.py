@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from serving.settings import BackendSettings, is_positive_int
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
+    from serving.settings import ClusterSwitches
 
 AUTO = "auto"
 
@@ -90,7 +94,7 @@ class TritonSettings(BackendSettings):
     def family(self) -> str:
         return "triton_trt" if self.accelerator == Accelerator.TENSORRT else "triton_onnx"
 
-    def check(self, name: str, model: Any, cluster: Any) -> list[str]:
+    def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         if self.server not in TRITON_SERVER_CHOICES:
             problems.append(self.refuse(name, "server", f"choose from {list(map(str, TRITON_SERVER_CHOICES))} (auto: "

@@ -1,0 +1,53 @@
+"""The composed config as the schemas' own objects, once, at the edge: every engine function receives a
+`TierbenchConfig` (and its parts), never a `DictConfig`, so a key is an attribute the type checker knows and a
+backend's settings are its settings class, built once.
+
+Interpolations (`${now:...}` in `sweep_id`, `${gpu.name}`) are resolved here; Hydra copies the resolver cache to
+every job of a multirun, so the tiers of one sweep still share their `sweep_id`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from experiments.config.errors import not_allowed
+from experiments.config.schema import BACKEND_SCHEMAS, TierbenchConfig
+from serving.settings import BackendSettings
+
+# What to do about a value the config leaves unset (`???`), by key; other keys get the generic advice.
+MISSING_ADVICE = {"gpu.price_per_hour_usd": "set a price >= 0 in USD per hour for this tier"}
+
+
+def typed(cfg: DictConfig | TierbenchConfig) -> TierbenchConfig:
+    """`cfg` as a `TierbenchConfig`; ConfigError for an unset value or a backend entry its class cannot take."""
+    if isinstance(cfg, TierbenchConfig):
+        return cfg
+    if "hydra" in cfg:  # a callback's config, or composed with return_hydra_config: Hydra's node is not the sweep's
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            del cfg["hydra"]
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        key = missing[0]
+        raise not_allowed(key, "???", MISSING_ADVICE.get(key, f"set {key} (the config leaves it unset)"))
+    for name in cfg.backends:
+        check_backend_entry(cfg, name)
+    return OmegaConf.to_object(cfg)
+
+
+def check_backend_entry(cfg: DictConfig, name: str) -> None:
+    """`backends.<name>` extends a settings class and sets only its keys (`+backends.<name>.<key>=...` adds keys
+    past Hydra's own check)."""
+    node = cfg.backends[name]
+    schema = OmegaConf.get_type(node)
+    if not (isinstance(schema, type) and issubclass(schema, BackendSettings)):
+        raise not_allowed(f"backends.{name}", OmegaConf.to_container(node), "an entry extends its class's settings: "
+                          f"add it with +backend@backends.{name}=<{' | '.join(BACKEND_SCHEMAS)}>, then set its keys "
+                          f"(e.g. backends.{name}.dynamic_batching=true)")
+    keys = [f.name for f in dataclasses.fields(schema)]
+    unknown = [key for key in node if key not in keys]
+    if unknown:
+        raise not_allowed(f"backends.{name}.{unknown[0]}", node[unknown[0]],
+                          f"not a setting of {schema.__name__} (its settings: {keys})")
+
