@@ -38,6 +38,16 @@ class SlowServer:
         return ServerReport(self.service_s * 1e3, executed_images=1)
 
 
+def _in_flight(samples: WindowSamples) -> tuple[float, float, float]:
+    """Little's law, from the window's own accounting: the mean number of requests the server had (scheduled rate x
+    mean latency from the send), and the band a closed loop of N keeps it in, N x (1 - 2e, 1 + e), e the window's
+    longest latency over its duration: on a busy machine a loop is slower, never fewer. Each loop's requests follow
+    one another, so only its requests straddling the window's ends are over- or under-counted."""
+    in_flight = samples.requests / samples.duration_s * float(np.mean(samples.send_latency_s))
+    edge = float(samples.latency_s.max()) / samples.duration_s
+    return in_flight, 1 - 2 * edge, 1 + edge
+
+
 async def _run(load, window_s: float = 1.0, windows: int = 1):
     load.start()
     warm = await load.wait_warm(min_requests=3, min_seconds=0.2, timeout_s=10)
@@ -50,15 +60,21 @@ async def _run(load, window_s: float = 1.0, windows: int = 1):
 
 
 def test_closed_loop_measures_a_single_server_queue() -> None:
-    server = SlowServer(service_s=0.02, first_extra_s=0.3)
-    warm, (samples,) = asyncio.run(_run(ClosedLoopLoad(server.infer, 4, timeout_s=5, images_per_request=2)))
-    # Warm-up saw the slow first request; the window did not.
+    service_s, concurrency = 0.02, 4
+    server = SlowServer(service_s=service_s, first_extra_s=0.3)
+    warm, (samples,) = asyncio.run(_run(ClosedLoopLoad(server.infer, concurrency, timeout_s=5, images_per_request=2)))
+    # Warm-up saw the slow first request (its 300 ms extra); the window did not.
     assert warm.first_request_ms >= 300
-    assert samples.latency_s.max() < 0.25
-    # 4 loops on one 20 ms server: ~50 req/s, each request waits for the 3 ahead of it (~80 ms).
+    assert samples.latency_s.max() < warm.first_request_ms / 1e3
+    # 4 loops on one 20 ms server: at most 50 req/s (and the requests straddling the window's end), each request
+    # waiting for the 3 ahead of it (~80 ms). Slower on a busy machine, so no lower bound on the rate and no upper
+    # one on latency: the loops' own accounting says the queue was there instead, 4 requests at the server.
     rate = samples.requests / samples.duration_s
-    assert 35 <= rate <= 52
-    assert 0.06 <= float(np.median(samples.latency_s)) <= 0.12
+    assert samples.requests > 10
+    assert rate <= (samples.duration_s / service_s + concurrency) / samples.duration_s
+    assert float(np.median(samples.latency_s)) >= 3 * service_s
+    in_flight, low, high = _in_flight(samples)
+    assert concurrency * low <= in_flight <= concurrency * high, (in_flight, low, high)
     assert samples.images_per_request == 2
     assert np.all((samples.intended_s >= samples.window_start) & (samples.intended_s < samples.window_end))
     assert np.allclose(samples.server_ms, 20.0)  # what the server reported travels with each sample
@@ -106,8 +122,10 @@ def test_open_loop_hits_its_target_rate_on_a_fast_server(arrival: str) -> None:
     server = SlowServer(service_s=0.001)
     load = OpenLoopLoad(server.infer, rate=100, arrival=arrival, timeout_s=5, images_per_request=1)
     _, parts = asyncio.run(_run(load, window_s=1.0, windows=2))
-    achieved = sum(p.requests for p in parts) / 2.0
-    assert 80 <= achieved <= 120
+    arrivals = sum(p.requests for p in parts)  # scheduled in the 2 s: the schedule's, however busy the machine
+    # Constant: 200 every 2 s. Poisson: 200 on average, 4 standard deviations (sqrt(200)) either way.
+    assert abs(arrivals - 200) <= (1 if arrival == "constant" else 4 * np.sqrt(200)), arrivals
+    assert all(p.completed > 0 for p in parts)
     for part in parts:  # never negative: a request can't be sent before it is due
         assert np.all(part.send_s >= part.intended_s - 1e-6)
         assert np.all(part.latency_s >= part.send_latency_s - 1e-9)
@@ -172,7 +190,9 @@ def test_open_loop_past_capacity_reports_what_the_server_served() -> None:
         send, rate=1.5 * capacity, arrival="poisson", timeout_s=30, images_per_request=1, seed=7), 0.75, 3)
     merged = WindowSamples.merge(parts)
     m = {**window_metrics(merged, 1.0), **open_loop_metrics(merged, 1.5 * capacity)}
-    assert m["requests_s"] == pytest.approx(capacity, rel=0.03)
+    # What the server served, as it counted: never more than its capacity (the window's edges aside), whatever was
+    # offered; less on a machine that stalls its event loop, so the lower bound is wide (it always had a backlog).
+    assert 0.5 * capacity <= m["requests_s"] <= capacity * 1.03
     assert abs(merged.completed - server.served_between(merged.window_start, merged.window_end)) <= 3
     assert m["offered_rate_rps"] > 1.25 * capacity  # ~75/s of Poisson arrivals were scheduled ...
     assert m["overloaded"] == 1 and m["backlog_growth_requests"] > 0.15 * merged.requests  # ... a third unserved
@@ -190,7 +210,11 @@ def test_closed_loop_completions_match_what_was_scheduled() -> None:
     for part in parts:
         assert abs(part.completed - part.requests) <= concurrency
     merged = WindowSamples.merge(parts)
-    assert window_metrics(merged, 1.0)["requests_s"] == pytest.approx(capacity, rel=0.03)
+    # The server's full rate: at most its capacity, and its queue never ran dry (4 requests at it all along, by the
+    # loops' own accounting), which holds however slow the machine (a slot of its comes later, never sooner).
+    assert 0 < window_metrics(merged, 1.0)["requests_s"] <= capacity * 1.03
+    in_flight, low, high = _in_flight(merged)
+    assert concurrency * low <= in_flight <= concurrency * high, (in_flight, low, high)
     assert abs(merged.completed - server.served_between(merged.window_start, merged.window_end)) <= 3
 
 

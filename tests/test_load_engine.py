@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from experiments.config.choices import LoadMode
 from experiments.measure.engine import records
 from experiments.measure.engine.build import engine_binary, engine_status
 from experiments.measure.engine.compiled_load import CompiledLoad
-from experiments.measure.load import LoadError, LoadPoint
+from experiments.measure.load import LATE_AFTER_S, LoadError, LoadPoint
 from serving.clients.http1 import build_request
 from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wire
 from tests.engine_servers import (
@@ -46,8 +47,54 @@ def http_wire(port: int, payload: bytes = b"x" * 5000) -> WireRequest:
     return http1_wire(url, build_request("POST", url, payload, {"Content-Type": "application/octet-stream"}))
 
 
-def run_engine(wire: WireRequest, load: list[str], seconds: float, *extra: str) -> tuple[np.ndarray, int, str, Path]:
-    """Run the engine for `seconds` (then SIGTERM) or until it exits; its records, exit code, stderr, folder."""
+class RunQueueWait:
+    """How long a process has waited for a CPU while it could run, as the kernel counts it (/proc/<pid>/schedstat,
+    its second field), sampled every 2 ms on a thread, on CLOCK_MONOTONIC (the engine's clock). On a machine shared
+    with other work (2 cores, two test workers, other users) a runnable engine waits, and the sends due meanwhile go
+    out late by as long: that lateness is the machine's, what is left is the engine's own (its timer, its queue, its
+    work: an engine that sleeps or computes is not waiting for a CPU)."""
+
+    def __init__(self) -> None:
+        self._samples: list[tuple[int, int, int]] = []  # (time before the read, waited ns, time after it)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pid: int) -> None:
+        self._thread = threading.Thread(target=self._sample, args=(Path(f"/proc/{pid}/schedstat"),), daemon=True)
+        self._thread.start()
+
+    def _sample(self, path: Path) -> None:
+        while not self._stop.is_set():
+            before = time.perf_counter_ns()
+            try:
+                waited = int(path.read_text().split()[1])
+            except (OSError, ValueError, IndexError):  # gone, or a kernel without scheduler statistics
+                pass
+            else:
+                self._samples.append((before, waited, time.perf_counter_ns()))
+            self._stop.wait(0.002)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def during(self, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+        """The wait between each start and end: from the last sample read before the start to the first read after
+        the end (none, 0, where the samples do not bracket them: lateness then counts as the engine's)."""
+        if not self._samples:
+            return np.zeros(np.shape(start_ns), dtype=np.int64)
+        before, waited, after = np.array(self._samples, dtype=np.int64).T
+        lo = np.searchsorted(after, start_ns, side="right") - 1
+        hi = np.searchsorted(before, end_ns, side="left")
+        bracketed = (lo >= 0) & (hi < before.size)
+        return np.where(bracketed, waited[np.clip(hi, 0, before.size - 1)] - waited[np.clip(lo, 0, before.size - 1)], 0)
+
+
+def run_engine(wire: WireRequest, load: list[str], seconds: float, *extra: str,
+               run_queue: RunQueueWait | None = None) -> tuple[np.ndarray, int, str, Path]:
+    """Run the engine for `seconds` (then SIGTERM) or until it exits; its records, exit code, stderr, folder. With
+    `run_queue`, that watches the engine's waits for a CPU meanwhile."""
     folder = Path(tempfile.mkdtemp(prefix="engine-test-"))
     (folder / "request.bin").write_bytes(wire.payload)
     args = [str(engine_binary()), f"--{wire.protocol}", wire.host, str(wire.port), "--request",
@@ -56,16 +103,23 @@ def run_engine(wire: WireRequest, load: list[str], seconds: float, *extra: str) 
         (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
         args += ["--headers", str(folder / "headers.txt")]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if run_queue is not None:
+        run_queue.watch(proc.pid)
     try:
         out, err = proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=10)
+    finally:
+        if run_queue is not None:
+            run_queue.stop()
     return records.parse(bytearray(out)), proc.returncode, err.decode(), folder
 
 
 def done(batch: np.ndarray) -> np.ndarray:
     return batch[batch["kind"] == records.Kind.DONE]
+
+
 
 
 def test_the_engine_builds_here_and_speaks_both_protocols() -> None:
@@ -132,16 +186,27 @@ def test_chunked_responses_and_servers_that_close_each_connection() -> None:
 
 
 def test_open_loop_sends_on_its_schedule(tmp_path: Path) -> None:
-    """Constant arrivals at 200/s: intended times 5 ms apart exactly, sent within a few ms of them."""
-    np.full(2000, 0.005).astype("<f8").tofile(tmp_path / "gaps.f64")
+    """Constant arrivals at 250/s: the k-th intended 4 ms x k after the load's start exactly, none missed, none
+    after the engine stopped, sent within a few ms of them. (How many fit in the 1.5 s depends on how fast the engine
+    started: not checked beyond enough to look at.) Not every 5 ms: the heartbeat's period, which would wake an
+    engine that forgot to set its timer for its arrivals just in time for them."""
+    np.full(2000, 0.004).astype("<f8").tofile(tmp_path / "gaps.f64")
+    run_queue = RunQueueWait()
     with http_server(HttpBehaviour(body=BODY)) as srv:
-        batch, code, err, _ = run_engine(http_wire(srv.port), ["--open", str(tmp_path / "gaps.f64")], 1.5)
+        batch, code, err, _ = run_engine(http_wire(srv.port), ["--open", str(tmp_path / "gaps.f64")], 1.5,
+                                         run_queue=run_queue)
     assert code == 0, err
     d = done(batch)
     intended = np.sort(d["intended_ns"])
-    assert 250 <= d.size <= 310
-    assert np.allclose(np.diff(intended), 5_000_000, atol=2)
-    assert np.percentile(d["sent_ns"] - d["intended_ns"], 95) < 2_000_000
+    ready, last = batch[0], batch[-1]
+    assert ready["kind"] == records.Kind.READY and last["kind"] == records.Kind.HEARTBEAT
+    assert d.size >= 50
+    assert np.array_equal(intended - ready["intended_ns"], 4_000_000 * np.arange(1, d.size + 1))
+    assert intended[-1] <= last["sent_ns"] and d.size == srv.requests  # none sent ahead, every one recorded
+    # Sent within 2 ms of its time (95 %), not counting what the machine made it wait for a CPU meanwhile.
+    lateness = d["sent_ns"] - d["intended_ns"]
+    own = lateness - run_queue.during(d["intended_ns"], d["sent_ns"])
+    assert np.percentile(own, 95) < 2_000_000, np.percentile(lateness, 95)
 
 
 def test_grpc_calls_carry_metadata_and_read_trailers() -> None:
@@ -218,8 +283,11 @@ def _checked(body: bytes) -> None:
         raise ValueError("not the expected body")
 
 
-async def _windows(load: CompiledLoad, count: int, window_s: float = 0.5) -> list:
+async def _windows(load: CompiledLoad, count: int, window_s: float = 0.5,
+                   run_queue: RunQueueWait | None = None) -> list:
     await load.open()
+    if run_queue is not None:
+        run_queue.watch(load._proc.pid)
     load.start()
     try:
         await load.wait_warm(5, 0.2, 10)
@@ -230,6 +298,8 @@ async def _windows(load: CompiledLoad, count: int, window_s: float = 0.5) -> lis
         return parts
     finally:
         await load.stop()
+        if run_queue is not None:
+            run_queue.stop()
 
 
 def test_compiled_load_cuts_windows_from_the_engines_stream() -> None:
@@ -258,12 +328,20 @@ def test_compiled_load_cuts_windows_from_the_engines_stream() -> None:
 def test_compiled_open_loop_is_on_time_at_a_modest_rate() -> None:
     with http_server(HttpBehaviour(body=BODY)) as srv:
         load = CompiledLoad(http_wire(srv.port), LoadPoint(LoadMode.POISSON, 200), 5, 1, horizon_s=30)
-        (part,) = asyncio.run(_windows(load, 1, window_s=1.0))
+        run_queue = RunQueueWait()
+        (part,) = asyncio.run(_windows(load, 1, window_s=1.0, run_queue=run_queue))
     assert 140 <= part.requests <= 260  # Poisson arrivals at 200/s over 1 s
-    # The engine's goal (docs/benchmarks.md): at most 1 % sent more than 5 ms late. One late send in ~180 was seen
-    # in CI beside the other worker's sweeps; before the engine, 1.3-18 % were.
-    assert part.clients[0].late_sends <= 0.01 * part.requests
     assert np.all(part.send_s >= part.intended_s)
+    lateness = part.send_s - part.intended_s
+    assert part.clients[0].late_sends == np.sum(lateness > LATE_AFTER_S)  # the load's count is of its records
+    # The engine's goal (docs/benchmarks.md): at most 1 % sent more than 5 ms late (before the engine, 1.3-18 % were),
+    # not counting the time the machine kept it waiting for a CPU. (Beside the other test worker and other users
+    # of 2 cores, the engine has waited 90 ms at once: a third of a window's sends late, none by its own doing.)
+    def monotonic_ns(epoch_s: np.ndarray) -> np.ndarray:
+        return np.round((epoch_s - load._epoch_offset) * 1e9).astype(np.int64)
+
+    own = lateness - run_queue.during(monotonic_ns(part.intended_s), monotonic_ns(part.send_s)) / 1e9
+    assert np.sum(own > LATE_AFTER_S) <= 0.01 * part.requests, part.clients[0].late_sends
 
 
 def test_a_first_response_that_does_not_check_out_fails_the_load() -> None:
@@ -370,7 +448,11 @@ def test_the_engine_runs_ahead_of_servers_at_rays_worker_niceness_where_the_os_a
 
 def test_a_stop_lets_the_requests_in_flight_finish_instead_of_cancelling_them() -> None:
     """SIGTERM mid-request: nothing new is sent, the 4 calls in flight complete and are recorded, none is cancelled
-    on the server (a cancelled gRPC call crashes Triton 2.48-2.52), and the engine exits 0."""
+    on the server (a cancelled gRPC call crashes Triton 2.48-2.52), and the engine exits 0 once they are back, not
+    at its drain limit (30 s here: past communicate's 10 s, so an engine waiting it out fails the test).
+
+    No wall-clock band: the stop is sent once the server has seen the second round of calls (polled, not slept for:
+    a slow start on a busy machine only delays it), and what is checked is counts and the order of events."""
     with grpc_server(GrpcBehaviour(reply=b"ok", delay_s=0.4)) as srv:
         wire = grpc_wire(f"127.0.0.1:{srv['port']}", MODEL_INFER, b"x" * 1000)
         folder = Path(tempfile.mkdtemp(prefix="engine-test-"))
@@ -378,15 +460,29 @@ def test_a_stop_lets_the_requests_in_flight_finish_instead_of_cancelling_them() 
         (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
         proc = subprocess.Popen([str(engine_binary()), "--h2", wire.host, str(wire.port), "--request",
                                  str(folder / "request.bin"), "--headers", str(folder / "headers.txt"),
-                                 "--closed", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(0.6)  # the first 4 calls are done, the next 4 are being served
-        calls_at_stop = srv["calls"]
-        stopped = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
-        took = time.monotonic() - stopped
-        time.sleep(0.5)
+                                 "--closed", "4", "--drain", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while srv["calls"] < 8:  # the first 4 calls are done, the next 4 are being served (for 0.4 s)
+                assert proc.poll() is None, proc.communicate()[1].decode()
+                assert time.monotonic() < deadline, f"the server saw {srv['calls']} calls in 30 s"
+                time.sleep(0.005)
+            calls_at_stop = srv["calls"]
+            stopped_ns = time.perf_counter_ns()  # CLOCK_MONOTONIC, the engine's clock
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:  # failed: nothing left running
+                proc.kill()
+                proc.communicate()
+        time.sleep(0.5)  # past the server's 0.4 s: a call the engine dropped would be seen cancelled by now
         assert proc.returncode == 0, err
-        assert srv["cancelled"] == 0 and srv["calls"] == calls_at_stop == 8
-    assert done(records.parse(bytearray(out))).size == 8
-    assert 0.1 < took < 1.5
+        calls, cancelled = srv["calls"], srv["cancelled"]
+    d = done(records.parse(bytearray(out)))
+    assert cancelled == 0
+    # Nothing new after the stop: a round of calls arriving as the stop is sent may add to the count read just
+    # before it, a new round (one call per loop) would add 4.
+    assert calls_at_stop <= calls < calls_at_stop + 4, (calls_at_stop, calls)
+    assert d.size == calls >= 8, "every call the server got was answered and recorded"
+    assert np.all(d["sent_ns"] < d["done_ns"])
+    assert np.sum(d["done_ns"] > stopped_ns) >= 1, "the calls in flight at the stop finished after it"
