@@ -1,6 +1,6 @@
 """The backends tierbench serves: one line each, the module holding the backend package's `PACKAGE`
 (`serving.package.BackendPackage`). Adding a backend is a folder `serving/<backend>/`, a line here and its variants
-file conf/backends/<backend>.yaml; every place it touches: docs/architecture.md#adding-a-backend."""
+file conf/backends/<backend>.yaml; docs/architecture.md#adding-a-backend lists every place it touches."""
 
 from __future__ import annotations
 
