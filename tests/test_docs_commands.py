@@ -308,9 +308,7 @@ def _merges_into_default(text: str) -> bool:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from experiments.config.compose import CONF_DIR
-
-    from experiments.config.compose import options
+    from experiments.config.compose import CONF_DIR, options
 
     try:
         (override,) = OverridesParser.create().parse_overrides([text])
