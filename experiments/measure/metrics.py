@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from experiments.config.prices import cost_per_1k_images, images_per_usd
+from experiments.measure.catalog import PERCENTILES
 from experiments.measure.samples import WindowSamples
 
-PERCENTILES = (50, 90, 95, 99)
 # An open loop is overloaded when its backlog (requests scheduled but not yet served) grew over the measured
 # windows by more than this share of the arrivals, and by more than twice their Poisson noise (sqrt of the
 # count): a queue that merely fluctuates near capacity does not trip it, one that falls behind does.

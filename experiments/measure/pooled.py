@@ -6,11 +6,13 @@ follows from it (`experiments.measure.intervals`, docs/confidence-intervals.md).
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 
 from experiments.config.prices import cost_per_1k_images, images_per_usd
+from experiments.measure.catalog import Pool, metric
 from experiments.measure.intervals import (
     Interval,
     cluster_bootstrap,
@@ -21,17 +23,10 @@ from experiments.measure.intervals import (
 from experiments.measure.metrics import PERCENTILES, cost_metrics, latency_metrics, percentile_metrics
 from experiments.measure.samples import WindowSamples
 
+log = logging.getLogger(__name__)
 THROUGHPUT = "throughput_img_s"
 # The figures of the raw latencies that get a bootstrap interval, in the order `_latency_figures` computes them.
 LATENCY_FIGURES = (*(f"latency_p{p}_ms" for p in PERCENTILES), "latency_mean_ms")
-# Every other metric pools as: rates as the repeats' geometric mean (the centre of their interval; the cost from it
-# is then the geometric mean of the repeats' costs); counts summed; flags and worst cases from the worst repeat (a
-# caveat of one repeat is the trial's); the rest the repeats' mean.
-GEOMETRIC = (THROUGHPUT, "requests_s")
-SUMMED = ("request_count", "completed_requests", "windows", "late_requests", "backlog_growth_requests",
-          "warmup_requests_done")
-LOWEST = ("stable", "crosscheck_top1_agreement")
-HIGHEST = ("overloaded", "crosscheck_max_abs_diff", "client_cpu_util_max", "client_loop_lag_p99_ms_max")
 
 
 def _latency_figures(ms: np.ndarray) -> np.ndarray:
@@ -39,13 +34,19 @@ def _latency_figures(ms: np.ndarray) -> np.ndarray:
 
 
 def _pool(name: str, values: list[float]) -> float:
-    if name in GEOMETRIC and min(values) > 0:
+    """One metric over the repeats, as the catalog says (figures from raw samples or the price are computed again
+    by `pooled_metrics`; a mean stands in meanwhile)."""
+    declared = metric(name)
+    if declared is None:
+        log.warning("metric %s is not declared in experiments/measure/catalog.py: its repeats are averaged", name)
+    how = declared.pool if declared else Pool.MEAN
+    if how is Pool.GEOMETRIC and min(values) > 0:
         return geometric_mean(values)
-    if name in SUMMED:
+    if how is Pool.SUM:
         return float(sum(values))
-    if name in LOWEST:
+    if how is Pool.MIN:
         return float(min(values))
-    if name in HIGHEST:
+    if how is Pool.MAX:
         return float(max(values))
     return float(np.mean(values))
 

@@ -1,0 +1,169 @@
+"""Every metric a trial, a repeat or an SLO summary carries, declared once: its name, its unit, how the repeats of a
+trial pool it, and what it means. Pooling (`experiments.measure.pooled`) asks this, never a list of its own, so a
+new metric is added here and nowhere else; one that is not here is pooled as a mean with a warning, and the tests
+fail on it (tests/test_metric_catalog.py). docs/metrics.md is rendered from it.
+
+Names are the MLflow metric names; a family (`latency_p{50,90,95,99}_ms`) is declared by its members."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Pool(StrEnum):
+    """How a trial's repeats become its one figure (docs/confidence-intervals.md)."""
+
+    SAMPLES = "samples"  # computed again from every repeat's raw samples pooled (never averaged)
+    GEOMETRIC = "geometric"  # a rate: the repeats' geometric mean (the centre of its interval)
+    PRICED = "priced"  # computed again from the pooled throughput and the tier's price
+    SUM = "sum"  # a count over the repeats
+    MIN = "min"  # a flag or a floor: the worst repeat's (a caveat of one repeat is the trial's)
+    MAX = "max"  # a worst case: the worst repeat's
+    MEAN = "mean"  # the repeats' mean
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str  # ms, s, img/s, req/s, share (0-1), %, cores, bytes, USD, W, J, MB, count, flag (0/1), ratio, batch
+    pool: Pool
+    doc: str
+
+
+def _family(pattern: str, values: tuple, unit: str, pool: Pool, doc: str) -> list[Metric]:
+    return [Metric(pattern.format(v), unit, pool, doc.format(v)) for v in values]
+
+
+PERCENTILES = (50, 90, 95, 99)
+
+METRICS: tuple[Metric, ...] = (
+    # Latency and throughput, from the measurement windows' raw samples (experiments.measure.metrics).
+    *_family("latency_p{}_ms", PERCENTILES, "ms", Pool.SAMPLES,
+             "the p{} of request latency, from when the request was due (its loop free, or its arrival) to its answer"),
+    Metric("latency_mean_ms", "ms", Pool.SAMPLES, "mean request latency"),
+    Metric("latency_min_ms", "ms", Pool.SAMPLES, "fastest request"),
+    Metric("latency_max_ms", "ms", Pool.SAMPLES, "slowest request"),
+    Metric("throughput_img_s", "img/s", Pool.GEOMETRIC, "images answered inside the windows per second"),
+    Metric("requests_s", "req/s", Pool.GEOMETRIC, "requests answered inside the windows per second"),
+    Metric("request_count", "count", Pool.SUM, "requests scheduled inside the windows"),
+    Metric("completed_requests", "count", Pool.SUM, "requests answered inside the windows"),
+    Metric("cost_per_1k_images_usd", "USD", Pool.PRICED, "price per hour / 3600 / throughput x 1000"),
+    Metric("images_per_usd", "img/USD", Pool.PRICED, "images a dollar buys at this throughput"),
+    Metric("windows", "count", Pool.SUM, "measurement windows until the last ones agreed (or the most allowed)"),
+    Metric("stable", "flag", Pool.MIN, "1 when the last windows agreed within experiment.stability.percent"),
+    Metric("payload_bytes", "bytes", Pool.MEAN, "bytes of one request's body"),
+    Metric("payload_bytes_per_image", "bytes", Pool.MEAN, "bytes of one request's body per image"),
+    Metric("warmup_s", "s", Pool.MEAN, "seconds of warm-up before the first window"),
+    Metric("warmup_requests_done", "count", Pool.SUM, "requests sent in the warm-up (dropped)"),
+    Metric("first_request_ms", "ms", Pool.MEAN, "latency of the trial's first request"),
+    # Open loop: the rates side by side, and what coordinated omission would hide.
+    Metric("target_rate_rps", "req/s", Pool.MEAN, "the configured arrival rate"),
+    Metric("offered_rate_rps", "req/s", Pool.MEAN, "arrivals scheduled inside the windows per second"),
+    Metric("achieved_rate_rps", "req/s", Pool.MEAN, "requests sent inside the windows per second"),
+    Metric("backlog_growth_requests", "count", Pool.SUM, "arrivals minus completions over the windows"),
+    Metric("overloaded", "flag", Pool.MAX, "1 when the backlog grew beyond a steady queue's jitter"),
+    Metric("late_requests", "count", Pool.SUM, "arrivals sent late (experiment.max_in_flight reached)"),
+    Metric("late_fraction", "share", Pool.MEAN, "share of arrivals sent late"),
+    *_family("send_latency_p{}_ms", PERCENTILES, "ms", Pool.SAMPLES,
+             "the p{} of latency from the send (not the arrival): what coordinated omission would show"),
+    # The clients: a client near a full core measures itself.
+    Metric("client_cpu_util_max", "share", Pool.MAX, "the busiest client actor's CPU, in cores"),
+    Metric("client_loop_lag_p99_ms_max", "ms", Pool.MAX, "the busiest client actor's event-loop lag, p99"),
+    Metric("client_cpu_us_per_request", "us", Pool.MEAN, "the clients' CPU per completed request"),
+    # The server: what it says of itself, its start, its own count of images.
+    Metric("server_replica_ms", "ms", Pool.MEAN, "the replica's own time per request (Ray Serve)"),
+    Metric("server_replica_p50_ms", "ms", Pool.MEAN, "the replica's own time per request, p50"),
+    Metric("server_replica_p99_ms", "ms", Pool.MEAN, "the replica's own time per request, p99"),
+    Metric("server_batch_avg", "batch", Pool.MEAN, "images per forward pass the server formed"),
+    Metric("server_requests", "count", Pool.SUM, "requests the server counted between the window's snapshots"),
+    Metric("server_request_ms", "ms", Pool.MEAN, "the server's time per request, end to end"),
+    Metric("server_queue_ms", "ms", Pool.MEAN, "time a request waited in the server's queue"),
+    Metric("server_compute_input_ms", "ms", Pool.MEAN, "Triton: copying a request's inputs in"),
+    Metric("server_compute_infer_ms", "ms", Pool.MEAN, "Triton: running the model"),
+    Metric("server_compute_output_ms", "ms", Pool.MEAN, "Triton: copying a request's outputs out"),
+    Metric("server_throughput_img_s", "img/s", Pool.GEOMETRIC, "images the server itself counts as served, per second"),
+    Metric("server_count_ratio", "ratio", Pool.MEAN, "the server's count over the clients' (far from 1: one is wrong)"),
+    Metric("server_startup_s", "s", Pool.MEAN, "seconds from start to the model answering"),
+    Metric("server_ready_s", "s", Pool.MEAN, "seconds until the server said ready"),
+    Metric("server_archive_s", "s", Pool.MEAN, "TorchServe: seconds to archive the model"),
+    Metric("server_warmup_s", "s", Pool.MEAN, "seconds of the server's own warm-up"),
+    Metric("server_warmup_first_call_s", "s", Pool.MEAN, "the slowest first call of the server's warm-up"),
+    Metric("torch_compile_s", "s", Pool.MEAN, "seconds torch.compile took in the server's warm-up"),
+    Metric("trt_engine_build_s", "s", Pool.MEAN, "seconds to build the TensorRT engine (outside every window)"),
+    Metric("trt_engine_load_s", "s", Pool.MEAN, "seconds to load a cached TensorRT engine"),
+    # The cross-check against the reference.
+    Metric("crosscheck_top1_agreement", "share", Pool.MIN, "share of images whose top-1 class matches the reference"),
+    Metric("crosscheck_max_abs_diff", "abs", Pool.MAX, "largest absolute difference of an output from the reference"),
+    # The node's telemetry over the windows (experiments.measure.telemetry).
+    Metric("gpu_util_pct", "%", Pool.MEAN, "share of time the GPU was busy"),
+    Metric("gpu_mem_used_mb", "MB", Pool.MAX, "the GPU's memory in use, at most"),
+    Metric("gpu_power_w", "W", Pool.MEAN, "the GPU's mean power"),
+    Metric("gpu_energy_j", "J", Pool.MEAN, "the GPU's energy over the windows"),
+    Metric("energy_per_image_j", "J", Pool.MEAN, "the GPU's energy per image served"),
+    Metric("gpu_telemetry_samples", "count", Pool.SUM, "NVML samples inside the windows"),
+    Metric("node_cpu_util_pct", "%", Pool.MEAN, "share of the node's CPU time busy (every process there)"),
+    Metric("node_cpu_cores_busy", "cores", Pool.MEAN, "the node's busy CPU, in cores"),
+    Metric("server_cpu_cores", "cores", Pool.MEAN, "the server's own processes' CPU, in cores"),
+    Metric("server_thread_cpu_max", "cores", Pool.MAX, "the server's busiest thread's CPU, in cores"),
+    # Against the runtime's in-process ceiling (experiments.measure.efficiency; set after pooling).
+    Metric("ceiling_batch", "batch", Pool.MEAN, "the batch the ceiling is read at: the request's or the server's"),
+    Metric("ceiling_img_s", "img/s", Pool.MEAN, "the runtime's in-process throughput at that batch"),
+    Metric("ceiling_share", "share", Pool.MEAN, "served throughput over the ceiling at the same batch"),
+    Metric("ceiling_best_img_s", "img/s", Pool.MEAN, "the runtime's best in-process throughput, round trip"),
+    Metric("ceiling_best_batch", "batch", Pool.MEAN, "the batch of that best"),
+    Metric("ceiling_share_best", "share", Pool.MEAN, "served throughput over that best"),
+    Metric("ceiling_resident_best_img_s", "img/s", Pool.MEAN, "the best with inputs already on the GPU"),
+    Metric("ceiling_resident_best_batch", "batch", Pool.MEAN, "the batch of the device-resident best"),
+    Metric("ceiling_share_resident", "share", Pool.MEAN, "served throughput over the device-resident best"),
+    Metric("ceiling_p50_ms", "ms", Pool.MEAN, "the runtime's in-process p50 at the request's batch"),
+    Metric("ceiling_b1_p50_ms", "ms", Pool.MEAN, "the runtime's in-process p50 at batch 1"),
+    Metric("served_p50_over_inprocess", "ratio", Pool.MEAN, "served p50 over the in-process p50, same batch"),
+    # The pooled trial itself.
+    Metric("repeats", "count", Pool.SUM, "the repeats pooled into the trial's figures"),
+    # An SLO summary: the highest load within the p99 target (experiments.run.slo; never pooled).
+    Metric("slo_p99_ms", "ms", Pool.MEAN, "the p99 target searched for"),
+    Metric("slo_probes", "count", Pool.SUM, "loads measured by the search"),
+    Metric("slo_met", "flag", Pool.MIN, "1 when a load met the target"),
+    Metric("slo_limited", "flag", Pool.MAX, "1 when the search stopped at the configured highest load"),
+    Metric("slo_max_load", "load", Pool.MEAN, "the highest load within the target (loops or req/s)"),
+    Metric("slo_max_throughput_img_s", "img/s", Pool.GEOMETRIC, "throughput at that load"),
+    Metric("slo_p99_at_max_ms", "ms", Pool.MEAN, "p99 at that load"),
+    Metric("slo_stable_at_max", "flag", Pool.MIN, "1 when that load's windows agreed"),
+    Metric("cost_per_1k_images_at_slo_usd", "USD", Pool.PRICED, "$ per 1k images at that load"),
+    *_family("slo_{}_at_max", ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_util_pct"),
+             "share", Pool.MEAN, "the trial figure {} at the highest load within the target"),
+)
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+# The 95 % interval of a pooled figure: `<figure>_ci_low` and `<figure>_ci_high` (experiments.measure.intervals).
+INTERVAL_END = re.compile(r"^(?P<figure>.+)_ci_(?:low|high)$")
+
+
+def metric(name: str) -> Metric | None:
+    """The declared metric `name`, or the figure an interval end belongs to; None when it is not declared."""
+    found = BY_NAME.get(name)
+    if found is None and (end := INTERVAL_END.match(name)):
+        found = BY_NAME.get(end["figure"])
+    return found
+
+
+def undeclared(names: object) -> list[str]:
+    """The names among `names` this catalog does not declare, sorted."""
+    return sorted(str(n) for n in names if metric(str(n)) is None)  # type: ignore[attr-defined]
+
+
+def render_markdown() -> str:
+    """docs/metrics.md: one table row per metric."""
+    lines = ["# Metrics", "",
+             "Every metric a trial run carries in MLflow, rendered from `experiments/measure/catalog.py` (the one "
+             "place a metric is declared; `tests/test_metric_catalog.py` checks this page is current). *Pooled* "
+             "says how the repeats of a trial (`experiment.repeats`) make its one figure; each pooled figure with an "
+             "interval also has `<metric>_ci_low` and `<metric>_ci_high` ([Confidence intervals](confidence-intervals.md)).",
+             "", "| metric | unit | pooled | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{m.name}` | {m.unit} | {m.pool} | {m.doc} |" for m in METRICS]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")
