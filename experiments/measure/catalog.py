@@ -159,7 +159,8 @@ def render_markdown() -> str:
              "Every metric a trial run carries in MLflow, rendered from `experiments/measure/catalog.py` (the one "
              "place a metric is declared; `tests/test_metric_catalog.py` checks this page is current). *Pooled* "
              "says how the repeats of a trial (`experiment.repeats`) make its one figure; each pooled figure with an "
-             "interval also has `<metric>_ci_low` and `<metric>_ci_high` ([Confidence intervals](confidence-intervals.md)).",
+             "interval also has `<metric>_ci_low` and `<metric>_ci_high` "
+             "([Confidence intervals](confidence-intervals.md)).",
              "", "| metric | unit | pooled | meaning |", "|---|---|---|---|"]
     lines += [f"| `{m.name}` | {m.unit} | {m.pool} | {m.doc} |" for m in METRICS]
     return "\n".join(lines) + "\n"
