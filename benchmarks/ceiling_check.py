@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import report  # noqa: E402
-from experiments.config.compose import compose  # noqa: E402
+from experiments.config.compose import load_config  # noqa: E402
 
 GOAL = 0.15
 
@@ -83,7 +83,7 @@ def main() -> None:
     from serving.paths import node_model_repository
     from serving.runtime import Engine, Runtime
 
-    cfg = compose([f"model={args.model}"])
+    cfg = load_config([f"model={args.model}"])
     gpus = nvml_gpus().names
     device = "cuda" if gpus else "cpu"
     provider = "CUDAExecutionProvider" if gpus else "CPUExecutionProvider"

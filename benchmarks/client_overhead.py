@@ -48,7 +48,7 @@ from benchmarks.load_tools import (  # noqa: E402
     run_wrk,
     split_http_request,
 )
-from experiments.config.compose import compose  # noqa: E402
+from experiments.config.compose import load_config  # noqa: E402
 
 GOAL = {"throughput_ratio": 0.95, "p50_ratio": 1.1, "cpu_ratio": 1.2, "server_count": (0.97, 1.03), "wrk": 0.10,
         "speedup_agreement": 0.10, "late_fraction": 0.01, "achieved_vs_target": 0.02}
@@ -206,7 +206,8 @@ def open_rows(cfg: Any, args: Any, variant: str, protocol: str, rate: float, bac
     from experiments.plan import planned_trial
     from experiments.run.trial import run_trial
 
-    open_cfg = compose([*_overrides(args), "experiment.load_mode=poisson", f"experiment.window_s={args.open_window_s}"])
+    open_cfg = load_config([*_overrides(args), "experiment.load_mode=poisson",
+                            f"experiment.window_s={args.open_window_s}"])
     rows = []
     for engine in args.engines:
         open_cfg.experiment.load_engine = clients.exp.load_engine = engine
@@ -331,7 +332,7 @@ def main() -> None:
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     args = parser.parse_args()
 
-    cfg = compose(_overrides(args))
+    cfg = load_config(_overrides(args))
     rows: list[dict[str, Any]] = []
     try:
         for run in range(1, args.runs + 1):

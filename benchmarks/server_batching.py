@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.config.compose import compose
+from experiments.config.compose import load_config
 from serving.paths import REPO_ROOT
 
 # Per server: the variant without batching first, then the variants with it.
@@ -59,7 +59,7 @@ def compose_config(args: argparse.Namespace) -> Any:
         # One window per measurement: the rounds alternate the two servers instead of repeating windows.
         "experiment.stability.windows=1", "experiment.stability.max_windows=1", *args.overrides,
     ]
-    cfg = compose(overrides)
+    cfg = load_config(overrides)
     validate(cfg)
     return cfg
 

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import local_tier, report  # noqa: E402
-from experiments.config.compose import compose  # noqa: E402
+from experiments.config.compose import load_config  # noqa: E402
 from serving.paths import MODEL_REPOSITORY  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def main() -> None:
     from experiments.run.server_group import build_backend
     from experiments.run.trial import run_trial
 
-    cfg = compose([f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
+    cfg = load_config([f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
                    "experiment.warmup_requests=20", "experiment.stability.max_windows=10",
                    "cluster.serve_direct_ingress=true", *args.overrides])
     baseline = in_process(cfg.model, args.repeats)

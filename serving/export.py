@@ -7,10 +7,13 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from serving.model_config import ModelConfig
 from serving.models import ModelSource, build_model, example_batch
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +104,8 @@ def export_onnx(model_cfg: ModelConfig, repository: Path, check_batch_size: int 
     return report
 
 
-def compare_with_pytorch(model_cfg: ModelConfig, onnx_path: Path, batch_size: int, model: Any = None) -> float:
+def compare_with_pytorch(model_cfg: ModelConfig, onnx_path: Path, batch_size: int,
+                         model: torch.nn.Module | None = None) -> float:
     """Max absolute difference between ONNX Runtime (CPU EP) and PyTorch logits on a fixed batch."""
     import numpy as np
     import onnxruntime as ort

@@ -145,7 +145,7 @@ def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) ->
                      "%.0f s (up to %g s)", tier, waited, timeout_s)
 
 
-def client_options(cfg: Any, view: ClusterView, tier: str, node_id: str) -> dict[str, Any]:
+def client_options(cfg: TierbenchConfig, view: ClusterView, tier: str, node_id: str) -> dict[str, Any]:
     """Ray options for the client actors, after checking they can fit and reach the servers."""
     placement = cfg.clients.placement
     exp = cfg.experiment

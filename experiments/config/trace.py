@@ -118,7 +118,7 @@ def read_trace(path: str) -> Trace:
     return Trace(path, header, tuple(rates), hashlib.sha256(Path(path).read_bytes()).hexdigest())
 
 
-def trace_settings(exp: Any) -> dict[str, Any]:
+def trace_settings(exp: ExperimentConfig) -> dict[str, Any]:
     """What a trace trial is measured with, part of its identity and params: the file and its digest (none for the
     other load modes, whose identity stays as it was)."""
     if exp.load_mode != "trace":

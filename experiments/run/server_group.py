@@ -105,7 +105,7 @@ class ServerRelay:
 
 
 class ServerGroup:
-    def __init__(self, cfg: Any, group: TrialGroup, node: NodeInfo, ray_options: dict[str, Any],
+    def __init__(self, cfg: TierbenchConfig, group: TrialGroup, node: NodeInfo, ray_options: dict[str, Any],
                  clients: ClientPool, finish: Finish, save_server_file: Callable[[str, str], None],
                  done_keys: set[str] | None = None, emulated: bool = False, model: StagedModel | None = None,
                  relay: ServerRelay | None = None) -> None:

@@ -21,9 +21,12 @@ import math
 import struct
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 FP32, BYTES = "FP32", "BYTES"
@@ -151,7 +154,7 @@ class ModelSignature:
         return values.reshape(shape)
 
 
-def model_signatures(model_cfg: Any) -> dict[str, ModelSignature]:
+def model_signatures(model_cfg: ModelConfig) -> dict[str, ModelSignature]:
     """The server's models by the input format they take (`tensor`, `jpeg`; serving.protocols.InputFormat):
     the model itself and its JPEG twin, named as Triton names them."""
     from serving.models import output_dims

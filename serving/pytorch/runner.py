@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class TorchOptions:
 class TorchRunner:
     """A model ready to serve: built, moved to its device, cast and (lazily) compiled; `warm_up` makes it ready."""
 
-    def __init__(self, model_cfg: Any, device: str, options: TorchOptions) -> None:
+    def __init__(self, model_cfg: ModelConfig, device: str, options: TorchOptions) -> None:
         import torch
 
         from serving.models import build_model, model_file

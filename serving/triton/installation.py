@@ -30,6 +30,8 @@ from serving.paths import cache_root
 from serving.triton.settings import AUTO, TritonServerKind
 
 if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
+
     from serving.triton.repository import TritonVariant
 
 NO_TRITON_DOCS = "docs/troubleshooting.md#no-triton"  # what a node without a Triton can do
@@ -71,7 +73,8 @@ class TritonInstallation(ABC):
         one never load in another (part of the engine cache key)."""
 
     @abstractmethod
-    def serve_classifier(self, config: Any, variant: TritonVariant, onnx_path: Path, version_dir: Path) -> None:
+    def serve_classifier(self, config: mc.ModelConfig, variant: TritonVariant, onnx_path: Path,
+                         version_dir: Path) -> None:
         """Make the classifier's `config` and version folder serve `onnx_path` the way this server runs it."""
 
 
@@ -104,7 +107,8 @@ class NativeTriton(TritonInstallation):
         """NVIDIA's container names its Triton release, which pins both."""
         return f"native{os.environ.get('TRITON_SERVER_VERSION', '')}"
 
-    def serve_classifier(self, config: Any, variant: TritonVariant, onnx_path: Path, version_dir: Path) -> None:
+    def serve_classifier(self, config: mc.ModelConfig, variant: TritonVariant, onnx_path: Path,
+                         version_dir: Path) -> None:
         from serving.triton.repository import native_onnxruntime
 
         native_onnxruntime(config, variant)
@@ -184,7 +188,8 @@ class BundledTriton(TritonInstallation):
             r"tensorrt[-_]cu\d+[-_]libs", (d.metadata["Name"] or "").lower())), "system")
         return f"ort{ort}-trt{trt}"
 
-    def serve_classifier(self, config: Any, variant: TritonVariant, onnx_path: Path, version_dir: Path) -> None:
+    def serve_classifier(self, config: mc.ModelConfig, variant: TritonVariant, onnx_path: Path,
+                         version_dir: Path) -> None:
         from serving.triton.repository import PYTHON_MODEL_FILE, python_backend_onnxruntime
 
         python_backend_onnxruntime(config, variant, onnx_path)
