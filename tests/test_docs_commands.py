@@ -254,9 +254,11 @@ def _composed(point: tuple[str, ...]) -> Any:
 
 @cache
 def _validate(point: tuple[str, ...]) -> None:
+    """What `experiments.run.sweep.run_sweep` checks before it starts anything: the typed config, validated."""
+    from experiments.config.typed import typed
     from experiments.config.validation import validate
 
-    validate(_composed(point))
+    validate(typed(_composed(point)))
 
 
 def _check_overrides(texts: list[str], validate: bool) -> None:
