@@ -28,6 +28,7 @@ LEAN = ["experiment.batch_sizes=[1]", "experiment.concurrency=[2]", "experiment.
 VARIANTS = ("pytorch", "triton_onnx", "triton_onnx_dynbatch")  # Serve's batcher: tests/test_serve_batching.py
 BATCHING_PARAMS = {"server_batching", "server_max_batch_size", "server_batch_wait_ms", "server_instances",
                    "server_preferred_batch_sizes"}
+SERVERS = {*VARIANTS, "fastapi", "torchserve"}
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,14 @@ def fair_runs(fair_sweep: tuple[str, list]) -> list:
     return fair_sweep[1]
 
 
+def _ok(runs: list) -> list:
+    """The measured trials, some of every server's: a test looping over them must not pass on a sweep that measured
+    none (run alone, nothing else here would say so)."""
+    ok = [r for r in runs if r.data.tags["status"] == "ok"]
+    assert {r.data.params["backend_variant"] for r in ok} == SERVERS, "the sweep measured no trial of some server"
+    return ok
+
+
 def test_every_backend_takes_jpeg_and_tensor_over_http_and_grpc(fair_runs) -> None:
     ok = {(r.data.params["backend_variant"], r.data.params["protocol"], r.data.params["input_format"])
           for r in fair_runs if r.data.tags["status"] == "ok"}
@@ -66,8 +75,8 @@ def test_every_backend_takes_jpeg_and_tensor_over_http_and_grpc(fair_runs) -> No
     skipped = [r for r in fair_runs if r.data.tags["status"] == "skipped"]
     reasons = {(r.data.params["backend"], r.data.params["protocol"], r.data.params["input_format"]):
                r.data.tags["reason"] for r in skipped}
-    assert all("shared-memory" in why for (_, protocol, fmt), why in reasons.items()
-               if protocol.endswith("shm") and fmt != "jpeg_base64")
+    shm = [why for (_, protocol, fmt), why in reasons.items() if protocol.endswith("shm") and fmt != "jpeg_base64"]
+    assert shm and all("shared-memory" in why for why in shm)
     assert "Triton's APIs take tensors" in reasons[("triton_onnx", "http", "jpeg_base64")]
     assert "speaks HTTP only" in reasons[("fastapi", "grpc", "tensor")]
     assert "map<string, bytes>" in reasons[("torchserve", "grpc", "jpeg_base64")]
@@ -75,7 +84,7 @@ def test_every_backend_takes_jpeg_and_tensor_over_http_and_grpc(fair_runs) -> No
 
 
 def test_every_measurement_is_the_compiled_engines_but_shared_memory(fair_runs) -> None:
-    for run in (r for r in fair_runs if r.data.tags["status"] == "ok"):
+    for run in _ok(fair_runs):
         engine = "python" if run.data.params["protocol"].endswith("shm") else "compiled"
         assert run.data.params["load_engine"] == engine, run.info.run_name
 
@@ -98,20 +107,21 @@ def test_same_images_same_payload_on_every_backend_and_protocol(fair_runs) -> No
                       output_shape=(1000,))
     expected = {"jpeg": float(sum(len(i) for i in jpeg_batch(spec))), "tensor": 602_112.0,
                 "jpeg_base64": float(sum(len(base64.b64encode(i)) for i in jpeg_batch(spec)))}
-    for run in fair_runs:
-        if run.data.tags["status"] == "ok":
-            assert run.data.metrics["payload_bytes"] == expected[run.data.params["input_format"]], run.info.run_name
+    ok = _ok(fair_runs)
+    assert {run.data.params["input_format"] for run in ok} == expected.keys()
+    for run in ok:
+        assert run.data.metrics["payload_bytes"] == expected[run.data.params["input_format"]], run.info.run_name
 
 
 def test_every_measured_trial_was_crosschecked_against_the_reference(fair_runs) -> None:
-    for run in (r for r in fair_runs if r.data.tags["status"] == "ok"):
+    for run in _ok(fair_runs):
         m = run.data.metrics
         assert m["crosscheck_top1_agreement"] == 1.0, run.info.run_name
         assert m["crosscheck_max_abs_diff"] < 1e-3, run.info.run_name  # CPU fp32: ONNX Runtime ~1e-5 off
 
 
 def test_server_batching_settings_are_params_comparable_across_servers(fair_runs) -> None:
-    by_variant = {r.data.params["backend_variant"]: r.data.params for r in fair_runs if r.data.tags["status"] == "ok"}
+    by_variant = {r.data.params["backend_variant"]: r.data.params for r in _ok(fair_runs)}
     for variant, params in by_variant.items():
         assert BATCHING_PARAMS <= params.keys(), variant
     unbatched = {by_variant[v]["server_batching"] for v in ("pytorch", "triton_onnx", "fastapi", "torchserve")}

@@ -49,6 +49,9 @@ def tensorrt_unavailable_reason() -> str | None:
 TRT_REASON = tensorrt_unavailable_reason() if has_gpu() else None
 BACKENDS = ["pytorch", "pytorch_fp16", "pytorch_compile", "triton_onnx"] + (
     ["triton_trt", "triton_trt_fp16"] if TRT_REASON is None else [])
+MATRIX = [f"experiment.backends=[{','.join(BACKENDS)}]", "experiment.protocols=[http,grpc]",
+          "experiment.input_formats=[tensor]", f"experiment.batch_sizes=[{','.join(map(str, BATCHES))}]",
+          "experiment.concurrency=[1,4]"]
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +60,7 @@ def gpu_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, l
 
     tmp = tmp_path_factory.mktemp("gpu-sweep")
     cfg = load_config([
-        *store_overrides(tmp, SWEEP_ID),
-        f"experiment.backends=[{','.join(BACKENDS)}]", "experiment.protocols=[http,grpc]",
-        "experiment.input_formats=[tensor]", f"experiment.batch_sizes=[{','.join(map(str, BATCHES))}]",
-        "experiment.concurrency=[1,4]", "experiment.window_s=2.0", "experiment.warmup_s=0.5",
+        *store_overrides(tmp, SWEEP_ID), *MATRIX, "experiment.window_s=2.0", "experiment.warmup_s=0.5",
         "experiment.warmup_requests=5",
         f"++backends.triton_trt.engine_cache_dir={tmp / 'trt'}",
         f"++backends.triton_trt_fp16.engine_cache_dir={tmp / 'trt'}",
@@ -72,11 +72,18 @@ def gpu_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, l
 
 
 def _ok(runs: list) -> list:
-    return [r for r in runs if r.data.tags["status"] == "ok"]
+    """The measured trials, some of every variant's: a test looping over them must not pass on a sweep that measured
+    none."""
+    ok = [r for r in runs if r.data.tags["status"] == "ok"]
+    assert {r.data.params["backend_variant"] for r in ok} == set(BACKENDS), "no trial of some variant was measured"
+    return ok
 
 
 def test_every_gpu_variant_runs_on_the_gpu(gpu_sweep) -> None:
+    from experiments.plan import plan_trials
+
     code, runs = gpu_sweep
+    assert len(runs) == sum(len(group.trials) for group in plan_trials(load_config(MATRIX))), "a trial per planned one"
     for run in runs:
         status, why = run.data.tags["status"], (run.info.run_name, run.data.tags.get("reason"))
         if status == "skipped":  # the only skip a GPU node may have: a Serve deployment without a gRPC ingress
