@@ -447,8 +447,8 @@ def test_the_committed_configuration_reference_is_what_the_schemas_render() -> N
 
     path = REPO_ROOT / "docs" / PAGE
     assert path.read_text() == render(), (
-        f"{path.relative_to(REPO_ROOT)} is out of date; render it again: python -c 'from experiments.config.reference "
-        f"import render; open(\"docs/{PAGE}\", \"w\").write(render())'")
+        f"{path.relative_to(REPO_ROOT)} is out of date; render it again: python -m experiments.config.reference > "
+        f"docs/{PAGE}")
 
 
 def test_the_documented_comparison_of_two_sweeps_runs(tmp_path: Path, capsys: Any) -> None:

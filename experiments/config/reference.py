@@ -244,9 +244,6 @@ def render() -> str:
     return "\n".join(out)
 
 
-def on_files(files: Any, config: Any) -> Any:
-    """MkDocs hook that adds the rendered page to a site's files (mkdocs.yml uses the committed page instead)."""
-    from mkdocs.structure.files import File
 
-    files.append(File.generated(config, PAGE, content=render()))
-    return files
+if __name__ == "__main__":
+    print(render(), end="")
