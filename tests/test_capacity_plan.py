@@ -66,6 +66,7 @@ def test_nodes_are_exact_ceilings_at_the_boundaries(required: Fraction, per_node
 
 def test_every_plan_covers_the_peak_with_headroom_and_no_node_more() -> None:
     plans = single_plans([A100, RTX], PRICES, Traffic(1000.0, 1000.0, 0.2))
+    assert len(plans) == len(A100_PRICES) + len(RTX_PRICES)  # one per tier and price
     for plan in plans:
         assert plan.capacity_img_s >= 1200 > (plan.nodes - 1) * plan.point.img_s  # headroom once, not 1.2 x 1.2
 
