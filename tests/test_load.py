@@ -94,7 +94,7 @@ def test_client_cpu_per_request_counts_what_the_client_spent() -> None:
 
     _, (samples,) = asyncio.run(_run(ClosedLoopLoad(burning_send, 1, timeout_s=5, images_per_request=1)))
     (health,) = samples.clients
-    assert health.completed == samples.completed > 100
+    assert health.completed == samples.completed > 10  # enough to divide by (fewer on a busy machine, never 0)
     us = client_metrics(samples)["client_cpu_us_per_request"]
     assert 1800 <= us <= 1e6 * samples.duration_s / samples.completed * 1.05
 
@@ -227,8 +227,9 @@ def test_open_loop_exposes_queueing_that_send_time_latency_hides() -> None:
         send, rate=75, arrival="poisson", timeout_s=10, images_per_request=1, max_in_flight=1, seed=3), 2.0, 1)
     intended_p99 = np.percentile(samples.latency_s, 99)
     send_p99 = np.percentile(samples.send_latency_s, 99)
-    # Once sent, a request takes about one service time (20 ms; generous bound for a busy machine) ...
-    assert np.median(samples.send_latency_s) < 0.1
+    # Once sent, a request takes about one service time (20 ms: at least that, more on a busy machine), far less
+    # than it waited in all ...
+    assert 0.02 * 0.95 <= np.median(samples.send_latency_s) < np.median(samples.latency_s) / 2
     # ... but the wait before it could be sent is queueing the user saw, and only intended times show it.
     assert intended_p99 > 2 * send_p99
     assert sum(c.late_sends for c in samples.clients) > 0
