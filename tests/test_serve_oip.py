@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from experiments.config.compose import load_config
 from serving.clients.base import ClientSpec, jpeg_batch, tensor_batch
@@ -326,7 +325,7 @@ def test_the_compiled_engine_measures_serve(serve_app, protocol) -> None:
     if not status.available or (protocol == "grpc" and not status.http2):
         pytest.skip(f"the compiled engine cannot send {protocol} here: {status.describe()}")
     cfg = serve_app["cfg"]
-    assert OmegaConf.select(cfg, "experiment.load_engine") == "compiled"
+    assert cfg.experiment.load_engine == "compiled"
     for input_format in ("tensor", "jpeg"):
         trial = planned_trial(cfg, "pytorch", protocol, input_format, 1, 1)
         record = run_trial(cfg, trial, serve_app["backend"], serve_app["handle"], serve_app["node"],
