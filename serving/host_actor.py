@@ -11,6 +11,7 @@ from serving.backend import BackendContext
 
 log = logging.getLogger(__name__)
 STOP_MARGIN_S = 30.0  # beyond the server's own stop timeout: the actor call itself
+COUNTERS_TIMEOUT_S = 30.0
 
 
 def place_host(host_class: type, options: dict[str, Any], args: tuple[Any, ...], context: BackendContext,
@@ -31,9 +32,11 @@ def place_host(host_class: type, options: dict[str, Any], args: tuple[Any, ...],
 
 def stop_host(actor: Any, context: BackendContext, what: str) -> dict[str, str]:
     """Stop the host's server (its logs by file name), then kill the actor; a dead or stuck actor is killed all the
-    same (its server dies with it) and gives no logs."""
+    same (its server dies with it) and gives no logs. None: no host, nothing to stop."""
     import ray
 
+    if actor is None:
+        return {}
     try:
         return ray.get(actor.stop.remote(context.stop_timeout_s), timeout=context.stop_timeout_s + STOP_MARGIN_S)
     except Exception as exc:  # noqa: BLE001 - the actor may be dead; its server dies with it (parent-death signal)
@@ -41,3 +44,11 @@ def stop_host(actor: Any, context: BackendContext, what: str) -> dict[str, str]:
         return {}
     finally:
         ray.kill(actor)
+
+
+def host_counters(actor: Any) -> dict[str, float]:
+    """The server's cumulative counters (`Backend.server_counters`), scraped by its host on the server's node: the
+    metrics port listens on the node's loopback."""
+    import ray
+
+    return ray.get(actor.counters.remote(), timeout=COUNTERS_TIMEOUT_S)

@@ -92,7 +92,7 @@ class FastApiBackend(TorchBackend):
 
     def stop(self) -> dict[str, str]:
         actor, self._actor = self._actor, None
-        return stop_host(actor, self.context, "FastAPI") if actor is not None else {}
+        return stop_host(actor, self.context, "FastAPI")
 
     def batching_params(self) -> dict[str, Any]:
         """Server-side batching in the terms every server shares (see TritonBackend.batching_params): none here."""

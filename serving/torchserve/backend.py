@@ -17,7 +17,7 @@ from typing import Any
 
 from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
-from serving.host_actor import place_host, stop_host
+from serving.host_actor import host_counters, place_host, stop_host
 from serving.protocols import InputFormat
 from serving.pytorch.backend import TorchBackend
 from serving.torchserve import config as ts_config
@@ -157,13 +157,10 @@ class TorchServeBackend(TorchBackend):
 
     def stop(self) -> dict[str, str]:
         actor, self._actor = self._actor, None
-        return stop_host(actor, self.context, "TorchServe") if actor is not None else {}
+        return stop_host(actor, self.context, "TorchServe")
 
     def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
-        import ray
-
-        # Scraped on the server's node: the metrics port listens on the node's loopback.
-        return ray.get(self._actor.counters.remote(), timeout=30)
+        return host_counters(self._actor)
 
     def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
         """Per request: the frontend's time from arrival to answer and queued (REST trials only: TorchServe adds

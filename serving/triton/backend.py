@@ -14,7 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.backend import Backend, BackendContext, ServerHandle, formable_batches
 from serving.clients.base import ClientSpec
-from serving.host_actor import place_host, stop_host
+from serving.host_actor import host_counters, place_host, stop_host
 from serving.paths import MODEL_REPOSITORY
 from serving.protocols import InputFormat, parse_protocol
 from serving.runtime import Engine, Runtime
@@ -241,13 +241,10 @@ class TritonBackend(Backend):
 
     def stop(self) -> dict[str, str]:
         actor, self._actor = self._actor, None
-        return stop_host(actor, self.context, "Triton") if actor is not None else {}
+        return stop_host(actor, self.context, "Triton")
 
     def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
-        import ray
-
-        # Scraped on the server's node: the metrics port listens on the node's loopback.
-        return ray.get(self._actor.counters.remote(), timeout=30)
+        return host_counters(self._actor)
 
     def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
         from serving.triton.metrics import breakdown
