@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 from experiments.cluster.tiers import TIER_LABEL, known_tiers, node_declaration, tier_gpu_problem, tiers_for_gpu
+from serving.registry import ray_node_environment
 
 # Fixed ports, so a firewall can open exactly these between the nodes (Ray picks random ones otherwise):
 # the head's GCS port (--port) plus, on every node, these and the worker port range.
@@ -160,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         print("error: `ray` is not on PATH: install tierbench on this node (docs/gpu-nodes.md#setting-up-a-node)",
               file=sys.stderr)
         return 2
-    # Ray Serve's per-request logs stay in its log files rather than being streamed to the sweep's console.
-    env = {**os.environ, "RAY_SERVE_LOG_TO_STDERR": os.environ.get("RAY_SERVE_LOG_TO_STDERR", "0")}
+    # What the backend packages ask of a Ray node's environment (e.g. Ray Serve's per-request logs kept in its log
+    # files rather than streamed to the sweep's console), a setting of this shell's winning.
+    env = {**ray_node_environment(), **os.environ}
     code = subprocess.run(cmd, env=env).returncode
     if code != 0:
         print(f"error: `ray start` exited {code} (its reason above); a Ray already running here is the usual one "

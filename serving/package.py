@@ -6,9 +6,9 @@ specs it hands out, its deploy files by `Backend.deploy_files`, its variants by 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -38,10 +38,12 @@ class BackendPackage:
     doctor_rows: Callable[[NodeInfo], list[DoctorRow]] = lambda node: []
     # The extra of pyproject.toml that installs what it needs beyond tierbench's own dependencies (None: nothing more).
     extra: str | None = None
-    # What a backend whose servers live in the Ray cluster itself (Ray Serve) asks of the cluster a sweep reaches
-    # (`experiments.cluster.connection`): environment variables the sweep's Ray job sets for every process it starts,
-    # its actors included, from the cluster config (its switches, `cluster.<key>`, settled by
-    # `BackendSettings.cluster_needs`) ...
+    # What a backend whose servers live in the Ray cluster itself (Ray Serve) asks of Ray: defaults of the environment
+    # of a Ray node tierbench starts (cluster=local or emulated, `runners.node`; a user's own setting wins) ...
+    ray_node_environment: Mapping[str, str] = field(default_factory=dict)
+    # ... and of the cluster a sweep reaches (`experiments.cluster.connection`): environment variables the sweep's Ray
+    # job sets for every process it starts, its actors included, from the cluster config (its switches,
+    # `cluster.<key>`, settled by `BackendSettings.cluster_needs`) ...
     cluster_environment: Callable[[Any], dict[str, str]] = lambda cluster: {}
     # ... and, on a running cluster the sweep joins (one it did not start), what it does while the sweep is there:
     # entered on joining, left when the sweep lets go of the cluster (stop what the sweep started there that would

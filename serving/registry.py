@@ -25,6 +25,13 @@ def backend_packages() -> dict[str, BackendPackage]:
     return {package.name: package for package in packages}
 
 
+def ray_node_environment() -> dict[str, str]:
+    """What the registered packages ask of the environment of a Ray node tierbench starts (each a default: a user's
+    own setting wins)."""
+    return {key: value for package in backend_packages().values()
+            for key, value in package.ray_node_environment.items()}
+
+
 def node_fact_kinds() -> tuple[type[Any], ...]:
     """The facts any backend decides by, each once, in registry order: what `describe_node` probes."""
     return tuple(dict.fromkeys(kind for package in backend_packages().values() for kind in package.facts))

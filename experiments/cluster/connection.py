@@ -33,7 +33,7 @@ from experiments.cluster.tiers import (
 )
 from experiments.config.autoscaling import Autoscaling
 from serving.process import unreachable
-from serving.registry import backend_packages
+from serving.registry import backend_packages, ray_node_environment
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tierbench"
@@ -177,11 +177,12 @@ def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
 
 
 def _quiet_ray_env() -> None:
-    # Defaults for the Ray this program starts (a user's own setting wins): no token warning, no usage stats,
-    # Ray Serve's per-request logs kept in its log files instead of streamed to the console.
+    # Defaults for the Ray this program starts (a user's own setting wins): no token warning, no usage stats, and
+    # what the backend packages ask of its environment (`BackendPackage.ray_node_environment`).
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
+    for key, value in ray_node_environment().items():
+        os.environ.setdefault(key, value)
 
 
 @contextmanager

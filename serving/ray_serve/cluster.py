@@ -1,4 +1,4 @@
-"""What Ray Serve asks of the Ray cluster a sweep reaches (`BackendPackage.cluster_environment`, `joined_cluster`):
+"""What Ray Serve asks of Ray (`BackendPackage.ray_node_environment`, `cluster_environment`, `joined_cluster`):
 Serve's processes are the cluster's own (one Serve instance per cluster, detached), not a server a host actor owns.
 
 Direct ingress (`cluster.serve_direct_ingress`): the sweep job's runtime env switches it on. Actors the job creates
@@ -16,6 +16,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+# For a Ray node tierbench starts: Serve's per-request logs kept in its log files, not streamed to the sweep's console.
+RAY_NODE_ENVIRONMENT = {"RAY_SERVE_LOG_TO_STDERR": "0"}
 DIRECT_INGRESS_ENVIRONMENT = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
                               "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
 
