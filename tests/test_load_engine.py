@@ -413,7 +413,10 @@ def test_the_engine_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
                   "stdout=subprocess.DEVNULL); print(p.pid, flush=True); time.sleep(60)")
         parent = subprocess.Popen(["python3", "-c", script], stdout=subprocess.PIPE, text=True)
         child = int(parent.stdout.readline())
-        time.sleep(0.3)
+        deadline = time.monotonic() + 30
+        while srv.requests == 0:  # loading: past its start, where it asks to die with its parent
+            assert time.monotonic() < deadline, "the engine sent nothing in 30 s"
+            time.sleep(0.01)
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 5
@@ -438,10 +441,10 @@ def test_the_engine_runs_ahead_of_servers_at_rays_worker_niceness_where_the_os_a
         proc = subprocess.Popen(["nice", "-n", "15", str(engine_binary()), "--http1", wire.host, str(wire.port),
                                  "--request", str(folder / "request.bin"), "--closed", "1", "--nice", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(0.5)
+        first = proc.stdout.read(records.RECORD.itemsize)  # its first record, once it runs (not a fixed sleep)
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=10)
-    (ready,) = records.parse(bytearray(out))[:1]
+        proc.communicate(timeout=10)
+    (ready,) = records.parse(bytearray(first))
     assert ready["kind"] == records.Kind.READY
     assert int(ready["code"]) - 20 == (0 if may_raise else 15)
 
