@@ -21,7 +21,8 @@ def main(cfg: DictConfig) -> None:
     from experiments.config.model_check import check_model
     from experiments.config.typed import typed
     from serving.export import export_onnx
-    from serving.models import ModelSource, output_dims
+    from serving.model_config import ModelSource
+    from serving.models import output_dims
     from serving.triton.repository import classifier_config, write_config
 
     try:

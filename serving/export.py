@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from serving.model_config import ModelConfig
-from serving.models import ModelSource, build_model, example_batch
+from serving.model_config import ModelConfig, ModelSource
+from serving.models import build_model, example_batch
 
 if TYPE_CHECKING:
     import torch

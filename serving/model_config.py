@@ -7,9 +7,27 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from omegaconf import MISSING
+
+
+class ModelSource(StrEnum):
+    FACTORY = "factory"  # `model.factory`, weights from `model.seed` or the state_dict file `model.weights`
+    TORCHSCRIPT = "torchscript"  # torch.jit.save / torch.jit.script(...).save: `model.path`
+    TORCH_EXPORT = "torch_export"  # torch.export.save (.pt2) with a dynamic batch dimension: `model.path`
+    ONNX = "onnx"  # an ONNX file with a dynamic batch dimension: served by Triton as is, no PyTorch
+
+    @property
+    def file_key(self) -> str:
+        """The config key naming this source's file (`model.weights` may also be null: seeded weights)."""
+        return "weights" if self is ModelSource.FACTORY else "path"
+
+    @property
+    def pytorch(self) -> bool:
+        """Whether PyTorch can run it (Ray Serve's deployment, the torch reference)."""
+        return self is not ModelSource.ONNX
 
 
 @dataclass
@@ -64,6 +82,4 @@ class ModelConfig:
 
     def with_file(self, path: str) -> ModelConfig:
         """A copy reading its file (`weights` or `path`, by source) from `path`: a copy staged on a node."""
-        from serving.models import ModelSource
-
         return dataclasses.replace(self, **{ModelSource(self.source).file_key: path})

@@ -8,37 +8,18 @@ copy staged there (`serving.model_files`), never the driver's path.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from hydra.utils import get_method
 
 from serving.images import Preprocessing
+from serving.model_config import ModelConfig, ModelSource
 
 if TYPE_CHECKING:
     import torch
 
-    from serving.model_config import ModelConfig
-
 TIMM_PREFIX = "timm:"
-
-
-class ModelSource(StrEnum):
-    FACTORY = "factory"  # `model.factory`, weights from `model.seed` or the state_dict file `model.weights`
-    TORCHSCRIPT = "torchscript"  # torch.jit.save / torch.jit.script(...).save: `model.path`
-    TORCH_EXPORT = "torch_export"  # torch.export.save (.pt2) with a dynamic batch dimension: `model.path`
-    ONNX = "onnx"  # an ONNX file with a dynamic batch dimension: served by Triton as is, no PyTorch
-
-    @property
-    def file_key(self) -> str:
-        """The config key naming this source's file (`model.weights` may also be null: seeded weights)."""
-        return "weights" if self is ModelSource.FACTORY else "path"
-
-    @property
-    def pytorch(self) -> bool:
-        """Whether PyTorch can run it (Ray Serve's deployment, the torch reference)."""
-        return self is not ModelSource.ONNX
 
 
 def model_file(model_cfg: ModelConfig) -> str | None:

@@ -8,14 +8,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from experiments.config.errors import not_allowed
+from experiments.config.schema import DEFAULT_HEADROOM, CapacityConfig, TierbenchConfig
 
-if TYPE_CHECKING:
-    from experiments.config.schema import CapacityConfig, TierbenchConfig
-
-DEFAULT_HEADROOM = 0.2
 # Beyond 100 % spare capacity the "headroom" is a different peak: say that peak instead (or a percent was typed).
 MAX_HEADROOM = 1.0
 CONFIG_KEYS = ("capacity.traffic_img_s", "capacity.peak_img_s", "capacity.headroom")

@@ -10,8 +10,8 @@ from functools import lru_cache
 
 from experiments.config.errors import ConfigError
 from serving.images import CHANNEL_ORDERS, INTERPOLATIONS
-from serving.model_config import ModelConfig, PreprocessConfig
-from serving.models import TIMM_PREFIX, ModelSource, build_model, example_batch, is_classifier, model_file, output_dims
+from serving.model_config import ModelConfig, ModelSource, PreprocessConfig
+from serving.models import TIMM_PREFIX, build_model, example_batch, is_classifier, model_file, output_dims
 
 
 def check_model(model_cfg: ModelConfig) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from experiments.config.capacity import DEFAULT_HEADROOM
 from serving.model_config import ModelConfig
 from serving.registry import backend_packages
 from serving.settings import BackendSettings
@@ -256,6 +255,10 @@ class CeilingConfig:
     cache: bool = True  # reuse a timing made on the same node for the same model, runtime and versions
     cache_dir: str | None = None  # null: ~/.cache/tierbench/ceiling on the node
     timeout_s: float = 900.0  # the whole timing on a node (torch.compile and TensorRT builds happen inside it)
+
+
+# The capacity plan's spare capacity above the peak unless the user says (`capacity.headroom`, `--headroom`).
+DEFAULT_HEADROOM = 0.2
 
 
 @dataclass

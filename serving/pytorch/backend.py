@@ -8,7 +8,7 @@ from abc import abstractmethod
 from typing import Any, ClassVar
 
 from serving.backend import Backend, BackendContext
-from serving.models import ModelSource
+from serving.model_config import ModelSource
 from serving.pytorch.facts import TorchFacts
 from serving.pytorch.settings import TorchSettings
 from serving.runtime import Runtime
