@@ -120,8 +120,6 @@ def done(batch: np.ndarray) -> np.ndarray:
     return batch[batch["kind"] == records.Kind.DONE]
 
 
-
-
 def test_the_engine_builds_here_and_speaks_both_protocols() -> None:
     status = engine_status()
     assert status.available, status.problem
