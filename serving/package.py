@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from serving.node import NodeInfo
-    from serving.settings import BackendSettings
+    from serving.settings import BackendSettings, ClusterSwitches
 
 
 class DoctorRow(NamedTuple):
@@ -44,7 +44,7 @@ class BackendPackage:
     # ... and of the cluster a sweep reaches (`experiments.cluster.connection`): environment variables the sweep's Ray
     # job sets for every process it starts, its actors included, from the cluster config (its switches,
     # `cluster.<key>`, settled by `BackendSettings.cluster_needs`) ...
-    cluster_environment: Callable[[Any], dict[str, str]] = lambda cluster: {}
+    cluster_environment: Callable[[ClusterSwitches], dict[str, str]] = lambda switches: {}
     # ... and, on a running cluster the sweep joins (one it did not start), what it does while the sweep is there:
     # entered on joining, left when the sweep lets go of the cluster (stop what the sweep started there that would
     # outlive it).

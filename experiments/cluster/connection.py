@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.cluster.autoscaling import read_autoscaling
 from experiments.cluster.tiers import (
@@ -34,6 +34,9 @@ from experiments.cluster.tiers import (
 from experiments.config.autoscaling import Autoscaling
 from serving.process import unreachable
 from serving.registry import backend_packages, ray_node_environment
+
+if TYPE_CHECKING:
+    from experiments.config.schema import ClusterConfig
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tierbench"
@@ -68,7 +71,7 @@ def require_tiers(requested: list[str], available: list[str], autoscaling: Autos
         raise TierUnavailableError("\n".join(missing_tier_message(t, available, autoscaling) for t in missing))
 
 
-def require_live_or_offered(cluster_cfg: Any, requested: list[str], view: ClusterView) -> Autoscaling | None:
+def require_live_or_offered(cluster_cfg: ClusterConfig, requested: list[str], view: ClusterView) -> Autoscaling | None:
     """`require_tiers` on a connected cluster: the autoscaler's node types are read only when a requested tier has
     no live node (then returned: the tier job waits for the node the autoscaler starts)."""
     live = list(view.tiers)
@@ -107,7 +110,7 @@ def require_local_tiers(requested: list[str], declared: list[str]) -> None:
                             "tagged emulated=true) (docs/troubleshooting.md#a-node-that-is-not-its-tier)")
 
 
-def declared_tiers(cluster_cfg: Any) -> list[str] | None:
+def declared_tiers(cluster_cfg: ClusterConfig) -> list[str] | None:
     """The tiers a cluster the sweep would start will have (known before starting it); None for `address`."""
     if cluster_cfg.address:
         return None
@@ -199,19 +202,19 @@ def _keep_sigterm_handler() -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
-def job_runtime_env(cluster_cfg: Any) -> dict[str, Any] | None:
+def job_runtime_env(cluster_cfg: ClusterConfig) -> dict[str, Any] | None:
     """The sweep job's runtime env: the environment variables every backend package asks of the cluster for this
     config (`BackendPackage.cluster_environment`, e.g. Ray Serve's direct-ingress switch); actors the job creates
     inherit them. None when none asks for any."""
     env_vars = {key: value for package in backend_packages().values()
-                for key, value in package.cluster_environment(cluster_cfg).items()}
+                for key, value in package.cluster_environment(cluster_cfg.switches()).items()}
     return {"env_vars": env_vars} if env_vars else None
 
 
 class RayConnection:
     """Starts or joins the Ray of `cluster_cfg` and, on close, stops exactly what it started."""
 
-    def __init__(self, cluster_cfg: Any, log_to_driver: bool = False) -> None:
+    def __init__(self, cluster_cfg: ClusterConfig, log_to_driver: bool = False) -> None:
         self.cfg = cluster_cfg
         self.log_to_driver = log_to_driver
         self._emulated: Any = None  # ray.cluster_utils.Cluster when this connection started one
@@ -318,7 +321,7 @@ def stop_children_since(before: set[int], timeout_s: float = 10.0) -> None:
 
 
 @contextmanager
-def ray_cluster(cluster_cfg: Any, tier: str) -> Iterator[ClusterView]:
+def ray_cluster(cluster_cfg: ClusterConfig, tier: str) -> Iterator[ClusterView]:
     """Connected Ray with a live node of `tier`; yields the live nodes. Reuses a connection someone else owns."""
     import ray
 

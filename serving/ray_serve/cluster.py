@@ -12,7 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from serving.settings import ClusterSwitches
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +25,9 @@ DIRECT_INGRESS_ENVIRONMENT = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
                               "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
 
 
-def cluster_environment(cluster: Any) -> dict[str, str]:
-    """Serve's direct-ingress switch, when the cluster config asks for it."""
-    return dict(DIRECT_INGRESS_ENVIRONMENT) if getattr(cluster, "serve_direct_ingress", None) else {}
+def cluster_environment(switches: ClusterSwitches) -> dict[str, str]:
+    """Serve's direct-ingress switch, when the cluster's switches (settled before anything starts) turn it on."""
+    return dict(DIRECT_INGRESS_ENVIRONMENT) if switches.get("serve_direct_ingress") else {}
 
 
 @contextmanager
