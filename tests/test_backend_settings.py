@@ -164,3 +164,17 @@ def test_the_batched_pair_states_its_batching_in_the_same_terms() -> None:
                                    "server_batch_wait_ms": 2.0, "server_preferred_batch_sizes": ""}, batched
     assert not params["pytorch"]["server_batching"] and not params["triton_onnx"]["server_batching"]
     assert params["torchserve_batched"]["server_max_batch_size"] == 8, "TorchServe's batch counts requests"
+
+
+@pytest.mark.parametrize("entry", ["pytorch", "fastapi", "torchserve"])
+def test_every_pytorch_server_refuses_an_onnx_model_saying_why(entry: str) -> None:
+    """An ONNX file is Triton's alone: each server that runs the model in PyTorch skips it with the reason, before
+    any server starts (not a failed start)."""
+    from experiments.run.server_group import build_backend
+    from serving.node import NodeInfo
+
+    cfg = load_config()
+    onnx = dataclasses.replace(cfg.model, source="onnx", path="model.onnx")
+    node = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
+    backend = build_backend(cfg, entry, node, {}, model=onnx)
+    assert "is an ONNX file (model.source=onnx)" in backend.unsupported_reason("http", "tensor")

@@ -57,7 +57,7 @@ class FastApiBackend(TorchBackend):
             return "a plain FastAPI service speaks HTTP only (its gRPC counterpart would be another server)"
         if input_format not in list(InputFormat):
             return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
-        return self.torch_reason()
+        return self.model_reason() or self.torch_reason()
 
     def service_config(self) -> dict[str, Any]:
         """The service's config file (`serving.fastapi.app`): what the host starts and the deploy files export."""
