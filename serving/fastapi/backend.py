@@ -18,7 +18,7 @@ from serving.fastapi.facts import FastApiFacts
 from serving.fastapi.settings import FastApiSettings
 from serving.host_actor import place_host, stop_host
 from serving.oip.protocol import model_signatures
-from serving.protocols import InputFormat, parse_protocol
+from serving.protocols import InputFormat
 from serving.pytorch.backend import TorchBackend
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ PREDICT_ROUTE = "/predict"
 class FastApiBackend(TorchBackend):
     settings: FastApiSettings
     computes = "the FastAPI service"
+    ingress = "a FastAPI service"
 
     def __init__(self, context: BackendContext, settings: FastApiSettings) -> None:
         super().__init__(context, settings)
@@ -50,14 +51,9 @@ class FastApiBackend(TorchBackend):
         problem = node.facts(FastApiFacts).problem
         if problem:
             return f"the FastAPI service cannot run on node {node.hostname}: {problem}"
-        wire, shared_memory = parse_protocol(protocol)
-        if shared_memory != "none":
-            return f"{protocol}: shared-memory transport is a Triton feature; a FastAPI service takes sockets only"
-        if wire != "http":
+        if protocol == "grpc":
             return "a plain FastAPI service speaks HTTP only (its gRPC counterpart would be another server)"
-        if input_format not in list(InputFormat):
-            return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
-        return self.model_reason() or self.torch_reason()
+        return self.transport_reason(protocol, input_format, ("http",)) or self.model_reason() or self.torch_reason()
 
     def service_config(self) -> dict[str, Any]:
         """The service's config file (`serving.fastapi.app`): what the host starts and the deploy files export."""

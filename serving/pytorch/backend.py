@@ -5,10 +5,12 @@ settings, and ask Ray for the same share of it. Each extends `TorchBackend` with
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from serving.backend import Backend, BackendContext
 from serving.model_config import ModelSource
+from serving.protocols import InputFormat
 from serving.pytorch.facts import TorchFacts
 from serving.pytorch.settings import TorchSettings
 from serving.runtime import Runtime
@@ -18,6 +20,8 @@ class TorchBackend(Backend):
     settings: TorchSettings
     # What computes on the device, as a refusal names it (e.g. "the replica", "TorchServe's workers").
     computes: ClassVar[str]
+    # What takes the requests, as a refusal names it (e.g. "Ray Serve's ingress", "TorchServe").
+    ingress: ClassVar[str]
 
     def __init__(self, context: BackendContext, settings: TorchSettings) -> None:
         super().__init__(context, settings)
@@ -66,6 +70,18 @@ class TorchBackend(Backend):
         if reason or not ctx.requires_gpu:
             return reason
         return ctx.node.facts(TorchFacts).gpu_tier_reason(ctx.node, ctx.tier, self.computes)
+
+    def transport_reason(self, protocol: str, input_format: str, clients: Iterable[str]) -> str | None:
+        """A protocol the server has no client for (shared memory is Triton's alone), or an input format no server
+        takes; None when the server takes both."""
+        if protocol not in clients:
+            if protocol.endswith("shm"):
+                return (f"{protocol}: shared-memory transport is a Triton feature; {self.ingress} takes requests over "
+                        "sockets only")
+            return f"{self.ingress} has no {protocol!r} ingress (supported: {sorted(clients)})"
+        if input_format not in list(InputFormat):
+            return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
+        return None
 
     def model_reason(self) -> str | None:
         """Why PyTorch cannot run the model: an ONNX file. None when it can."""

@@ -73,6 +73,7 @@ MEASURED_APP_SHUTDOWN = {"graceful_shutdown_wait_loop_s": 0.2, "graceful_shutdow
 class RayServeTorchBackend(TorchBackend):
     settings: RayServeTorchSettings
     computes = "the replica"
+    ingress = "Ray Serve's ingress"
 
     def __init__(self, context: BackendContext, settings: RayServeTorchSettings) -> None:
         super().__init__(context, settings)
@@ -101,13 +102,9 @@ class RayServeTorchBackend(TorchBackend):
         reason = self.model_reason() or self.torch_reason()
         if reason:
             return reason
-        if protocol not in CLIENTS:
-            if protocol.endswith("shm"):
-                return (f"{protocol}: shared-memory transport is a Triton feature; Ray Serve's ingress takes "
-                        "requests over sockets only")
-            return f"the Ray Serve deployment has no {protocol!r} ingress (supported: {sorted(CLIENTS)})"
-        if input_format not in list(InputFormat):
-            return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
+        reason = self.transport_reason(protocol, input_format, CLIENTS)
+        if reason:
+            return reason
         if input_format == InputFormat.JPEG_BASE64 and protocol != "http":
             return ("jpeg_base64 is a JSON API's format (base64 JPEGs in a JSON body, over HTTP); over gRPC the "
                     "deployment takes the JPEG files as bytes (jpeg)")

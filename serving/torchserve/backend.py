@@ -36,6 +36,7 @@ HOST_CALL_MARGIN_S = 60.0  # beyond the server's own start timeout: archiving, a
 class TorchServeBackend(TorchBackend):
     settings: TorchServeSettings
     computes = "TorchServe's workers"
+    ingress = "TorchServe"
 
     def __init__(self, context: BackendContext, settings: TorchServeSettings) -> None:
         super().__init__(context, settings)
@@ -62,13 +63,9 @@ class TorchServeBackend(TorchBackend):
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         node = self.context.node
-        if protocol not in CLIENTS:
-            if protocol.endswith("shm"):
-                return (f"{protocol}: shared-memory transport is a Triton feature; TorchServe takes requests over "
-                        "sockets only")
-            return f"TorchServe has no {protocol!r} client here (supported: {sorted(CLIENTS)})"
-        if input_format not in list(InputFormat):
-            return f"input format {input_format!r} not accepted (supported: {[str(f) for f in InputFormat]})"
+        reason = self.transport_reason(protocol, input_format, CLIENTS)
+        if reason:
+            return reason
         if input_format == InputFormat.JPEG_BASE64 and protocol == "grpc":
             return ("TorchServe's gRPC PredictionsRequest carries map<string, bytes>: base64 in JSON is a REST "
                     "workaround (the TorchServe post has no such cell either)")
