@@ -69,8 +69,8 @@ def main() -> None:
     from experiments.run.trial import run_trial
 
     cfg = load_config([f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
-                   "experiment.warmup_requests=20", "experiment.stability.max_windows=10",
-                   "cluster.serve_direct_ingress=true", *args.overrides])
+                       "experiment.warmup_requests=20", "experiment.stability.max_windows=10",
+                       "cluster.serve_direct_ingress=true", *args.overrides])
     baseline = in_process(cfg.model, args.repeats)
     print(f"in-process p50: {baseline}", flush=True)
     runtime_of = {"triton_onnx": "onnxruntime", "pytorch": "pytorch", "pytorch_direct": "pytorch"}

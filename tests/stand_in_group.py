@@ -52,8 +52,8 @@ def run_stand_in_group(monkeypatch, overrides: list[str], failing: set[int] = fr
     import experiments.run.server_group as server_group
 
     cfg = load_config(["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
-                   "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]", "experiment.concurrency=[1]",
-                   *overrides])
+                       "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]", "experiment.concurrency=[1]",
+                       *overrides])
     (group,) = plan_trials(cfg)
     sweep, calls, rng = StandInSweep(), {"start": 0, "measure": 0}, np.random.default_rng(0)
     server = ServerGroup(cfg, group, CPU_NODE, {}, clients=clients or StandInClients(), finish=sweep,

@@ -99,8 +99,8 @@ def test_every_bad_backend_value_is_refused_by_validate_naming_key_value_and_fix
 def test_a_triton_max_batch_size_setting_bounds_the_preferred_batches() -> None:
     with pytest.raises(ConfigError) as info:
         validate(load_config(["experiment.backends=[triton_onnx_dynbatch]", "experiment.batch_sizes=[1]",
-                          "+backends.triton_onnx_dynbatch.max_batch_size=8",
-                          "backends.triton_onnx_dynbatch.preferred_batch_sizes=[16]"]))
+                              "+backends.triton_onnx_dynbatch.max_batch_size=8",
+                              "backends.triton_onnx_dynbatch.preferred_batch_sizes=[16]"]))
     assert ("backends.triton_onnx_dynbatch.preferred_batch_sizes=[16] is not allowed: each must be in "
             "1..max_batch_size=8") in str(info.value)
 
@@ -108,7 +108,7 @@ def test_a_triton_max_batch_size_setting_bounds_the_preferred_batches() -> None:
 def test_direct_ingress_with_several_replicas_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"backends\.pytorch_direct\.num_replicas=2 is not allowed: direct_ingress"):
         validate(load_config(["experiment.backends=[pytorch_direct]", "cluster.serve_direct_ingress=true",
-                          "backends.pytorch_direct.num_replicas=2"]))
+                              "backends.pytorch_direct.num_replicas=2"]))
 
 
 BAD_KEYS_AND_TYPES = [
@@ -136,7 +136,7 @@ def test_a_wrong_key_or_type_is_refused_when_composed(override: str, message: st
 
 def test_a_variant_added_on_the_command_line_is_typed() -> None:
     cfg = load_config(["+backend@backends.triton_onnx_q500=triton", "backends.triton_onnx_q500.dynamic_batching=true",
-                   "backends.triton_onnx_q500.max_queue_delay_us=500", "experiment.backends=[triton_onnx_q500]"])
+                       "backends.triton_onnx_q500.max_queue_delay_us=500", "experiment.backends=[triton_onnx_q500]"])
     validate(cfg)
     settings = cfg.backends["triton_onnx_q500"]
     assert settings == TritonSettings(dynamic_batching=True, max_queue_delay_us=500)

@@ -298,8 +298,8 @@ def test_a_sweep_with_a_traffic_ends_with_its_plan_and_says_what_to_run_for_a_ti
     uri = premigrated_store(tmp_path / "mlflow")
     syn.build(uri)
     cfg = load_config([f"mlflow.tracking_uri={uri}", f"sweep_id={syn.SWEEP_ID}", f"results_dir={tmp_path / 'runs'}",
-                   "experiment.slo.p99_ms=45", "capacity.traffic_img_s=1000", "capacity.peak_img_s=1500",
-                   "capacity.headroom=0.25"])
+                       "experiment.slo.p99_ms=45", "capacity.traffic_img_s=1000", "capacity.peak_img_s=1500",
+                       "capacity.headroom=0.25"])
     printed = "\n".join(sweep_answer(cfg))
     command = ("python -m runners.sweep gpu=rtx4090 model=resnet18 cluster=emulated experiment.slo.p99_ms=45 "
                "sweep_id=synthetic-fixture")

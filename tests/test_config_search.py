@@ -82,7 +82,7 @@ def test_a_bad_search_is_refused_naming_the_key_the_value_and_the_fix(overrides:
 
 def test_a_candidate_is_a_backend_entry_and_a_switched_off_setting_goes_back_to_its_default() -> None:
     cfg = load_config([*CHEAPEST, "experiment.backends=[triton_onnx]",
-                   "+experiment.search.space.triton.dynamic_batching=[false,true]"])
+                       "+experiment.search.space.triton.dynamic_batching=[false,true]"])
     validate(cfg)  # the switch is searched too: a delay with batching off is the same candidate as no delay
     name = add_candidate(cfg, "triton_onnx", {"instance_count": 2, "max_queue_delay_us": 500, "dynamic_batching": True})
     assert name == "triton_onnx+instance_count=2+max_queue_delay_us=500+dynamic_batching=true"
@@ -108,7 +108,7 @@ def test_a_candidate_reuses_the_running_server_only_when_it_changes_what_the_ser
 
 def test_a_search_starts_from_the_settings_as_served_a_null_max_batch_size_being_the_models() -> None:
     cfg = load_config([*CHEAPEST, "+experiment.search.space.triton.max_batch_size=[8,16,32]",
-                   "+experiment.search.space.ray_serve.max_batch_size=[4,8]"])
+                       "+experiment.search.space.ray_serve.max_batch_size=[4,8]"])
     validate(cfg)
     nothing = lambda *_: None  # noqa: E731 - nothing runs: only the start is read
     triton = BackendSearch(cfg, SimpleNamespace(variant="triton_onnx_dynbatch"), nothing, nothing, nothing)

@@ -36,9 +36,9 @@ def fair_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
     """The sweep's store and its runs."""
     tmp = tmp_path_factory.mktemp("fair")
     cfg = load_config(["experiment=fair_comparison", *store_overrides(tmp, "fair-e2e", premigrated=True), *LEAN,
-                   f"experiment.backends=[{','.join(VARIANTS)},fastapi,torchserve]",
-                   "experiment.protocols=[http,grpc,http_shm,grpc_shm]",
-                   "experiment.input_formats=[jpeg,tensor,jpeg_base64]"])
+                       f"experiment.backends=[{','.join(VARIANTS)},fastapi,torchserve]",
+                       "experiment.protocols=[http,grpc,http_shm,grpc_shm]",
+                       "experiment.input_formats=[jpeg,tensor,jpeg_base64]"])
     regions_before = {p.name for p in Path("/dev/shm").glob("tierbench_*")}
     with owned_environment():  # fails if the sweep left a process running
         code = run_sweep(cfg)

@@ -87,7 +87,7 @@ def test_every_repeat_is_kept_in_the_run_folder_and_nested_under_its_trial_run(m
 @pytest.mark.slow
 def test_a_sweep_with_repeats_nests_them_under_the_trial_run_with_its_intervals(tmp_path: Path) -> None:
     cfg = load_config([*store_overrides(tmp_path, "repeats", premigrated=True), *TINY_SWEEP, "experiment.repeats=2",
-                   "experiment.repeat_fresh_server=true"])
+                       "experiment.repeat_fresh_server=true"])
     assert run_sweep(cfg) == 0
     store = cfg.mlflow.tracking_uri
     (trial,) = runs(store, "trial", "repeats")

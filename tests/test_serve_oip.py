@@ -145,8 +145,8 @@ def serve_app() -> Iterator[dict[str, Any]]:
     from serving.probe import describe_node
 
     cfg = load_config(["model=tiny", "experiment.backends=[pytorch]", "experiment.batch_sizes=[1]",
-                   "experiment.window_s=0.5", "experiment.warmup_s=0.2", "experiment.stability.windows=1",
-                   "experiment.load_engine=compiled"])
+                       "experiment.window_s=0.5", "experiment.warmup_s=0.2", "experiment.stability.windows=1",
+                       "experiment.load_engine=compiled"])
     with ray_cluster(cfg.cluster, "local"):
         options = placement_options("local")
         node = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote())
