@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
+import pytest
+
 from serving.paths import REPO_ROOT
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
@@ -451,9 +453,16 @@ def test_the_committed_configuration_reference_is_what_the_schemas_render() -> N
         f"docs/{PAGE}")
 
 
-def test_the_documented_comparison_of_two_sweeps_runs(tmp_path: Path, capsys: Any) -> None:
-    """docs/report.md's "Comparing sweeps" snippet, run as written on two synthetic sweeps of the same points."""
+def test_the_documented_comparison_of_two_sweeps_runs(tmp_path: Path, capsys: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/report.md's "Comparing sweeps" snippet, run as written on two synthetic sweeps of the same points. The
+    snippet sets MLflow's process-wide tracking URI, as a user's script would: it is put back afterwards, or every later
+    test in this worker would read this test's store."""
+    import mlflow.tracking._tracking_service.utils as tracking_utils
+
     from tests.synthetic_trials import log_sweep
+
+    monkeypatch.setattr(tracking_utils, "_tracking_uri", tracking_utils._tracking_uri)
 
     text = (REPO_ROOT / "docs" / "report.md").read_text()
     code = text.split("<!-- docs-check: compare-sweeps -->\n```python\n", 1)[1].split("```", 1)[0]
