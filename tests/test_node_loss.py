@@ -99,7 +99,9 @@ def test_a_lost_node_is_named_and_its_unrun_trials_recorded(cluster: RayNodes, t
     assert re.search(r"python -m runners\.sweep .*gpu=rtx4090 sweep_id=\S+", output), output[-3000:]
     assert list(_by_status(sweep, "a100")) == ["ok"] and len(_by_status(sweep, "a100")["ok"]) == TRIALS
     rtx = _by_status(sweep, "rtx4090")
-    assert set(rtx) <= {"ok", "failed"} and sum(map(len, rtx.values())) == TRIALS, rtx
+    described = {status: [(r.data.tags.get("trial"), r.data.tags.get("reason")) for r in found]
+                 for status, found in rtx.items()}
+    assert set(rtx) <= {"ok", "failed"} and sum(map(len, rtx.values())) == TRIALS, (described, output[-4000:])
     reasons = [run.data.tags["reason"] for run in rtx["failed"]]
     assert all("of tier rtx4090 was lost at" in reason for reason in reasons), reasons
     not_run = [r for r in reasons if r.startswith("not run: ")]
