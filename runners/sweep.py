@@ -47,6 +47,7 @@ def _interrupt_on_signal(signum: int, frame: FrameType | None) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     from experiments.cluster.placement import PlacementError
+    from experiments.config.typed import typed
     from experiments.run.bytecode import uncached_bytecode_hint
     from experiments.run.sweep import run_sweep
 
@@ -62,7 +63,8 @@ def main(cfg: DictConfig) -> None:
     if hint:
         log.warning("%s", hint)
     try:
-        code = run_sweep(cfg)
+        config = typed(cfg)  # once: the sweep and its report take the same typed config
+        code = run_sweep(config)
     except (ConfigError, TierUnavailableError, PlacementError) as exc:
         log.error("%s", exc)
         if multirun:
@@ -72,11 +74,10 @@ def main(cfg: DictConfig) -> None:
         log.error("interrupted: servers, client actors and the local Ray were stopped. Resume with "
                   "sweep_id=%s (trials already ok are skipped)", cfg.sweep_id)
         sys.exit(EXIT_INTERRUPTED)
-    if cfg.report and not multirun:  # a multirun's driver reports once every tier is done (ClusterCallback)
-        from experiments.config.typed import typed
+    if config.report and not multirun:  # a multirun's driver reports once every tier is done (ClusterCallback)
         from experiments.report.publish import sweep_answer
 
-        print("\n".join(sweep_answer(typed(cfg))), flush=True)
+        print("\n".join(sweep_answer(config)), flush=True)
     if code:
         # An exception, not sys.exit: a multirun still runs its other tiers, then Hydra exits non-zero.
         raise SweepFailedError(f"some trials of tier {cfg.gpu.name} failed (their runs carry status=failed "
