@@ -204,13 +204,19 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         out[key] = pd.to_numeric(out[key], errors="coerce").astype("Int64")
     out["load_mode"] = out["load_mode"].fillna(LoadMode.CLOSED)
     out["request_rate"] = pd.to_numeric(out["request_rate"], errors="coerce").fillna(0.0)
+    # Metrics and prices join in one concat: a column inserted at a time fragments the frame (pandas warns, once per
+    # column, past a hundred of them: a GPU trial logs more than that).
+    extra: dict[str, pd.Series] = {}
     for col in runs.columns:
         if col.startswith("metrics."):
             name = col.removeprefix("metrics.")
             name, values = RENAMED_METRICS.get(name, name), runs[col].astype(float)
-            out[name] = out[name].combine_first(values) if name in out else values
+            known = extra.get(name, out[name] if name in out else None)
+            extra[name] = values if known is None else known.combine_first(values)
         elif col.startswith("params.price_") and col.endswith("_per_hour_usd"):
-            out[col.removeprefix("params.")] = pd.to_numeric(runs[col], errors="coerce")
+            extra[col.removeprefix("params.")] = pd.to_numeric(runs[col], errors="coerce")
+    out = pd.concat([out.drop(columns=[name for name in extra if name in out]), pd.DataFrame(extra, index=out.index)],
+                    axis=1)
     out["stack"] = out["variant"] + "/" + out["protocol"] + "/" + out["input_format"]
     out["load"] = _load_labels(out)
     # Flags from the trial's 0/1 metrics (absent: the trial predates them, or a closed loop can't overload).
