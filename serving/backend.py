@@ -36,6 +36,8 @@ class ServerHandle:
     on_gpu: bool | None = None
     # The server's own processes on its node (with every process they start): telemetry samples their threads.
     processes: tuple[int, ...] = ()
+    # A server outside the cluster (an endpoint tierbench did not start): no node of ours to sample.
+    remote: bool = False
 
 
 @dataclass

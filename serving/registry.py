@@ -15,6 +15,7 @@ BACKEND_PACKAGES = (
     "serving.ray_serve.package",
     "serving.fastapi.package",
     "serving.torchserve.package",
+    "serving.endpoint.package",
 )
 
 

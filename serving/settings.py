@@ -37,6 +37,8 @@ class BackendSettings(ABC):
     # `config.pbtxt`): a search's next candidate that changes only these takes the running server over
     # (`serving.backend.Backend.adopt`).
     reloadable: ClassVar[tuple[str, ...]] = ()
+    # False for a server tierbench does not start (an endpoint): the tier's node then only hosts the clients.
+    launches_server: ClassVar[bool] = True
 
     @property
     @abstractmethod
@@ -57,6 +59,11 @@ class BackendSettings(ABC):
 
     def refuse_batch_sizes(self, name: str, batch_sizes: list[int]) -> list[str]:
         """What is wrong with these settings for requests of `batch_sizes` images (`experiment.batch_sizes`)."""
+        return []
+
+    def refuse_loads(self, name: str, concurrency: int, rate: float) -> list[str]:
+        """What is wrong with the experiment's highest load for these settings: `concurrency` requests in flight
+        (closed loop; 0: none) or `rate` requests/s (open loop; 0: none), the SLO search's limits included."""
         return []
 
     def refuse_max_batch_size(self, name: str, model: ModelConfig, meaning: str) -> list[str]:

@@ -110,13 +110,15 @@ def require_local_tiers(requested: list[str], declared: list[str]) -> None:
                             "tagged emulated=true) (docs/troubleshooting.md#a-node-that-is-not-its-tier)")
 
 
-def declared_tiers(cluster_cfg: ClusterConfig) -> list[str] | None:
-    """The tiers a cluster the sweep would start will have (known before starting it); None for `address`."""
+def declared_tiers(cluster_cfg: ClusterConfig, client_tiers: tuple[str, ...] = ()) -> list[str] | None:
+    """The tiers a cluster the sweep would start will have (known before starting it); None for `address`.
+    `client_tiers`: tiers whose servers run outside the cluster (endpoints): this machine only hosts their clients,
+    so cluster=local declares them too."""
     if cluster_cfg.address:
         return None
     if cluster_cfg.emulated:
         return [node.tier for node in cluster_cfg.nodes if node.tier]
-    return local_node_tiers()
+    return list(dict.fromkeys([*local_node_tiers(), *client_tiers]))
 
 
 @dataclass
@@ -214,9 +216,11 @@ def job_runtime_env(cluster_cfg: ClusterConfig) -> dict[str, Any] | None:
 class RayConnection:
     """Starts or joins the Ray of `cluster_cfg` and, on close, stops exactly what it started."""
 
-    def __init__(self, cluster_cfg: ClusterConfig, log_to_driver: bool = False) -> None:
+    def __init__(self, cluster_cfg: ClusterConfig, log_to_driver: bool = False,
+                 client_tiers: tuple[str, ...] = ()) -> None:
         self.cfg = cluster_cfg
         self.log_to_driver = log_to_driver
+        self.client_tiers = client_tiers  # tiers whose servers are endpoints elsewhere (`declared_tiers`)
         self._emulated: Any = None  # ray.cluster_utils.Cluster when this connection started one
         self._started_local = False
         # What the backend packages do on a cluster this connection joined, left when it lets go of it.
@@ -225,7 +229,7 @@ class RayConnection:
 
     def open(self, tiers: list[str]) -> ClusterView:
         """Connected Ray in which every tier of `tiers` has a live node (TierUnavailableError otherwise)."""
-        declared = declared_tiers(self.cfg)
+        declared = declared_tiers(self.cfg, self.client_tiers)
         if declared is not None:  # fail before anything starts: nothing to clean up
             (require_tiers if self.cfg.emulated else require_local_tiers)(tiers, declared)
         with _keep_sigterm_handler():
@@ -321,8 +325,9 @@ def stop_children_since(before: set[int], timeout_s: float = 10.0) -> None:
 
 
 @contextmanager
-def ray_cluster(cluster_cfg: ClusterConfig, tier: str) -> Iterator[ClusterView]:
-    """Connected Ray with a live node of `tier`; yields the live nodes. Reuses a connection someone else owns."""
+def ray_cluster(cluster_cfg: ClusterConfig, tier: str, clients_only: bool = False) -> Iterator[ClusterView]:
+    """Connected Ray with a live node of `tier`; yields the live nodes. Reuses a connection someone else owns.
+    `clients_only`: the tier's servers are endpoints elsewhere, so this machine may stand for the tier."""
     import ray
 
     if ray.is_initialized():  # owned by the multirun callback, or we run inside the cluster (Ray launcher job)
@@ -330,7 +335,7 @@ def ray_cluster(cluster_cfg: ClusterConfig, tier: str) -> Iterator[ClusterView]:
         require_live_or_offered(cluster_cfg, [tier], view)
         yield view
         return
-    connection = RayConnection(cluster_cfg)
+    connection = RayConnection(cluster_cfg, client_tiers=(tier,) if clients_only else ())
     view = connection.open([tier])
     try:
         yield view

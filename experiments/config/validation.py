@@ -147,6 +147,22 @@ def _check_engine(exp: ExperimentConfig) -> None:
                   "client): use experiment.load_engine=auto (python for those protocols only) or drop them")
 
 
+def clients_only(cfg: TierbenchConfig) -> bool:
+    """Every backend of the experiment is a server tierbench does not start (an endpoint): the tier's node only hosts
+    the clients, and this machine may stand for the tier."""
+    return all(not cfg.backends[name].launches_server for name in cfg.experiment.backends if name in cfg.backends)
+
+
+def highest_load(exp: ExperimentConfig) -> tuple[int, float]:
+    """The most requests in flight (closed loop; 0: none) and per second (open loop; 0: none) the experiment asks of
+    a server, its SLO search's limits included."""
+    mode = LoadMode(exp.load_mode)
+    search = exp.slo.p99_ms is not None
+    if mode.open_loop:
+        return 0, max([*exp.request_rates, exp.slo.max_rate if search else 0.0], default=0.0)
+    return max([*exp.concurrency, exp.slo.max_concurrency if search else 0], default=0), 0.0
+
+
 def _check_backend(cfg: TierbenchConfig, name: str) -> None:
     """The entry's typed settings, the class they name, and the settings' own checks, before any server starts."""
     from hydra.utils import get_class
@@ -158,7 +174,8 @@ def _check_backend(cfg: TierbenchConfig, name: str) -> None:
         raise ConfigError(f"backends.{name}._target_={settings._target_!r} cannot be imported ({exc}): name a "
                           "Backend class, e.g. serving.triton.backend.TritonBackend") from None
     problems = [*settings.check(name, cfg.model, cfg.cluster.switches()),
-                *settings.refuse_batch_sizes(name, list(cfg.experiment.batch_sizes))]
+                *settings.refuse_batch_sizes(name, list(cfg.experiment.batch_sizes)),
+                *settings.refuse_loads(name, *highest_load(cfg.experiment))]
     if problems:
         raise ConfigError("; ".join(problems))
 

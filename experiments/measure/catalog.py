@@ -92,6 +92,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("server_warmup_first_call_s", "s", Pool.MEAN, "the slowest first call of the server's warm-up"),
     Metric("torch_compile_s", "s", Pool.MEAN, "seconds torch.compile took in the server's warm-up"),
     Metric("trt_engine_build_s", "s", Pool.MEAN, "seconds to build the TensorRT engine (outside every window)"),
+    Metric("endpoint_rtt_p50_ms", "ms", Pool.MEAN, "an endpoint's network round trip before its trials: the p50 of "
+                                                   "small GETs on a kept-alive connection from the sweep's driver"),
     Metric("trt_engine_load_s", "s", Pool.MEAN, "seconds to load a cached TensorRT engine"),
     # The cross-check against the reference.
     Metric("crosscheck_top1_agreement", "share", Pool.MIN, "share of images whose top-1 class matches the reference"),

@@ -281,6 +281,10 @@ def start_node_telemetry(telemetry_cfg: TelemetryConfig, handle: ServerHandle, n
 
     if not ray.is_initialized():  # a server hosted outside a cluster (tests): no node to place a sampler on
         return None
+    if handle.remote:
+        log.info("no node telemetry: the server is an endpoint outside the cluster (the clients' own CPU is still "
+                 "measured)")
+        return None
     gpus = bool(telemetry_cfg.gpu) and node.has_gpu
     if telemetry_cfg.gpu and not node.has_gpu:
         log.info("no GPU telemetry: node %s has no NVIDIA GPU (NVML finds none)", node.hostname)

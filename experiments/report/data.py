@@ -23,7 +23,7 @@ KEY_PARAMS = ("gpu_tier", "backend", "backend_variant", "protocol", "input_forma
 LOAD_PARAMS = ("load_mode", "request_rate")
 # Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
 INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors", "load_engine", "trace",
-               "trace_mean_to_peak")
+               "trace_mean_to_peak", "client_hostnames", "endpoint_url", "endpoint_model", "endpoint_platform")
 # What held a trial back, against its runtime's in-process ceiling (`experiments.measure.efficiency`): the runtime's
 # key (a param) and the verdict (tags). Empty where the sweep logged none (ceiling off, untimed runtime, older sweeps).
 CEILING_PARAMS = ("ceiling_runtime",)

@@ -10,6 +10,27 @@ from experiments.report.data import SweepData
 from experiments.report.render import Document
 
 
+def endpoint_lines(ok: pd.DataFrame) -> list[str]:
+    """One line per endpoint measured (a server tierbench did not start): where it is, what it serves, where the
+    clients ran and the network's round trip, which every latency of its trials includes."""
+    if "endpoint_url" not in ok or ok["endpoint_url"].isna().all():
+        return []
+    lines = []
+    for (tier, variant), rows in ok[ok["endpoint_url"].notna()].groupby(["tier", "variant"]):
+        row = rows.iloc[0]
+        rtt = rows["endpoint_rtt_p50_ms"].median() if "endpoint_rtt_p50_ms" in rows else float("nan")
+        clients = sorted({h for hosts in rows["client_hostnames"].dropna() for h in str(hosts).split(",") if h})
+        platform = f", {row['endpoint_platform']}" if pd.notna(row.get("endpoint_platform")) else ""
+        where = ", ".join(clients) or "the sweep's node"
+        lines.append(
+            f"Endpoint `{variant}` on tier {tier}: a server tierbench did not start, at {row['endpoint_url']} (model "
+            f"`{row.get('endpoint_model', '')}`{platform}). Its clients ran on {where}; the network's round trip to "
+            f"it, timed before its trials (p50 of small requests), was {rtt:.2f} ms, and every latency of its trials "
+            "includes it. Nothing of its node is known: no GPU "
+            "telemetry, no in-process ceiling, no server log; its cost is the tier's price per hour, for one node.")
+    return lines
+
+
 def method_section(doc: Document, data: SweepData) -> None:
     doc.h(1, "How these numbers were made")
     t = data.trials.iloc[0]
@@ -22,6 +43,7 @@ def method_section(doc: Document, data: SweepData) -> None:
                    + (f"Figures measured by the less used engine are marked {marks.OTHER_ENGINE}: set beside the "
                       "others, the difference may be the client's." if len(engines) > 1 else ""))
     crosscheck = crosscheck_lines(data.ok)
+    endpoints = endpoint_lines(data.ok)
     doc.bullets([
         "Latency: client-side, from sending a request to its response, one sample per request; warm-up requests "
         "are dropped; percentiles come from the raw samples of every client actor merged (never averaged).",
@@ -41,6 +63,7 @@ def method_section(doc: Document, data: SweepData) -> None:
         f"(`latencies.csv`) attached; this sweep's runs carry the tag `sweep_id = {data.sweep_id}`."
         + (f" Measurement settings: {settings}." if settings else ""),
         *crosscheck,
+        *endpoints,
     ])
 
 

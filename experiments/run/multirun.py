@@ -59,13 +59,14 @@ class ClusterCallback(Callback):
         from experiments.cluster.placement import PlacementError
         from experiments.config.errors import ConfigError
         from experiments.config.typed import typed
-        from experiments.config.validation import validate
+        from experiments.config.validation import clients_only, validate
 
         tiers = requested_tiers(config)
         try:
             sweep = typed(config)
             validate(sweep)
-            connection = RayConnection(sweep.cluster, log_to_driver=True)
+            connection = RayConnection(sweep.cluster, log_to_driver=True,
+                                       client_tiers=tuple(tiers) if clients_only(sweep) else ())
             view = connection.open(tiers)
         except (ConfigError, TierUnavailableError, PlacementError) as exc:
             log.error("%s", exc)

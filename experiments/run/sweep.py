@@ -25,7 +25,7 @@ from experiments.config.prices import tier_price_params
 from experiments.config.schema import GpuTierConfig, TierbenchConfig
 from experiments.config.search import space_of
 from experiments.config.typed import typed
-from experiments.config.validation import validate
+from experiments.config.validation import clients_only, validate
 from experiments.measure.client_actor import ClientPool
 from experiments.plan import Trial, TrialGroup, plan_trials
 from experiments.results.layout import CEILING_FILE, CLUSTER_FILE, SERVER_LOGS_DIR, TierFolder
@@ -72,7 +72,7 @@ class TierSweep:
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
 
     def run(self) -> int:
-        with ray_cluster(self.cfg.cluster, self.tier) as view:
+        with ray_cluster(self.cfg.cluster, self.tier, clients_only(self.cfg)) as view:
             while True:
                 try:
                     self._run_on_a_node(view)
@@ -114,7 +114,8 @@ class TierSweep:
         options = place.server_options
         node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
                                  timeout=self.cfg.cluster.schedule_timeout_s)
-        refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
+        if not clients_only(self.cfg):  # an endpoint's tier is where its server runs, not this node
+            refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
         self.node = node
         if self.publisher is None:  # once per tier job, also when a replacement node takes over
             info = TierInfo(self.sweep_id, self.tier, self.cfg.mlflow.experiment,
@@ -208,7 +209,11 @@ class TierSweep:
 
     def _node_released(self, node_time: NodeTime) -> None:
         """Keep what holding the node cost (`results.node_time`): in the tier folder now, on the tier run at the
-        end."""
+        end. Not for endpoints: the node held only ran their clients, and the tier's price is their servers'."""
+        if clients_only(self.cfg):
+            log.info("gpu=%s: released node %s, which ran the clients of endpoints (no tier node was held)",
+                     self.tier, node_time.node_id[:12])
+            return
         record_node_time(self.folder, {**asdict(node_time), "uptime_s": round(node_time.uptime_s, 3),
                                        "price_per_hour_usd": float(self.cfg.gpu.price_per_hour_usd)})
         log.info("gpu=%s: released node %s after %.0f s up for this sweep (%s)", self.tier, node_time.node_id[:12],

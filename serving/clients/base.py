@@ -8,6 +8,8 @@ generation measures the server and the transport, not payload construction.
 
 from __future__ import annotations
 
+import os
+import ssl
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -32,6 +34,36 @@ class ClientSpec:
     timeout_s: float = 60.0
     # gRPC metadata every call carries (Ray Serve's proxy routes by its `application` key).
     grpc_metadata: tuple[tuple[str, str], ...] = ()
+    # A server tierbench did not start (an endpoint): TLS (https, or gRPC over TLS), verified against the system's
+    # CAs or `ca_file`; a bearer token read from the environment variable `token_env` on the client's node when the
+    # client opens: the spec, which is logged and shipped, holds the variable's name, never the token.
+    tls: bool = False
+    ca_file: str = ""
+    token_env: str = ""
+
+
+def bearer_token(spec: ClientSpec) -> str | None:
+    """The token in `spec.token_env` (None when the spec names none); raises naming the variable when it is unset."""
+    if not spec.token_env:
+        return None
+    token = os.environ.get(spec.token_env, "")
+    if not token:
+        raise RuntimeError(f"the environment variable {spec.token_env} (the endpoint's token_env) is not set on "
+                           f"the client's node: export it there before the sweep starts")
+    return token
+
+
+def auth_headers(spec: ClientSpec) -> dict[str, str]:
+    """The HTTP headers that authenticate a request (empty without a token)."""
+    token = bearer_token(spec)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def tls_context(spec: ClientSpec) -> ssl.SSLContext | None:
+    """A verifying TLS context for `spec` (the system's CAs, or `ca_file`); None for plain TCP."""
+    if not spec.tls:
+        return None
+    return ssl.create_default_context(cafile=spec.ca_file or None)
 
 
 def tensor_batch(spec: ClientSpec, seed: int = 0) -> np.ndarray:
@@ -133,7 +165,7 @@ class InferenceClient(ABC):
 class PrebuiltRequestClient(InferenceClient):
     """A client whose request is the same bytes on every call, built once by its own code (`_request_bytes`), as
     its transport sends them (`serving.clients.http_client`, `serving.clients.grpc_client`): the compiled load engine
-    can send them too."""
+    can send them too (over plain TCP: a TLS endpoint is measured by the Python client)."""
 
     @abstractmethod
     def _request_bytes(self) -> bytes:
@@ -145,6 +177,8 @@ class PrebuiltRequestClient(InferenceClient):
 
     @classmethod
     def wire_unsupported(cls, spec: ClientSpec) -> str | None:
+        if spec.tls:
+            return "the compiled engine speaks plain TCP, and this endpoint TLS"
         return None
 
 

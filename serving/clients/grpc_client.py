@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from serving.clients.base import PrebuiltRequestClient, ServerReport
+from serving.clients.base import PrebuiltRequestClient, ServerReport, bearer_token
 from serving.clients.wire import WireRequest, grpc_message, grpc_wire
 
 
@@ -25,7 +25,9 @@ class GrpcInferenceClient(PrebuiltRequestClient):
         """The response message's class (its generated module imported here, when a client needs it)."""
 
     def wire_request(self) -> WireRequest:
-        return grpc_wire(self.spec.url, self.method, self._request_bytes(), self.spec.grpc_metadata)
+        token = bearer_token(self.spec)
+        metadata = (*self.spec.grpc_metadata, *((("authorization", f"Bearer {token}"),) if token else ()))
+        return grpc_wire(self.spec.url, self.method, self._request_bytes(), metadata)
 
     def check_wire_response(self, body: bytes) -> None:
         self.check_logits(self.response_outputs(self.response_type().FromString(grpc_message(body))))
@@ -34,14 +36,19 @@ class GrpcInferenceClient(PrebuiltRequestClient):
         import grpc
 
         self._request = self._request_bytes()
-        self._channel = grpc.aio.insecure_channel(
-            self.spec.url, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)])
+        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        if self.spec.tls:
+            roots = open(self.spec.ca_file, "rb").read() if self.spec.ca_file else None  # noqa: SIM115
+            self._channel = grpc.aio.secure_channel(self.spec.url, grpc.ssl_channel_credentials(roots), options)
+        else:
+            self._channel = grpc.aio.insecure_channel(self.spec.url, options=options)
+        token = bearer_token(self.spec)
+        self._metadata = (*self.spec.grpc_metadata, *((("authorization", f"Bearer {token}"),) if token else ()))
         # No request serializer: the request goes out as the bytes built above.
         self._call = self._channel.unary_unary(self.method, response_deserializer=self.response_type().FromString)
 
     async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        response = await self._call(self._request, timeout=self.spec.timeout_s,
-                                    metadata=self.spec.grpc_metadata or None)
+        response = await self._call(self._request, timeout=self.spec.timeout_s, metadata=self._metadata or None)
         return self.response_outputs(response), None
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ body), which is what separates a Python client from perf_analyzer on a ~1 ms ser
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -35,7 +36,8 @@ def build_request(method: str, url: str, body: bytes, headers: dict[str, str]) -
     target = parts.path or "/"
     if parts.query:
         target += f"?{parts.query}"
-    head = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}", f"Content-Length: {len(body)}",
+    host = parts.netloc.rpartition("@")[2]  # never user info (credentials) in a header
+    head = [f"{method} {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}",
             *(f"{name}: {value}" for name, value in headers.items()), "", ""]
     return "\r\n".join(head).encode("latin-1") + body
 
@@ -146,16 +148,18 @@ class Http1Client:
     """Keep-alive connections to one server, shared by a client actor's request loops: a request takes an idle
     connection or opens one, so the connections grow to the requests in flight."""
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, tls: ssl.SSLContext | None = None) -> None:
         parts = urlsplit(url if "://" in url else f"http://{url}")
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80)
         self.timeout_s = timeout_s
+        self.tls = tls
         self._idle: list[_Connection] = []
         self._all: list[_Connection] = []
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        _, connection = await asyncio.wait_for(loop.create_connection(_Connection, self.host, self.port),
+        _, connection = await asyncio.wait_for(loop.create_connection(_Connection, self.host, self.port,
+                                                                                 ssl=self.tls),
                                                self.timeout_s)
         self._all.append(connection)
         return connection

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serving.clients.base import TIMING_HEADER, PrebuiltRequestClient, ServerReport, parse_server_timing
+from serving.clients.base import TIMING_HEADER, PrebuiltRequestClient, ServerReport, parse_server_timing, tls_context
 from serving.clients.http1 import Http1Client
 from serving.clients.wire import WireRequest, http1_wire
 
@@ -20,15 +20,15 @@ class HttpInferenceClient(PrebuiltRequestClient):
 
     @property
     def url(self) -> str:
-        """Where the requests go: `spec.url`, over http:// when it names no scheme."""
-        return self.spec.url if "://" in self.spec.url else f"http://{self.spec.url}"
+        """Where the requests go: `spec.url`, over http:// (https:// for a TLS spec) when it names no scheme."""
+        return self.spec.url if "://" in self.spec.url else f"{'https' if self.spec.tls else 'http'}://{self.spec.url}"
 
     def wire_request(self) -> WireRequest:
         return http1_wire(self.url, self._request_bytes())
 
     async def open(self) -> None:
         self._request = self._request_bytes()
-        self._http = Http1Client(self.url, self.spec.timeout_s)
+        self._http = Http1Client(self.url, self.spec.timeout_s, tls_context(self.spec))
 
     async def call(self) -> tuple[np.ndarray, ServerReport | None]:
         response = await self._http.send(self._request)

@@ -1,0 +1,91 @@
+"""A server tierbench did not start (`endpoint`): Triton in NVIDIA's container with its native backends, KServe,
+MLServer, a Ray Serve or FastAPI service behind a load balancer. `start` starts nothing: it checks the endpoint
+(reachable, lets us in, serves the model with tensors tierbench can send) and times the network's round trip to it;
+the trials then measure it with the same clients, engines, windows and report as a launched server. `stop` leaves it
+running. Nothing of the node it runs on is known: no GPU telemetry, no in-process ceiling, no server log."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+from serving.backend import Backend, BackendContext, ServerHandle
+from serving.clients.base import ClientSpec
+from serving.endpoint.probe import EndpointError, OipModel, metadata_problem, oip_model, round_trip_ms
+from serving.endpoint.settings import EndpointSettings
+from serving.protocols import InputFormat, parse_protocol
+
+log = logging.getLogger(__name__)
+
+OIP_CLIENTS = {"http": "serving.oip.clients.OipHttpClient", "grpc": "serving.oip.clients.OipGrpcClient"}
+
+
+class EndpointBackend(Backend):
+    settings: EndpointSettings
+
+    def __init__(self, context: BackendContext, settings: EndpointSettings) -> None:
+        super().__init__(context, settings)
+        self.meta: OipModel | None = None
+
+    @property
+    def model_name(self) -> str:
+        return self.settings.model_name or self.context.model.name
+
+    def runs_on(self) -> str:
+        return f"an endpoint tierbench does not run: {self.settings.url} (model {self.model_name})"
+
+    def gpu_tier_reason(self) -> str | None:
+        """The server runs elsewhere, on the tier the user names: this node's GPU is not the question."""
+        return None
+
+    def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
+        transport, shared_memory = parse_protocol(protocol)
+        if shared_memory != "none":
+            return f"{protocol}: shared memory needs the server on the client's machine, and an endpoint's is not ours"
+        if transport == "grpc" and not self.settings.grpc_url:
+            return f"no gRPC address for this endpoint: set backends.{self.context.name}.grpc_url=HOST:PORT"
+        if input_format != InputFormat.TENSOR:
+            return (f"input format {input_format}: an endpoint is sent FP32 tensors (a JPEG-decoding model there is "
+                    "not measured yet)")
+        return None
+
+    def _probe_spec(self) -> ClientSpec:
+        """A spec carrying what the probe needs to connect (TLS, CA, token variable)."""
+        return self._spec(OIP_CLIENTS["http"], self.settings.url, self.model_name, InputFormat.TENSOR, 1)
+
+    def start(self) -> ServerHandle:
+        settings, name = self.settings, self.context.name
+        spec = self._probe_spec()
+        timeout_s = float(settings.probe_timeout_s)
+        meta = oip_model(settings.url, spec, name, timeout_s)
+        problem = metadata_problem(meta, tuple(self.context.model.input_shape), name)
+        if problem:
+            raise EndpointError(problem)
+        self.meta = meta
+        rtt_ms = round_trip_ms(settings.url, spec, name, timeout_s)
+        log.info("%s: endpoint %s serves %s (%s, input %s %s); network round trip p50 %.2f ms", name,
+                 settings.url, meta.name, meta.platform or "platform not stated", meta.input_name,
+                 list(meta.input_shape), rtt_ms)
+        urls = {"http": settings.url, **({"grpc": settings.grpc_url} if settings.grpc_url else {})}
+        params = {"endpoint_url": settings.url, "endpoint_model": meta.name,
+                  "endpoint_platform": meta.platform, "endpoint_tls": settings.tls,
+                  "endpoint_authenticated": bool(settings.token_env),
+                  "server_hostname": urlsplit(settings.url).hostname or "", "server_batching": "unknown"}
+        if settings.grpc_url:
+            params["endpoint_grpc"] = settings.grpc_url
+        return ServerHandle(server_mode="endpoint", urls=urls, params=params,
+                            metrics={"endpoint_rtt_p50_ms": rtt_ms}, on_gpu=None, remote=True)
+
+    def stop(self) -> dict[str, str]:
+        """Nothing to stop: the endpoint is someone else's."""
+        return {}
+
+    def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
+        transport, _ = parse_protocol(protocol)
+        spec = self._spec(OIP_CLIENTS[transport], handle.urls[transport], self.model_name, input_format, batch_size)
+        meta = self.meta
+        settings = self.settings
+        return replace(spec, input_name=meta.input_name if meta else spec.input_name,
+                       output_name=meta.output_name if meta else spec.output_name, tls=settings.tls,
+                       ca_file=settings.ca_file or "", token_env=settings.token_env or "")

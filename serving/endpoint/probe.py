@@ -1,0 +1,139 @@
+"""What tierbench asks a running endpoint before any trial (standard library only): is it there, does it let us in,
+does it serve the model we think, with which tensors, and how far away is it (the network's own round trip, so a
+WAN's latency is not taken for the server's)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import statistics
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from serving.clients.base import ClientSpec, auth_headers, tls_context
+
+RTT_REQUESTS = 20  # small requests timed for the round trip
+
+
+class EndpointError(RuntimeError):
+    """The endpoint cannot be measured as configured; the message names the setting and the fix."""
+
+
+@dataclass(frozen=True)
+class OipModel:
+    """An Open Inference Protocol model's metadata: its first input and output."""
+
+    name: str
+    platform: str
+    versions: tuple[str, ...]
+    input_name: str
+    input_datatype: str
+    input_shape: tuple[int, ...]  # as the server states it: -1 for a variable dimension
+    output_name: str
+    output_datatype: str
+
+
+def _get(url: str, spec: ClientSpec, timeout_s: float) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=auth_headers(spec))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=tls_context(spec)) as response:  # noqa: S310
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def fetch(url: str, spec: ClientSpec, name: str, timeout_s: float) -> tuple[int, bytes]:
+    """GET `url`; an unreachable host, a refused connection or a failed TLS handshake raise EndpointError naming
+    `backends.<name>.url`."""
+    try:
+        return _get(url, spec, timeout_s)
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, ssl.SSLCertVerificationError) or isinstance(reason, ssl.SSLError):
+            raise EndpointError(f"backends.{name}.url: the TLS handshake with {url} failed ({reason}): give the "
+                                f"CA that signed its certificate with backends.{name}.ca_file=PATH") from None
+        raise EndpointError(f"backends.{name}.url: cannot reach {url} ({reason}): check the address and port, "
+                            "and that the server runs and this machine may connect to it") from None
+    except (TimeoutError, OSError) as exc:
+        raise EndpointError(f"backends.{name}.url: {url} did not answer within {timeout_s:g} s ({exc}): check the "
+                            f"address, or raise backends.{name}.probe_timeout_s") from None
+
+
+def oip_model(base_url: str, spec: ClientSpec, name: str, timeout_s: float) -> OipModel:
+    """The model's metadata (`GET /v2/models/<model>`), refusing what cannot be measured with a message naming the
+    setting and the fix."""
+    url = f"{base_url.rstrip('/')}/v2/models/{spec.model_name}"
+    status, body = fetch(url, spec, name, timeout_s)
+    if status in (401, 403):
+        fix = (f"check the token in ${spec.token_env} (backends.{name}.token_env)" if spec.token_env else
+               f"put a bearer token in an environment variable and name it with backends.{name}.token_env=VARIABLE")
+        raise EndpointError(f"backends.{name}: {base_url} answered {status} "
+                            f"({'unauthorized' if status == 401 else 'forbidden'}) for model {spec.model_name!r}: "
+                            f"{fix}")
+    if status == 404:
+        raise EndpointError(f"backends.{name}.model_name={spec.model_name!r}: {base_url} serves no model "
+                            f"of that name (404 on /v2/models/{spec.model_name}): give its name there with "
+                            f"backends.{name}.model_name=NAME")
+    if status != 200:
+        raise EndpointError(f"backends.{name}: {url} answered HTTP {status} "
+                            f"({body[:200].decode(errors='replace')!r}): is it an Open Inference Protocol server "
+                            f"(backends.{name}.kind=oip)?")
+    try:
+        meta: dict[str, Any] = json.loads(body)
+        first_in, first_out = meta["inputs"][0], meta["outputs"][0]
+        return OipModel(name=str(meta.get("name", spec.model_name)), platform=str(meta.get("platform", "")),
+                        versions=tuple(str(v) for v in meta.get("versions", [])),
+                        input_name=str(first_in["name"]), input_datatype=str(first_in["datatype"]),
+                        input_shape=tuple(int(d) for d in first_in["shape"]),
+                        output_name=str(first_out["name"]), output_datatype=str(first_out["datatype"]))
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise EndpointError(f"backends.{name}: {url} answered 200 but not with Open Inference Protocol "
+                            f"model metadata ({type(exc).__name__}: {exc}): is backends.{name}.kind right?") from None
+
+
+def metadata_problem(meta: OipModel, input_shape: tuple[int, ...], name: str) -> str | None:
+    """Why the endpoint's model does not take tierbench's requests (FP32 [batch, *input_shape]); None when it does."""
+    if meta.input_datatype != "FP32":
+        return (f"backends.{name}: the endpoint's model {meta.name!r} takes {meta.input_datatype} input "
+                f"{meta.input_name!r}; tierbench sends FP32 tensors: serve an FP32-input model")
+    if meta.output_datatype != "FP32":
+        return (f"backends.{name}: the endpoint's model {meta.name!r} answers {meta.output_datatype} output "
+                f"{meta.output_name!r}; tierbench reads FP32 outputs")
+    dims = meta.input_shape[1:] if len(meta.input_shape) == len(input_shape) + 1 else meta.input_shape
+    if len(dims) != len(input_shape) or any(d not in (-1, want) for d, want in zip(dims, input_shape, strict=True)):
+        return (f"backends.{name}: the endpoint's model {meta.name!r} takes input {meta.input_name!r} of shape "
+                f"{list(meta.input_shape)}, and model.input_shape is {list(input_shape)} (with a batch dimension "
+                "first): choose the model config it serves (model=...), or model.input_shape=[...]")
+    return None
+
+
+def round_trip_ms(base_url: str, spec: ClientSpec, name: str, timeout_s: float,
+                  requests: int = RTT_REQUESTS) -> float:
+    """The p50 of `requests` small GETs (`/v2/health/ready`) on one kept-alive connection, after a first that opens
+    it: the network's and HTTP's own round trip to the endpoint, without connection setup."""
+    parts = urlsplit(base_url)
+    path = f"{parts.path.rstrip('/')}/v2/health/ready"
+    if parts.scheme == "https":
+        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.hostname, parts.port, timeout=timeout_s, context=tls_context(spec))
+    else:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    headers = auth_headers(spec)
+    times = []
+    try:
+        for _ in range(requests + 1):
+            start = time.perf_counter()
+            connection.request("GET", path, headers=headers)
+            connection.getresponse().read()
+            times.append((time.perf_counter() - start) * 1000.0)
+    except (OSError, http.client.HTTPException) as exc:
+        raise EndpointError(f"backends.{name}.url: timing the round trip to {base_url} failed ({exc})"
+                            ) from None
+    finally:
+        connection.close()
+    return statistics.median(times[1:])

@@ -1,0 +1,92 @@
+"""Settings of `serving.endpoint.backend.EndpointBackend` (entries `endpoint*` of conf/backends/): where a server that
+is already running answers, how to authenticate, and how hard tierbench may push it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+from urllib.parse import urlsplit
+
+from serving.settings import BackendSettings, is_positive_int
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
+    from serving.settings import ClusterSwitches
+
+KINDS = ("oip",)  # the Open Inference Protocol (KServe v2): Triton, KServe, MLServer, Seldon, tierbench's own servers
+
+
+@dataclass
+class EndpointSettings(BackendSettings):
+    """A server someone else runs. Nothing here is a secret: a token is read from the environment variable
+    `token_env` names, on the client's node, when a client opens."""
+
+    _target_: str = "serving.endpoint.backend.EndpointBackend"
+    url: str = ""  # its HTTP base URL, e.g. http://10.0.0.5:8000 (https://: TLS, verified)
+    grpc_url: str | None = None  # host:port of its gRPC service (null: no gRPC trials)
+    kind: str = "oip"  # the protocol it speaks: oip (Open Inference Protocol / KServe v2)
+    model_name: str | None = None  # the model's name there (null: model.name)
+    token_env: str | None = None  # environment variable holding a bearer token (null: no authentication)
+    ca_file: str | None = None  # CA bundle its TLS certificate is verified against (null: the system's)
+    max_concurrency: int | None = None  # refuse a sweep that would keep more requests in flight (null: no limit)
+    max_rate: float | None = None  # refuse a sweep that would send more requests per second (null: no limit)
+    probe_timeout_s: float = 10.0  # the reachability and metadata checks before any trial
+
+    server_mode_hint: ClassVar[str] = "endpoint"
+    launches_server: ClassVar[bool] = False
+
+    @property
+    def family(self) -> str:
+        return "endpoint"
+
+    @property
+    def tls(self) -> bool:
+        return self.url.startswith("https://")
+
+    def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
+        problems = super().check(name, model, cluster)
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.append(self.refuse(name, "url", "the endpoint's base URL, http://HOST:PORT or https://HOST:PORT "
+                                                     "(e.g. backends.endpoint.url=http://10.0.0.5:8000)"))
+        elif parts.username is not None or parts.password is not None:
+            # The value itself is not echoed: it holds a secret.
+            problems.append(f"backends.{name}.url carries credentials (user info before '@'), which tierbench would "
+                            "have to log: remove them and give a bearer token through backends."
+                            f"{name}.token_env=VARIABLE instead")
+        if self.grpc_url is not None:
+            host, _, port = self.grpc_url.rpartition(":")
+            if "://" in self.grpc_url or not host or not port.isdigit():
+                problems.append(self.refuse(name, "grpc_url", "HOST:PORT of its gRPC service, without a scheme "
+                                                              "(TLS follows the url's https)"))
+        if self.kind not in KINDS:
+            problems.append(self.refuse(name, "kind", f"one of {list(KINDS)}"))
+        if self.token_env is not None and not self.token_env.replace("_", "").isalnum():
+            problems.append(self.refuse(name, "token_env", "the NAME of an environment variable (its value is the "
+                                                           "token), e.g. TIERBENCH_TOKEN"))
+        if self.max_concurrency is not None and not is_positive_int(self.max_concurrency):
+            problems.append(self.refuse(name, "max_concurrency", "a positive integer, or null for no limit"))
+        if self.max_rate is not None and not self.max_rate > 0:
+            problems.append(self.refuse(name, "max_rate", "requests per second > 0, or null for no limit"))
+        if not self.probe_timeout_s > 0:
+            problems.append(self.refuse(name, "probe_timeout_s", "seconds > 0"))
+        return problems
+
+    def refuse_loads(self, name: str, concurrency: int, rate: float) -> list[str]:
+        problems = []
+        if self.max_rate is not None and concurrency:
+            problems.append(f"backends.{name}.max_rate={self.max_rate:g} bounds the request rate, which a closed loop "
+                            f"(experiment.load_mode=closed, concurrency up to {concurrency}) does not: its rate is "
+                            "whatever the endpoint sustains. Use an open-loop load (experiment.load_mode=poisson "
+                            "or constant, experiment.request_rates=[...]), or bound max_concurrency instead")
+        if self.max_concurrency is not None and concurrency > self.max_concurrency:
+            problems.append(f"the experiment would keep up to {concurrency} requests in flight at backends.{name} "
+                            f"(experiment.concurrency, or experiment.slo.max_concurrency with an SLO search), above "
+                            f"backends.{name}.max_concurrency={self.max_concurrency}: lower the load, or raise the "
+                            "limit if the endpoint's owner agrees")
+        if self.max_rate is not None and rate > self.max_rate:
+            problems.append(f"the experiment would send up to {rate:g} requests/s to backends.{name} "
+                            f"(experiment.request_rates, or experiment.slo.max_rate with an SLO search), above "
+                            f"backends.{name}.max_rate={self.max_rate:g}: lower the load, or raise the limit if the "
+                            "endpoint's owner agrees")
+        return problems
