@@ -107,7 +107,10 @@ def test_every_registered_backend_package_declares_its_hooks(name: str) -> None:
     from hydra.utils import get_class
 
     assert issubclass(get_class(target), Backend), f"{target} is a serving.backend.Backend"
-    assert package.process_names and all(package.process_names), "the names of its processes (the leak checks)"
+    # The names of its processes (the leak checks); a backend that starts none (an endpoint) says so in its settings.
+    assert all(package.process_names), "no empty process name"
+    assert bool(package.process_names) == package.settings.launches_server, \
+        "a backend that starts servers names their processes; one that starts none (launches_server=False) names none"
 
     variants = REPO_ROOT / "conf" / "backends" / f"{name}.yaml"
     assert variants.is_file(), f"its variants file: {variants.relative_to(REPO_ROOT)}"
