@@ -1,0 +1,179 @@
+"""Does an endpoint trial measure what a launched trial measures? Each server is measured twice in one run: launched
+by a sweep (`experiment.backends=[<backend>]`), then started outside any sweep, as its user would start it, and
+measured as an endpoint (`experiment=endpoint`), with the same model, settings, protocols, batches and load. Goal:
+p50 and throughput within 10 %.
+
+Servers: the FastAPI service (uvicorn with the service's config file, the command its deploy files hold) and the
+bundled Triton (`tritonserver` with the model folder the launched sweep rendered: Python backend, ONNX Runtime),
+over HTTP and, for Triton, gRPC.
+
+    python benchmarks/endpoint_agreement.py [--model resnet18] [--window-s 2] [--servers fastapi triton] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import report  # noqa: E402
+
+GOAL = 0.10
+SERVERS = {"fastapi": ("fastapi", ["http"]), "triton": ("triton_onnx", ["http", "grpc"])}
+
+
+def sweep(work: Path, sweep_id: str, overrides: list[str]) -> dict[tuple[str, int, int], dict[str, float]]:
+    """Run one sweep (its own local Ray, stopped after); its ok trials' p50 and throughput by (protocol, b, c)."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "RAY_AUTH_MODE": "disabled"}
+    command = [sys.executable, "-m", "runners.sweep", f"results_dir={work / 'runs'}", f"sweep_id={sweep_id}",
+               "quiet=true", "report=false", *overrides]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    (work / f"{sweep_id}.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"{sweep_id} exited {done.returncode}: see {work / f'{sweep_id}.log'}")
+    out = {}
+    for path in (work / "runs" / sweep_id).glob("*/trials/*/record.json"):
+        record = json.loads(path.read_text())
+        if record["status"] != "ok":
+            continue
+        p, m = record["params"], record["metrics"]
+        out[(p["protocol"], int(p["batch_size"]), int(p["concurrency"]))] = {
+            "p50_ms": m["latency_p50_ms"], "img_s": m["throughput_img_s"], "engine": p.get("load_engine", "")}
+    return out
+
+
+def wait_ready(url: str, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as response:  # noqa: S310 - loopback
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} was not ready within {timeout_s:g} s")
+
+
+@contextmanager
+def fastapi_outside(cfg: Any, work: Path) -> Any:
+    """The FastAPI service as its deploy files start it: uvicorn with the service's config file."""
+    from dataclasses import asdict
+
+    from serving.fastapi.app import CONFIG_VARIABLE
+    from serving.fastapi.host import uvicorn_command
+    from serving.process import free_ports
+
+    settings = cfg.backends["fastapi"]
+    config = {"model": cfg.model.to_dict(), "device": "cpu", "torch_threads": settings.torch_threads,
+              "options": asdict(settings.torch_options()),
+              "warmup_batch_sizes": [int(b) for b in cfg.experiment.batch_sizes]}
+    path = work / "fastapi_config.json"
+    path.write_text(json.dumps(config))
+    (port,) = free_ports(1, "127.0.0.1")
+    log = open(work / "fastapi_outside.log", "wb")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(uvicorn_command("127.0.0.1", port, settings.workers), stdout=log,
+                               stderr=subprocess.STDOUT, env={**os.environ, CONFIG_VARIABLE: str(path)})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url)
+        yield [f"backends.endpoint.url={url}"]
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@contextmanager
+def triton_outside(cfg: Any, work: Path, launched_id: str) -> Any:
+    """The bundled tritonserver serving the model folder the launched sweep rendered (its config.pbtxt) with the
+    Python backend's model file."""
+    from serving.triton.installation import BundledTriton
+    from serving.triton.repository import PYTHON_MODEL_FILE
+    from serving.triton.server import TritonServer
+
+    (rendered,) = (work / "runs" / launched_id).glob("*/servers/triton_onnx/config.pbtxt")
+    repository = work / "triton_repository"
+    model_dir = repository / cfg.model.name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copy(rendered, model_dir / "config.pbtxt")
+    shutil.copy(PYTHON_MODEL_FILE, model_dir / "1" / "model.py")
+    server = TritonServer(BundledTriton.discover(), repository, cfg.model.name, work / "triton_outside.log")
+    endpoints = server.start(timeout_s=300)
+    try:
+        yield [f"backends.endpoint.url=http://{endpoints.host}:{endpoints.http_port}",
+               f"backends.endpoint.grpc_url={endpoints.host}:{endpoints.grpc_port}"]
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--window-s", type=float, default=2.0)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--servers", nargs="+", default=list(SERVERS), choices=list(SERVERS))
+    parser.add_argument("--name", default="endpoint_agreement")
+    parser.add_argument("--keep", action="store_true", help="keep the sweeps' logs, runs and MLflow store")
+    args = parser.parse_args()
+
+    from experiments.config.compose import load_config
+
+    common = [f"model={args.model}", "gpu=local", f"experiment.window_s={args.window_s}",
+              f"experiment.batch_sizes=[{','.join(map(str, args.batches))}]",
+              f"experiment.concurrency=[{','.join(map(str, args.concurrency))}]", "experiment.matrix=full",
+              "experiment.input_formats=[tensor]", "experiment.warmup_requests=10"]
+    cfg = load_config(common)
+    work = Path(tempfile.mkdtemp(prefix="tierbench-endpoint-agreement-"))
+    rows = []
+    try:
+        for server in args.servers:
+            variant, protocols = SERVERS[server]
+            chosen = f"experiment.protocols=[{','.join(protocols)}]"
+            launched_id, endpoint_id = f"{server}-launched", f"{server}-endpoint"
+            print(f"{server}: launched ...", flush=True)
+            launched = sweep(work, launched_id, [*common, chosen, f"experiment.backends=[{variant}]"])
+            outside = fastapi_outside(cfg, work) if server == "fastapi" else triton_outside(cfg, work, launched_id)
+            with outside as endpoint:
+                print(f"{server}: as an endpoint ...", flush=True)
+                measured = sweep(work, endpoint_id, [*common, chosen, "experiment=endpoint", *endpoint])
+            for key in sorted(launched):
+                if key not in measured:
+                    continue
+                a, b = launched[key], measured[key]
+                protocol, batch, concurrency = key
+                p50_ratio, img_s_ratio = b["p50_ms"] / a["p50_ms"], b["img_s"] / a["img_s"]
+                rows.append({"server": server, "protocol": protocol, "batch": batch, "concurrency": concurrency,
+                             "launched_p50_ms": a["p50_ms"], "endpoint_p50_ms": b["p50_ms"], "p50_ratio": p50_ratio,
+                             "launched_img_s": a["img_s"], "endpoint_img_s": b["img_s"], "img_s_ratio": img_s_ratio,
+                             "engine": a["engine"] if a["engine"] == b["engine"] else f"{a['engine']}/{b['engine']}",
+                             "within_goal": abs(p50_ratio - 1) <= GOAL and abs(img_s_ratio - 1) <= GOAL})
+    finally:
+        if args.keep:
+            print(f"logs and runs: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    report(args.name, ["server", "protocol", "batch", "concurrency", "launched_p50_ms", "endpoint_p50_ms",
+                       "p50_ratio", "launched_img_s", "endpoint_img_s", "img_s_ratio", "engine", "within_goal"],
+           rows, {"model": args.model, "window_s": args.window_s, "goal": GOAL,
+                  "within_goal": sum(r["within_goal"] for r in rows), "points": len(rows)})
+
+
+if __name__ == "__main__":
+    main()
