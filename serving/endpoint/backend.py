@@ -50,9 +50,14 @@ class EndpointBackend(Backend):
                     "not measured yet)")
         return None
 
+    def _secured(self, spec: ClientSpec) -> ClientSpec:
+        """`spec` with how to reach this endpoint: TLS, its CA, the token's variable."""
+        settings = self.settings
+        return replace(spec, tls=settings.tls, ca_file=settings.ca_file or "", token_env=settings.token_env or "")
+
     def _probe_spec(self) -> ClientSpec:
-        """A spec carrying what the probe needs to connect (TLS, CA, token variable)."""
-        return self._spec(OIP_CLIENTS["http"], self.settings.url, self.model_name, InputFormat.TENSOR, 1)
+        """What the checks before the trials connect with (HTTP, the endpoint's TLS and token)."""
+        return self._secured(self._spec(OIP_CLIENTS["http"], self.settings.url, self.model_name, InputFormat.TENSOR, 1))
 
     def start(self) -> ServerHandle:
         settings, name = self.settings, self.context.name
@@ -85,7 +90,5 @@ class EndpointBackend(Backend):
         transport, _ = parse_protocol(protocol)
         spec = self._spec(OIP_CLIENTS[transport], handle.urls[transport], self.model_name, input_format, batch_size)
         meta = self.meta
-        settings = self.settings
-        return replace(spec, input_name=meta.input_name if meta else spec.input_name,
-                       output_name=meta.output_name if meta else spec.output_name, tls=settings.tls,
-                       ca_file=settings.ca_file or "", token_env=settings.token_env or "")
+        return self._secured(replace(spec, input_name=meta.input_name if meta else spec.input_name,
+                                     output_name=meta.output_name if meta else spec.output_name))
