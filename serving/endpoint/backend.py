@@ -33,7 +33,9 @@ class EndpointBackend(Backend):
         return self.settings.model_name or self.context.model.name
 
     def runs_on(self) -> str:
-        return f"an endpoint tierbench does not run: {self.settings.url} (model {self.model_name})"
+        if not self.settings.url:
+            return f"a server tierbench does not start, once backends.{self.context.name}.url names one"
+        return f"a server tierbench does not start: {self.settings.url} (model {self.model_name})"
 
     def gpu_tier_reason(self) -> str | None:
         """The server runs elsewhere, on the tier the user names: this node's GPU is not the question."""
