@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]*):(?P<secret>[^@/\s]+)@")
+# `scheme://user:secret@host`, and `user:secret@host` where a URL was given without its scheme.
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://|(?<![\w.:/@-]))(?P<user>[^:/@\s=]*):(?P<secret>[^@/\s]+)@")
 _QUERY = re.compile(r"(?P<key>(?:token|password|passwd|pwd|secret|api[_-]?key|access[_-]?key|auth)=)"
                     r"(?P<secret>[^&\s'\"]+)", re.IGNORECASE)
 MASK = "***"

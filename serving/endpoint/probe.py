@@ -59,6 +59,9 @@ def fetch(url: str, spec: ClientSpec, name: str, timeout_s: float) -> tuple[int,
                                 f"CA that signed its certificate with backends.{name}.ca_file=PATH") from None
         raise EndpointError(f"backends.{name}.url: cannot reach {url} ({reason}): check the address and port, "
                             "and that the server runs and this machine may connect to it") from None
+    except http.client.HTTPException as exc:  # an answer that is not HTTP/1.x, e.g. the gRPC port's
+        raise EndpointError(f"backends.{name}.url: {url} does not answer HTTP/1.1 ({type(exc).__name__}): is it "
+                            f"the endpoint's HTTP port (its gRPC port goes in backends.{name}.grpc_url)?") from None
     except (TimeoutError, OSError) as exc:
         raise EndpointError(f"backends.{name}.url: {url} did not answer within {timeout_s:g} s ({exc}): check the "
                             f"address, or raise backends.{name}.probe_timeout_s") from None

@@ -46,14 +46,15 @@ class EndpointSettings(BackendSettings):
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            problems.append(self.refuse(name, "url", "the endpoint's base URL, http://HOST:PORT or https://HOST:PORT "
-                                                     "(e.g. backends.endpoint.url=http://10.0.0.5:8000)"))
-        elif parts.username is not None or parts.password is not None:
-            # The value itself is not echoed: it holds a secret.
+        authority = self.url.partition("://")[2] if "://" in self.url else self.url
+        if "@" in authority.partition("/")[0]:
+            # Checked first, with or without a scheme, and never echoed: the value holds a secret.
             problems.append(f"backends.{name}.url carries credentials (user info before '@'), which tierbench would "
                             "have to log: remove them and give a bearer token through backends."
                             f"{name}.token_env=VARIABLE instead")
+        elif parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.append(self.refuse(name, "url", "the endpoint's base URL, http://HOST:PORT or https://HOST:PORT "
+                                                     "(e.g. backends.endpoint.url=http://10.0.0.5:8000)"))
         if self.grpc_url is not None:
             host, _, port = self.grpc_url.rpartition(":")
             if "://" in self.grpc_url or not host or not port.isdigit():
@@ -62,8 +63,10 @@ class EndpointSettings(BackendSettings):
         if self.kind not in KINDS:
             problems.append(self.refuse(name, "kind", f"one of {list(KINDS)}"))
         if self.token_env is not None and not self.token_env.replace("_", "").isalnum():
-            problems.append(self.refuse(name, "token_env", "the NAME of an environment variable (its value is the "
-                                                           "token), e.g. TIERBENCH_TOKEN"))
+            # Not echoed: a token given here by mistake would land in the log.
+            problems.append(f"backends.{name}.token_env is not the name of an environment variable: give the NAME "
+                            "(letters, digits, _) of one that holds the token, e.g. token_env=TIERBENCH_TOKEN, never "
+                            "the token itself")
         if self.max_concurrency is not None and not is_positive_int(self.max_concurrency):
             problems.append(self.refuse(name, "max_concurrency", "a positive integer, or null for no limit"))
         if self.max_rate is not None and not self.max_rate > 0:
