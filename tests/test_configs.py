@@ -22,9 +22,14 @@ CASES = [*(dict(experiment=e, model=m) for e in options("experiment") for m in B
          *(dict(gpu=g) for g in options("gpu")), *(dict(cluster=c) for c in options("cluster"))]
 
 
+# What an option needs from the user besides (an endpoint's URL: tests/test_endpoint.py refuses it missing).
+NEEDS = {"endpoint": ["backends.endpoint.url=http://10.0.0.5:8000"]}
+
+
 @pytest.mark.parametrize("choice", CASES, ids=[",".join(f"{k}={v}" for k, v in c.items()) for c in CASES])
 def test_every_config_option_composes_and_validates(choice: dict[str, str]) -> None:
-    cfg = load_config([f"{group}={option}" for group, option in choice.items()])
+    cfg = load_config([f"{group}={option}" for group, option in choice.items()]
+                      + [need for option in choice.values() for need in NEEDS.get(option, [])])
     validate(cfg)
     assert f"name: {cfg.experiment.name}" in OmegaConf.to_yaml(cfg)  # what the tier run logs as its config
     assert plan_trials(cfg), "a config must plan at least one trial"
