@@ -64,6 +64,7 @@ class StubOip:
             self.body = json.dumps(tiny_metadata(model) if body is None else body).encode()
         self.seen: list[tuple[str, str | None]] = []
         self.url = ""  # where it is served (set by whoever serves it)
+        self.metrics: str | None = None  # Prometheus text `GET /metrics` answers (None: 404)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan: nothing to start
@@ -79,6 +80,8 @@ class StubOip:
             await _answer(send, 200, b"")
         elif path == f"/v2/models/{self.model}":
             await _answer(send, self.status, self.body)
+        elif path == "/metrics" and self.metrics is not None:
+            await _answer(send, 200, self.metrics.encode(), "text/plain")
         else:
             await _answer(send, 404, json.dumps({"error": f"no model at {path}"}).encode())
 

@@ -588,3 +588,54 @@ def test_an_endpoint_that_goes_away_fails_the_rest_and_keeps_what_was_measured(
                       for run in helpers.runs(store_uri(tmp_path), sweep_id="ep-gone")}
     assert by_concurrency == {"1": "ok", "2": "failed"}
     assert not os.path.exists(TierFolder.of(runs, "ep-gone", "a100").node_time_file)
+
+
+# ------------------------------------------------------------------ Triton's metrics, when the user gives their URL
+
+
+def triton_metrics_text(model: str, requests: int, queue_us: int) -> str:
+    """Triton's Prometheus counters for `model` after `requests` requests of 8 images, each queued `queue_us`."""
+    labels = f'model="{model}",version="1"'
+    return "\n".join([
+        f"nv_inference_request_success{{{labels}}} {requests}", f"nv_inference_request_failure{{{labels}}} 0",
+        f"nv_inference_count{{{labels}}} {requests * 8}", f"nv_inference_exec_count{{{labels}}} {requests}",
+        f"nv_inference_request_duration_us{{{labels}}} {requests * (queue_us + 3000)}",
+        f"nv_inference_queue_duration_us{{{labels}}} {requests * queue_us}",
+        f"nv_inference_compute_input_duration_us{{{labels}}} {requests * 100}",
+        f"nv_inference_compute_infer_duration_us{{{labels}}} {requests * 2800}",
+        f"nv_inference_compute_output_duration_us{{{labels}}} {requests * 100}", ""])
+
+
+def test_metrics_url_must_be_a_plain_url() -> None:
+    assert "backends.endpoint.metrics_url is not allowed" in _refusal(URL, "backends.endpoint.metrics_url=host:8002")
+    _accepted(URL, "backends.endpoint.metrics_url=http://10.0.0.5:8002/metrics")
+
+
+def test_triton_metrics_give_the_server_side_breakdown_and_its_image_count(stub: StubOip) -> None:
+    stub.metrics = triton_metrics_text("tiny", 10, 500)
+    backend = _endpoint(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
+    handle = backend.start()
+    assert handle.params["endpoint_metrics_url"] == f"{stub.url}/metrics"
+    before = backend.server_counters(handle)
+    stub.metrics = triton_metrics_text("tiny", 30, 500)
+    after = backend.server_counters(handle)
+    breakdown = backend.server_breakdown(before, after)
+    assert breakdown["server_requests"] == 20 and breakdown["server_queue_ms"] == pytest.approx(0.5)
+    assert breakdown["server_request_ms"] == pytest.approx(3.5) and breakdown["server_batch_avg"] == 8
+    assert backend.served_images(before, after) == 160
+
+
+def test_metrics_without_the_models_counters_name_the_setting(stub: StubOip) -> None:
+    stub.metrics = triton_metrics_text("another_model", 1, 0)
+    backend = _endpoint(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
+    with pytest.raises(EndpointError, match=r"^backends\.endpoint\.metrics_url: .* no Triton inference counters "
+                                            r"for model 'tiny'"):
+        backend.start()
+
+
+def test_a_metrics_read_that_fails_later_leaves_the_trial_the_clients_view(stub: StubOip) -> None:
+    stub.metrics = triton_metrics_text("tiny", 1, 0)
+    backend = _endpoint(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
+    handle = backend.start()
+    stub.metrics = None  # the metrics endpoint answers 404 from now on
+    assert backend.server_counters(handle) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.triton.metrics import breakdown, parse_counters
+from serving.oip.triton_metrics import breakdown, parse_counters
 
 SCRAPE = """\
 # HELP nv_inference_request_success Number of successful inference requests, all batch sizes

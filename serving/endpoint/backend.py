@@ -12,8 +12,9 @@ from urllib.parse import urlsplit
 
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
-from serving.endpoint.probe import EndpointError, OipModel, metadata_problem, oip_model, round_trip_ms
+from serving.endpoint.probe import EndpointError, OipModel, fetch, metadata_problem, oip_model, round_trip_ms
 from serving.endpoint.settings import EndpointSettings
+from serving.oip import triton_metrics
 from serving.protocols import InputFormat, parse_protocol
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class EndpointBackend(Backend):
         if problem:
             raise EndpointError(problem)
         self.meta = meta
+        if settings.metrics_url:
+            self._check_metrics(spec)
         rtt_ms = round_trip_ms(settings.url, spec, name, timeout_s)
         log.info("%s: endpoint %s serves %s (%s, input %s %s); network round trip p50 %.2f ms", name,
                  settings.url, meta.name, meta.platform or "platform not stated", meta.input_name,
@@ -81,12 +84,48 @@ class EndpointBackend(Backend):
                   "server_hostname": urlsplit(settings.url).hostname or "", "server_batching": "unknown"}
         if settings.grpc_url:
             params["endpoint_grpc"] = settings.grpc_url
+        if settings.metrics_url:
+            params["endpoint_metrics_url"] = settings.metrics_url
         return ServerHandle(server_mode="endpoint", urls=urls, params=params,
                             metrics={"endpoint_rtt_p50_ms": rtt_ms}, on_gpu=None, remote=True)
 
     def stop(self) -> dict[str, str]:
         """Nothing to stop: the endpoint is someone else's."""
         return {}
+
+    def _metrics_text(self, spec: ClientSpec) -> str:
+        settings = self.settings
+        status, body = fetch(str(settings.metrics_url), spec, self.context.name, float(settings.probe_timeout_s))
+        if status != 200:
+            raise EndpointError(f"backends.{self.context.name}.metrics_url: {self.settings.metrics_url} answered HTTP "
+                                f"{status}: give Triton's metrics URL (port 8002 by default), or null")
+        return body.decode(errors="replace")
+
+    def _check_metrics(self, spec: ClientSpec) -> None:
+        """Triton's metrics at `metrics_url` carry counters for the model, before any trial relies on them."""
+        text = self._metrics_text(spec)
+        model = self.meta.name if self.meta else self.model_name
+        if f'model="{model}"' not in text or "nv_inference_request_success" not in text:
+            raise EndpointError(f"backends.{self.context.name}.metrics_url: {self.settings.metrics_url} has no Triton "
+                                f"inference counters for model {model!r}: give the metrics URL of the Triton that "
+                                "serves it, or null")
+
+    def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
+        """Triton's cumulative counters for the model now; None without a metrics URL or when a read fails (the
+        trial then has the client's view only)."""
+        if not self.settings.metrics_url or self.meta is None:
+            return None
+        try:
+            return triton_metrics.parse_counters(self._metrics_text(self._probe_spec()), self.meta.name)
+        except (EndpointError, OSError) as exc:
+            log.warning("%s: reading %s failed: %s", self.context.name, self.settings.metrics_url, exc)
+            return None
+
+    def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return triton_metrics.breakdown(before, after)
+
+    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
+        return triton_metrics.served_images(before, after)
 
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         transport, _ = parse_protocol(protocol)

@@ -31,6 +31,9 @@ class EndpointSettings(BackendSettings):
     max_concurrency: int | None = None  # refuse a sweep that would keep more requests in flight (null: no limit)
     max_rate: float | None = None  # refuse a sweep that would send more requests per second (null: no limit)
     probe_timeout_s: float = 10.0  # the reachability and metadata checks before any trial
+    # Triton's Prometheus metrics (e.g. http://HOST:8002/metrics): the server's own queue / compute time per request
+    # and its count of images, read around every window (null: the client's view only)
+    metrics_url: str | None = None
 
     server_mode_hint: ClassVar[str] = "endpoint"
     launches_server: ClassVar[bool] = False
@@ -60,6 +63,11 @@ class EndpointSettings(BackendSettings):
             if "://" in self.grpc_url or not host or not port.isdigit():
                 problems.append(self.refuse(name, "grpc_url", "HOST:PORT of its gRPC service, without a scheme "
                                                               "(TLS follows the url's https)"))
+        if self.metrics_url is not None:
+            metrics = urlsplit(self.metrics_url)
+            if metrics.scheme not in ("http", "https") or not metrics.hostname or "@" in metrics.netloc:
+                problems.append(f"backends.{name}.metrics_url is not allowed: Triton's metrics URL, "
+                                "http://HOST:8002/metrics (no credentials in it), or null")
         if self.kind not in KINDS:
             problems.append(self.refuse(name, "kind", f"one of {list(KINDS)}"))
         if self.token_env is not None and not self.token_env.replace("_", "").isalnum():

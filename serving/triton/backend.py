@@ -247,12 +247,12 @@ class TritonBackend(Backend):
         return host_counters(self._actor)
 
     def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-        from serving.triton.metrics import breakdown
+        from serving.oip.triton_metrics import breakdown
 
         return breakdown(before, after)
 
     def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
-        from serving.triton.metrics import served_images
+        from serving.oip.triton_metrics import served_images
 
         return served_images(before, after)
 

@@ -188,7 +188,7 @@ class TritonServerHost:
         return logs
 
     def counters(self) -> dict[str, float]:
-        from serving.triton.metrics import scrape
+        from serving.oip.triton_metrics import scrape
 
         assert self.server is not None and self.server.endpoints is not None
         return scrape(self.server.endpoints.metrics_url, self.model.name)

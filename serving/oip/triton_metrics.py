@@ -1,5 +1,6 @@
 """Triton's Prometheus metrics: cumulative per-model counters, and the per-request breakdown between two
-snapshots (perf_analyzer's server-side view: queue, compute input / infer / output, whole request)."""
+snapshots (perf_analyzer's server-side view: queue, compute input / infer / output, whole request). Read from a
+Triton tierbench launched (`serving.triton`) and from one it measures as an endpoint (`serving.endpoint`)."""
 
 from __future__ import annotations
 
