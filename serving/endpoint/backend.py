@@ -81,7 +81,7 @@ class EndpointBackend(Backend):
         params = {"endpoint_url": settings.url, "endpoint_model": meta.name,
                   "endpoint_platform": meta.platform, "endpoint_tls": settings.tls,
                   "endpoint_authenticated": bool(settings.token_env),
-                  "server_hostname": urlsplit(settings.url).hostname or "", "server_batching": "unknown"}
+                  "server_hostname": urlsplit(settings.url).hostname or ""}
         if settings.grpc_url:
             params["endpoint_grpc"] = settings.grpc_url
         if settings.metrics_url:
