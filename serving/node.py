@@ -140,6 +140,21 @@ def thread_cpu_ticks(pids: set[int]) -> dict[tuple[int, int], int]:
     return out
 
 
+def thread_name(pid: int, tid: int) -> str:
+    """Which thread `(pid, tid)` is, for a person: its name, its process's program and the ids, e.g. `thread
+    'triton_python_b' of triton_python_backend_stub (pid 412, tid 418)`; what /proc no longer has is left out."""
+    def read(path: str) -> str:
+        try:
+            with open(path, "rb") as file:
+                return file.read().decode(errors="replace").strip()
+        except OSError:
+            return ""
+
+    program = os.path.basename(read(f"/proc/{pid}/cmdline").split("\0", 1)[0]) or read(f"/proc/{pid}/comm")
+    thread = read(f"/proc/{pid}/task/{tid}/comm")
+    return (f"thread {thread!r} of " if thread else "a thread of ") + f"{program or 'a process'} (pid {pid}, tid {tid})"
+
+
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 

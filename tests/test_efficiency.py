@@ -99,6 +99,11 @@ def test_one_saturated_server_thread_is_the_limit_whatever_the_nodes_other_cores
     assert judged.bottleneck is Bottleneck.CPU
     assert "one thread of the server used 97 % of a core" in judged.evidence and "1.3 cores" in judged.evidence
     assert "GPU busy only 9 %" in judged.evidence
+    named = verdict(metrics, {**PARAMS, "server_ingress": "direct",
+                              "server_busiest_thread": "thread 'triton_python_b' of triton_python_backend_stub "
+                                                       "(pid 412, tid 418)"}, True, 0.8, 16)
+    assert "one thread of the server (thread 'triton_python_b' of triton_python_backend_stub (pid 412, tid 418)) " \
+           "used 97 % of a core" in named.evidence
     idle = verdict({**metrics, "server_thread_cpu_max": 0.4}, {**PARAMS, "server_ingress": "direct"}, True, 0.8, 16)
     assert idle.bottleneck is Bottleneck.LOAD
 

@@ -220,9 +220,12 @@ def test_the_sampler_sees_a_server_threads_cpu_and_its_childrens() -> None:
         time.sleep(1.2)
         end, child_after = time.time(), _process_cpu_s(child)
         metrics = sampler.window(start, end)
+        busiest = sampler.busiest_thread(start, end)  # while the child still runs: /proc names it
     finally:
         sampler.stop()
         parent.wait(timeout=30)
+    assert busiest is not None and f"(pid {child}, tid {child})" in busiest, busiest  # the spinning main thread
+    assert "python" in busiest, busiest  # its program
     child_cores = (child_after - child_before) / (end - start)
     assert child_cores > 0.1, f"the spinning child got {child_cores:.2f} of a core: the machine is too busy to tell"
     # Ticks are 10 ms: over 1.2 s the two readings may differ by a couple of them at each edge.

@@ -133,8 +133,10 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
                                                                                      else ""))
     thread = m.get("server_thread_cpu_max")
     if thread is not None and thread >= SATURATED_THREAD:
-        parts = [f"one thread of the server used {thread * 100:.0f} % of a core over the window (its processes "
-                 f"{m.get('server_cpu_cores', thread):.1f} cores in all): a single loop that never rested"]
+        who = params.get("server_busiest_thread")
+        parts = [f"one thread of the server{f' ({who})' if who else ''} used {thread * 100:.0f} % of a core over the "
+                 f"window (its processes {m.get('server_cpu_cores', thread):.1f} cores in all): a single loop that "
+                 "never rested"]
         if on_gpu and busy is not None:
             parts.append(f"the GPU busy only {busy:.0f} %")
         if share_text:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from serving.backend import ServerHandle
-from serving.node import NodeInfo, cpu_times, process_tree, thread_cpu_ticks
+from serving.node import NodeInfo, cpu_times, process_tree, thread_cpu_ticks, thread_name
 
 if TYPE_CHECKING:
     from experiments.config.schema import TelemetryConfig
@@ -187,18 +187,34 @@ class NodeSampler:
             count += 1
             self._stop.wait(self._interval)
 
-    def _server_cpu(self, start: float, end: float) -> dict[str, float]:
-        """The server's processes' CPU and their busiest thread's over the snapshots closest inside [start, end]."""
+    def _thread_use(self, start: float, end: float) -> tuple[dict[tuple[int, int], int], float] | None:
+        """CPU ticks each thread of the server's processes used over the snapshots closest inside [start, end], and
+        the ticks those snapshots span; None when they do not cover half of it."""
         with self._lock:
             inside = [snap for snap in self._threads if start - COVERAGE_SLACK_S <= snap[0] <= end + COVERAGE_SLACK_S]
         if len(inside) < 2 or inside[-1][0] - inside[0][0] < (end - start) / 2:
-            return {}
+            return None
         (t0, first), (t1, last) = inside[0], inside[-1]
         seconds = (t1 - t0) * self._ticks
         used = {key: ticks - first[key] for key, ticks in last.items() if key in first}
-        if seconds <= 0 or not used:
+        return (used, seconds) if seconds > 0 and used else None
+
+    def _server_cpu(self, start: float, end: float) -> dict[str, float]:
+        """The server's processes' CPU and their busiest thread's over [start, end]."""
+        use = self._thread_use(start, end)
+        if use is None:
             return {}
+        used, seconds = use
         return {"server_cpu_cores": sum(used.values()) / seconds, "server_thread_cpu_max": max(used.values()) / seconds}
+
+    def busiest_thread(self, start: float, end: float) -> str | None:
+        """Which thread of the server's processes used the most CPU over [start, end] (`serving.node.thread_name`):
+        what a `cpu` verdict's single saturated thread is."""
+        use = self._thread_use(start, end)
+        if use is None:
+            return None
+        pid, tid = max(use[0], key=use[0].get)
+        return thread_name(pid, tid)
 
     def describe(self) -> dict[str, Any]:
         """What is sampled: the node's cores; GPU indices and names, driver and CUDA versions as NVML reports them."""
@@ -245,6 +261,16 @@ class NodeTelemetry:
     def __init__(self, actor: Any, description: dict[str, Any]) -> None:
         self.actor = actor
         self.description = description
+
+    def busiest_thread(self, start: float, end: float, timeout_s: float = 30.0) -> str | None:
+        """The server's busiest thread over [start, end], named (None where it was not sampled)."""
+        import ray
+
+        try:
+            return ray.get(self.actor.busiest_thread.remote(start, end), timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - telemetry must not fail a trial that was measured
+            log.warning("node telemetry could not name the busiest thread: %s", exc)
+            return None
 
     def window_metrics(self, start: float, end: float, images: int, timeout_s: float = 30.0) -> dict[str, float]:
         """The window's node metrics (CPU; GPU where sampled); empty (logged why) when the sampler could not cover

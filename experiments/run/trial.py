@@ -134,6 +134,10 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     if telemetry is not None:
         record.metrics.update(telemetry.window_metrics(samples.window_start, samples.window_end,
                                                        samples.completed * samples.images_per_request))
+        if "server_thread_cpu_max" in record.metrics:
+            busiest = telemetry.busiest_thread(samples.window_start, samples.window_end)
+            if busiest:
+                record.params["server_busiest_thread"] = busiest
     if result.counters_before and result.counters_after:
         record.metrics.update(backend.server_breakdown(result.counters_before, result.counters_after))
         _check_server_count(record, backend.served_images(result.counters_before, result.counters_after),
