@@ -639,3 +639,15 @@ def test_a_metrics_read_that_fails_later_leaves_the_trial_the_clients_view(stub:
     handle = backend.start()
     stub.metrics = None  # the metrics endpoint answers 404 from now on
     assert backend.server_counters(handle) is None
+
+
+# ------------------------------------------------------------------ an endpoint of one tier in a sweep of several
+
+
+def test_an_endpoint_of_another_tier_is_skipped_saying_whose_it_is() -> None:
+    assert "backends.endpoint.tier='A 100' is not allowed" in _refusal(URL, "backends.endpoint.tier='A 100'")
+    cfg = load_config([*ENDPOINT, URL, "backends.endpoint.tier=h100", "gpu=a100"])
+    reason = build_backend(cfg, "endpoint", CPU_NODE, {}).unsupported_reason("http", "tensor")
+    assert reason == "this endpoint runs on tier h100 (backends.endpoint.tier), not a100"
+    cfg = load_config([*ENDPOINT, URL, "backends.endpoint.tier=a100", "gpu=a100"])
+    assert build_backend(cfg, "endpoint", CPU_NODE, {}).unsupported_reason("http", "tensor") is None

@@ -43,6 +43,9 @@ class EndpointBackend(Backend):
         return None
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
+        tier = self.settings.tier
+        if tier is not None and tier != self.context.tier:
+            return f"this endpoint runs on tier {tier} (backends.{self.context.name}.tier), not {self.context.tier}"
         transport, shared_memory = parse_protocol(protocol)
         if shared_memory != "none":
             return f"{protocol}: shared memory needs the server on the client's machine, and an endpoint's is not ours"

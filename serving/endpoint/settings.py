@@ -26,6 +26,7 @@ class EndpointSettings(BackendSettings):
     grpc_url: str | None = None  # host:port of its gRPC service (null: no gRPC trials)
     kind: str = "oip"  # the protocol it speaks: oip (Open Inference Protocol / KServe v2)
     model_name: str | None = None  # the model's name there (null: model.name)
+    tier: str | None = None  # the GPU tier its server runs on: a sweep of another tier skips it (null: any tier)
     token_env: str | None = None  # environment variable holding a bearer token (null: no authentication)
     ca_file: str | None = None  # CA bundle its TLS certificate is verified against (null: the system's)
     max_concurrency: int | None = None  # refuse a sweep that would keep more requests in flight (null: no limit)
@@ -68,6 +69,9 @@ class EndpointSettings(BackendSettings):
             if metrics.scheme not in ("http", "https") or not metrics.hostname or "@" in metrics.netloc:
                 problems.append(f"backends.{name}.metrics_url is not allowed: Triton's metrics URL, "
                                 "http://HOST:8002/metrics (no credentials in it), or null")
+        if self.tier is not None and not (self.tier and self.tier.replace("_", "").isalnum()):
+            problems.append(self.refuse(name, "tier", "the name of the GPU tier its server runs on (a file of "
+                                                      "conf/gpu/, e.g. a100), or null for any tier"))
         if self.kind not in KINDS:
             problems.append(self.refuse(name, "kind", f"one of {list(KINDS)}"))
         if self.token_env is not None and not self.token_env.replace("_", "").isalnum():
