@@ -19,7 +19,7 @@ ALL = "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynb
 
 def test_every_entry_is_typed_validates_and_has_its_family() -> None:
     cfg = load_config([f"experiment.backends=[{','.join(load_config().backends)}]",
-                       "cluster.serve_direct_ingress=true"])
+                       "cluster.serve_direct_ingress=true", "backends.endpoint.url=http://10.0.0.5:8000"])
     validate(cfg)
     families = {name: cfg.backends[name].family for name in cfg.backends}
     assert families == {"pytorch": "pytorch", "pytorch_fp16": "pytorch", "pytorch_compile": "pytorch",
@@ -27,7 +27,7 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
                         "pytorch_direct_batched": "pytorch", "pytorch_fp16_direct_batched": "pytorch",
                         "triton_onnx": "triton_onnx", "triton_onnx_dynbatch": "triton_onnx", "triton_trt": "triton_trt",
                         "triton_trt_fp16": "triton_trt", "triton_trt_dynbatch": "triton_trt", "fastapi": "fastapi",
-                        "torchserve": "torchserve", "torchserve_batched": "torchserve"}
+                        "torchserve": "torchserve", "torchserve_batched": "torchserve", "endpoint": "endpoint"}
 
 
 def test_variants_differ_from_their_class_defaults_only_where_they_say() -> None:
@@ -122,7 +122,7 @@ BAD_KEYS_AND_TYPES = [
     ("backends.triton_onnx.instance_count=two", "backends.triton_onnx.instance_count='two' is not allowed: Value"),
     ("+backends.mine={accelerator: cuda}", "backends.mine={'accelerator': 'cuda'} is not allowed: an entry extends "
                                            "its class's settings: add it with +backend@backends.mine=<triton | "
-                                           "ray_serve | fastapi | torchserve>"),
+                                           "ray_serve | fastapi | torchserve | endpoint>"),
 ]
 
 
