@@ -26,8 +26,8 @@ def endpoint_lines(ok: pd.DataFrame) -> list[str]:
             f"Endpoint `{variant}` on tier {tier}: a server tierbench did not start, at {row['endpoint_url']} (model "
             f"`{row.get('endpoint_model', '')}`{platform}). Its clients ran on {where}; the network's round trip to "
             f"it, timed before its trials (p50 of small requests), was {rtt:.2f} ms, and every latency of its trials "
-            "includes it. Nothing of its node is known: no GPU "
-            "telemetry, no in-process ceiling, no server log; its cost is the tier's price per hour, for one node.")
+            "includes it. Nothing of its node is known: no GPU telemetry, no in-process ceiling, no server log; its "
+            "cost is the tier's price per hour, for one node.")
     return lines
 
 

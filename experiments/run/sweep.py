@@ -70,9 +70,11 @@ class TierSweep:
         self.shipped: ShippedFile | None = None  # the model's file in Ray's object store, once per tier job
         self.ceiling: TierCeiling | None = None  # the runtimes' in-process ceiling on the tier's node
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
+        # Every backend an endpoint elsewhere: the node held runs only the clients, and the tier is the servers'.
+        self.clients_only = clients_only(cfg)
 
     def run(self) -> int:
-        with ray_cluster(self.cfg.cluster, self.tier, clients_only(self.cfg)) as view:
+        with ray_cluster(self.cfg.cluster, self.tier, self.clients_only) as view:
             while True:
                 try:
                     self._run_on_a_node(view)
@@ -114,7 +116,7 @@ class TierSweep:
         options = place.server_options
         node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
                                  timeout=self.cfg.cluster.schedule_timeout_s)
-        if not clients_only(self.cfg):  # an endpoint's tier is where its server runs, not this node
+        if not self.clients_only:  # an endpoint's tier is where its server runs, not this node
             refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
         self.node = node
         if self.publisher is None:  # once per tier job, also when a replacement node takes over
@@ -210,7 +212,7 @@ class TierSweep:
     def _node_released(self, node_time: NodeTime) -> None:
         """Keep what holding the node cost (`results.node_time`): in the tier folder now, on the tier run at the
         end. Not for endpoints: the node held only ran their clients, and the tier's price is their servers'."""
-        if clients_only(self.cfg):
+        if self.clients_only:
             log.info("gpu=%s: released node %s, which ran the clients of endpoints (no tier node was held)",
                      self.tier, node_time.node_id[:12])
             return

@@ -24,10 +24,13 @@ class GrpcInferenceClient(PrebuiltRequestClient):
     def response_type(self) -> Any:
         """The response message's class (its generated module imported here, when a client needs it)."""
 
-    def wire_request(self) -> WireRequest:
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """What every call carries: `spec.grpc_metadata`, and the bearer token when the spec names one."""
         token = bearer_token(self.spec)
-        metadata = (*self.spec.grpc_metadata, *((("authorization", f"Bearer {token}"),) if token else ()))
-        return grpc_wire(self.spec.url, self.method, self._request_bytes(), metadata)
+        return (*self.spec.grpc_metadata, *((("authorization", f"Bearer {token}"),) if token else ()))
+
+    def wire_request(self) -> WireRequest:
+        return grpc_wire(self.spec.url, self.method, self._request_bytes(), self.metadata())
 
     def check_wire_response(self, body: bytes) -> None:
         self.check_logits(self.response_outputs(self.response_type().FromString(grpc_message(body))))
@@ -42,8 +45,7 @@ class GrpcInferenceClient(PrebuiltRequestClient):
             self._channel = grpc.aio.secure_channel(self.spec.url, grpc.ssl_channel_credentials(roots), options)
         else:
             self._channel = grpc.aio.insecure_channel(self.spec.url, options=options)
-        token = bearer_token(self.spec)
-        self._metadata = (*self.spec.grpc_metadata, *((("authorization", f"Bearer {token}"),) if token else ()))
+        self._metadata = self.metadata()
         # No request serializer: the request goes out as the bytes built above.
         self._call = self._channel.unary_unary(self.method, response_deserializer=self.response_type().FromString)
 

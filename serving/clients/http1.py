@@ -158,9 +158,8 @@ class Http1Client:
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        _, connection = await asyncio.wait_for(loop.create_connection(_Connection, self.host, self.port,
-                                                                                 ssl=self.tls),
-                                               self.timeout_s)
+        connecting = loop.create_connection(_Connection, self.host, self.port, ssl=self.tls)
+        _, connection = await asyncio.wait_for(connecting, self.timeout_s)
         self._all.append(connection)
         return connection
 

@@ -54,7 +54,7 @@ def fetch(url: str, spec: ClientSpec, name: str, timeout_s: float) -> tuple[int,
         return _get(url, spec, timeout_s)
     except urllib.error.URLError as exc:
         reason = exc.reason
-        if isinstance(reason, ssl.SSLCertVerificationError) or isinstance(reason, ssl.SSLError):
+        if isinstance(reason, ssl.SSLError):  # a failed verification among them
             raise EndpointError(f"backends.{name}.url: the TLS handshake with {url} failed ({reason}): give the "
                                 f"CA that signed its certificate with backends.{name}.ca_file=PATH") from None
         raise EndpointError(f"backends.{name}.url: cannot reach {url} ({reason}): check the address and port, "
