@@ -6,7 +6,9 @@
 - `BearerAuth`: ASGI middleware answering 401 without `Authorization: Bearer <token>` and 403 with another token;
 - `OipServerProcess`: the project's own OIP service (`serving.fastapi.app.create_app`, the tiny model on the CPU)
   behind `BearerAuth`, run by uvicorn in a process of its own (`python -m tests.endpoint_stubs`), so a test can
-  kill it as a server that goes away."""
+  kill it as a server that goes away;
+- what the endpoint tests share: the token's variable, the sweep they refuse or accept (`refusal`, `accepted`), the
+  client spec they send with (`oip_spec`), the files that hold a secret (`files_holding`)."""
 
 from __future__ import annotations
 
@@ -27,11 +29,51 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from experiments.config.compose import load_config
+from experiments.config.errors import ConfigError
+from experiments.config.validation import validate
+from serving.clients.base import ClientSpec
 from serving.paths import REPO_ROOT
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+# What the endpoint tests share: the token's variable, the sweep they refuse or accept, the client spec they send with.
+TOKEN_ENV = "TIERBENCH_TEST_ENDPOINT_TOKEN"
+ENDPOINT = ["experiment=endpoint", "model=tiny", "gpu=a100"]  # a GPU tier on this CPU box: the server is elsewhere
+HTTP_CLIENT = "serving.oip.clients.OipHttpClient"
+GRPC_CLIENT = "serving.oip.clients.OipGrpcClient"
+# The leanest endpoint sweep: one protocol, one batch, short windows.
+LEAN = ["experiment.protocols=[http]", "experiment.batch_sizes=[1]", "experiment.window_s=0.5",
+        "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "experiment.stability.windows=1",
+        "experiment.stability.max_windows=1"]
+
+
+def oip_spec(url: str = "http://127.0.0.1:1", model: str = "tiny", **fields) -> ClientSpec:
+    return ClientSpec(HTTP_CLIENT, url, model, "tensor", 1, (3, 224, 224), (1000,), **fields)
+
+
+def refusal(*overrides: str) -> str:
+    """The ConfigError `validate` raises for an endpoint sweep with `overrides` (AssertionError when none)."""
+    with pytest.raises(ConfigError) as info:
+        validate(load_config([*ENDPOINT, *overrides]))
+    return str(info.value)
+
+
+def accepted(*overrides: str) -> None:
+    validate(load_config([*ENDPOINT, *overrides]))
+
+
+URL = "backends.endpoint.url=http://10.0.0.5:8000"
+
+
+def files_holding(folder: Path, secret: bytes) -> list[Path]:
+    """Every file under `folder` whose bytes hold `secret`."""
+    return [path for path in folder.rglob("*") if path.is_file() and secret in path.read_bytes()]
 
 
 def tiny_metadata(name: str = "tiny", datatype: str = "FP32", shape: tuple[int, ...] = (-1, 3, 224, 224)) -> dict:

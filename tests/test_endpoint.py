@@ -1,168 +1,39 @@
-"""Endpoints, servers tierbench did not start (serving/endpoint/): what a sweep refuses before anything starts (fast),
-what the probe says of stand-ins on loopback (unreachable, 401/403, 404, not OIP, wrong tensors, TLS) and what the
-clients send (bearer token, TLS, Host), all in-process; then two real sweeps against the project's own OIP service
-in a process of its own (tests/endpoint_stubs.py): one behind a bearer token, whose token must appear nowhere the
-sweep writes, and one whose server goes away after its first trial (slow)."""
+"""Endpoints, servers tierbench did not start (serving/endpoint/), against stand-ins on loopback, in-process: what the
+probe says (unreachable, 401/403, 404, not OIP, wrong tensors, TLS), what the clients send (bearer token, TLS,
+Host), Triton's metrics when given, and an endpoint of another tier skipped."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from experiments.config.compose import load_config
-from experiments.config.errors import ConfigError
-from experiments.config.validation import clients_only, highest_load, validate
-from experiments.results.layout import TierFolder
-from experiments.results.node_time import read_node_time
 from experiments.run.server_group import build_backend
-from serving.clients.base import ClientSpec, auth_headers, bearer_token, load_client, tls_context
+from serving.clients.base import ClientSpec, auth_headers, bearer_token, tls_context
 from serving.endpoint.probe import RTT_REQUESTS, EndpointError, OipModel, metadata_problem, oip_model, round_trip_ms
-from tests import helpers
 from tests.endpoint_stubs import (
+    ENDPOINT,
+    GRPC_CLIENT,
+    HTTP_CLIENT,
+    TOKEN_ENV,
+    URL,
     BearerAuth,
-    OipServerProcess,
     StubOip,
     ThreadedServer,
+    accepted,
     closed_port,
+    oip_spec,
+    refusal,
     self_signed_cert,
     tiny_metadata,
 )
-from tests.helpers import CPU_NODE, premigrated_store, store_uri
-from tests.processes import owned_environment
-from tests.sweep_process import run_sweep_command
-
-TOKEN_ENV = "TIERBENCH_TEST_ENDPOINT_TOKEN"
-ENDPOINT = ["experiment=endpoint", "model=tiny", "gpu=a100"]  # a GPU tier on this CPU box: the server is elsewhere
-HTTP_CLIENT = "serving.oip.clients.OipHttpClient"
-GRPC_CLIENT = "serving.oip.clients.OipGrpcClient"
-# The leanest endpoint sweep: one protocol, one batch, short windows.
-LEAN = ["experiment.protocols=[http]", "experiment.batch_sizes=[1]", "experiment.window_s=0.5",
-        "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "experiment.stability.windows=1",
-        "experiment.stability.max_windows=1"]
-
-
-def _spec(url: str = "http://127.0.0.1:1", model: str = "tiny", **fields) -> ClientSpec:
-    return ClientSpec(HTTP_CLIENT, url, model, "tensor", 1, (3, 224, 224), (1000,), **fields)
-
-
-def _refusal(*overrides: str) -> str:
-    """The ConfigError `validate` raises for an endpoint sweep with `overrides` (AssertionError when none)."""
-    with pytest.raises(ConfigError) as info:
-        validate(load_config([*ENDPOINT, *overrides]))
-    return str(info.value)
-
-
-def _accepted(*overrides: str) -> None:
-    validate(load_config([*ENDPOINT, *overrides]))
-
-
-URL = "backends.endpoint.url=http://10.0.0.5:8000"
-
-# ------------------------------------------------------------------ refusals before anything starts
-
-
-def test_a_sweep_without_a_url_is_refused_naming_it() -> None:
-    assert "backends.endpoint.url=''" in _refusal()
-    _accepted(URL)
-
-
-def test_credentials_in_the_url_are_refused_without_echoing_them() -> None:
-    message = _refusal("backends.endpoint.url=http://alice:s3cret-pw@10.0.0.5:8000")
-    assert "backends.endpoint.url" in message and "token_env" in message
-    assert "s3cret-pw" not in message and "alice" not in message
-
-
-def test_credentials_in_a_url_without_a_scheme_are_not_echoed_either() -> None:
-    message = _refusal("backends.endpoint.url=alice:s3cret-pw@10.0.0.5:8000")
-    assert "backends.endpoint.url" in message
-    assert "s3cret-pw" not in message
-
-
-@pytest.mark.parametrize("grpc_url", ["grpc://10.0.0.5:8001", "10.0.0.5", "10.0.0.5:", "10.0.0.5:grpc"])
-def test_a_grpc_url_with_a_scheme_or_without_a_port_is_refused(grpc_url: str) -> None:
-    assert f"backends.endpoint.grpc_url={grpc_url!r} is not allowed" in _refusal(
-        URL, f"backends.endpoint.grpc_url={grpc_url}")
-    _accepted(URL, "backends.endpoint.grpc_url=10.0.0.5:8001")
-
-
-def test_another_kind_than_oip_is_refused() -> None:
-    assert "backends.endpoint.kind='kserve_v1' is not allowed: one of ['oip']" in _refusal(
-        URL, "backends.endpoint.kind=kserve_v1")
-
-
-@pytest.mark.parametrize("name", ["MY-TOKEN", "$TOKEN", "A TOKEN", "''"])
-def test_token_env_must_name_a_variable(name: str) -> None:
-    assert "backends.endpoint.token_env is not the name of an environment variable" in _refusal(
-        URL, f"backends.endpoint.token_env={name}")
-    _accepted(URL, f"backends.endpoint.token_env={TOKEN_ENV}")
-
-
-def test_a_token_given_as_token_env_is_not_echoed() -> None:
-    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ0aWVyIn0.c2lnbmF0dXJl-x"
-    message = _refusal(URL, f"backends.endpoint.token_env={jwt}")
-    assert "backends.endpoint.token_env" in message and jwt not in message
-
-
-def test_max_concurrency_refuses_a_higher_concurrency() -> None:
-    message = _refusal(URL, "backends.endpoint.max_concurrency=2", "experiment.concurrency=[1,4]")
-    assert "up to 4 requests in flight" in message and "backends.endpoint.max_concurrency=2" in message
-    _accepted(URL, "backends.endpoint.max_concurrency=4", "experiment.concurrency=[1,4]")
-
-
-def test_max_concurrency_refuses_an_slo_search_that_would_go_higher() -> None:
-    search = (URL, "backends.endpoint.max_concurrency=8", "experiment.concurrency=[1]", "experiment.slo.p99_ms=50")
-    message = _refusal(*search, "experiment.slo.max_concurrency=16")
-    assert "up to 16 requests in flight" in message and "experiment.slo.max_concurrency" in message
-    _accepted(*search, "experiment.slo.max_concurrency=8")
-    # without a target there is no search, and its limit is not a load
-    _accepted(URL, "backends.endpoint.max_concurrency=8", "experiment.concurrency=[1]",
-              "experiment.slo.max_concurrency=16")
-
-
-def test_max_rate_refuses_a_closed_loop() -> None:
-    message = _refusal(URL, "backends.endpoint.max_rate=100")
-    assert "backends.endpoint.max_rate=100" in message and "experiment.load_mode=poisson" in message
-
-
-def test_max_rate_refuses_a_higher_open_loop_rate() -> None:
-    open_loop = (URL, "backends.endpoint.max_rate=100", "experiment.load_mode=poisson")
-    message = _refusal(*open_loop, "experiment.request_rates=[50,200]")
-    assert "up to 200 requests/s" in message and "backends.endpoint.max_rate=100" in message
-    _accepted(*open_loop, "experiment.request_rates=[50,100]")
-    message = _refusal(*open_loop, "experiment.request_rates=[50]", "experiment.slo.p99_ms=50",
-                       "experiment.slo.max_rate=400")
-    assert "up to 400 requests/s" in message and "experiment.slo.max_rate" in message
-
-
-def test_highest_load_and_clients_only() -> None:
-    cfg = load_config([*ENDPOINT, URL, "experiment.concurrency=[1,4]"])
-    assert highest_load(cfg.experiment) == (4, 0.0) and clients_only(cfg)
-    poisson = load_config([*ENDPOINT, URL, "experiment.load_mode=poisson", "experiment.request_rates=[5,50]"])
-    assert highest_load(poisson.experiment) == (0, 50.0)
-    assert not clients_only(load_config([*ENDPOINT, URL, "experiment.backends=[endpoint,fastapi]"]))
-    assert not clients_only(load_config(["model=tiny"]))
-
-
-def test_a_bad_value_on_the_command_line_exits_2_naming_the_key_and_no_password(tmp_path: Path) -> None:
-    proc, _ = run_sweep_command([*ENDPOINT, f"results_dir={tmp_path / 'runs'}",
-                                 f"mlflow.tracking_uri={store_uri(tmp_path)}", "report=false",
-                                 "backends.endpoint.url=http://alice:s3cret-pw@10.0.0.5:8000"], timeout=60)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output
-    assert "backends.endpoint.url carries credentials" in output and "s3cret-pw" not in output
-    assert not _files_holding(tmp_path, b"s3cret-pw"), "Hydra's .hydra/*.yaml are redacted"
-    assert not (tmp_path / "mlflow.db").exists(), "refused before MLflow was touched"
-
+from tests.helpers import CPU_NODE
 
 # ------------------------------------------------------------------ the probe, against stand-ins
 
@@ -197,7 +68,7 @@ def _endpoint(url: str, *overrides: str):
 def test_an_unreachable_endpoint_names_the_url_setting() -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     with pytest.raises(EndpointError, match=r"^backends\.endpoint\.url: cannot reach .*refused"):
-        oip_model(url, _spec(), "endpoint", 5)
+        oip_model(url, oip_spec(), "endpoint", 5)
     with pytest.raises(EndpointError, match=r"backends\.endpoint\.url"):
         _endpoint(url).start()
 
@@ -206,7 +77,7 @@ def test_an_unreachable_endpoint_names_the_url_setting() -> None:
 def test_401_and_403_say_how_to_give_a_token(stub: StubOip, status: int) -> None:
     stub.status = status
     with pytest.raises(EndpointError) as info:
-        oip_model(stub.url, _spec(), "endpoint", 5)
+        oip_model(stub.url, oip_spec(), "endpoint", 5)
     message = str(info.value)
     assert f"answered {status}" in message and "backends.endpoint.token_env=VARIABLE" in message
 
@@ -218,7 +89,7 @@ def test_401_and_403_with_a_token_name_its_variable_never_the_token(stub: StubOi
     monkeypatch.setenv(TOKEN_ENV, token)
     stub.status = status
     with pytest.raises(EndpointError) as info:
-        oip_model(stub.url, _spec(token_env=TOKEN_ENV), "endpoint", 5)
+        oip_model(stub.url, oip_spec(token_env=TOKEN_ENV), "endpoint", 5)
     message = str(info.value)
     assert f"${TOKEN_ENV} (backends.endpoint.token_env)" in message and token not in message
     assert stub.seen == [("/v2/models/tiny", f"Bearer {token}")], "the token went in the header"
@@ -226,7 +97,7 @@ def test_401_and_403_with_a_token_name_its_variable_never_the_token(stub: StubOi
 
 def test_404_names_model_name(stub: StubOip) -> None:
     with pytest.raises(EndpointError, match=r"backends\.endpoint\.model_name='resnet50'.*404.*model_name=NAME"):
-        oip_model(stub.url, _spec(model="resnet50"), "endpoint", 5)
+        oip_model(stub.url, oip_spec(model="resnet50"), "endpoint", 5)
     # through the backend: model.name unless model_name says otherwise
     with pytest.raises(EndpointError, match=r"backends\.endpoint\.model_name='resnet50'"):
         _endpoint(stub.url, "backends.endpoint.model_name=resnet50").start()
@@ -238,13 +109,13 @@ def test_a_200_that_is_not_oip_metadata(stub: StubOip, body: bytes) -> None:
     stub.body = body
     with pytest.raises(EndpointError, match=r"answered 200 but not with Open Inference Protocol model metadata.*"
                                             r"backends\.endpoint\.kind"):
-        oip_model(stub.url, _spec(), "endpoint", 5)
+        oip_model(stub.url, oip_spec(), "endpoint", 5)
 
 
 def test_another_status_asks_whether_it_speaks_oip(stub: StubOip) -> None:
     stub.status, stub.body = 500, b"boom"
     with pytest.raises(EndpointError, match=r"answered HTTP 500 \(\"?'?boom.*backends\.endpoint\.kind=oip"):
-        oip_model(stub.url, _spec(), "endpoint", 5)
+        oip_model(stub.url, oip_spec(), "endpoint", 5)
 
 
 def test_a_url_at_the_grpc_port_names_the_url_setting() -> None:
@@ -257,7 +128,7 @@ def test_a_url_at_the_grpc_port_names_the_url_setting() -> None:
     server.start()
     try:
         with pytest.raises(EndpointError, match=r"backends\.endpoint\.url"):
-            oip_model(f"http://127.0.0.1:{port}", _spec(), "endpoint", 5)
+            oip_model(f"http://127.0.0.1:{port}", oip_spec(), "endpoint", 5)
     finally:
         server.stop(0)
 
@@ -304,22 +175,22 @@ def test_start_checks_and_times_the_endpoint_and_starts_nothing(stub: StubOip) -
 
 def test_round_trip_is_a_positive_float_and_carries_the_token(stub: StubOip, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TOKEN_ENV, "rtt-token")
-    rtt = round_trip_ms(stub.url, _spec(token_env=TOKEN_ENV), "endpoint", 5, requests=5)
+    rtt = round_trip_ms(stub.url, oip_spec(token_env=TOKEN_ENV), "endpoint", 5, requests=5)
     assert isinstance(rtt, float) and rtt > 0
     assert stub.seen == [("/v2/health/ready", "Bearer rtt-token")] * 6
 
 
 def test_round_trip_to_a_server_gone_names_the_url_setting() -> None:
     with pytest.raises(EndpointError, match=r"^backends\.endpoint\.url: timing the round trip"):
-        round_trip_ms(f"http://127.0.0.1:{closed_port()}", _spec(), "endpoint", 5)
+        round_trip_ms(f"http://127.0.0.1:{closed_port()}", oip_spec(), "endpoint", 5)
 
 
 def test_tls_unverified_names_ca_file_and_verified_with_it(tls_stub: StubOip, certificate) -> None:
     cert, _ = certificate
     with pytest.raises(EndpointError, match=r"backends\.endpoint\.url: the TLS handshake .*"
                                             r"backends\.endpoint\.ca_file=PATH"):
-        oip_model(tls_stub.url, _spec(tls=True), "endpoint", 5)
-    verified = _spec(tls=True, ca_file=str(cert))
+        oip_model(tls_stub.url, oip_spec(tls=True), "endpoint", 5)
+    verified = oip_spec(tls=True, ca_file=str(cert))
     assert oip_model(tls_stub.url, verified, "endpoint", 5).input_shape == (-1, 3, 224, 224)
     assert round_trip_ms(tls_stub.url, verified, "endpoint", 5, requests=3) > 0
     # through the backend, without the CA: the same advice
@@ -355,14 +226,14 @@ def test_start_sends_the_token_and_names_its_variable_when_refused(monkeypatch: 
 
 def test_bearer_token_names_the_variable_when_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(TOKEN_ENV, raising=False)
-    assert bearer_token(_spec()) is None and auth_headers(_spec()) == {}
+    assert bearer_token(oip_spec()) is None and auth_headers(oip_spec()) == {}
     with pytest.raises(RuntimeError, match=f"the environment variable {TOKEN_ENV} .* is not set"):
-        bearer_token(_spec(token_env=TOKEN_ENV))
+        bearer_token(oip_spec(token_env=TOKEN_ENV))
     monkeypatch.setenv(TOKEN_ENV, "")
     with pytest.raises(RuntimeError, match=TOKEN_ENV):
-        auth_headers(_spec(token_env=TOKEN_ENV))
+        auth_headers(oip_spec(token_env=TOKEN_ENV))
     monkeypatch.setenv(TOKEN_ENV, "abc")
-    assert auth_headers(_spec(token_env=TOKEN_ENV)) == {"Authorization": "Bearer abc"}
+    assert auth_headers(oip_spec(token_env=TOKEN_ENV)) == {"Authorization": "Bearer abc"}
 
 
 def test_a_tls_spec_is_verified_and_kept_from_the_compiled_engine(certificate) -> None:
@@ -371,19 +242,19 @@ def test_a_tls_spec_is_verified_and_kept_from_the_compiled_engine(certificate) -
     from experiments.measure.engine.choice import EngineRefused, choose_engine
     from serving.oip.clients import OipGrpcClient, OipHttpClient
 
-    assert tls_context(_spec()) is None
-    context = tls_context(_spec(tls=True))
+    assert tls_context(oip_spec()) is None
+    context = tls_context(oip_spec(tls=True))
     assert context.verify_mode.name == "CERT_REQUIRED" and context.check_hostname
     cert, _ = certificate
-    assert len(tls_context(_spec(tls=True, ca_file=str(cert))).get_ca_certs()) == 1
-    tls = _spec(tls=True)
-    assert OipHttpClient.wire_unsupported(_spec()) is None
+    assert len(tls_context(oip_spec(tls=True, ca_file=str(cert))).get_ca_certs()) == 1
+    tls = oip_spec(tls=True)
+    assert OipHttpClient.wire_unsupported(oip_spec()) is None
     for client in (OipHttpClient, OipGrpcClient):
         assert "TLS" in client.wire_unsupported(replace(tls, target=f"serving.oip.clients.{client.__name__}"))
     status = EngineStatus(binary="/bin/loadgen", http2=True)
     engine, why = choose_engine("auto", tls, "http", status)
     assert engine is LoadEngine.PYTHON and "TLS" in why
-    assert choose_engine("auto", _spec(), "http", status) == (LoadEngine.COMPILED, "")
+    assert choose_engine("auto", oip_spec(), "http", status) == (LoadEngine.COMPILED, "")
     with pytest.raises(EngineRefused, match="TLS"):
         choose_engine("compiled", tls, "http", status)
 
@@ -406,8 +277,8 @@ def test_the_python_client_speaks_tls_verified_against_ca_file(tls_stub: StubOip
     from serving.oip.clients import OipHttpClient
 
     cert, _ = certificate
-    assert OipHttpClient(_spec("127.0.0.1:1", tls=True)).url == "https://127.0.0.1:1/v2/models/tiny/infer"
-    assert OipHttpClient(_spec("127.0.0.1:1")).url == "http://127.0.0.1:1/v2/models/tiny/infer"
+    assert OipHttpClient(oip_spec("127.0.0.1:1", tls=True)).url == "https://127.0.0.1:1/v2/models/tiny/infer"
+    assert OipHttpClient(oip_spec("127.0.0.1:1")).url == "http://127.0.0.1:1/v2/models/tiny/infer"
     request = build_request("GET", f"{tls_stub.url}/v2/health/ready", b"", {})
 
     async def get(spec: ClientSpec) -> int:
@@ -417,9 +288,9 @@ def test_the_python_client_speaks_tls_verified_against_ca_file(tls_stub: StubOip
         finally:
             await client.close()
 
-    assert asyncio.run(get(_spec(tls=True, ca_file=str(cert)))) == 200
+    assert asyncio.run(get(oip_spec(tls=True, ca_file=str(cert)))) == 200
     with pytest.raises(ssl.SSLCertVerificationError):
-        asyncio.run(get(_spec(tls=True)))
+        asyncio.run(get(oip_spec(tls=True)))
 
 
 def test_the_backends_client_specs_carry_tls_and_the_variable_never_the_token(
@@ -446,148 +317,12 @@ def test_the_grpc_client_sends_the_token_as_metadata(monkeypatch: pytest.MonkeyP
     from serving.oip.clients import OipGrpcClient
 
     monkeypatch.setenv(TOKEN_ENV, "grpc-token")
-    spec = replace(_spec("127.0.0.1:8001", token_env=TOKEN_ENV), target=GRPC_CLIENT)
+    spec = replace(oip_spec("127.0.0.1:8001", token_env=TOKEN_ENV), target=GRPC_CLIENT)
     headers = dict(OipGrpcClient(spec).wire_request().headers)
     assert headers["authorization"] == "Bearer grpc-token"
     assert "authorization" not in dict(OipGrpcClient(replace(spec, token_env="")).wire_request().headers)
 
 
-# ------------------------------------------------------------------ real sweeps against a real OIP service (slow)
-
-
-@pytest.fixture(scope="module")
-def token() -> str:
-    return f"tbtok-{uuid.uuid4().hex}"
-
-
-@pytest.fixture(scope="module")
-def guarded_server(tmp_path_factory: pytest.TempPathFactory, token: str) -> Iterator[OipServerProcess]:
-    """The tiny model's OIP service in a process of its own, every route behind the bearer token."""
-    with owned_environment(), OipServerProcess(tmp_path_factory.mktemp("guarded"), {TOKEN_ENV: token},
-                                               TOKEN_ENV) as server:
-        yield server
-
-
-@pytest.mark.slow
-def test_the_http_client_sends_the_bearer_token(guarded_server: OipServerProcess, token: str,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    async def call(spec: ClientSpec) -> np.ndarray:
-        client = load_client(spec)
-        await client.open()
-        try:
-            return (await client.call())[0]
-        finally:
-            await client.close()
-
-    before = guarded_server.counts()
-    monkeypatch.setenv(TOKEN_ENV, token)
-    outputs = asyncio.run(call(_spec(guarded_server.url, token_env=TOKEN_ENV)))
-    assert outputs.shape == (1, 1000)
-    after = guarded_server.counts()
-    assert after["authorized"] == before["authorized"] + 1 and after["missing"] == before["missing"]
-    with pytest.raises(RuntimeError, match="HTTP 401"):
-        asyncio.run(call(_spec(guarded_server.url)))
-    monkeypatch.setenv(TOKEN_ENV, "not-the-token")
-    with pytest.raises(RuntimeError, match="HTTP 403"):
-        asyncio.run(call(_spec(guarded_server.url, token_env=TOKEN_ENV)))
-    monkeypatch.delenv(TOKEN_ENV)
-    with pytest.raises(RuntimeError, match=f"{TOKEN_ENV} .* is not set"):
-        asyncio.run(call(_spec(guarded_server.url, token_env=TOKEN_ENV)))
-
-
-def _files_holding(folder: Path, secret: bytes) -> list[Path]:
-    return [path for path in folder.rglob("*") if path.is_file() and secret in path.read_bytes()]
-
-
-def _records(tier: TierFolder) -> dict[int, dict]:
-    """The tier's trial records by concurrency."""
-    records = {}
-    for path in sorted(tier.path.glob("trials/*/record.json")):
-        record = json.loads(path.read_text())
-        records[record["params"]["concurrency"]] = record
-    return records
-
-
-def _sweep_args(tmp: Path, sweep_id: str, url: str, *overrides: str) -> list[str]:
-    premigrated_store(tmp)
-    return [*ENDPOINT, f"backends.endpoint.url={url}", *LEAN, f"results_dir={tmp / 'runs'}",
-            f"mlflow.tracking_uri={store_uri(tmp)}", f"sweep_id={sweep_id}", *overrides]
-
-
-@pytest.mark.slow
-def test_a_sweep_of_a_guarded_endpoint_keeps_its_token_out_of_everything(
-        guarded_server: OipServerProcess, token: str, tmp_path: Path, no_leftover_processes: None) -> None:
-    before = guarded_server.counts()
-    args = _sweep_args(tmp_path, "ep-guarded", guarded_server.url, f"backends.endpoint.token_env={TOKEN_ENV}",
-                       "experiment.concurrency=[1]", "report=true")
-    proc, _ = run_sweep_command(args, env={TOKEN_ENV: token}, timeout=240)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-5000:]
-    tier = TierFolder.of(tmp_path / "runs", "ep-guarded", "a100")
-    (record,) = _records(tier).values()
-    assert record["status"] == "ok", record["reason"]
-    # every request carried the token: the checks before the trial (metadata, round trip), the cross-check's, the
-    # warm-up's and the measured ones
-    counts = guarded_server.counts()
-    assert counts["authorized"] - before["authorized"] >= 1 + RTT_REQUESTS + 1 + record["metrics"]["request_count"]
-    assert counts["missing"] == before["missing"] and counts["wrong"] == before["wrong"]
-    assert record["params"]["endpoint_url"] == guarded_server.url and record["params"]["server_mode"] == "endpoint"
-    assert record["params"]["endpoint_authenticated"] is True and record["params"]["gpu_tier"] == "a100"
-    assert record["metrics"]["endpoint_rtt_p50_ms"] > 0
-    (run,) = helpers.runs(store_uri(tmp_path), sweep_id="ep-guarded")
-    assert run.data.tags["status"] == "ok" and run.data.params["server_mode"] == "endpoint"
-    assert run.data.params["endpoint_url"] == guarded_server.url and run.data.metrics["endpoint_rtt_p50_ms"] > 0
-
-    # the tier's node only ran the clients: no node time charged
-    assert not tier.node_time_file.exists() and read_node_time(tier) == []
-    (tier_run,) = helpers.runs(store_uri(tmp_path), "tier", "ep-guarded")
-    assert not {"node_uptime_s", "sweep_cost_usd"} & tier_run.data.metrics.keys()
-
-    reports = list((tmp_path / "runs").rglob("report.md"))
-    assert reports and "Endpoint `endpoint` on tier a100: a server tierbench did not start, at " \
-        f"{guarded_server.url}" in reports[0].read_text()
-
-    secret = token.encode()
-    assert token not in output, "stdout / stderr"
-    assert (tmp_path / "mlflow.db").exists() and secret not in (tmp_path / "mlflow.db").read_bytes()
-    assert not _files_holding(tmp_path, secret), "results folder, MLflow store and artifacts, report"
-
-
-@pytest.mark.slow
-def test_an_endpoint_that_goes_away_fails_the_rest_and_keeps_what_was_measured(
-        tmp_path: Path, no_leftover_processes: None) -> None:
-    runs = tmp_path / "runs"
-    with owned_environment(), OipServerProcess(tmp_path / "server") as server:
-        killed, sweep_over = threading.Event(), threading.Event()
-
-        def kill_after_the_first_trial() -> None:  # its record is written once it is over
-            while not list(runs.glob("*/*/trials/*/record.json")):
-                if sweep_over.wait(0.02):
-                    return
-            server.kill()
-            killed.set()
-
-        watcher = threading.Thread(target=kill_after_the_first_trial, daemon=True)
-        watcher.start()
-        args = _sweep_args(tmp_path, "ep-gone", server.url, "experiment.concurrency=[1,2]",
-                           "experiment.trial_retries=0", "report=false")
-        try:
-            proc, _ = run_sweep_command(args, timeout=240)
-        finally:
-            sweep_over.set()
-            watcher.join(timeout=30)
-    output = proc.stdout + proc.stderr
-    assert killed.is_set(), f"no trial record appeared: {output[-5000:]}"
-    assert proc.returncode not in (0, 2), output[-5000:]
-    records = _records(TierFolder.of(runs, "ep-gone", "a100"))
-    assert sorted(records) == [1, 2], output[-5000:]
-    assert records[1]["status"] == "ok" and records[1]["metrics"]["request_count"] > 0, records[1]["reason"]
-    assert records[2]["status"] == "failed"
-    assert re.search(r"refused|cannot connect|reset|did not start", records[2]["reason"]), records[2]["reason"]
-    by_concurrency = {run.data.params["concurrency"]: run.data.tags["status"]
-                      for run in helpers.runs(store_uri(tmp_path), sweep_id="ep-gone")}
-    assert by_concurrency == {"1": "ok", "2": "failed"}
-    assert not os.path.exists(TierFolder.of(runs, "ep-gone", "a100").node_time_file)
 
 
 # ------------------------------------------------------------------ Triton's metrics, when the user gives their URL
@@ -607,8 +342,8 @@ def triton_metrics_text(model: str, requests: int, queue_us: int) -> str:
 
 
 def test_metrics_url_must_be_a_plain_url() -> None:
-    assert "backends.endpoint.metrics_url is not allowed" in _refusal(URL, "backends.endpoint.metrics_url=host:8002")
-    _accepted(URL, "backends.endpoint.metrics_url=http://10.0.0.5:8002/metrics")
+    assert "backends.endpoint.metrics_url is not allowed" in refusal(URL, "backends.endpoint.metrics_url=host:8002")
+    accepted(URL, "backends.endpoint.metrics_url=http://10.0.0.5:8002/metrics")
 
 
 def test_triton_metrics_give_the_server_side_breakdown_and_its_image_count(stub: StubOip) -> None:
@@ -641,11 +376,13 @@ def test_a_metrics_read_that_fails_later_leaves_the_trial_the_clients_view(stub:
     assert backend.server_counters(handle) is None
 
 
+
+
 # ------------------------------------------------------------------ an endpoint of one tier in a sweep of several
 
 
 def test_an_endpoint_of_another_tier_is_skipped_saying_whose_it_is() -> None:
-    assert "backends.endpoint.tier='A 100' is not allowed" in _refusal(URL, "backends.endpoint.tier='A 100'")
+    assert "backends.endpoint.tier='A 100' is not allowed" in refusal(URL, "backends.endpoint.tier='A 100'")
     cfg = load_config([*ENDPOINT, URL, "backends.endpoint.tier=h100", "gpu=a100"])
     reason = build_backend(cfg, "endpoint", CPU_NODE, {}).unsupported_reason("http", "tensor")
     assert reason == "this endpoint runs on tier h100 (backends.endpoint.tier), not a100"
