@@ -83,7 +83,7 @@ class EndpointBackend(Backend):
         urls = {"http": settings.url, **({"grpc": settings.grpc_url} if settings.grpc_url else {})}
         params = {"endpoint_url": settings.url, "endpoint_model": meta.name,
                   "endpoint_platform": meta.platform, "endpoint_tls": settings.tls,
-                  "endpoint_authenticated": bool(settings.token_env),
+                  "endpoint_authenticated": bool(settings.token_env), "endpoint_nodes": int(settings.nodes),
                   "server_hostname": urlsplit(settings.url).hostname or ""}
         if settings.grpc_url:
             params["endpoint_grpc"] = settings.grpc_url

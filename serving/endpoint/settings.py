@@ -27,6 +27,9 @@ class EndpointSettings(BackendSettings):
     kind: str = "oip"  # the protocol it speaks: oip (Open Inference Protocol / KServe v2)
     model_name: str | None = None  # the model's name there (null: model.name)
     tier: str | None = None  # the GPU tier its server runs on: a sweep of another tier skips it (null: any tier)
+    # The GPU nodes answering at url (replicas behind a load balancer), each rented at the tier's price: its images
+    # are priced at nodes x the tier's price per hour
+    nodes: int = 1
     token_env: str | None = None  # environment variable holding a bearer token (null: no authentication)
     ca_file: str | None = None  # CA bundle its TLS certificate is verified against (null: the system's)
     max_concurrency: int | None = None  # refuse a sweep that would keep more requests in flight (null: no limit)
@@ -79,6 +82,9 @@ class EndpointSettings(BackendSettings):
             problems.append(f"backends.{name}.token_env is not the name of an environment variable: give the NAME "
                             "(letters, digits, _) of one that holds the token, e.g. token_env=TIERBENCH_TOKEN, never "
                             "the token itself")
+        if not is_positive_int(self.nodes):
+            problems.append(self.refuse(name, "nodes", "the number of GPU nodes answering at its url (1 for one "
+                                                       "server; N for N replicas behind a load balancer)"))
         if self.max_concurrency is not None and not is_positive_int(self.max_concurrency):
             problems.append(self.refuse(name, "max_concurrency", "a positive integer, or null for no limit"))
         if self.max_rate is not None and not self.max_rate > 0:
