@@ -47,8 +47,10 @@ def _samples(rng: np.random.Generator, n: int = 200) -> WindowSamples:
 
 
 def run_stand_in_group(monkeypatch, overrides: list[str], failing: set[int] = frozenset(),
-                       clients: StandInClients | None = None) -> tuple[StandInSweep, dict]:
-    """A triton_onnx group on the CPU, one trial; measurement number i (from 1) fails when i is in `failing`."""
+                       clients: StandInClients | None = None,
+                       handle_params: dict[str, Any] | None = None) -> tuple[StandInSweep, dict]:
+    """A triton_onnx group on the CPU, one trial; measurement number i (from 1) fails when i is in `failing`. The
+    server's handle contributes `handle_params` to its records (e.g. an endpoint's `endpoint_nodes`)."""
     import experiments.run.server_group as server_group
 
     cfg = load_config(["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
@@ -61,7 +63,7 @@ def run_stand_in_group(monkeypatch, overrides: list[str], failing: set[int] = fr
 
     def start() -> ServerHandle:
         calls["start"] += 1
-        return ServerHandle("triton_python_backend", {}, params={})
+        return ServerHandle("triton_python_backend", {}, params=dict(handle_params or {}))
 
     def measure(cfg: Any, trial: Any, *args: Any) -> TrialRecord:
         calls["measure"] += 1

@@ -47,8 +47,8 @@ def test_a_grpc_url_with_a_scheme_or_without_a_port_is_refused(grpc_url: str) ->
     accepted(URL, "backends.endpoint.grpc_url=10.0.0.5:8001")
 
 
-def test_another_kind_than_oip_is_refused() -> None:
-    assert "backends.endpoint.kind='kserve_v1' is not allowed: one of ['oip']" in refusal(
+def test_a_kind_tierbench_does_not_speak_is_refused() -> None:
+    assert "backends.endpoint.kind='kserve_v1' is not allowed: one of ['oip', 'torchserve', 'http']" in refusal(
         URL, "backends.endpoint.kind=kserve_v1")
 
 

@@ -8,6 +8,7 @@ generation measures the server and the transport, not payload construction.
 
 from __future__ import annotations
 
+import base64
 import os
 import ssl
 from abc import ABC, abstractmethod
@@ -35,35 +36,68 @@ class ClientSpec:
     # gRPC metadata every call carries (Ray Serve's proxy routes by its `application` key).
     grpc_metadata: tuple[tuple[str, str], ...] = ()
     # A server tierbench did not start (an endpoint): TLS (https, or gRPC over TLS), verified against the system's
-    # CAs or `ca_file`; a bearer token read from the environment variable `token_env` on the client's node when the
-    # client opens: the spec, which is logged and shipped, holds the variable's name, never the token.
+    # CAs or `ca_file`, with a client certificate and key (`client_cert`, `client_key`: files) where it asks for
+    # one; a bearer token (`token_env`) or `user:password` (`basic_auth_env`) read from an environment variable on
+    # the client's node when the client opens: the spec, which is logged and shipped, holds names, never secrets.
     tls: bool = False
     ca_file: str = ""
     token_env: str = ""
+    basic_auth_env: str = ""
+    client_cert: str = ""
+    client_key: str = ""
+
+
+def _secret(variable: str, setting: str) -> str:
+    value = os.environ.get(variable, "")
+    if not value:
+        raise RuntimeError(f"the environment variable {variable} (the endpoint's {setting}) is not set on the "
+                           "client's node: export it there before the sweep starts")
+    return value
 
 
 def bearer_token(spec: ClientSpec) -> str | None:
     """The token in `spec.token_env` (None when the spec names none); raises naming the variable when it is unset."""
-    if not spec.token_env:
-        return None
-    token = os.environ.get(spec.token_env, "")
-    if not token:
-        raise RuntimeError(f"the environment variable {spec.token_env} (the endpoint's token_env) is not set on "
-                           f"the client's node: export it there before the sweep starts")
-    return token
+    return _secret(spec.token_env, "token_env") if spec.token_env else None
+
+
+def authorization(spec: ClientSpec) -> str | None:
+    """The `Authorization` value of every request (HTTP header, gRPC metadata): `Bearer <token>`, `Basic
+    <base64 user:password>`, or None without credentials."""
+    token = bearer_token(spec)
+    if token:
+        return f"Bearer {token}"
+    if spec.basic_auth_env:
+        user_password = _secret(spec.basic_auth_env, "basic_auth_env")
+        return f"Basic {base64.b64encode(user_password.encode()).decode('ascii')}"
+    return None
 
 
 def auth_headers(spec: ClientSpec) -> dict[str, str]:
-    """The HTTP headers that authenticate a request (empty without a token)."""
-    token = bearer_token(spec)
-    return {"Authorization": f"Bearer {token}"} if token else {}
+    """The HTTP headers that authenticate a request (empty without credentials)."""
+    value = authorization(spec)
+    return {"Authorization": value} if value else {}
 
 
 def tls_context(spec: ClientSpec) -> ssl.SSLContext | None:
-    """A verifying TLS context for `spec` (the system's CAs, or `ca_file`); None for plain TCP."""
+    """A verifying TLS context for `spec` (the system's CAs, or `ca_file`; the client certificate where it has
+    one); None for plain TCP."""
     if not spec.tls:
         return None
-    return ssl.create_default_context(cafile=spec.ca_file or None)
+    context = ssl.create_default_context(cafile=spec.ca_file or None)
+    if spec.client_cert:
+        context.load_cert_chain(spec.client_cert, spec.client_key or None)
+    return context
+
+
+def grpc_credentials(spec: ClientSpec):
+    """`grpc.ssl_channel_credentials` for a TLS spec: its CA (or the system's), its client certificate and key."""
+    import grpc
+
+    def read(path: str) -> bytes | None:
+        return open(path, "rb").read() if path else None  # noqa: SIM115 - a few KB, read once per channel
+
+    return grpc.ssl_channel_credentials(read(spec.ca_file), read(spec.client_key or spec.client_cert),
+                                        read(spec.client_cert))
 
 
 def tensor_batch(spec: ClientSpec, seed: int = 0) -> np.ndarray:

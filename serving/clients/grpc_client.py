@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from serving.clients.base import PrebuiltRequestClient, ServerReport, bearer_token
+from serving.clients.base import PrebuiltRequestClient, ServerReport, authorization, grpc_credentials
 from serving.clients.wire import WireRequest, grpc_message, grpc_wire
 
 
@@ -25,9 +25,9 @@ class GrpcInferenceClient(PrebuiltRequestClient):
         """The response message's class (its generated module imported here, when a client needs it)."""
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        """What every call carries: `spec.grpc_metadata`, and the bearer token when the spec names one."""
-        token = bearer_token(self.spec)
-        return (*self.spec.grpc_metadata, *((("authorization", f"Bearer {token}"),) if token else ()))
+        """What every call carries: `spec.grpc_metadata`, and the credentials when the spec names them."""
+        value = authorization(self.spec)
+        return (*self.spec.grpc_metadata, *((("authorization", value),) if value else ()))
 
     def wire_request(self) -> WireRequest:
         return grpc_wire(self.spec.url, self.method, self._request_bytes(), self.metadata())
@@ -41,8 +41,7 @@ class GrpcInferenceClient(PrebuiltRequestClient):
         self._request = self._request_bytes()
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
         if self.spec.tls:
-            roots = open(self.spec.ca_file, "rb").read() if self.spec.ca_file else None  # noqa: SIM115
-            self._channel = grpc.aio.secure_channel(self.spec.url, grpc.ssl_channel_credentials(roots), options)
+            self._channel = grpc.aio.secure_channel(self.spec.url, grpc_credentials(self.spec), options)
         else:
             self._channel = grpc.aio.insecure_channel(self.spec.url, options=options)
         self._metadata = self.metadata()

@@ -42,6 +42,20 @@ def build_request(method: str, url: str, body: bytes, headers: dict[str, str]) -
     return "\r\n".join(head).encode("latin-1") + body
 
 
+MULTIPART_BOUNDARY = "tierbench-multipart-boundary"  # never inside a JPEG's bytes in practice; checked when building
+
+
+def multipart_body(files: list[tuple[str, bytes]], content_type: str = "image/jpeg") -> tuple[bytes, str]:
+    """A multipart/form-data body with one file part per (field name, bytes), and its content type."""
+    marker = f"--{MULTIPART_BOUNDARY}".encode()
+    if any(marker in data for _, data in files):
+        raise ValueError(f"a file contains the multipart boundary {MULTIPART_BOUNDARY!r}")
+    parts = [marker + b"\r\n" + (f'Content-Disposition: form-data; name="{field}"; filename="{field}-{i}.jpg"\r\n'
+                                 f"Content-Type: {content_type}\r\n\r\n").encode() + data + b"\r\n"
+             for i, (field, data) in enumerate(files)]
+    return b"".join(parts) + marker + b"--\r\n", f"multipart/form-data; boundary={MULTIPART_BOUNDARY}"
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection: one request at a time; the response (Content-Length or chunked) completes a
     future."""

@@ -7,8 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from serving.clients.base import TIMING_HEADER, PrebuiltRequestClient, ServerReport, parse_server_timing, tls_context
-from serving.clients.http1 import Http1Client
+from serving.clients.base import (
+    TIMING_HEADER,
+    PrebuiltRequestClient,
+    ServerReport,
+    auth_headers,
+    parse_server_timing,
+    tls_context,
+)
+from serving.clients.http1 import Http1Client, build_request
 from serving.clients.wire import WireRequest, http1_wire
 
 
@@ -22,6 +29,11 @@ class HttpInferenceClient(PrebuiltRequestClient):
     def url(self) -> str:
         """Where the requests go: `spec.url`, over http:// (https:// for a TLS spec) when it names no scheme."""
         return self.spec.url if "://" in self.spec.url else f"{'https' if self.spec.tls else 'http'}://{self.spec.url}"
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> bytes:
+        """A POST of `body` to `url` with `headers` and the spec's credentials (an endpoint's), as the transport
+        sends it."""
+        return build_request("POST", self.url, body, {**headers, **auth_headers(self.spec)})
 
     def wire_request(self) -> WireRequest:
         return http1_wire(self.url, self._request_bytes())

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from serving.clients.base import ClientSpec, jpeg_batch
-from serving.clients.http1 import HttpResponse, build_request
+from serving.clients.http1 import HttpResponse
 from serving.clients.http_client import HttpInferenceClient
 from serving.clients.wire import WireRequest
 
@@ -32,9 +32,9 @@ class JsonImagesError(ValueError):
     """A request body that is not `{"images": [base64 strings]}`."""
 
 
-def encode_images(images: list[bytes]) -> bytes:
-    """The request body for `images` (encoded JPEG files)."""
-    return json.dumps({IMAGES_KEY: [base64.b64encode(image).decode("ascii") for image in images]}).encode()
+def encode_images(images: list[bytes], key: str = IMAGES_KEY) -> bytes:
+    """The request body for `images` (encoded JPEG files), under `key`."""
+    return json.dumps({key: [base64.b64encode(image).decode("ascii") for image in images]}).encode()
 
 
 def decode_images(body: bytes | dict[str, Any]) -> list[bytes]:
@@ -57,12 +57,12 @@ def encode_outputs(outputs: np.ndarray) -> bytes:
     return json.dumps({OUTPUT_KEY: np.asarray(outputs, dtype=np.float32).tolist()}).encode()
 
 
-def decode_outputs(body: bytes) -> np.ndarray:
-    """The outputs of a response body, float32."""
+def decode_outputs(body: bytes, key: str = OUTPUT_KEY) -> np.ndarray:
+    """The outputs of a response body under `key`, float32."""
     try:
-        return np.asarray(json.loads(body)[OUTPUT_KEY], dtype=np.float32)
+        return np.asarray(json.loads(body)[key], dtype=np.float32)
     except (ValueError, KeyError, TypeError) as exc:
-        raise RuntimeError(f"not a {{\"{OUTPUT_KEY}\": [...]}} response ({exc}): {body[:200]!r}") from None
+        raise RuntimeError(f"not a {{\"{key}\": [...]}} response ({exc}): {body[:200]!r}") from None
 
 
 class JsonImagesClient(HttpInferenceClient):
@@ -80,7 +80,7 @@ class JsonImagesClient(HttpInferenceClient):
         return self._payload_bytes
 
     def _request_bytes(self) -> bytes:
-        return build_request("POST", self.url, self._body, {"Content-Type": CONTENT_TYPE})
+        return self._post(self._body, {"Content-Type": CONTENT_TYPE})
 
     def response_outputs(self, response: HttpResponse) -> np.ndarray:
         return decode_outputs(response.body)

@@ -1,5 +1,6 @@
 """A server tierbench did not start (`endpoint`): Triton in NVIDIA's container with its native backends, KServe,
-MLServer, a Ray Serve or FastAPI service behind a load balancer. `start` starts nothing: it checks the endpoint
+MLServer, TorchServe, a Ray Serve or FastAPI service behind a load balancer, speaking the protocol of its `kind`
+(serving/endpoint/kinds.py). `start` starts nothing: it checks the endpoint
 (reachable, lets us in, serves the model with tensors tierbench can send) and times the network's round trip to it;
 the trials then measure it with the same clients, engines, windows and report as a launched server. `stop` leaves it
 running. Nothing of the node it runs on is known: no GPU telemetry, no in-process ceiling, no server log."""
@@ -7,19 +8,19 @@ running. Nothing of the node it runs on is known: no GPU telemetry, no in-proces
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from urllib.parse import urlsplit
 
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
-from serving.endpoint.probe import EndpointError, OipModel, fetch, metadata_problem, oip_model, round_trip_ms
+from serving.endpoint.kinds import KINDS, EndpointKind, EndpointModel
+from serving.endpoint.probe import EndpointError, fetch, round_trip_ms
 from serving.endpoint.settings import EndpointSettings
-from serving.oip import triton_metrics
+from serving.endpoint.template import TemplateSpec
 from serving.protocols import InputFormat, parse_protocol
 
 log = logging.getLogger(__name__)
-
-OIP_CLIENTS = {"http": "serving.oip.clients.OipHttpClient", "grpc": "serving.oip.clients.OipGrpcClient"}
 
 
 class EndpointBackend(Backend):
@@ -27,7 +28,11 @@ class EndpointBackend(Backend):
 
     def __init__(self, context: BackendContext, settings: EndpointSettings) -> None:
         super().__init__(context, settings)
-        self.meta: OipModel | None = None
+        self.meta: EndpointModel | None = None
+
+    @property
+    def kind(self) -> EndpointKind:
+        return KINDS[self.settings.kind]
 
     @property
     def model_name(self) -> str:
@@ -36,7 +41,8 @@ class EndpointBackend(Backend):
     def runs_on(self) -> str:
         if not self.settings.url:
             return f"a server tierbench does not start, once backends.{self.context.name}.url names one"
-        return f"a server tierbench does not start: {self.settings.url} (model {self.model_name})"
+        return (f"a server tierbench does not start: {self.settings.url} ({self.settings.kind}, model "
+                f"{self.model_name})")
 
     def gpu_tier_reason(self) -> str | None:
         """The server runs elsewhere, on the tier the user names: this node's GPU is not the question."""
@@ -49,42 +55,59 @@ class EndpointBackend(Backend):
         transport, shared_memory = parse_protocol(protocol)
         if shared_memory != "none":
             return f"{protocol}: shared memory needs the server on the client's machine, and an endpoint's is not ours"
-        if transport == "grpc" and not self.settings.grpc_url:
+        if transport == "grpc" and "grpc" in self.kind.transports() and not self.settings.grpc_url:
             return f"no gRPC address for this endpoint: set backends.{self.context.name}.grpc_url=HOST:PORT"
-        if input_format != InputFormat.TENSOR:
-            return (f"input format {input_format}: an endpoint is sent FP32 tensors (a JPEG-decoding model there is "
-                    "not measured yet)")
-        return None
+        return self.kind.unsupported_reason(transport, input_format)
 
-    def _secured(self, spec: ClientSpec) -> ClientSpec:
-        """`spec` with how to reach this endpoint: TLS, its CA, the token's variable."""
-        settings = self.settings
-        return replace(spec, tls=settings.tls, ca_file=settings.ca_file or "", token_env=settings.token_env or "")
+    def _client_spec(self, transport: str, input_format: str, batch_size: int) -> ClientSpec:
+        """A client's spec for this endpoint: its kind's client and URL, its TLS files and credentials' variables
+        (never their contents), the tensors its metadata named, the plain API's keys."""
+        settings, meta = self.settings, self.meta
+        kind = TemplateSpec if settings.kind == "http" else ClientSpec
+        spec = self._spec(self.kind.clients.get((transport, input_format), ""),
+                          self.kind.client_url(settings, transport, self.model_name), self.model_name, input_format,
+                          batch_size, kind=kind)
+        fields = {"tls": settings.tls, "ca_file": settings.ca_file or "", "token_env": settings.token_env or "",
+                  "basic_auth_env": settings.basic_auth_env or "", "client_cert": settings.client_cert or "",
+                  "client_key": settings.client_key or ""}
+        if meta is not None and meta.input_name:
+            fields |= {"input_name": meta.input_name, "output_name": meta.output_name or spec.output_name}
+        if kind is TemplateSpec:
+            fields |= {"input_key": settings.input_key, "output_key": settings.output_key}
+        return replace(spec, **fields)
 
     def _probe_spec(self) -> ClientSpec:
-        """What the checks before the trials connect with (HTTP, the endpoint's TLS and token)."""
-        return self._secured(self._spec(OIP_CLIENTS["http"], self.settings.url, self.model_name, InputFormat.TENSOR, 1))
+        """What the checks before the trials connect with (HTTP, the endpoint's TLS and credentials)."""
+        return self._client_spec("http", InputFormat.TENSOR, 1)
+
+    def _check_files(self) -> None:
+        """The TLS files exist here (the client's node reads them again when it connects)."""
+        for key in ("ca_file", "client_cert", "client_key"):
+            path = getattr(self.settings, key)
+            if path and not os.path.isfile(path):
+                raise EndpointError(f"backends.{self.context.name}.{key}={path!r}: no such file on "
+                                    f"{self.context.node.hostname}: give the path of the PEM file")
 
     def start(self) -> ServerHandle:
         settings, name = self.settings, self.context.name
+        self._check_files()
         spec = self._probe_spec()
         timeout_s = float(settings.probe_timeout_s)
-        meta = oip_model(settings.url, spec, name, timeout_s)
-        problem = metadata_problem(meta, tuple(self.context.model.input_shape), name)
-        if problem:
-            raise EndpointError(problem)
-        self.meta = meta
+        self.meta = meta = self.kind.check(settings, spec, name, tuple(self.context.model.input_shape), timeout_s)
         if settings.metrics_url:
             self._check_metrics(spec)
-        rtt_ms = round_trip_ms(settings.url, spec, name, timeout_s)
-        log.info("%s: endpoint %s serves %s (%s, input %s %s); network round trip p50 %.2f ms", name,
-                 settings.url, meta.name, meta.platform or "platform not stated", meta.input_name,
-                 list(meta.input_shape), rtt_ms)
+        rtt_ms = round_trip_ms(settings.url, spec, name, timeout_s, path=self.kind.round_trip_path(settings))
+        shown = f", input {meta.input_name} {list(meta.input_shape)}" if meta.input_name else ""
+        log.info("%s: endpoint %s (%s) serves %s (%s%s); network round trip p50 %.2f ms", name, settings.url,
+                 settings.kind, meta.name, meta.platform or "platform not stated", shown, rtt_ms)
         urls = {"http": settings.url, **({"grpc": settings.grpc_url} if settings.grpc_url else {})}
-        params = {"endpoint_url": settings.url, "endpoint_model": meta.name,
+        params = {"endpoint_url": settings.url, "endpoint_kind": settings.kind, "endpoint_model": meta.name,
                   "endpoint_platform": meta.platform, "endpoint_tls": settings.tls,
-                  "endpoint_authenticated": bool(settings.token_env), "endpoint_nodes": int(settings.nodes),
-                  "server_hostname": urlsplit(settings.url).hostname or ""}
+                  "endpoint_client_certificate": bool(settings.client_cert),
+                  "endpoint_authenticated": bool(settings.token_env or settings.basic_auth_env),
+                  "endpoint_nodes": int(settings.nodes), "server_hostname": urlsplit(settings.url).hostname or ""}
+        if settings.kind == "http":
+            params["endpoint_path"] = settings.path
         if settings.grpc_url:
             params["endpoint_grpc"] = settings.grpc_url
         if settings.metrics_url:
@@ -101,38 +124,36 @@ class EndpointBackend(Backend):
         status, body = fetch(str(settings.metrics_url), spec, self.context.name, float(settings.probe_timeout_s))
         if status != 200:
             raise EndpointError(f"backends.{self.context.name}.metrics_url: {self.settings.metrics_url} answered HTTP "
-                                f"{status}: give Triton's metrics URL (port 8002 by default), or null")
+                                f"{status}: give the server's Prometheus metrics URL (Triton: port 8002, "
+                                "TorchServe: 8082), or null")
         return body.decode(errors="replace")
 
     def _check_metrics(self, spec: ClientSpec) -> None:
-        """Triton's metrics at `metrics_url` carry counters for the model, before any trial relies on them."""
+        """The server's metrics at `metrics_url` carry counters for the model, before any trial relies on them."""
         text = self._metrics_text(spec)
         model = self.meta.name if self.meta else self.model_name
-        if f'model="{model}"' not in text or "nv_inference_request_success" not in text:
-            raise EndpointError(f"backends.{self.context.name}.metrics_url: {self.settings.metrics_url} has no Triton "
-                                f"inference counters for model {model!r}: give the metrics URL of the Triton that "
-                                "serves it, or null")
+        if self.kind.metrics_label(model) not in text or self.kind.metrics_marker not in text:
+            raise EndpointError(f"backends.{self.context.name}.metrics_url: {self.settings.metrics_url} has no "
+                                f"{self.kind.metrics_server} inference counters for model "
+                                f"{model!r}: give the metrics URL of the server that serves it, or null")
 
     def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
-        """Triton's cumulative counters for the model now; None without a metrics URL or when a read fails (the
+        """The server's cumulative counters for the model now; None without a metrics URL or when a read fails (the
         trial then has the client's view only)."""
         if not self.settings.metrics_url or self.meta is None:
             return None
         try:
-            return triton_metrics.parse_counters(self._metrics_text(self._probe_spec()), self.meta.name)
+            return self.kind.parse_counters(self._metrics_text(self._probe_spec()), self.meta.name)
         except (EndpointError, OSError) as exc:
             log.warning("%s: reading %s failed: %s", self.context.name, self.settings.metrics_url, exc)
             return None
 
     def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-        return triton_metrics.breakdown(before, after)
+        return self.kind.breakdown(before, after)
 
     def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
-        return triton_metrics.served_images(before, after)
+        return self.kind.served_images(before, after)
 
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         transport, _ = parse_protocol(protocol)
-        spec = self._spec(OIP_CLIENTS[transport], handle.urls[transport], self.model_name, input_format, batch_size)
-        meta = self.meta
-        return self._secured(replace(spec, input_name=meta.input_name if meta else spec.input_name,
-                                     output_name=meta.output_name if meta else spec.output_name))
+        return self._client_spec(transport, input_format, batch_size)

@@ -38,8 +38,9 @@ class OipModel:
     output_datatype: str
 
 
-def _get(url: str, spec: ClientSpec, timeout_s: float) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers=auth_headers(spec))
+def _send(url: str, spec: ClientSpec, timeout_s: float, method: str) -> tuple[int, bytes]:
+    data = b"" if method == "POST" else None  # an empty POST: a route's or a model's presence, not an inference
+    request = urllib.request.Request(url, data=data, headers=auth_headers(spec), method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s, context=tls_context(spec)) as response:  # noqa: S310
             return response.status, response.read()
@@ -47,16 +48,18 @@ def _get(url: str, spec: ClientSpec, timeout_s: float) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def fetch(url: str, spec: ClientSpec, name: str, timeout_s: float) -> tuple[int, bytes]:
-    """GET `url`; an unreachable host, a refused connection or a failed TLS handshake raise EndpointError naming
-    `backends.<name>.url`."""
+def fetch(url: str, spec: ClientSpec, name: str, timeout_s: float, method: str = "GET") -> tuple[int, bytes]:
+    """`method` (GET, OPTIONS, or an empty POST) `url`; an unreachable host, a refused connection or a failed TLS
+    handshake raise EndpointError naming `backends.<name>.url`."""
     try:
-        return _get(url, spec, timeout_s)
+        return _send(url, spec, timeout_s, method)
     except urllib.error.URLError as exc:
         reason = exc.reason
         if isinstance(reason, ssl.SSLError):  # a failed verification among them
             raise EndpointError(f"backends.{name}.url: the TLS handshake with {url} failed ({reason}): give the "
-                                f"CA that signed its certificate with backends.{name}.ca_file=PATH") from None
+                                f"CA that signed its certificate with backends.{name}.ca_file=PATH, and where "
+                                f"the server asks for a client certificate, backends.{name}.client_cert=PATH and "
+                                f"backends.{name}.client_key=PATH") from None
         raise EndpointError(f"backends.{name}.url: cannot reach {url} ({reason}): check the address and port, "
                             "and that the server runs and this machine may connect to it") from None
     except http.client.HTTPException as exc:  # an answer that is not HTTP/1.x, e.g. the gRPC port's
@@ -67,17 +70,27 @@ def fetch(url: str, spec: ClientSpec, name: str, timeout_s: float) -> tuple[int,
                             f"address, or raise backends.{name}.probe_timeout_s") from None
 
 
+def refused(status: int, name: str, spec: ClientSpec, base_url: str) -> None:
+    """EndpointError saying how to authenticate when the endpoint answered 401 or 403; nothing otherwise."""
+    if status not in (401, 403):
+        return
+    if spec.token_env:
+        fix = f"check the token in ${spec.token_env} (backends.{name}.token_env)"
+    elif spec.basic_auth_env:
+        fix = f"check the user:password in ${spec.basic_auth_env} (backends.{name}.basic_auth_env)"
+    else:
+        fix = (f"put a bearer token in an environment variable and name it with backends.{name}.token_env=VARIABLE "
+               f"(or user:password with backends.{name}.basic_auth_env=VARIABLE)")
+    raise EndpointError(f"backends.{name}: {base_url} answered {status} "
+                        f"({'unauthorized' if status == 401 else 'forbidden'}) for model {spec.model_name!r}: {fix}")
+
+
 def oip_model(base_url: str, spec: ClientSpec, name: str, timeout_s: float) -> OipModel:
     """The model's metadata (`GET /v2/models/<model>`), refusing what cannot be measured with a message naming the
     setting and the fix."""
     url = f"{base_url.rstrip('/')}/v2/models/{spec.model_name}"
     status, body = fetch(url, spec, name, timeout_s)
-    if status in (401, 403):
-        fix = (f"check the token in ${spec.token_env} (backends.{name}.token_env)" if spec.token_env else
-               f"put a bearer token in an environment variable and name it with backends.{name}.token_env=VARIABLE")
-        raise EndpointError(f"backends.{name}: {base_url} answered {status} "
-                            f"({'unauthorized' if status == 401 else 'forbidden'}) for model {spec.model_name!r}: "
-                            f"{fix}")
+    refused(status, name, spec, base_url)
     if status == 404:
         raise EndpointError(f"backends.{name}.model_name={spec.model_name!r}: {base_url} serves no model "
                             f"of that name (404 on /v2/models/{spec.model_name}): give its name there with "
@@ -115,12 +128,13 @@ def metadata_problem(meta: OipModel, input_shape: tuple[int, ...], name: str) ->
     return None
 
 
-def round_trip_ms(base_url: str, spec: ClientSpec, name: str, timeout_s: float,
+def round_trip_ms(base_url: str, spec: ClientSpec, name: str, timeout_s: float, path: str = "/v2/health/ready",
                   requests: int = RTT_REQUESTS) -> float:
-    """The p50 of `requests` small GETs (`/v2/health/ready`) on one kept-alive connection, after a first that opens
-    it: the network's and HTTP's own round trip to the endpoint, without connection setup."""
+    """The p50 of `requests` small GETs of `path` under the URL (a health check; whatever its status) on one
+    kept-alive connection, after a first that opens it: the network's and HTTP's own round trip to the endpoint,
+    without connection setup."""
     parts = urlsplit(base_url)
-    path = f"{parts.path.rstrip('/')}/v2/health/ready"
+    path = f"{parts.path.rstrip('/')}{path}" or "/"
     if parts.scheme == "https":
         connection: http.client.HTTPConnection = http.client.HTTPSConnection(
             parts.hostname, parts.port, timeout=timeout_s, context=tls_context(spec))

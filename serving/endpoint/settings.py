@@ -13,9 +13,6 @@ if TYPE_CHECKING:
     from serving.model_config import ModelConfig
     from serving.settings import ClusterSwitches
 
-KINDS = ("oip",)  # the Open Inference Protocol (KServe v2): Triton, KServe, MLServer, Seldon, tierbench's own servers
-
-
 @dataclass
 class EndpointSettings(BackendSettings):
     """A server someone else runs. Nothing here is a secret: a token is read from the environment variable
@@ -24,14 +21,24 @@ class EndpointSettings(BackendSettings):
     _target_: str = "serving.endpoint.backend.EndpointBackend"
     url: str = ""  # its HTTP base URL, e.g. http://10.0.0.5:8000 (https://: TLS, verified)
     grpc_url: str | None = None  # host:port of its gRPC service (null: no gRPC trials)
-    kind: str = "oip"  # the protocol it speaks: oip (Open Inference Protocol / KServe v2)
+    # The protocol it speaks (serving/endpoint/kinds.py): oip (Open Inference Protocol / KServe v2: Triton, KServe,
+    # MLServer), torchserve (TorchServe's inference API, REST and gRPC), http (a plain HTTP API at `path`)
+    kind: str = "oip"
     model_name: str | None = None  # the model's name there (null: model.name)
     tier: str | None = None  # the GPU tier its server runs on: a sweep of another tier skips it (null: any tier)
     # The GPU nodes answering at url (replicas behind a load balancer), each rented at the tier's price: its images
     # are priced at nodes x the tier's price per hour
     nodes: int = 1
     token_env: str | None = None  # environment variable holding a bearer token (null: no authentication)
+    basic_auth_env: str | None = None  # environment variable holding user:password for HTTP basic authentication
     ca_file: str | None = None  # CA bundle its TLS certificate is verified against (null: the system's)
+    client_cert: str | None = None  # mutual TLS: the client certificate's PEM file (null: none asked for)
+    client_key: str | None = None  # its private key's PEM file (null: in client_cert's file)
+    # kind=http: the route requests are POSTed to under url, the JSON field (and form field, for several JPEGs)
+    # the images go in, and the JSON field the outputs come back in (serving/endpoint/template.py)
+    path: str = "/predict"
+    input_key: str = "images"
+    output_key: str = "logits"
     max_concurrency: int | None = None  # refuse a sweep that would keep more requests in flight (null: no limit)
     max_rate: float | None = None  # refuse a sweep that would send more requests per second (null: no limit)
     probe_timeout_s: float = 10.0  # the reachability and metadata checks before any trial
@@ -75,13 +82,12 @@ class EndpointSettings(BackendSettings):
         if self.tier is not None and not (self.tier and self.tier.replace("_", "").isalnum()):
             problems.append(self.refuse(name, "tier", "the name of the GPU tier its server runs on (a file of "
                                                       "conf/gpu/, e.g. a100), or null for any tier"))
+        from serving.endpoint.kinds import KINDS
+
         if self.kind not in KINDS:
             problems.append(self.refuse(name, "kind", f"one of {list(KINDS)}"))
-        if self.token_env is not None and not self.token_env.replace("_", "").isalnum():
-            # Not echoed: a token given here by mistake would land in the log.
-            problems.append(f"backends.{name}.token_env is not the name of an environment variable: give the NAME "
-                            "(letters, digits, _) of one that holds the token, e.g. token_env=TIERBENCH_TOKEN, never "
-                            "the token itself")
+        problems += self._check_kind(name)
+        problems += self._check_credentials(name)
         if not is_positive_int(self.nodes):
             problems.append(self.refuse(name, "nodes", "the number of GPU nodes answering at its url (1 for one "
                                                        "server; N for N replicas behind a load balancer)"))
@@ -91,6 +97,42 @@ class EndpointSettings(BackendSettings):
             problems.append(self.refuse(name, "max_rate", "requests per second > 0, or null for no limit"))
         if not self.probe_timeout_s > 0:
             problems.append(self.refuse(name, "probe_timeout_s", "seconds > 0"))
+        return problems
+
+    def _check_kind(self, name: str) -> list[str]:
+        problems = []
+        if self.kind == "http":
+            if self.grpc_url is not None:
+                problems.append(self.refuse(name, "grpc_url", "null with kind=http (a plain HTTP API has no gRPC "
+                                                              "service)"))
+            if self.metrics_url is not None:
+                problems.append(self.refuse(name, "metrics_url", "null with kind=http (its metrics are read for "
+                                                                 "kind=oip, Triton's, and kind=torchserve)"))
+            if not self.path.startswith("/") or any(c.isspace() for c in self.path):
+                problems.append(self.refuse(name, "path", "the route under url that takes requests, e.g. /predict"))
+            for key in ("input_key", "output_key"):
+                if not getattr(self, key):
+                    problems.append(self.refuse(name, key, "the name of a JSON field"))
+        return problems
+
+    def _check_credentials(self, name: str) -> list[str]:
+        problems = []
+        for key in ("token_env", "basic_auth_env"):
+            value = getattr(self, key)
+            if value is not None and not value.replace("_", "").isalnum():
+                # Not echoed: a secret given here by mistake would land in the log.
+                problems.append(f"backends.{name}.{key} is not the name of an environment variable: give the NAME "
+                                f"(letters, digits, _) of one that holds the secret, e.g. {key}=TIERBENCH_TOKEN, "
+                                "never the secret itself")
+        if self.token_env and self.basic_auth_env:
+            problems.append(f"backends.{name}.token_env and basic_auth_env are both set: a request carries one "
+                            "Authorization header; keep the one the endpoint asks for")
+        if (self.client_cert or self.client_key) and not self.tls:
+            problems.append(f"backends.{name}.client_cert/client_key are for mutual TLS: give an https:// url, or "
+                            "leave them out")
+        if self.client_key and not self.client_cert:
+            problems.append(self.refuse(name, "client_key", "given with client_cert (the certificate's PEM file), "
+                                                            "or null"))
         return problems
 
     def refuse_loads(self, name: str, concurrency: int, rate: float) -> list[str]:

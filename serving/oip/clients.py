@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, InferenceClient, auth_headers, jpeg_batch, tensor_batch
+from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
 from serving.clients.grpc_client import GrpcInferenceClient
-from serving.clients.http1 import HttpResponse, build_request
+from serving.clients.http1 import HttpResponse
 from serving.clients.http_client import HttpInferenceClient
 from serving.protocols import InputFormat
 
@@ -101,10 +101,10 @@ class OipHttpClient(OipClient, HttpInferenceClient):
         infer_input.set_data_from_numpy(self._data, binary_data=True)
         outputs = [http.InferRequestedOutput(self.spec.output_name, binary_data=True)]
         body, json_size = http.InferenceServerClient.generate_request_body([infer_input], outputs=outputs)
-        headers = {"Content-Type": "application/octet-stream", **auth_headers(self.spec)}
+        headers = {"Content-Type": "application/octet-stream"}
         if json_size is not None:
             headers[HEADER_LENGTH] = str(json_size)
-        return build_request("POST", self.url, body, headers)
+        return self._post(body, headers)
 
     def response_outputs(self, response: HttpResponse) -> np.ndarray:
         return binary_output(response.body, response.headers.get(HEADER_LENGTH.lower()), self.spec.output_name)

@@ -17,23 +17,10 @@ import numpy as np
 
 from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
 from serving.clients.grpc_client import GrpcInferenceClient
-from serving.clients.http1 import HttpResponse, build_request
+from serving.clients.http1 import HttpResponse, multipart_body
 from serving.clients.http_client import HttpInferenceClient
 from serving.protocols import InputFormat
 from serving.torchserve.payloads import PREDICTIONS, TENSOR_CONTENT_TYPE, TENSOR_KEY, image_key, outputs_of
-
-BOUNDARY = "tierbench-torchserve-boundary"  # never inside a JPEG's bytes in practice; checked when building
-
-
-def multipart_body(images: list[bytes]) -> tuple[bytes, str]:
-    """A multipart/form-data body with one file field per image (image0..), and its content type."""
-    marker = f"--{BOUNDARY}".encode()
-    if any(marker in image for image in images):
-        raise ValueError(f"an image contains the multipart boundary {BOUNDARY!r}")
-    parts = [marker + b"\r\n" + (f'Content-Disposition: form-data; name="{image_key(i)}"; '
-                                 f'filename="{image_key(i)}.jpg"\r\nContent-Type: image/jpeg\r\n\r\n').encode()
-             + image + b"\r\n" for i, image in enumerate(images)]
-    return b"".join(parts) + marker + b"--\r\n", f"multipart/form-data; boundary={BOUNDARY}"
 
 
 class TorchServeClient(InferenceClient):
@@ -68,8 +55,8 @@ class TorchServeRestClient(TorchServeClient, HttpInferenceClient):
         if self.spec.input_format == InputFormat.TENSOR:
             body, content_type = self._inputs[TENSOR_KEY], TENSOR_CONTENT_TYPE
         else:
-            body, content_type = multipart_body(list(self._inputs.values()))
-        return build_request("POST", self.url, body, {"Content-Type": content_type})
+            body, content_type = multipart_body(list(self._inputs.items()))
+        return self._post(body, {"Content-Type": content_type})
 
     def response_outputs(self, response: HttpResponse) -> np.ndarray:
         return self.outputs(response.body)

@@ -1,0 +1,208 @@
+"""The protocols an endpoint may speak (`backends.<entry>.kind`), each with what tierbench needs of it: which client
+sends each (transport, input format), where its requests go, what it is asked before any trial (is the model
+there, what it takes), where the network's round trip is timed, and how its Prometheus metrics read.
+
+    oip         the Open Inference Protocol (KServe v2): Triton, KServe, MLServer, tierbench's own servers
+    torchserve  TorchServe's inference API: REST `/predictions/<model>` and its gRPC service
+    http        a plain HTTP API at `<url><path>` (serving/endpoint/template.py: raw tensor, JPEG bytes, base64 JPEG
+                in JSON)
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from serving.clients.base import ClientSpec
+from serving.endpoint.probe import EndpointError, fetch, metadata_problem, oip_model, refused
+from serving.oip import triton_metrics
+from serving.protocols import InputFormat
+from serving.torchserve import metrics as torchserve_metrics
+
+if TYPE_CHECKING:
+    from serving.endpoint.settings import EndpointSettings
+
+TENSOR, JPEG, JPEG_BASE64 = InputFormat.TENSOR, InputFormat.JPEG, InputFormat.JPEG_BASE64
+
+
+@dataclass(frozen=True)
+class EndpointModel:
+    """What the endpoint said of the model before the trials: its name and platform there, and (where the protocol
+    names them) the input and output tensors a request uses."""
+
+    name: str
+    platform: str
+    input_name: str | None = None
+    output_name: str | None = None
+    input_shape: tuple[int, ...] = ()
+
+
+class EndpointKind(ABC):
+    name: ClassVar[str]
+    clients: ClassVar[dict[tuple[str, str], str]]  # (transport, input format) -> the client class's import path
+    health_path: ClassVar[str]  # a cheap GET under the URL: the network's round trip is timed on it
+
+    def transports(self) -> set[str]:
+        return {transport for transport, _ in self.clients}
+
+    def unsupported_reason(self, transport: str, input_format: str) -> str | None:
+        if (transport, input_format) in self.clients:
+            return None
+        offered = sorted(f for t, f in self.clients if t == transport)
+        return (f"kind={self.name} over {transport} is sent {', '.join(offered)}, not {input_format}" if offered
+                else f"kind={self.name} has no {transport} API")
+
+    def client_url(self, settings: EndpointSettings, transport: str, model: str) -> str:
+        """Where a client of `transport` sends its requests."""
+        return settings.url if transport == "http" else str(settings.grpc_url)
+
+    def round_trip_path(self, settings: EndpointSettings) -> str:
+        return self.health_path
+
+    @abstractmethod
+    def check(self, settings: EndpointSettings, spec: ClientSpec, name: str, input_shape: tuple[int, ...],
+              timeout_s: float) -> EndpointModel:
+        """Ask the endpoint whether it serves the model as tierbench will send it; EndpointError naming the setting
+        and the fix when not (unreachable, refused, no such model, other tensors)."""
+
+    # Its Prometheus metrics (`metrics_url`): none unless a kind reads them.
+    metrics_server: ClassVar[str] = ""  # whose metrics they are (Triton's: the OIP server that has them)
+    metrics_marker: ClassVar[str] = ""  # a counter that must be there for the model
+
+    def metrics_label(self, model: str) -> str:
+        return ""
+
+    def parse_counters(self, text: str, model: str) -> dict[str, float]:
+        raise NotImplementedError(f"kind={self.name} reads no metrics")
+
+    def breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return {}
+
+    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
+        return None
+
+
+class OipKind(EndpointKind):
+    name = "oip"
+    clients = {("http", TENSOR): "serving.oip.clients.OipHttpClient",
+               ("grpc", TENSOR): "serving.oip.clients.OipGrpcClient"}
+    health_path = "/v2/health/ready"
+    metrics_server = "Triton"
+    metrics_marker = "nv_inference_request_success"
+
+    def unsupported_reason(self, transport: str, input_format: str) -> str | None:
+        if input_format != TENSOR:
+            return (f"input format {input_format}: an Open Inference Protocol endpoint is sent FP32 tensors (a "
+                    "JPEG-decoding API there: kind=http or kind=torchserve)")
+        return super().unsupported_reason(transport, input_format)
+
+    def check(self, settings: EndpointSettings, spec: ClientSpec, name: str, input_shape: tuple[int, ...],
+              timeout_s: float) -> EndpointModel:
+        meta = oip_model(settings.url, spec, name, timeout_s)
+        problem = metadata_problem(meta, input_shape, name)
+        if problem:
+            raise EndpointError(problem)
+        return EndpointModel(meta.name, meta.platform, meta.input_name, meta.output_name, meta.input_shape)
+
+    def metrics_label(self, model: str) -> str:
+        return f'model="{model}"'
+
+    def parse_counters(self, text: str, model: str) -> dict[str, float]:
+        return triton_metrics.parse_counters(text, model)
+
+    def breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return triton_metrics.breakdown(before, after)
+
+    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
+        return triton_metrics.served_images(before, after)
+
+
+class TorchServeKind(EndpointKind):
+    name = "torchserve"
+    clients = {("http", TENSOR): "serving.torchserve.clients.TorchServeRestClient",
+               ("http", JPEG): "serving.torchserve.clients.TorchServeRestClient",
+               ("http", JPEG_BASE64): "serving.clients.json_images.JsonImagesClient",
+               ("grpc", TENSOR): "serving.torchserve.clients.TorchServeGrpcClient",
+               ("grpc", JPEG): "serving.torchserve.clients.TorchServeGrpcClient"}
+    health_path = "/ping"
+    metrics_server = "TorchServe"
+    metrics_marker = torchserve_metrics.REQUESTS
+
+    def client_url(self, settings: EndpointSettings, transport: str, model: str) -> str:
+        if transport == "http":
+            return f"{settings.url.rstrip('/')}/predictions/{model}"
+        return super().client_url(settings, transport, model)
+
+    def check(self, settings: EndpointSettings, spec: ClientSpec, name: str, input_shape: tuple[int, ...],
+              timeout_s: float) -> EndpointModel:
+        """`GET /ping` (it is TorchServe's inference API, and healthy), then an empty POST to the model's
+        predictions: TorchServe's frontend answers 404 for a model it does not serve, before any handler runs.
+        Its version from `OPTIONS /` (the API description)."""
+        base = settings.url.rstrip("/")
+        status, body = fetch(f"{base}{self.health_path}", spec, name, timeout_s)
+        refused(status, name, spec, base)
+        if status != 200 or b"status" not in body:
+            raise EndpointError(f"backends.{name}.url: {base}{self.health_path} answered HTTP {status} "
+                                f"({body[:200].decode(errors='replace')!r}): is it TorchServe's inference API "
+                                "(port 8080 by default)?")
+        status, body = fetch(f"{base}/predictions/{spec.model_name}", spec, name, timeout_s, method="POST")
+        refused(status, name, spec, base)
+        if status == 404:
+            raise EndpointError(f"backends.{name}.model_name={spec.model_name!r}: {base} serves no model of that "
+                                f"name (404 on /predictions/{spec.model_name}): give its name there with "
+                                f"backends.{name}.model_name=NAME")
+        version = ""
+        status, body = fetch(f"{base}/", spec, name, timeout_s, method="OPTIONS")
+        if status == 200:
+            try:
+                version = str(json.loads(body)["info"]["version"])
+            except (ValueError, KeyError, TypeError):
+                version = ""
+        return EndpointModel(spec.model_name, f"TorchServe {version}".strip())
+
+    def metrics_label(self, model: str) -> str:
+        return f'model_name="{model}"'
+
+    def parse_counters(self, text: str, model: str) -> dict[str, float]:
+        return torchserve_metrics.parse_counters(text, model)
+
+    def breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return torchserve_metrics.breakdown(before, after)
+
+    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
+        """The handler's own image count, where it keeps one (tierbench's handler does; another may not)."""
+        if torchserve_metrics.IMAGES_SERVED not in after:
+            return None
+        return torchserve_metrics.served_images(before, after)
+
+
+class HttpKind(EndpointKind):
+    name = "http"
+    clients = {("http", TENSOR): "serving.endpoint.template.TemplateHttpClient",
+               ("http", JPEG): "serving.endpoint.template.TemplateHttpClient",
+               ("http", JPEG_BASE64): "serving.endpoint.template.TemplateHttpClient"}
+    health_path = ""
+
+    def client_url(self, settings: EndpointSettings, transport: str, model: str) -> str:
+        return f"{settings.url.rstrip('/')}{settings.path}"
+
+    def round_trip_path(self, settings: EndpointSettings) -> str:
+        return settings.path  # a GET of the API's route: answered (often 405) without running the model
+
+    def check(self, settings: EndpointSettings, spec: ClientSpec, name: str, input_shape: tuple[int, ...],
+              timeout_s: float) -> EndpointModel:
+        """An empty POST to the route: 401/403, 404 and 405 mean the URL, path or credentials are wrong; anything
+        else (a 400 or 422 for the empty body, even a 500) means a handler is there."""
+        url = self.client_url(settings, "http", spec.model_name)
+        status, body = fetch(url, spec, name, timeout_s, method="POST")
+        refused(status, name, spec, settings.url)
+        if status in (404, 405):
+            raise EndpointError(f"backends.{name}.path={settings.path!r}: {url} answered HTTP {status} to a POST "
+                                f"({body[:200].decode(errors='replace')!r}): give the route the API takes "
+                                f"requests at with backends.{name}.path=/ROUTE")
+        return EndpointModel(spec.model_name, "")
+
+
+KINDS: dict[str, EndpointKind] = {kind.name: kind for kind in (OipKind(), TorchServeKind(), HttpKind())}
