@@ -3,6 +3,7 @@
 - `StubOip`: a bare ASGI app answering an Open Inference Protocol model's metadata (`/v2/models/<m>`) and readiness
   with whatever a test sets (a status, a body), keeping the Authorization header of every request it saw; served by
   uvicorn in a thread of the test's own process (`ThreadedServer`), over TLS with `self_signed_cert`'s files;
+- `StubApi`: a plain HTTP API's route (kind=http), answering a POST with whatever a test sets;
 - `BearerAuth`: ASGI middleware answering 401 without `Authorization: Bearer <token>` and 403 with another token;
 - `OipServerProcess`: the project's own OIP service (`serving.fastapi.app.create_app`, the tiny model on the CPU)
   behind `BearerAuth`, run by uvicorn in a process of its own (`python -m tests.endpoint_stubs`), so a test can
@@ -71,6 +72,24 @@ def accepted(*overrides: str) -> None:
 URL = "backends.endpoint.url=http://10.0.0.5:8000"
 
 
+def endpoint_backend(url: str, *overrides: str):
+    """The endpoint entry's backend for `url` on this CPU node, as a sweep of tier a100 builds it."""
+    from experiments.run.server_group import build_backend
+    from tests.helpers import CPU_NODE
+
+    return build_backend(load_config([*ENDPOINT, f"backends.endpoint.url={url}", *overrides]), "endpoint",
+                         CPU_NODE, {})
+
+
+def sweep_args(tmp: Path, sweep_id: str, url: str, *overrides: str) -> list[str]:
+    """A lean endpoint sweep of `url` writing under `tmp` (its results, its MLflow store)."""
+    from tests.helpers import premigrated_store, store_uri
+
+    premigrated_store(tmp)
+    return [*ENDPOINT, f"backends.endpoint.url={url}", *LEAN, f"results_dir={tmp / 'runs'}",
+            f"mlflow.tracking_uri={store_uri(tmp)}", f"sweep_id={sweep_id}", *overrides]
+
+
 def files_holding(folder: Path, secret: bytes) -> list[Path]:
     """Every file under `folder` whose bytes hold `secret`."""
     return [path for path in folder.rglob("*") if path.is_file() and secret in path.read_bytes()]
@@ -126,6 +145,27 @@ class StubOip:
             await _answer(send, 200, self.metrics.encode(), "text/plain")
         else:
             await _answer(send, 404, json.dumps({"error": f"no model at {path}"}).encode())
+
+
+class StubApi:
+    """A plain HTTP API's route: a POST to `path` answers `status` with `body`, any other path 404, another method
+    405 (as FastAPI does). `seen`: (method, path, Authorization header) per request."""
+
+    def __init__(self, path: str = "/predict", status: int = 422, body: bytes = b'{"detail": "no body"}') -> None:
+        self.path, self.status, self.body = path, status, body
+        self.seen: list[tuple[str, str, str | None]] = []
+        self.url = ""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await StubOip()(scope, receive, send)  # the lifespan, as the OIP stand-in answers it
+        self.seen.append((scope["method"], scope["path"], _authorization(scope)))
+        if scope["path"] != self.path:
+            await _answer(send, 404, b'{"detail": "Not Found"}')
+        elif scope["method"] != "POST":
+            await _answer(send, 405, b'{"detail": "Method Not Allowed"}')
+        else:
+            await _answer(send, self.status, self.body)
 
 
 class BearerAuth:
@@ -207,18 +247,24 @@ def closed_port() -> int:
 
 
 class ThreadedServer:
-    """uvicorn serving `app` in a thread of this process on a free loopback port (TLS with `certfile`/`keyfile`);
-    a context manager that stops it on exit."""
+    """uvicorn serving `app` in a thread of this process on a free loopback port (TLS with `certfile`/`keyfile`;
+    mutual TLS, a client certificate signed by `client_ca` required, with that too); a context manager that stops
+    it on exit."""
 
-    def __init__(self, app: Any, certfile: Path | None = None, keyfile: Path | None = None) -> None:
+    def __init__(self, app: Any, certfile: Path | None = None, keyfile: Path | None = None,
+                 client_ca: Path | None = None) -> None:
+        import ssl
+
         import uvicorn
 
         self._socket = _listening_socket()
         self.port = self._socket.getsockname()[1]
         self.scheme = "https" if certfile else "http"
+        mutual = {"ssl_ca_certs": str(client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED} if client_ca else {}
         config = uvicorn.Config(app, log_level="critical", access_log=False, lifespan="on",
                                 ssl_certfile=str(certfile) if certfile else None,
-                                ssl_keyfile=str(keyfile) if keyfile else None, timeout_graceful_shutdown=2)
+                                ssl_keyfile=str(keyfile) if keyfile else None, timeout_graceful_shutdown=2,
+                                **mutual)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True)
 

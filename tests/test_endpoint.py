@@ -28,6 +28,7 @@ from tests.endpoint_stubs import (
     ThreadedServer,
     accepted,
     closed_port,
+    endpoint_backend,
     oip_spec,
     refusal,
     self_signed_cert,
@@ -60,17 +61,12 @@ def tls_stub(certificate: tuple[Path, Path]) -> Iterator[StubOip]:
         yield app
 
 
-def _endpoint(url: str, *overrides: str):
-    return build_backend(load_config([*ENDPOINT, f"backends.endpoint.url={url}", *overrides]), "endpoint",
-                         CPU_NODE, {})
-
-
 def test_an_unreachable_endpoint_names_the_url_setting() -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     with pytest.raises(EndpointError, match=r"^backends\.endpoint\.url: cannot reach .*refused"):
         oip_model(url, oip_spec(), "endpoint", 5)
     with pytest.raises(EndpointError, match=r"backends\.endpoint\.url"):
-        _endpoint(url).start()
+        endpoint_backend(url).start()
 
 
 @pytest.mark.parametrize("status", [401, 403])
@@ -100,7 +96,7 @@ def test_404_names_model_name(stub: StubOip) -> None:
         oip_model(stub.url, oip_spec(model="resnet50"), "endpoint", 5)
     # through the backend: model.name unless model_name says otherwise
     with pytest.raises(EndpointError, match=r"backends\.endpoint\.model_name='resnet50'"):
-        _endpoint(stub.url, "backends.endpoint.model_name=resnet50").start()
+        endpoint_backend(stub.url, "backends.endpoint.model_name=resnet50").start()
 
 
 @pytest.mark.parametrize("body", [b"<html>it works</html>", b'{"name": "tiny"}', b'{"inputs": [], "outputs": []}',
@@ -153,14 +149,14 @@ def test_metadata_with_the_wrong_datatype_or_shape() -> None:
 def test_start_refuses_a_model_with_other_tensors(stub: StubOip) -> None:
     stub.body = json.dumps(tiny_metadata(shape=(-1, 3, 299, 299))).encode()
     with pytest.raises(EndpointError, match=r"model\.input_shape"):
-        _endpoint(stub.url).start()
+        endpoint_backend(stub.url).start()
     stub.body = json.dumps(tiny_metadata(datatype="UINT8")).encode()
     with pytest.raises(EndpointError, match=r"UINT8"):
-        _endpoint(stub.url).start()
+        endpoint_backend(stub.url).start()
 
 
 def test_start_checks_and_times_the_endpoint_and_starts_nothing(stub: StubOip) -> None:
-    backend = _endpoint(stub.url)
+    backend = endpoint_backend(stub.url)
     handle = backend.start()
     assert handle.server_mode == "endpoint" and handle.remote and handle.urls == {"http": stub.url}
     assert handle.params["endpoint_url"] == stub.url and handle.params["endpoint_model"] == "tiny"
@@ -195,13 +191,13 @@ def test_tls_unverified_names_ca_file_and_verified_with_it(tls_stub: StubOip, ce
     assert round_trip_ms(tls_stub.url, verified, "endpoint", 5, requests=3) > 0
     # through the backend, without the CA: the same advice
     with pytest.raises(EndpointError, match=r"backends\.endpoint\.ca_file"):
-        _endpoint(tls_stub.url).start()
+        endpoint_backend(tls_stub.url).start()
 
 
 def test_start_verifies_tls_with_the_ca_file(tls_stub: StubOip, certificate) -> None:
     """(fixed in ca27dd8: the checks before the trials ignored ca_file)"""
     cert, _ = certificate
-    handle = _endpoint(tls_stub.url, f"backends.endpoint.ca_file={cert}").start()
+    handle = endpoint_backend(tls_stub.url, f"backends.endpoint.ca_file={cert}").start()
     assert handle.params["endpoint_tls"] is True and handle.metrics["endpoint_rtt_p50_ms"] > 0
 
 
@@ -210,12 +206,12 @@ def test_start_sends_the_token_and_names_its_variable_when_refused(monkeypatch: 
     monkeypatch.setenv(TOKEN_ENV, "probe-token")
     guarded = BearerAuth(StubOip(), TOKEN_ENV)
     with ThreadedServer(guarded) as server:
-        handle = _endpoint(server.url, f"backends.endpoint.token_env={TOKEN_ENV}").start()
+        handle = endpoint_backend(server.url, f"backends.endpoint.token_env={TOKEN_ENV}").start()
         assert handle.params["endpoint_authenticated"] is True
         assert guarded.counts == {"authorized": 1 + RTT_REQUESTS + 1, "missing": 0, "wrong": 0}
         monkeypatch.setenv(TOKEN_ENV, "stale-token")
         with pytest.raises(EndpointError) as info:
-            _endpoint(server.url, f"backends.endpoint.token_env={TOKEN_ENV}").start()
+            endpoint_backend(server.url, f"backends.endpoint.token_env={TOKEN_ENV}").start()
     message = str(info.value)
     assert "answered 403 (forbidden)" in message and f"${TOKEN_ENV}" in message
     assert "stale-token" not in message and "probe-token" not in message
@@ -296,7 +292,7 @@ def test_the_python_client_speaks_tls_verified_against_ca_file(tls_stub: StubOip
 def test_the_backends_client_specs_carry_tls_and_the_variable_never_the_token(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TOKEN_ENV, "never-in-a-spec")
-    backend = _endpoint("https://10.0.0.5:8443", "backends.endpoint.grpc_url=10.0.0.5:8001",
+    backend = endpoint_backend("https://10.0.0.5:8443", "backends.endpoint.grpc_url=10.0.0.5:8001",
                         f"backends.endpoint.token_env={TOKEN_ENV}", "backends.endpoint.ca_file=/etc/ca.pem",
                         "backends.endpoint.model_name=tiny_onnx")
     from serving.backend import ServerHandle
@@ -310,7 +306,7 @@ def test_the_backends_client_specs_carry_tls_and_the_variable_never_the_token(
     assert backend.unsupported_reason("http", "tensor") is None and backend.unsupported_reason("grpc", "tensor") is None
     assert "shared memory" in backend.unsupported_reason("http_shm", "tensor")
     assert "jpeg" in backend.unsupported_reason("http", "jpeg")
-    assert "grpc_url" in _endpoint("http://10.0.0.5:8000").unsupported_reason("grpc", "tensor")
+    assert "grpc_url" in endpoint_backend("http://10.0.0.5:8000").unsupported_reason("grpc", "tensor")
 
 
 def test_the_grpc_client_sends_the_token_as_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -348,7 +344,7 @@ def test_metrics_url_must_be_a_plain_url() -> None:
 
 def test_triton_metrics_give_the_server_side_breakdown_and_its_image_count(stub: StubOip) -> None:
     stub.metrics = triton_metrics_text("tiny", 10, 500)
-    backend = _endpoint(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
+    backend = endpoint_backend(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
     handle = backend.start()
     assert handle.params["endpoint_metrics_url"] == f"{stub.url}/metrics"
     before = backend.server_counters(handle)
@@ -362,7 +358,7 @@ def test_triton_metrics_give_the_server_side_breakdown_and_its_image_count(stub:
 
 def test_metrics_without_the_models_counters_name_the_setting(stub: StubOip) -> None:
     stub.metrics = triton_metrics_text("another_model", 1, 0)
-    backend = _endpoint(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
+    backend = endpoint_backend(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
     with pytest.raises(EndpointError, match=r"^backends\.endpoint\.metrics_url: .* no Triton inference counters "
                                             r"for model 'tiny'"):
         backend.start()
@@ -370,7 +366,7 @@ def test_metrics_without_the_models_counters_name_the_setting(stub: StubOip) -> 
 
 def test_a_metrics_read_that_fails_later_leaves_the_trial_the_clients_view(stub: StubOip) -> None:
     stub.metrics = triton_metrics_text("tiny", 1, 0)
-    backend = _endpoint(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
+    backend = endpoint_backend(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
     handle = backend.start()
     stub.metrics = None  # the metrics endpoint answers 404 from now on
     assert backend.server_counters(handle) is None

@@ -22,14 +22,13 @@ from serving.clients.base import ClientSpec, load_client
 from serving.endpoint.probe import RTT_REQUESTS
 from tests import helpers
 from tests.endpoint_stubs import (
-    ENDPOINT,
-    LEAN,
     TOKEN_ENV,
     OipServerProcess,
     files_holding,
     oip_spec,
+    sweep_args,
 )
-from tests.helpers import premigrated_store, store_uri
+from tests.helpers import store_uri
 from tests.processes import owned_environment
 from tests.sweep_process import run_sweep_command
 
@@ -85,17 +84,11 @@ def _records(tier: TierFolder) -> dict[int, dict]:
     return records
 
 
-def _sweep_args(tmp: Path, sweep_id: str, url: str, *overrides: str) -> list[str]:
-    premigrated_store(tmp)
-    return [*ENDPOINT, f"backends.endpoint.url={url}", *LEAN, f"results_dir={tmp / 'runs'}",
-            f"mlflow.tracking_uri={store_uri(tmp)}", f"sweep_id={sweep_id}", *overrides]
-
-
 @pytest.mark.slow
 def test_a_sweep_of_a_guarded_endpoint_keeps_its_token_out_of_everything(
         guarded_server: OipServerProcess, token: str, tmp_path: Path, no_leftover_processes: None) -> None:
     before = guarded_server.counts()
-    args = _sweep_args(tmp_path, "ep-guarded", guarded_server.url, f"backends.endpoint.token_env={TOKEN_ENV}",
+    args = sweep_args(tmp_path, "ep-guarded", guarded_server.url, f"backends.endpoint.token_env={TOKEN_ENV}",
                        "experiment.concurrency=[1]", "report=true")
     proc, _ = run_sweep_command(args, env={TOKEN_ENV: token}, timeout=240)
     output = proc.stdout + proc.stderr
@@ -146,7 +139,7 @@ def test_an_endpoint_that_goes_away_fails_the_rest_and_keeps_what_was_measured(
 
         watcher = threading.Thread(target=kill_after_the_first_trial, daemon=True)
         watcher.start()
-        args = _sweep_args(tmp_path, "ep-gone", server.url, "experiment.concurrency=[1,2]",
+        args = sweep_args(tmp_path, "ep-gone", server.url, "experiment.concurrency=[1,2]",
                            "experiment.trial_retries=0", "report=false")
         try:
             proc, _ = run_sweep_command(args, timeout=240)

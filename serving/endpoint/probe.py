@@ -62,6 +62,15 @@ def fetch(url: str, spec: ClientSpec, name: str, timeout_s: float, method: str =
                                 f"backends.{name}.client_key=PATH") from None
         raise EndpointError(f"backends.{name}.url: cannot reach {url} ({reason}): check the address and port, "
                             "and that the server runs and this machine may connect to it") from None
+    except (http.client.RemoteDisconnected, ssl.SSLError) as exc:
+        if spec.tls and not spec.client_cert:  # TLS 1.3: a server that wants a client certificate hangs up after
+            raise EndpointError(f"backends.{name}.url: {url} closed the TLS connection without answering "
+                                f"({type(exc).__name__}); where the server asks for a client certificate (mutual "
+                                f"TLS), give it with backends.{name}.client_cert=PATH and "
+                                f"backends.{name}.client_key=PATH") from None
+        raise EndpointError(f"backends.{name}.url: {url} closed the connection without answering "
+                            f"({type(exc).__name__}): is it the endpoint's HTTP port (its gRPC port goes in "
+                            f"backends.{name}.grpc_url)?") from None
     except http.client.HTTPException as exc:  # an answer that is not HTTP/1.x, e.g. the gRPC port's
         raise EndpointError(f"backends.{name}.url: {url} does not answer HTTP/1.1 ({type(exc).__name__}): is it "
                             f"the endpoint's HTTP port (its gRPC port goes in backends.{name}.grpc_url)?") from None
