@@ -1,11 +1,14 @@
 """The prices of a tier: the primary one (`gpu.price_per_hour_usd`, which the cost metrics use) and any number
 of alternatives under `gpu.prices` (spot, other providers). Every price is logged as a param so the report
 can give cost figures at each and say which price a figure uses. And what an image costs at a price: the one
-formula the trial metrics, the SLO search and the report use."""
+formula the trial metrics, the SLO search and the report use, for the nodes a trial's figures were served by (an
+endpoint's replicas behind its URL, `endpoint_nodes`, each rented at the tier's price; a launched server is one)."""
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +22,11 @@ PRIMARY = "primary"
 HOURS_PER_MONTH = 730
 PRICE_KEYS = ("usd_per_hour", "kind", "provider", "source", "seen")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# The trial param naming the GPU nodes that served a trial's load, each paid at the tier's price: an endpoint's
+# replicas behind its URL (serving/endpoint/). A trial without it ran on one node (a server tierbench launched).
+NODES_PARAM = "endpoint_nodes"
+# The trial param holding the hourly price its cost figures used, where that is not the tier's price (nodes > 1).
+PRICED_PARAM = "priced_usd_per_hour"
 
 
 @dataclass(frozen=True)
@@ -44,15 +52,34 @@ class Price:
         return f"{self.name} ${self.usd_per_hour:g}/h" + (f" ({', '.join(details)})" if details else "")
 
 
-def cost_per_1k_images(usd_per_hour: Any, throughput_img_s: Any) -> Any:
-    """$ per 1k images = price per hour / 3600 / throughput x 1000: what an image costs while the tier is kept as
-    busy as in the trial. Numbers or pandas Series alike."""
-    return usd_per_hour / 3600.0 / throughput_img_s * 1000.0
+def node_count(value: Any) -> int:
+    """The nodes a trial's figures were served by, from its `endpoint_nodes` param as logged or read back (an int, a
+    string from MLflow, NaN from a frame): absent or empty, 1."""
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        return 1
+    return int(float(value))
 
 
-def images_per_usd(usd_per_hour: Any, throughput_img_s: Any) -> Any:
+def trial_nodes(params: Mapping[str, Any]) -> int:
+    """The nodes behind a trial's throughput, from its params."""
+    return node_count(params.get(NODES_PARAM))
+
+
+def fleet_usd_per_hour(usd_per_hour: Any, nodes: Any = 1) -> Any:
+    """What `nodes` nodes cost per hour at `usd_per_hour` each: the price every cost figure of a trial served by
+    them divides by its throughput. Numbers or pandas Series alike."""
+    return usd_per_hour * nodes
+
+
+def cost_per_1k_images(usd_per_hour: Any, throughput_img_s: Any, nodes: Any = 1) -> Any:
+    """$ per 1k images = nodes x price per hour / 3600 / throughput x 1000: what an image costs while the nodes that
+    served the trial's throughput are kept as busy as in the trial. Numbers or pandas Series alike."""
+    return fleet_usd_per_hour(usd_per_hour, nodes) / 3600.0 / throughput_img_s * 1000.0
+
+
+def images_per_usd(usd_per_hour: Any, throughput_img_s: Any, nodes: Any = 1) -> Any:
     """Images a dollar buys at that throughput: the inverse of the cost (a free tier has none to give)."""
-    return throughput_img_s * 3600.0 / usd_per_hour
+    return throughput_img_s * 3600.0 / fleet_usd_per_hour(usd_per_hour, nodes)
 
 
 def validate_prices(gpu: GpuTierConfig) -> None:

@@ -64,7 +64,8 @@ def cost_intervals(usd_per_hour: float, throughput: Interval) -> dict[str, float
 
 def pooled_metrics(repeats: list[tuple[WindowSamples, dict[str, float]]], usd_per_hour: float) -> dict[str, float]:
     """One trial's metrics from its measured repeats (each repeat's raw samples and metrics), with `repeats` (how
-    many were pooled) and `<figure>_ci_low` / `<figure>_ci_high` for every figure that has an interval."""
+    many were pooled) and `<figure>_ci_low` / `<figure>_ci_high` for every figure that has an interval; its cost at
+    `usd_per_hour`, what the nodes that served it cost per hour."""
     all_metrics = [m for _, m in repeats]
     out = {name: _pool(name, [m[name] for m in all_metrics if name in m])
            for name in dict.fromkeys(k for m in all_metrics for k in m)}

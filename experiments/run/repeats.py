@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from experiments.measure.pooled import pooled_metrics
 from experiments.plan import Trial
 from experiments.results.records import Status, TrialRecord
-from experiments.run.trial import new_record
+from experiments.run.trial import new_record, priced_usd_per_hour
 from serving.backend import ServerHandle
 from serving.node import NodeInfo
 
@@ -63,7 +63,7 @@ class Repeats:
             record.reason = (f"repeat {len(verdicts)} of {self.planned}: {failed.reason}" if failed is not None
                              else f"no repeat of {self.planned} was measured")
             return record
-        record.metrics = pooled_metrics([(r.samples, r.metrics) for r in ok], float(cfg.gpu.price_per_hour_usd))
+        record.metrics = pooled_metrics([(r.samples, r.metrics) for r in ok], priced_usd_per_hour(cfg, record.params))
         for repeat in ok:
             record.tags.update({k: v for k, v in repeat.tags.items() if k not in ("run_level", "repeat", "attempt",
                                                                                    "earlier_failure")})

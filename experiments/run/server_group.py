@@ -31,7 +31,7 @@ from experiments.results.records import Status, TrialRecord, error_reason
 from experiments.run.crosscheck import CrosscheckResult, crosscheck_group
 from experiments.run.repeats import Repeats
 from experiments.run.slo import SloProbe, SloResult, search_slo
-from experiments.run.trial import measurement_settings, new_record, run_trial
+from experiments.run.trial import measurement_settings, new_record, priced_usd_per_hour, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.model_config import ModelConfig
 from serving.model_files import model_identity
@@ -258,7 +258,7 @@ class ServerGroup:
         record.run_name = f"{base.name.rsplit('/', 1)[0]}/slo-p99-{exp.slo.p99_ms:g}ms"
         _, limit, _ = point.load_mode.slo_search_range(exp)
         record.params.update(slo_p99_ms=exp.slo.p99_ms, slo_load_limit=limit)
-        record.metrics = result.metrics(float(self.cfg.gpu.price_per_hour_usd))
+        record.metrics = result.metrics(priced_usd_per_hour(self.cfg, record.params))
         record.tags["run_level"] = "slo"
         record.extra = {"slo": result.to_json()}
         if result.best is not None:

@@ -41,6 +41,8 @@ class SloResult:
     limited: bool = False  # the search stopped at the configured load limit, still within the SLO
 
     def metrics(self, price_per_hour_usd: float) -> dict[str, float]:
+        """The search's figures, its cost at `price_per_hour_usd`: what the nodes that served it cost per hour
+        (`experiments.run.trial.priced_usd_per_hour`)."""
         out = {"slo_p99_ms": self.slo_p99_ms, "slo_probes": float(len(self.probes)),
                "slo_met": float(self.best is not None), "slo_limited": float(self.limited)}
         if self.best is not None:

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from experiments.config.prices import trial_price_params
+from experiments.config.prices import PRICED_PARAM, fleet_usd_per_hour, trial_nodes, trial_price_params
 from experiments.config.schema import ExperimentConfig, TierbenchConfig
 from experiments.config.trace import trace_settings
 from experiments.measure.client_actor import ClientPool
@@ -46,6 +46,12 @@ def measurement_settings(exp: ExperimentConfig) -> dict[str, Any]:
     return {**settings, **repeat_settings(exp), **trace_settings(exp)}
 
 
+def priced_usd_per_hour(cfg: TierbenchConfig, params: dict[str, Any]) -> float:
+    """The hourly price a trial's cost figures use (its metrics, its repeats pooled, its SLO search): the tier's
+    primary price for each node that served its load (`endpoint_nodes` of an endpoint's trial; else one node)."""
+    return float(fleet_usd_per_hour(float(cfg.gpu.price_per_hour_usd), trial_nodes(params)))
+
+
 def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: ServerHandle | None = None,
                status: str = Status.OK, reason: str | None = None) -> TrialRecord:
     """A record with the trial's params (what ran, where, at what price) and its identity key."""
@@ -67,6 +73,8 @@ def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: Serve
         **trace_settings(exp),
         **(handle.params if handle else {}),
     }
+    if trial_nodes(params) > 1:  # what its cost figures are priced at, for readers of its MLflow run
+        params[PRICED_PARAM] = priced_usd_per_hour(cfg, params)
     model = model_identity(cfg.model)
     params.update(model_source=cfg.model.source, model_output_shape=list(output_dims(cfg.model)), **model)
     key = trial_key(trial, measurement, settings.identity(), model)
@@ -115,7 +123,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         record.status, record.reason = Status.FAILED, "no request completed inside the measurement window"
         return record
     record.metrics = {
-        **window_metrics(samples, float(cfg.gpu.price_per_hour_usd)),
+        **window_metrics(samples, priced_usd_per_hour(cfg, record.params)),
         "payload_bytes": float(result.payload_bytes),
         "payload_bytes_per_image": result.payload_bytes / trial.batch_size,
         "warmup_s": max(w.seconds for w in result.warmup),
