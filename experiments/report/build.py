@@ -17,7 +17,7 @@ from experiments.report.answer import answer_lines
 from experiments.report.capacity_section import capacity_section, refuse_unpriced
 from experiments.report.ceiling_section import ceiling_section, tier_floors
 from experiments.report.cross_tier_section import cross_tier_section
-from experiments.report.data import SweepData
+from experiments.report.data import SweepData, nodes
 from experiments.report.deploy import deploy_section
 from experiments.report.method_section import method_section
 from experiments.report.prices_section import benchmark_cost_section, prices_section
@@ -130,10 +130,14 @@ def _answer(doc: Document, report: Report, data: SweepData, labels: dict[str, st
 
 
 def _price_label(data: SweepData, row: pd.Series) -> str:
+    """The price a priced point is at, as the report names it: `4 nodes × primary $0.36/h` for an endpoint's
+    replicas behind its URL."""
+    count = int(nodes(row))
+    fleet = f"{count} nodes × " if count > 1 else ""
     for price in data.tiers[row["tier"]].prices:
         if price.name == row["price"]:
-            return price.label()
-    return str(row["price"])
+            return fleet + price.label()
+    return fleet + str(row["price"])
 
 
 def _problems(doc: Document, data: SweepData) -> None:

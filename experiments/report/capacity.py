@@ -6,7 +6,9 @@ peak that fills its nodes to the image needs no extra node). Mixed plans pair tw
 primary price, by trying every node count of one tier and the fewest nodes of the other that cover the rest. Where
 the search's probes were measured several times (`experiment.repeats`), the per-node throughput has a 95 % interval
 and each plan the node counts at its two ends: fewer nodes at the high end, more at the low end, and the $/month
-between. The section that shows all this is `experiments.report.capacity_section`."""
+between. An endpoint's search measured the nodes behind its URL together (`nodes`): one node's capacity is their
+throughput ÷ their count, as if its load balancer gave each node an equal share. The section that shows all this is
+`experiments.report.capacity_section`."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pandas as pd
 from experiments.config.capacity import Traffic, exact
 from experiments.config.prices import HOURS_PER_MONTH, PRIMARY, Price
 from experiments.measure.intervals import Interval, metric_names
+from experiments.report.data import nodes
 
 THROUGHPUT = "slo_max_throughput_img_s"
 
@@ -35,6 +38,8 @@ class Point:
     limited: bool = False  # the search stopped at its load limit still within the target: at least img_s
     unstable: bool = False  # the measurement at that load never agreed within the stability rule
     img_s_interval: Interval | None = None  # img_s's 95 % interval (experiment.repeats > 1); None: measured once
+    # The nodes the search measured together (an endpoint's replicas behind its URL): img_s is their throughput ÷ this
+    measured_nodes: int = 1
 
     @property
     def requests_s(self) -> float:
@@ -124,17 +129,20 @@ def operating_points(slo: pd.DataFrame, target_ms: float) -> list[Point]:
         return []
     at = slo[slo["slo_p99_ms"].map(lambda t: math.isclose(float(t), target_ms)) & (slo["slo_met"] == 1)
              & (slo["status"].fillna("ok") == "ok") & (slo[THROUGHPUT] > 0)]
-    return [Point(str(r.tier), f"{r.variant}/{r.protocol}/{r.input_format}", int(r.batch_size), float(r[THROUGHPUT]),
-                  limited=bool(r["slo_limited"] == 1), unstable=bool(r.get("slo_stable_at_max") == 0),
-                  img_s_interval=_interval(r))
+    return [Point(str(r.tier), f"{r.variant}/{r.protocol}/{r.input_format}", int(r.batch_size),
+                  float(r[THROUGHPUT]) / int(nodes(r)), limited=bool(r["slo_limited"] == 1),
+                  unstable=bool(r.get("slo_stable_at_max") == 0), img_s_interval=_interval(r),
+                  measured_nodes=int(nodes(r)))
             for _, r in at.sort_values(["tier", "variant", "protocol", "input_format"]).iterrows()]
 
 
 def _interval(row: pd.Series) -> Interval | None:
+    """The per-node throughput's interval: the search's, ÷ the nodes it measured together."""
     low, high = (row.get(name) for name in metric_names(THROUGHPUT))
     if low is None or high is None or pd.isna(low) or pd.isna(high) or float(low) <= 0:
         return None
-    return Interval(float(low), float(high))
+    count = int(nodes(row))
+    return Interval(float(low) / count, float(high) / count)
 
 
 def nodes_needed(required_img_s: Fraction, per_node_img_s: float) -> int:

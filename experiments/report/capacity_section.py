@@ -75,6 +75,19 @@ def measure_command(info: TierInfo, sweep_id: str, target_ms: float | None) -> s
     return shlex.join(["python", "-m", "runners.sweep", *args])
 
 
+def measured_together(points: list[Point], labels: dict[str, str]) -> str | None:
+    """What the plan assumes of points whose SLO search measured several nodes at once (an endpoint's replicas behind
+    one URL); None when every point was measured on one node."""
+    fleets = [p for p in points if p.measured_nodes > 1]
+    if not fleets:
+        return None
+    named = "; ".join(f"{p.name(labels)}: {p.measured_nodes} nodes behind its URL, img/s per node = their highest "
+                      f"throughput within the target ÷ {p.measured_nodes}" for p in fleets)
+    return (f"Measured on several nodes at once ({named}). Its plan counts nodes of that share, which assumes its "
+            "load balancer gave each node an equal share and that a node holds the same p99 at that share alone; "
+            "neither was measured (a fleet of another size may queue differently).")
+
+
 def _plan_intervals(shown: list[Plan], frame: pd.DataFrame, nodes: str) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """The (low, high) ends shown after the per-node throughput, the node count and the $/hour and $/month, from the
     throughput interval of the SLO search's repeats (the fewest nodes come from its high end); NaN for a point
@@ -242,6 +255,9 @@ def capacity_section(doc: Document, images: dict[str, Path], folder: Path, data:
                  "`python -m runners.report --slo-p99-ms MS` plans at another target.")
     lines: list[str] = []
     plans = single_plans(points, {t: i.prices for t, i in data.tiers.items()}, traffic)
+    together = measured_together(points, labels)
+    if together is not None and plans:
+        doc.note(together)
     if plans:
         _plans_table(doc, plans, labels, traffic)
         doc.p("Prices (as in the section “Prices”):")

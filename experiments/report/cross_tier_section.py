@@ -10,6 +10,7 @@ import pandas as pd
 
 from experiments.report import plots, tables
 from experiments.report.ceiling_section import Floor
+from experiments.report.data import NODES
 from experiments.report.noise import interval_ends, pivot_ends
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd, usd_per_hour
 from experiments.report.served import STACK_NOTE, load_marks, marked_table, point_numeric
@@ -101,8 +102,10 @@ def _slo_table(doc: Document, priced: pd.DataFrame, labels: dict[str, str], slo:
     if cands.empty:
         doc.p("None.")
         return
+    # $/h is what the point's nodes cost at that price: `4 × primary` for an endpoint's 4 replicas behind its URL.
+    price = [f"{n} × {name}" if n > 1 else name for name, n in zip(cands["price"], cands[NODES], strict=True)]
     out = cands[["tier", "stack", "batch_size", "load", P99, THROUGHPUT, "price", "usd_per_hour",
-                 "cost_per_1k_usd"]].assign(tier=cands["tier"].map(labels), load=cands["load"].astype(str))
+                 "cost_per_1k_usd"]].assign(tier=cands["tier"].map(labels), load=cands["load"].astype(str), price=price)
     shown = {P99: "p99 ms", THROUGHPUT: "img/s", "cost_per_1k_usd": "$/1k img"}
     out = format_frame(out.rename(columns={"batch_size": "b", "usd_per_hour": "$/h", **shown}),
                        {"p99 ms": ms, "img/s": rate, "$/h": usd_per_hour, "$/1k img": usd},

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from experiments.config.choices import LoadMode
-from experiments.config.prices import Price, prices_from_params
+from experiments.config.prices import NODES_PARAM, Price, node_count, prices_from_params
 from experiments.measure.efficiency import VERDICT_TAGS
 from experiments.report.marks import other_engine, trial_marks
 from experiments.results.records import Status
@@ -27,6 +27,9 @@ INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_ac
 # What held a trial back, against its runtime's in-process ceiling (`experiments.measure.efficiency`): the runtime's
 # key (a param) and the verdict (tags). Empty where the sweep logged none (ceiling off, untimed runtime, older sweeps).
 CEILING_PARAMS = ("ceiling_runtime",)
+# The nodes each trial's figures were served by, each paid at its tier's price (`experiments.config.prices`): an
+# endpoint's `endpoint_nodes`, else 1. Every cost the report computes at a price reads it through `nodes()`.
+NODES = "nodes"
 # Metrics renamed since: stores written before are read under the current names.
 RENAMED_METRICS = {"validation_top1_agreement": "crosscheck_top1_agreement",
                    "validation_max_abs_diff": "crosscheck_max_abs_diff"}
@@ -160,7 +163,8 @@ def tidy_slo(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame()
     runs = runs.sort_values("start_time").drop_duplicates("tags.trial_key", keep="last")
-    out = pd.DataFrame({"tier": _column(runs, "params.gpu_tier"), "status": _column(runs, "tags.status", "")})
+    out = pd.DataFrame({"tier": _column(runs, "params.gpu_tier"), "status": _column(runs, "tags.status", ""),
+                        NODES: _node_counts(runs)})
     for key in ("backend", "backend_variant", "protocol", "input_format", "batch_size", "load_mode", *SEARCH_PARAMS):
         out[key] = _column(runs, f"params.{key}")
     for metric in (*SLO_METRICS, *SLO_AT_MAX):
@@ -175,6 +179,16 @@ def tidy_slo(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _column(runs: pd.DataFrame, name: str, default: Any = None) -> pd.Series:
     return runs[name] if name in runs.columns else pd.Series(default, index=runs.index, dtype=object)
+
+
+def _node_counts(runs: pd.DataFrame) -> pd.Series:
+    return _column(runs, f"params.{NODES_PARAM}").map(node_count).astype(int)
+
+
+def nodes(rows: pd.DataFrame | pd.Series) -> Any:
+    """The nodes to price each of `rows` (a frame of trials, or one trial's row) for: its `nodes` (a Series, or an
+    int for a row); 1 where the frame has no such column (a launched server is one node)."""
+    return rows[NODES] if NODES in rows else 1
 
 
 def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -192,6 +206,7 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         "reason": _column(runs, "tags.reason", "").fillna(""),
         "emulated": _column(runs, "tags.emulated", "false").fillna("false").astype(str).str.lower() == "true",
         "trial_key": _column(runs, "tags.trial_key").fillna(runs["run_id"]),
+        NODES: _node_counts(runs),
     })
     for key in (*KEY_PARAMS[1:], *LOAD_PARAMS, *INFO_PARAMS):
         out[key] = _column(runs, f"params.{key}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from experiments.report import marks
-from experiments.report.data import SweepData
+from experiments.report.data import SweepData, nodes
 from experiments.report.render import Document
 
 
@@ -26,9 +26,19 @@ def endpoint_lines(ok: pd.DataFrame) -> list[str]:
             f"Endpoint `{variant}` on tier {tier}: a server tierbench did not start, at {row['endpoint_url']} (model "
             f"`{row.get('endpoint_model', '')}`{platform}). Its clients ran on {where}; the network's round trip to "
             f"it, timed before its trials (p50 of small requests), was {rtt:.2f} ms, and every latency of its trials "
-            "includes it. Nothing of its node is known: no GPU telemetry, no in-process ceiling, no server log; its "
-            "cost is the tier's price per hour, for one node.")
+            "includes it. Nothing of its node is known: no GPU telemetry, no in-process ceiling, no server log; "
+            f"{_endpoint_cost(row)}.")
     return lines
+
+
+def _endpoint_cost(row: pd.Series) -> str:
+    """How an endpoint's images are priced: for one node, or for the nodes behind its URL."""
+    count, price = int(nodes(row)), row.get("price_per_hour_usd")
+    if count == 1:
+        return "its cost is the tier's price per hour, for one node"
+    each = f"${float(price):g}/h" if price is not None and pd.notna(price) else "the tier's price per hour"
+    return (f"{count} nodes behind the URL, priced at {count} × {each} (the tier's primary price; each of its other "
+            f"listed prices × {count} too); a capacity plan takes one node's share as its throughput ÷ {count}")
 
 
 def method_section(doc: Document, data: SweepData) -> None:
@@ -57,7 +67,9 @@ def method_section(doc: Document, data: SweepData) -> None:
         "appears; the answer takes a stable trial wherever one qualifies.",
         engine_line.strip(),
         "Cost: price per hour / 3600 / throughput × 1000 per 1k images; images per $ is its inverse. It assumes "
-        "the tier is kept as busy as in the trial.",
+        "the tier is kept as busy as in the trial." + (" A trial served by several nodes (an endpoint's replicas "
+                                                        "behind its URL) is priced at their count × the price."
+                                                        if (pd.Series(nodes(data.ok)) > 1).any() else ""),
         "Each trial is an MLflow run named `tier/variant/protocol/format/bB/cC` (open loop: `.../bB/poisson-rR`) "
         "with its raw latencies "
         f"(`latencies.csv`) attached; this sweep's runs carry the tag `sweep_id = {data.sweep_id}`."

@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from experiments.config.prices import Price
+from experiments.config.prices import Price, fleet_usd_per_hour
 from experiments.measure.intervals import Interval, metric_names
 from experiments.measure.pooled import THROUGHPUT, cost_intervals
+from experiments.report.data import nodes
 
 COST = "cost_per_1k_images_usd"
 DOCS = "docs/confidence-intervals.md"
@@ -48,12 +49,13 @@ def interval_ends(rows: pd.DataFrame, columns: dict[str, str]) -> tuple[pd.DataF
 
 def cost_ends(rows: pd.DataFrame, price: Price, metric: str = COST) -> pd.DataFrame:
     """`metric`'s interval ends (`<metric>_ci_low`, `_ci_high`) at `price`, from each row's throughput interval
-    (NaN where it has none): $ per 1k images at another price than the one logged."""
+    (NaN where it has none): $ per 1k images at another price than the one logged, for the row's nodes."""
     names = metric_names(metric)
 
     def ends(row: pd.Series) -> pd.Series:
         spread = interval(row, THROUGHPUT)
-        found = cost_intervals(price.usd_per_hour, spread) if spread is not None else {}
+        usd_per_hour = fleet_usd_per_hour(price.usd_per_hour, nodes(row))
+        found = cost_intervals(usd_per_hour, spread) if spread is not None else {}
         return pd.Series([found.get(name) for name in metric_names(COST)], index=list(names), dtype=float)
 
     if not rows.empty and all(name in rows.columns for name in metric_names(THROUGHPUT)):

@@ -14,6 +14,7 @@ import pandas as pd
 
 from experiments.config.choices import LoadMode
 from experiments.config.prices import HOURS_PER_MONTH, Price, cost_per_1k_images
+from experiments.report.data import nodes
 from experiments.report.marks import UNSTABLE
 from experiments.report.tables import P50, P99, THROUGHPUT
 
@@ -229,7 +230,7 @@ def cost_bars(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]], labels: 
                         (bar.get_x() + bar.get_width() / 2, bar.get_height()), textcoords="offset points",
                         xytext=(0, 2), ha="center", fontsize=7)
             for price in prices_by_tier.get(tier, [])[1:]:
-                y = float(cost_per_1k_images(price.usd_per_hour, r[THROUGHPUT]))
+                y = float(cost_per_1k_images(price.usd_per_hour, r[THROUGHPUT], nodes(r)))
                 ax.plot([bar.get_x(), bar.get_x() + bar.get_width()], [y, y], color="black", lw=1.5,
                         label=None if ticks_labelled else "other listed prices of the tier")
                 ax.annotate(price.name, (bar.get_x() + bar.get_width(), y), fontsize=6, va="center",

@@ -11,9 +11,10 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from experiments.config.prices import Price, cost_per_1k_images, images_per_usd
+from experiments.config.prices import Price, cost_per_1k_images, fleet_usd_per_hour, images_per_usd
 from experiments.measure.intervals import metric_names
 from experiments.report import marks
+from experiments.report.data import NODES, nodes
 from experiments.report.data import open_loop as open_loop_rows
 from experiments.report.noise import cost_ends
 from experiments.results.records import Status
@@ -113,13 +114,14 @@ def cross_tier(ok: pd.DataFrame, base: str, other: str, values: str | None = Non
 
 def costs_at_prices(ok: pd.DataFrame, prices: list[Price]) -> pd.DataFrame:
     """For one tier: every operating point's throughput, p99 and $/1k at each of the tier's prices (columns
-    named by price), with images per $ at the primary price."""
+    named by price), with images per $ at the primary price; each point priced for the nodes that served it."""
     out = ok.set_index(POINT)[[THROUGHPUT, P99]].copy()
+    count = nodes(ok.set_index(POINT))
     for price in prices:
-        out[price.name] = cost_per_1k_images(price.usd_per_hour, out[THROUGHPUT])
+        out[price.name] = cost_per_1k_images(price.usd_per_hour, out[THROUGHPUT], count)
     if prices:
         primary = prices[0].usd_per_hour  # a free tier buys no images per $
-        out["images_per_usd"] = images_per_usd(primary, out[THROUGHPUT]) if primary > 0 else np.nan
+        out["images_per_usd"] = images_per_usd(primary, out[THROUGHPUT], count) if primary > 0 else np.nan
     return out.sort_index()
 
 
@@ -133,15 +135,17 @@ def cost_by_tier(ok: pd.DataFrame, metric: str = "cost_per_1k_images_usd") -> pd
 
 def priced_points(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]]) -> pd.DataFrame:
     """Long table: every ok operating point at every price of its tier, with its $/1k at that price (and the 95 %
-    intervals of its figures where it was measured several times)."""
+    intervals of its figures where it was measured several times). `usd_per_hour` is what the point's `nodes` cost
+    per hour at that price: the price itself for a launched server (one node)."""
     spread = [name for metric in (P50, P99, THROUGHPUT) for name in metric_names(metric) if name in ok.columns]
     frames = []
     for tier, rows in ok.groupby("tier", sort=True):
         for price in prices_by_tier.get(str(tier), []):
             f = rows[["tier", *POINT, "variant", "protocol", P50, P99, THROUGHPUT, "unstable", MARKS, *spread]].copy()
+            f[NODES] = nodes(rows)
             f["price"] = price.name
-            f["usd_per_hour"] = price.usd_per_hour
-            f["cost_per_1k_usd"] = cost_per_1k_images(price.usd_per_hour, f[THROUGHPUT])
+            f["usd_per_hour"] = fleet_usd_per_hour(price.usd_per_hour, f[NODES])
+            f["cost_per_1k_usd"] = cost_per_1k_images(price.usd_per_hour, f[THROUGHPUT], f[NODES])
             frames.append(f.join(cost_ends(rows, price, "cost_per_1k_usd")))
     if not frames:
         return pd.DataFrame()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.report import plots, tables
-from experiments.report.data import SweepData, TierInfo
+from experiments.report.data import NODES, SweepData, TierInfo, nodes
 from experiments.report.noise import pivot_ends, priced_ends
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd
 from experiments.report.served import (
@@ -100,6 +100,11 @@ def _tier_costs(doc: Document, sustained: pd.DataFrame, info: TierInfo) -> None:
                        best={v: "min" for v in names.values()}, marks=load_marks(costs, row_marks),
                        intervals=priced_ends(points, info.prices, shown))
     marked_table(doc, out, point_numeric(out), row_marks, "trials")
+    fleets = sustained[pd.Series(nodes(sustained), index=sustained.index) > 1]
+    if not fleets.empty:
+        served = ", ".join(f"`{stack}` ({n} nodes)" for stack, n in fleets.groupby("stack")[NODES].first().items())
+        doc.p(f"Served by several nodes behind one URL: {served}. Each of their figures is priced at the node count "
+              "× the column's price per hour.")
 
 
 def _by_batch_table(doc: Document, pivot: pd.DataFrame, pivot_marks: pd.DataFrame, fmt: Callable[[object], str],

@@ -10,7 +10,7 @@ import pandas as pd
 from experiments.config.capacity import Traffic
 from experiments.config.prices import cost_per_1k_images
 from experiments.report.capacity import operating_points, single_plans
-from experiments.report.capacity_section import plan_target
+from experiments.report.capacity_section import measured_together, plan_target
 from experiments.report.data import SweepData
 from experiments.report.noise import interval
 from experiments.report.render import Document, count, format_frame, ms, rate, usd
@@ -95,6 +95,9 @@ def _plans_for_peaks(doc: Document, trials: pd.DataFrame, data: SweepData, label
           "search (as in “Capacity plan”; each tier's cheapest plan), and what they cost per 1k images of the "
           "trace's average traffic: the nodes sized for the peak are paid for all day.")
     doc.table(out, [True, True, False, False, True, False, True, True])
+    together = measured_together(points, labels)
+    if together is not None:
+        doc.note(together)
     return lines
 
 
