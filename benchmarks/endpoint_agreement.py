@@ -3,12 +3,17 @@ by a sweep (`experiment.backends=[<backend>]`), then started outside any sweep, 
 measured as an endpoint (`experiment=endpoint`), with the same model, settings, protocols, batches and load. Goal:
 p50 and throughput within 10 %.
 
-Servers: the FastAPI service (uvicorn with the service's config file, the command its deploy files hold) and the
-bundled Triton (`tritonserver` with the model folder the launched sweep rendered: Python backend, ONNX Runtime),
-both at the niceness a launched server runs at,
-over HTTP and, for Triton, gRPC, its metrics read around the windows both times (`metrics_url`).
+Servers, each started outside as its user would start it, at the niceness a launched server runs at:
+- the FastAPI service: uvicorn with the service's config file (the command its deploy files hold); OIP over HTTP;
+- the bundled Triton: `tritonserver` with the model folder the launched sweep rendered (Python backend, ONNX
+  Runtime); OIP over HTTP and gRPC, its metrics read around the windows both times (`metrics_url`);
+- TorchServe: the model archived with tierbench's handler and served with the launched settings (`TorchServeHost`,
+  outside Ray); `kind=torchserve`, REST and gRPC, its metrics read both times;
+- a Ray Serve application: the deployment of the `pytorch` entry with the options its `serve_config.yaml` holds, on
+  a Ray of its own (`serve.run` in a process of its own); OIP over HTTP at its route prefix.
 
-    python benchmarks/endpoint_agreement.py [--model resnet18] [--window-s 2] [--servers fastapi triton] [--keep]
+    python benchmarks/endpoint_agreement.py [--model resnet18] [--window-s 2] [--servers fastapi triton torchserve
+        ray_serve] [--keep]
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ def renice_tree(pid: int, niceness: int) -> None:
     for process in [root, *root.children(recursive=True)]:
         for task in os.listdir(f"/proc/{process.pid}/task"):
             os.setpriority(os.PRIO_PROCESS, int(task), niceness)
-SERVERS = {"fastapi": ("fastapi", ["http"]), "triton": ("triton_onnx", ["http", "grpc"])}
+SERVERS = {"fastapi": ("fastapi", ["http"]), "triton": ("triton_onnx", ["http", "grpc"]),
+           "torchserve": ("torchserve", ["http", "grpc"]), "ray_serve": ("pytorch", ["http"])}
 
 
 def sweep(work: Path, sweep_id: str, overrides: list[str]) -> dict[tuple[str, int, int], dict[str, float]]:
@@ -140,6 +146,97 @@ def triton_outside(cfg: Any, work: Path, launched_id: str) -> Any:
         server.stop()
 
 
+def local_backend(cfg: Any, variant: str) -> Any:
+    """The backend of entry `variant` as a sweep of this machine builds it (its settings, its variant)."""
+    import socket
+
+    from experiments.run.server_group import build_backend
+    from serving.node import NodeInfo
+
+    node = NodeInfo(hostname=socket.gethostname(), ip="127.0.0.1", ray_node_id="", cpu_model="",
+                    cpu_count=os.cpu_count() or 1)
+    return build_backend(cfg, variant, node, {})
+
+
+@contextmanager
+def torchserve_outside(cfg: Any, work: Path) -> Any:
+    """TorchServe serving the model with tierbench's handler and the `torchserve` entry's settings, started outside
+    Ray and any sweep."""
+    from serving.torchserve.host import TorchServeHost
+
+    host = TorchServeHost(cfg.model.to_dict(), local_backend(cfg, "torchserve").variant(), "127.0.0.1")
+    try:
+        ports = host.start(300)["ports"]
+        renice_tree(host.server.process.pid, LAUNCHED_NICENESS)  # its launcher, frontend and workers
+        yield ["backends.endpoint.kind=torchserve", f"backends.endpoint.url=http://127.0.0.1:{ports['inference']}",
+               f"backends.endpoint.grpc_url=127.0.0.1:{ports['grpc_inference']}",
+               f"backends.endpoint.metrics_url=http://127.0.0.1:{ports['metrics']}/metrics"]
+    finally:
+        logs = host.stop(30)
+        (work / "torchserve_outside.log").write_text(logs.get("ts_log.log", ""))
+
+
+RAY_SERVE_LAUNCHER = """
+import signal, sys, threading, yaml, ray
+from ray import serve
+from serving.ray_serve.deployment import TorchImageClassifier
+config_path, port_file = sys.argv[1], sys.argv[2]
+config = yaml.safe_load(open(config_path))
+(app,) = config["applications"]
+(deployment,) = app["deployments"]
+ray.init(address="local", include_dashboard=False)
+serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[3])})
+options = {k: v for k, v in deployment.items() if k != "name"}
+serve.run(TorchImageClassifier.options(**options).bind(**app["args"]), name=app["name"],
+          route_prefix=app["route_prefix"])
+open(port_file, "w").write(sys.argv[3])
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+stop.wait()
+serve.shutdown()
+ray.shutdown()
+"""
+
+
+@contextmanager
+def ray_serve_outside(cfg: Any, work: Path) -> Any:
+    """The `pytorch` entry's Serve application, from the `serve_config.yaml` its deploy files hold, run by
+    `serve.run` on a Ray of its own in a process of its own."""
+    from serving.process import free_ports
+
+    (config,) = local_backend(cfg, "pytorch").deploy_files({}).values()
+    (work / "serve_config.yaml").write_text(config)
+    (port,) = free_ports(1, "127.0.0.1")
+    port_file = work / "ray_serve_port"
+    log = open(work / "ray_serve_outside.log", "wb")  # noqa: SIM115 - closed below
+    process = subprocess.Popen([sys.executable, "-c", RAY_SERVE_LAUNCHER, str(work / "serve_config.yaml"),
+                                str(port_file), str(port)], stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    try:
+        url = f"http://127.0.0.1:{port}/{cfg.model.name}"
+        deadline = time.monotonic() + 300
+        while not port_file.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Ray Serve app did not start: see {work / 'ray_serve_outside.log'}")
+            time.sleep(0.5)
+        wait_ready(url)
+        yield [f"backends.endpoint.url={url}"]
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+OUTSIDE = {"fastapi": lambda cfg, work, launched_id: fastapi_outside(cfg, work),
+           "triton": triton_outside,
+           "torchserve": lambda cfg, work, launched_id: torchserve_outside(cfg, work),
+           "ray_serve": lambda cfg, work, launched_id: ray_serve_outside(cfg, work)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet18")
@@ -167,8 +264,7 @@ def main() -> None:
             launched_id, endpoint_id = f"{server}-launched", f"{server}-endpoint"
             print(f"{server}: launched ...", flush=True)
             launched = sweep(work, launched_id, [*common, chosen, f"experiment.backends=[{variant}]"])
-            outside = fastapi_outside(cfg, work) if server == "fastapi" else triton_outside(cfg, work, launched_id)
-            with outside as endpoint:
+            with OUTSIDE[server](cfg, work, launched_id) as endpoint:
                 print(f"{server}: as an endpoint ...", flush=True)
                 measured = sweep(work, endpoint_id, [*common, chosen, "experiment=endpoint", *endpoint])
             for key in sorted(launched):

@@ -146,6 +146,29 @@ def test_metadata_with_the_wrong_datatype_or_shape() -> None:
         assert problem and "model.input_shape is [3, 224, 224]" in problem and str(list(shape)) in problem, shape
 
 
+def test_a_bytes_input_takes_jpeg_files_and_the_sweep_must_send_only_those() -> None:
+    jpeg_model = _meta("BYTES", (-1, 1))
+    assert metadata_problem(jpeg_model, (3, 224, 224), "endpoint", ("jpeg",)) is None
+    mixed = metadata_problem(jpeg_model, (3, 224, 224), "endpoint", ("tensor", "jpeg"))
+    assert mixed and "which is input format jpeg; the sweep also sends tensor" in mixed
+    assert "experiment.input_formats=[jpeg]" in mixed
+    tensor_only = metadata_problem(_meta(), (3, 224, 224), "endpoint", ("jpeg",))
+    assert tensor_only and "experiment.input_formats=[tensor]" in tensor_only
+    wide = metadata_problem(_meta("BYTES", (-1, 3)), (3, 224, 224), "endpoint", ("jpeg",))
+    assert wide and "one JPEG per image, [batch, 1]" in wide
+
+
+def test_start_takes_a_jpeg_model_when_the_sweep_sends_jpeg(stub: StubOip) -> None:
+    stub.body = json.dumps({**tiny_metadata(), "inputs": [{"name": "images", "datatype": "BYTES",
+                                                           "shape": [-1, 1]}]}).encode()
+    backend = endpoint_backend(stub.url, "experiment.input_formats=[jpeg]")
+    handle = backend.start()
+    spec = backend.client_spec(handle, "http", "jpeg", 2)
+    assert spec.input_name == "images" and spec.target == HTTP_CLIENT
+    with pytest.raises(EndpointError, match=r"the sweep also sends tensor"):
+        endpoint_backend(stub.url, "experiment.input_formats=[tensor,jpeg]").start()
+
+
 def test_start_refuses_a_model_with_other_tensors(stub: StubOip) -> None:
     stub.body = json.dumps(tiny_metadata(shape=(-1, 3, 299, 299))).encode()
     with pytest.raises(EndpointError, match=r"model\.input_shape"):
@@ -305,7 +328,7 @@ def test_the_backends_client_specs_carry_tls_and_the_variable_never_the_token(
         assert "never-in-a-spec" not in repr(spec)
     assert backend.unsupported_reason("http", "tensor") is None and backend.unsupported_reason("grpc", "tensor") is None
     assert "shared memory" in backend.unsupported_reason("http_shm", "tensor")
-    assert "jpeg" in backend.unsupported_reason("http", "jpeg")
+    assert "jpeg_base64" in backend.unsupported_reason("http", "jpeg_base64")
     assert "grpc_url" in endpoint_backend("http://10.0.0.5:8000").unsupported_reason("grpc", "tensor")
 
 

@@ -73,9 +73,10 @@ def test_credentials_settings_are_refused_when_they_cannot_work() -> None:
 
 
 def test_each_kind_says_which_formats_and_transports_it_sends() -> None:
-    oip = endpoint_backend("http://10.0.0.5:8000")
+    oip = endpoint_backend("http://10.0.0.5:8000", "backends.endpoint.grpc_url=10.0.0.5:8001")
     assert oip.unsupported_reason("http", "tensor") is None
-    assert "kind=http or kind=torchserve" in oip.unsupported_reason("http", "jpeg")
+    assert oip.unsupported_reason("grpc", "jpeg") is None  # a BYTES-input model's (its metadata says, at start)
+    assert "kind=http or kind=torchserve" in oip.unsupported_reason("http", "jpeg_base64")
     torchserve = endpoint_backend("http://10.0.0.5:8080", "backends.endpoint.kind=torchserve",
                                   "backends.endpoint.grpc_url=10.0.0.5:7070")
     for protocol, input_format in [("http", "tensor"), ("http", "jpeg"), ("http", "jpeg_base64"),

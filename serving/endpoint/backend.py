@@ -93,7 +93,8 @@ class EndpointBackend(Backend):
         self._check_files()
         spec = self._probe_spec()
         timeout_s = float(settings.probe_timeout_s)
-        self.meta = meta = self.kind.check(settings, spec, name, tuple(self.context.model.input_shape), timeout_s)
+        self.meta = meta = self.kind.check(settings, spec, name, tuple(self.context.model.input_shape), timeout_s,
+                                           tuple(self.context.input_formats))
         if settings.metrics_url:
             self._check_metrics(spec)
         rtt_ms = round_trip_ms(settings.url, spec, name, timeout_s, path=self.kind.round_trip_path(settings))

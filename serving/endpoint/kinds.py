@@ -63,7 +63,7 @@ class EndpointKind(ABC):
 
     @abstractmethod
     def check(self, settings: EndpointSettings, spec: ClientSpec, name: str, input_shape: tuple[int, ...],
-              timeout_s: float) -> EndpointModel:
+              timeout_s: float, input_formats: tuple[str, ...] = (TENSOR,)) -> EndpointModel:
         """Ask the endpoint whether it serves the model as tierbench will send it; EndpointError naming the setting
         and the fix when not (unreachable, refused, no such model, other tensors)."""
 
@@ -87,21 +87,26 @@ class EndpointKind(ABC):
 class OipKind(EndpointKind):
     name = "oip"
     clients = {("http", TENSOR): "serving.oip.clients.OipHttpClient",
-               ("grpc", TENSOR): "serving.oip.clients.OipGrpcClient"}
+               ("http", JPEG): "serving.oip.clients.OipHttpClient",
+               ("grpc", TENSOR): "serving.oip.clients.OipGrpcClient",
+               ("grpc", JPEG): "serving.oip.clients.OipGrpcClient"}
     health_path = "/v2/health/ready"
     metrics_server = "Triton"
     metrics_marker = "nv_inference_request_success"
 
     def unsupported_reason(self, transport: str, input_format: str) -> str | None:
-        if input_format != TENSOR:
-            return (f"input format {input_format}: an Open Inference Protocol endpoint is sent FP32 tensors (a "
-                    "JPEG-decoding API there: kind=http or kind=torchserve)")
+        if input_format == JPEG_BASE64:
+            return ("input format jpeg_base64: the Open Inference Protocol carries tensors (JPEG files as a BYTES "
+                    "tensor: input format jpeg); a JSON API taking base64: kind=http or kind=torchserve")
         return super().unsupported_reason(transport, input_format)
 
     def check(self, settings: EndpointSettings, spec: ClientSpec, name: str, input_shape: tuple[int, ...],
-              timeout_s: float) -> EndpointModel:
+              timeout_s: float, input_formats: tuple[str, ...] = (TENSOR,)) -> EndpointModel:
+        """The model's metadata: an FP32 input of the model's shape takes tensors, a BYTES input [batch, 1] JPEG
+        files; the sweep's formats must be the one it takes."""
         meta = oip_model(settings.url, spec, name, timeout_s)
-        problem = metadata_problem(meta, input_shape, name)
+        sent = tuple(f for f in input_formats if self.unsupported_reason("http", f) is None)
+        problem = metadata_problem(meta, input_shape, name, sent)
         if problem:
             raise EndpointError(problem)
         return EndpointModel(meta.name, meta.platform, meta.input_name, meta.output_name, meta.input_shape)
@@ -136,7 +141,7 @@ class TorchServeKind(EndpointKind):
         return super().client_url(settings, transport, model)
 
     def check(self, settings: EndpointSettings, spec: ClientSpec, name: str, input_shape: tuple[int, ...],
-              timeout_s: float) -> EndpointModel:
+              timeout_s: float, input_formats: tuple[str, ...] = (TENSOR,)) -> EndpointModel:
         """`GET /ping` (it is TorchServe's inference API, and healthy), then an empty POST to the model's
         predictions: TorchServe's frontend answers 404 for a model it does not serve, before any handler runs.
         Its version from `OPTIONS /` (the API description)."""
@@ -192,7 +197,7 @@ class HttpKind(EndpointKind):
         return settings.path  # a GET of the API's route: answered (often 405) without running the model
 
     def check(self, settings: EndpointSettings, spec: ClientSpec, name: str, input_shape: tuple[int, ...],
-              timeout_s: float) -> EndpointModel:
+              timeout_s: float, input_formats: tuple[str, ...] = (TENSOR,)) -> EndpointModel:
         """An empty POST to the route: 401/403, 404 and 405 mean the URL, path or credentials are wrong; anything
         else (a 400 or 422 for the empty body, even a 500) means a handler is there."""
         url = self.client_url(settings, "http", spec.model_name)

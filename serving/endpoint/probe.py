@@ -121,14 +121,27 @@ def oip_model(base_url: str, spec: ClientSpec, name: str, timeout_s: float) -> O
                             f"model metadata ({type(exc).__name__}: {exc}): is backends.{name}.kind right?") from None
 
 
-def metadata_problem(meta: OipModel, input_shape: tuple[int, ...], name: str) -> str | None:
-    """Why the endpoint's model does not take tierbench's requests (FP32 [batch, *input_shape]); None when it does."""
-    if meta.input_datatype != "FP32":
+def metadata_problem(meta: OipModel, input_shape: tuple[int, ...], name: str,
+                     input_formats: tuple[str, ...] = ("tensor",)) -> str | None:
+    """Why the endpoint's model does not take the sweep's requests of `input_formats` (tensor: FP32
+    [batch, *input_shape]; jpeg: BYTES [batch, 1], one encoded image each); None when it does."""
+    takes = {"FP32": "tensor", "BYTES": "jpeg"}.get(meta.input_datatype)
+    if takes is None:
         return (f"backends.{name}: the endpoint's model {meta.name!r} takes {meta.input_datatype} input "
-                f"{meta.input_name!r}; tierbench sends FP32 tensors: serve an FP32-input model")
+                f"{meta.input_name!r}; tierbench sends FP32 tensors or JPEG files as BYTES: serve a model that "
+                "takes one of them")
+    others = [f for f in input_formats if f != takes]
+    if others:
+        return (f"backends.{name}: the endpoint's model {meta.name!r} takes {meta.input_datatype} input "
+                f"{meta.input_name!r}, which is input format {takes}; the sweep also sends {', '.join(others)}: "
+                f"set experiment.input_formats=[{takes}], or add an entry for the model that takes the others")
     if meta.output_datatype != "FP32":
         return (f"backends.{name}: the endpoint's model {meta.name!r} answers {meta.output_datatype} output "
                 f"{meta.output_name!r}; tierbench reads FP32 outputs")
+    if takes == "jpeg":
+        return None if meta.input_shape in ((-1, 1), (1,), (-1,)) else (
+            f"backends.{name}: the endpoint's model {meta.name!r} takes BYTES input {meta.input_name!r} of shape "
+            f"{list(meta.input_shape)}; tierbench sends one JPEG per image, [batch, 1]")
     dims = meta.input_shape[1:] if len(meta.input_shape) == len(input_shape) + 1 else meta.input_shape
     if len(dims) != len(input_shape) or any(d not in (-1, want) for d, want in zip(dims, input_shape, strict=True)):
         return (f"backends.{name}: the endpoint's model {meta.name!r} takes input {meta.input_name!r} of shape "

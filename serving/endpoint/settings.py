@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class EndpointSettings(BackendSettings):
-    """A server someone else runs. Nothing here is a secret: a token is read from the environment variable
-    `token_env` names, on the client's node, when a client opens."""
+    """A server someone else runs. Nothing here is a secret: a token or password is read from the environment
+    variable `token_env` or `basic_auth_env` names, and TLS keys from their files, on the client's node, when a
+    client opens."""
 
     _target_: str = "serving.endpoint.backend.EndpointBackend"
     url: str = ""  # its HTTP base URL, e.g. http://10.0.0.5:8000 (https://: TLS, verified)
