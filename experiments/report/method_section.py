@@ -26,7 +26,8 @@ def endpoint_lines(ok: pd.DataFrame) -> list[str]:
             f"Endpoint `{variant}` on tier {tier}: a server tierbench did not start, at {row['endpoint_url']} (model "
             f"`{row.get('endpoint_model', '')}`{platform}). Its clients ran on {where}; the network's round trip to "
             f"it, timed before its trials (p50 of small requests), was {rtt:.2f} ms, and every latency of its trials "
-            "includes it. Nothing of its node is known: no GPU telemetry, no in-process ceiling, no server log; "
+            f"includes it. Nothing of its node{'s' if int(nodes(row)) > 1 else ''} is known: no GPU telemetry, no "
+            "in-process ceiling, no server log; "
             f"{_endpoint_cost(row)}.")
     return lines
 

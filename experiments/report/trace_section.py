@@ -113,7 +113,8 @@ def trace_section(doc: Document, data: SweepData, labels: dict[str, str], headro
           "average is the peak × the trace's mean over its peak). Arrivals are open loop, Poisson within each step "
           "of the trace; latency counts from each request's intended time; `late`: requests sent more than 5 ms "
           "after it; overloaded: completions fell behind arrivals over the windows. **$/1k img served**: the tier's "
-          "price per hour over the images the node actually served while replaying the trace, the idle troughs "
+          "price per hour (× the nodes behind an endpoint's URL) over the images actually served while replaying "
+          "the trace, the idle troughs "
           f"paid for (a saturated trial's figure assumes a node that is always busy). ({DOCS})")
     _replays_table(doc, trials, labels)
     lines = [f"trace replay {labels.get(r['tier'], r['tier'])} · {r['stack']} · b{int(r['batch_size'])} at peak "
