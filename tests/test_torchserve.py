@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from experiments.config.compose import load_config
+from serving import torchserve_metrics as ts_metrics
 from serving.backend import BackendContext, ServerHandle
 from serving.clients import json_images
 from serving.clients.base import ClientSpec, jpeg_batch, load_client, parse_server_timing, tensor_batch
@@ -34,7 +35,6 @@ from serving.node import NodeInfo
 from serving.process import stop_process_group
 from serving.pytorch.facts import TorchFacts
 from serving.torchserve import config as ts_config
-from serving.torchserve import metrics as ts_metrics
 from serving.torchserve.backend import TorchServeBackend
 from serving.torchserve.clients import TorchServeGrpcClient, TorchServeRestClient
 from serving.torchserve.facts import TorchServeFacts

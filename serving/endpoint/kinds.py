@@ -15,11 +15,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from serving import torchserve_metrics
 from serving.clients.base import ClientSpec
 from serving.endpoint.probe import EndpointError, fetch, metadata_problem, oip_model, refused
 from serving.oip import triton_metrics
 from serving.protocols import InputFormat
-from serving.torchserve import metrics as torchserve_metrics
 
 if TYPE_CHECKING:
     from serving.endpoint.settings import EndpointSettings

@@ -22,8 +22,8 @@ from serving.protocols import InputFormat
 from serving.pytorch.backend import TorchBackend
 from serving.torchserve import config as ts_config
 from serving.torchserve.facts import TorchServeFacts
-from serving.torchserve.metrics import HANDLER_COUNTERS, breakdown, served_images
 from serving.torchserve.settings import TorchServeSettings
+from serving.torchserve_metrics import HANDLER_COUNTERS, breakdown, served_images
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Any
 from serving.node import current_location
 from serving.torchserve import config as ts_config
 from serving.torchserve.config import Ports, TorchServeVariant
-from serving.torchserve.metrics import HANDLER_COUNTERS, scrape
 from serving.torchserve.server import TorchServeServer
+from serving.torchserve_metrics import HANDLER_COUNTERS, scrape
 
 ARCHIVE_TIMEOUT_S = 120.0
 

@@ -1,5 +1,6 @@
 """TorchServe's Prometheus metrics: its frontend's per-model counters and the handler's own, cumulative; the
-per-request breakdown and the images served between two snapshots.
+per-request breakdown and the images served between two snapshots. Read from a TorchServe tierbench launched
+(`serving.torchserve`) and from one it measures as an endpoint (`serving.endpoint`, kind torchserve).
 
 The frontend counts every inference request that reached a worker (`ts_inference_requests_total`, REST and gRPC
 alike) and sums, per REST request only, its time from arrival to answer and its time queued
