@@ -62,6 +62,9 @@ class SloConfig:
     """Find the highest load whose p99 stays within `p99_ms` (null: no search)."""
 
     p99_ms: float | None = None  # the p99 target (ms); null: no search
+    # A request answered later than this (ms) is not good: goodput counts the requests answered well within it
+    # (null: within p99_ms, where set; with neither, no goodput)
+    deadline_ms: float | None = None
     max_concurrency: int = 64  # the search's highest concurrency (closed loop)
     max_rate: float = 2000.0  # the search's highest request rate, req/s (open loop)
 
@@ -107,7 +110,10 @@ class ExperimentConfig:
     warmup_requests: int = 10
     warmup_s: float = 1.0  # seconds of warm-up (with warmup_requests, both must pass)
     window_s: float = 5.0  # length of one measurement window, seconds
-    request_timeout_s: float = 60.0  # a request not answered within it fails the trial
+    request_timeout_s: float = 60.0  # a request not answered within it fails (outcome `timeout`)
+    # The share of a trial's requests that may fail (an error status, a timeout, a lost connection:
+    # serving.clients.outcomes) before the trial fails; its figures are kept either way, errors by class included
+    max_error_rate: float = 0.01
     # Longest a trial may take from load start to the end of its window; beyond it the trial fails.
     trial_timeout_s: float = 600.0
     # A trial whose server failed under it (a crashed or unhealthy process: the Python backend's stub declares

@@ -93,6 +93,12 @@ def validate(cfg: TierbenchConfig) -> None:
         _fail("experiment.stability.latency_percentile", stability.latency_percentile, "between 0 and 100")
     if exp.slo.p99_ms is not None and exp.slo.p99_ms <= 0:
         _fail("experiment.slo.p99_ms", exp.slo.p99_ms, "a latency target > 0 ms, or null for no SLO search")
+    if exp.slo.deadline_ms is not None and not exp.slo.deadline_ms > 0:
+        _fail("experiment.slo.deadline_ms", exp.slo.deadline_ms, "a per-request deadline > 0 ms for goodput, or null "
+                                                                 "(goodput within experiment.slo.p99_ms)")
+    if not 0 <= exp.max_error_rate <= 1:
+        _fail("experiment.max_error_rate", exp.max_error_rate, "the share of requests that may fail before a trial "
+                                                               "fails, 0..1 (e.g. 0.01; 0: any error fails it)")
     check_capacity(cfg)
     if cfg.telemetry.sample_hz <= 0:
         _fail("telemetry.sample_hz", cfg.telemetry.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")

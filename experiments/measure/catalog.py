@@ -59,6 +59,16 @@ METRICS: tuple[Metric, ...] = (
     Metric("warmup_s", "s", Pool.MEAN, "seconds of warm-up before the first window"),
     Metric("warmup_requests_done", "count", Pool.SUM, "requests sent in the warm-up (dropped)"),
     Metric("first_request_ms", "ms", Pool.MEAN, "latency of the trial's first request"),
+    # Errors and goodput (serving.clients.outcomes; experiments.measure.metrics.outcome_metrics).
+    Metric("error_rate", "share", Pool.MEAN, "share of the requests scheduled inside the windows that failed (an "
+                                             "error status, a timeout, a lost connection, an answer that does not "
+                                             "check out); the latency figures are of those answered well"),
+    Metric("failed_requests", "count", Pool.SUM, "requests scheduled inside the windows that failed"),
+    *_family("latency_all_p{}_ms", PERCENTILES, "ms", Pool.MEAN,
+             "the p{} of latency over every request, failed ones included (logged when any failed)"),
+    Metric("goodput_img_s", "img/s", Pool.GEOMETRIC, "images of the requests answered well within "
+                                                     "experiment.slo.deadline_ms (else slo.p99_ms), per second"),
+    Metric("goodput_share", "share", Pool.MEAN, "those requests' share of the requests scheduled"),
     # Open loop: the rates side by side, and what coordinated omission would hide.
     Metric("target_rate_rps", "req/s", Pool.MEAN, "the configured arrival rate"),
     Metric("offered_rate_rps", "req/s", Pool.MEAN, "arrivals scheduled inside the windows per second"),
@@ -138,6 +148,13 @@ METRICS: tuple[Metric, ...] = (
     *_family("slo_{}_at_max", ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_util_pct"),
              "share", Pool.MEAN, "the trial figure {} at the highest load within the target"),
 )
+# A family whose members are named by what was measured: the share failed by each error class.
+PATTERNS: tuple[tuple[re.Pattern[str], Metric], ...] = (
+    (re.compile(r"^error_rate_(?:http_\d+|grpc_\d+|[a-z]+)$"),
+     Metric("error_rate_<class>", "share", Pool.MEAN, "share of the requests that failed with this error class: "
+                                                      "http_<status>, grpc_<code>, timeout, reset, refused, invalid, "
+                                                      "other (serving/clients/outcomes.py)")),
+)
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 # The 95 % interval of a pooled figure: `<figure>_ci_low` and `<figure>_ci_high` (experiments.measure.intervals).
 INTERVAL_END = re.compile(r"^(?P<figure>.+)_ci_(?:low|high)$")
@@ -148,7 +165,7 @@ def metric(name: str) -> Metric | None:
     found = BY_NAME.get(name)
     if found is None and (end := INTERVAL_END.match(name)):
         found = BY_NAME.get(end["figure"])
-    return found
+    return found or next((m for pattern, m in PATTERNS if pattern.match(name)), None)
 
 
 def undeclared(names: object) -> list[str]:
@@ -165,7 +182,7 @@ def render_markdown() -> str:
              "interval also has `<metric>_ci_low` and `<metric>_ci_high` "
              "([Confidence intervals](confidence-intervals.md)).",
              "", "| metric | unit | pooled | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{m.name}` | {m.unit} | {m.pool} | {m.doc} |" for m in METRICS]
+    lines += [f"| `{m.name}` | {m.unit} | {m.pool} | {m.doc} |" for m in (*METRICS, *(m for _, m in PATTERNS))]
     return "\n".join(lines) + "\n"
 
 

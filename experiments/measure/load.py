@@ -30,10 +30,14 @@ import numpy as np
 
 from experiments.config.choices import LoadMode
 from experiments.measure.replay import Replay
-from experiments.measure.samples import ClientHealth, WindowSamples
+from experiments.measure.samples import ClientHealth, Failures, WindowSamples
 from serving.clients.base import ServerReport
+from serving.clients.outcomes import Outcome, classify, error_class
 
 MAX_ERRORS_KEPT = 20
+# A load whose last GONE_AFTER requests all failed to connect (refused, reset) stops: the server is gone, and a closed
+# loop would spin on it. Any other error is a result of the trial, counted against its error budget.
+GONE_AFTER = 20
 TICK_S = 0.01
 # An open-loop request sent this much after its scheduled time counts as late (asyncio timers alone jitter ~1 ms).
 LATE_AFTER_S = 0.005
@@ -86,7 +90,8 @@ class LoadError(RuntimeError):
 
 
 class LoadGenerator(ABC):
-    """Records (intended, sent, done, server ms and batch) per request; cuts windows; reports client health."""
+    """Records (intended, sent, done, server ms and batch) per request answered well, and (intended, sent, done,
+    outcome, status) per failed one; cuts windows; reports client health."""
 
     def __init__(self, timeout_s: float, images_per_request: int, actor_index: int = 0) -> None:
         self.timeout_s = timeout_s
@@ -99,6 +104,10 @@ class LoadGenerator(ABC):
         self._done: list[float] = []
         self._server_ms: list[float] = []
         self._server_batch: list[float] = []  # images of the forward pass each request rode in
+        # failed requests (serving.clients.outcomes), in the order they ended
+        self._failed: dict[str, list[float]] = {key: [] for key in Failures.FIELDS}
+        self._recent_gone: list[bool] = []  # whether each of the last GONE_AFTER outcomes was refused / reset
+        self.error_messages: dict[str, str] = {}  # the first message of each error class
         self._late: list[float] = []  # intended times of late sends
         self._in_flight: dict[int, float] = {}  # request id -> intended time
         self._lags: list[tuple[float, float]] = []  # (time, lag) of the event-loop ticker
@@ -128,6 +137,25 @@ class LoadGenerator(ABC):
         self._server_ms.append(math.nan if report is None else float(report.ms))
         self._server_batch.append(math.nan if report is None or report.executed_images is None
                                   else float(report.executed_images))
+        if self._recent_gone:
+            self._note_outcome(Outcome.OK)
+
+    def _record_failure(self, intended: float, sent: float, done: float, outcome: Outcome, status: int,
+                        message: str) -> None:
+        """A request that ended in an error: kept for its window's error rate; the load goes on, unless the last
+        GONE_AFTER requests all failed to connect (the server is gone)."""
+        for key, value in zip(Failures.FIELDS, (intended, sent, done, int(outcome), status), strict=True):
+            self._failed[key].append(value)
+        self.error_messages.setdefault(error_class(outcome, status), message[:500])
+        self._note_outcome(outcome)
+
+    def _note_outcome(self, outcome: Outcome) -> None:
+        self._recent_gone.append(outcome in (Outcome.REFUSED, Outcome.RESET))
+        del self._recent_gone[:-GONE_AFTER]
+        if len(self._recent_gone) == GONE_AFTER and all(self._recent_gone):
+            self._fail(f"the last {GONE_AFTER} requests could not reach the server: "
+                       + "; ".join(self.error_messages.get(c, "") for c in ("refused", "reset")
+                                   if c in self.error_messages))
 
     def _fail(self, message: str) -> None:
         """Record why the load failed (the trial fails with it) and stop loading."""
@@ -184,6 +212,8 @@ class LoadGenerator(ABC):
         # and is recorded; none of them was forgotten (records go once they completed before a cut window).
         done = np.asarray(self._done[:n])
         sent = np.asarray(self._sent[:n])
+        failed = {key: np.asarray(values) for key, values in self._failed.items()}
+        in_window = (failed["intended_s"] >= window_start) & (failed["intended_s"] < window_end)
         samples = WindowSamples(
             window_start=window_start,
             window_end=window_end,
@@ -197,6 +227,10 @@ class LoadGenerator(ABC):
             completed=(completed := int(np.count_nonzero((done >= window_start) & (done < window_end)))),
             sent=int(np.count_nonzero((sent >= window_start) & (sent < window_end))),
             clients=[self._health(window_start, window_end, completed)],
+            failures=Failures(**{key: values[in_window] for key, values in failed.items()},
+                              ended=int(np.count_nonzero((failed["done_s"] >= window_start)
+                                                         & (failed["done_s"] < window_end)))),
+            error_messages=dict(self.error_messages),
         )
         self._forget_before(window_start)
         return samples
@@ -216,6 +250,9 @@ class LoadGenerator(ABC):
         keep = bisect.bisect_left(self._done, t)
         for records in (self._intended, self._sent, self._done, self._server_ms, self._server_batch):
             del records[:keep]
+        keep_failed = bisect.bisect_left(self._failed["done_s"], t)
+        for records in self._failed.values():
+            del records[:keep_failed]
         self._lags = [x for x in self._lags if x[0] >= t]
         self._cpu_marks = [x for x in self._cpu_marks if x[0] >= t]
         self._late = [x for x in self._late if x >= t]
@@ -236,7 +273,7 @@ class ClientLoad(LoadGenerator):
         self._send = send
 
     async def _request(self, intended: float) -> None:
-        """Send one request scheduled at `intended`; record it, or record the error and stop the load."""
+        """Send one request scheduled at `intended`; record it, answered or failed (its outcome)."""
         request_id = self._next_id
         self._next_id += 1
         self._in_flight[request_id] = intended
@@ -246,14 +283,15 @@ class ClientLoad(LoadGenerator):
                 report = await self._send()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any failure fails the trial, with its message
+        except Exception as exc:  # noqa: BLE001 - every failure is an outcome of the trial, with its message
             message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if isinstance(exc, TimeoutError):  # asyncio.timeout's says nothing: say what it means
                 message = (f"TimeoutError: no response within {self.timeout_s:g} s "
                            f"(experiment.request_timeout_s) with {len(self._in_flight)} requests in flight: "
                            "the server is that far behind (in an open loop: overloaded past the timeout)")
-            # A failed request invalidates the trial: stop loading a server that is failing.
-            self._fail(message[:500])
+            outcome, status = classify(exc)
+            self._in_flight.pop(request_id, None)
+            self._record_failure(intended, sent, self.now(), outcome, status, message)
             return
         finally:
             self._in_flight.pop(request_id, None)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from experiments.config.prices import cost_per_1k_images, images_per_usd
 from experiments.measure.catalog import PERCENTILES
 from experiments.measure.samples import WindowSamples
+
+if TYPE_CHECKING:
+    from experiments.config.schema import SloConfig
 
 # An open loop is overloaded when its backlog (requests scheduled but not yet served) grew over the measured
 # windows by more than this share of the arrivals, and by more than twice their Poisson noise (sqrt of the
@@ -150,3 +154,40 @@ def server_reported_metrics(samples: WindowSamples) -> dict[str, float]:
         if executed.size:
             out["server_batch_avg"] = float(executed.size / np.sum(1.0 / executed))
     return out
+
+
+def good_deadline_ms(slo: SloConfig) -> float | None:
+    """The latency within which an answered request is good: `slo.deadline_ms`, else the p99 target; None: no
+    goodput is computed."""
+    return slo.deadline_ms if slo.deadline_ms is not None else slo.p99_ms
+
+
+def outcome_metrics(samples: WindowSamples, deadline_ms: float | None) -> dict[str, float]:
+    """Errors and goodput over the requests scheduled inside the windows: the share that failed (in all, and by error
+    class: `error_rate_http_503`, `error_rate_timeout`, ...), the latency of every request, failed ones included
+    (when any failed: the latency figures above are of the requests answered well), and with a deadline the goodput:
+    images of requests answered well within it, per second, and their share of the requests scheduled."""
+    failed = samples.failures
+    scheduled = samples.requests + failed.count
+    out = {"error_rate": failed.count / scheduled if scheduled else 0.0, "failed_requests": float(failed.count)}
+    for name, count in sorted(failed.by_class().items()):
+        out[f"error_rate_{name}"] = count / scheduled
+    if failed.count:
+        everything = np.concatenate([samples.latency_s, failed.done_s - failed.intended_s])
+        out.update(percentile_metrics("latency_all", everything))
+    if deadline_ms is not None:
+        good = int(np.count_nonzero(samples.latency_s * 1e3 <= deadline_ms))
+        out["goodput_img_s"] = good * samples.images_per_request / samples.duration_s
+        out["goodput_share"] = good / scheduled if scheduled else 0.0
+    return out
+
+
+def over_error_budget(metrics: dict[str, float], max_error_rate: float) -> str | None:
+    """Why a trial's errors fail it (its share above `max_error_rate`, experiment.max_error_rate); None within it."""
+    rate = metrics.get("error_rate", 0.0)
+    if rate <= max_error_rate:
+        return None
+    classes = ", ".join(f"{k.removeprefix('error_rate_')} {v:.1%}" for k, v in sorted(metrics.items())
+                        if k.startswith("error_rate_"))
+    return (f"{rate:.1%} of the requests failed ({classes}), above experiment.max_error_rate={max_error_rate:g}: "
+            "its figures are kept (latency of the requests answered well, errors by class)")

@@ -20,6 +20,40 @@ class ClientHealth:
 
 
 @dataclass
+class Failures:
+    """The requests of a window that ended in an error (serving.clients.outcomes): when each was scheduled, sent and
+    ended, its outcome and status; `ended`: failures that ended inside the window, whenever scheduled."""
+
+    FIELDS = ("intended_s", "send_s", "done_s", "outcome", "status")
+
+    intended_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    send_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    done_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    outcome: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    status: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    ended: int = 0
+
+    @property
+    def count(self) -> int:
+        return int(self.intended_s.size)
+
+    def by_class(self) -> dict[str, int]:
+        """How many failed, by error class (`http_503`, `timeout`, ...)."""
+        from serving.clients.outcomes import error_class
+
+        out: dict[str, int] = {}
+        for outcome, status in zip(self.outcome.tolist(), self.status.tolist(), strict=True):
+            name = error_class(int(outcome), int(status))
+            out[name] = out.get(name, 0) + 1
+        return out
+
+    @staticmethod
+    def merge(parts: list[Failures]) -> Failures:
+        return Failures(*(np.concatenate([getattr(p, key) for p in parts]) for key in Failures.FIELDS),
+                        ended=sum(p.ended for p in parts))
+
+
+@dataclass
 class WindowSamples:
     """Requests *scheduled* inside [window_start, window_end) (epoch seconds), from one or more actors, and
     how many requests *completed* and were *sent* inside it, whenever they were scheduled.
@@ -48,6 +82,9 @@ class WindowSamples:
     server_batch: np.ndarray | None = None
     errors: list[str] = field(default_factory=list)
     clients: list[ClientHealth] = field(default_factory=list)
+    # The requests scheduled inside the window that failed: everything above is of those answered well.
+    failures: Failures = field(default_factory=Failures)
+    error_messages: dict[str, str] = field(default_factory=dict)  # the first message of each error class
 
     @property
     def duration_s(self) -> float:
@@ -100,4 +137,6 @@ class WindowSamples:
             sent=sum(p.sent for p in parts),
             errors=[e for p in parts for e in p.errors],
             clients=[c for p in parts for c in p.clients],
+            failures=Failures.merge([p.failures for p in parts]),
+            error_messages={k: v for p in reversed(parts) for k, v in p.error_messages.items()},
         )

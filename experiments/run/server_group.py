@@ -194,7 +194,8 @@ class ServerGroup:
         if attempt > 1:
             record.tags["attempt"] = str(attempt)
             record.tags["earlier_failure"] = earlier or ""
-        if record.status == Status.FAILED and (self.check is None or self.check.passed):
+        server_failed = record.tags.get("over_error_budget") != "true"  # over budget: it answered, with errors
+        if record.status == Status.FAILED and server_failed and (self.check is None or self.check.passed):
             retry = attempt <= self.cfg.experiment.trial_retries
             if retry:
                 record.tags["retried"] = "true"

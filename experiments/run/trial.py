@@ -13,7 +13,10 @@ from experiments.measure.client_actor import ClientPool
 from experiments.measure.metrics import (
     client_metrics,
     counts_disagree,
+    good_deadline_ms,
     open_loop_metrics,
+    outcome_metrics,
+    over_error_budget,
     server_count_metrics,
     server_reported_metrics,
     window_metrics,
@@ -120,7 +123,13 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         return record
     samples = record.samples = result.samples
     if samples.requests == 0:
-        record.status, record.reason = Status.FAILED, "no request completed inside the measurement window"
+        failures = samples.failures
+        record.metrics = outcome_metrics(samples, good_deadline_ms(exp.slo)) if failures.count else {}
+        first = next(iter(samples.error_messages.values()), "")
+        record.status, record.reason = Status.FAILED, (
+            f"every request inside the measurement window failed ({failures.count}: "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(failures.by_class().items()))}; first: {first})"
+            if failures.count else "no request completed inside the measurement window")
         return record
     record.metrics = {
         **window_metrics(samples, priced_usd_per_hour(cfg, record.params)),
@@ -135,6 +144,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         "stable": float(result.stable),
         **client_metrics(samples),
         **server_reported_metrics(samples),
+        **outcome_metrics(samples, good_deadline_ms(exp.slo)),
     }
     if trial.load_mode.open_loop:
         record.metrics.update(open_loop_metrics(samples, trial.request_rate))
@@ -155,6 +165,12 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     record.tags["stable"] = str(result.stable).lower()
     if record.metrics.get("client_cpu_util_max", 0.0) > exp.client_cpu_limit:
         record.tags["client_bound"] = "true"  # even the most client actors allowed were busy: a lower bound
+    if samples.failures.count:
+        record.params["first_errors"] = "; ".join(f"{k}: {v}" for k, v in samples.error_messages.items())[:500]
+    over = over_error_budget(record.metrics, exp.max_error_rate)
+    if over:  # the server answered: nothing to restart it for
+        record.status, record.reason = Status.FAILED, over
+        record.tags["over_error_budget"] = "true"
     return record
 
 

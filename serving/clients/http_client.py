@@ -16,6 +16,7 @@ from serving.clients.base import (
     tls_context,
 )
 from serving.clients.http1 import Http1Client, build_request
+from serving.clients.outcomes import Outcome, RequestError
 from serving.clients.wire import WireRequest, http1_wire
 
 
@@ -45,7 +46,8 @@ class HttpInferenceClient(PrebuiltRequestClient):
     async def call(self) -> tuple[np.ndarray, ServerReport | None]:
         response = await self._http.send(self._request)
         if response.status != 200:
-            raise RuntimeError(f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
+            raise RequestError(Outcome.HTTP_STATUS, response.status,
+                               f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")
         return self.response_outputs(response), parse_server_timing(response.headers.get(TIMING_HEADER.lower()))
 
     async def close(self) -> None:
