@@ -3,8 +3,10 @@ so windows are cut from its stream exactly as from the Python client's (`LoadGen
 
 The engine sends a `WireRequest` (the bytes a client would send, built once by that client's own code); the first
 response it gets is handed back to the same client to check (`InferenceClient.check_wire_response`): the outputs
-have the shape the model promises. Its CPU is read from /proc (scheduler nanoseconds of the engine process), so
-`client_cpu_us_per_request` is the engine's own, as perf_analyzer's would be.
+have the shape the model promises. A request that fails (an error status, a timeout, a lost or refused connection)
+is a record of its own: it is kept as the Python client's failures are (`LoadGenerator._record_failure`), with the
+engine's first message of its class, and the load goes on. Its CPU is read from /proc (scheduler nanoseconds of the
+engine process), so `client_cpu_us_per_request` is the engine's own, as perf_analyzer's would be.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -24,6 +27,7 @@ import numpy as np
 from experiments.measure.engine import records
 from experiments.measure.engine.build import engine_binary
 from experiments.measure.load import DRAIN_S, LATE_AFTER_S, TICK_S, LoadGenerator, LoadPoint, WarmupStats
+from serving.clients.outcomes import Outcome, error_class
 from serving.clients.wire import WireRequest
 
 STDERR_TAIL = 1500
@@ -33,6 +37,8 @@ STDERR_TAIL = 1500
 ENGINE_NICENESS = 0
 # The schedule covers the longest a trial may run; an engine that reaches its end fails the trial.
 SCHEDULE_MARGIN = 1.2
+# The engine's first message of each error class, on its stderr: `loadgen: [http_503] HTTP 503 from the server: ...`
+CLASS_LINE = re.compile(r"^loadgen: \[(?P<cls>[a-z0-9_]+)\] (?P<text>.*)$", re.MULTILINE)
 
 
 class CompiledLoad(LoadGenerator):
@@ -71,9 +77,8 @@ class CompiledLoad(LoadGenerator):
             rate = self.load.load
             rng = np.random.default_rng(self.seed + self.actor_index)
             count = max(1000, math.ceil(rate * self.horizon_s * SCHEDULE_MARGIN))
-            replay = self.load.replay
-            gaps = (replay.arrivals(rate, rng).take(count) if replay is not None
-                    else self.load.mode.gaps(rate, rng, count))
+            shape = self.load.shape
+            gaps = shape.arrivals(rate, rng).take(count) if shape is not None else self.load.mode.gaps(rate, rng, count)
             gaps.astype("<f8").tofile(folder / "gaps.f64")
             args += ["--open", str(folder / "gaps.f64")]
         else:
@@ -123,7 +128,10 @@ class CompiledLoad(LoadGenerator):
             self._fail(f"the load engine exited ({code}) during the trial: {self._engine_said()}")
 
     def _ingest(self, batch: np.ndarray) -> None:
-        done = batch[batch["kind"] == records.Kind.DONE]
+        kinds = batch["kind"]
+        if self._recent_gone or np.any(kinds == records.Kind.FAILED):
+            self._ingest_failures(batch[(kinds == records.Kind.DONE) | (kinds == records.Kind.FAILED)])
+        done = batch[kinds == records.Kind.DONE]
         if done.size:
             intended, sent, finished = (self._epoch(done[k]) for k in ("intended_ns", "sent_ns", "done_ns"))
             self._intended.extend(intended.tolist())
@@ -137,6 +145,54 @@ class CompiledLoad(LoadGenerator):
             self._watermark = float(self._epoch(beats["intended_ns"][-1]))
             self._lags.extend(zip(self._epoch(beats["sent_ns"]).tolist(), (beats["done_ns"] / 1e9).tolist(),
                                   strict=True))
+
+    def _ingest_failures(self, ended: np.ndarray) -> None:
+        """FAILED records, each kept as a failure of its window; with the answers between them, in the engine's
+        order, for the count of requests that could not reach the server (a run of answers counts once: all that
+        matters is whether the last few all failed)."""
+        kinds = ended["kind"]
+        first_of_run = np.ones(kinds.size, dtype=bool)
+        first_of_run[1:] = kinds[1:] != kinds[:-1]
+        picked = ended[(kinds == records.Kind.FAILED) | first_of_run]
+        outcomes, statuses = records.outcome_status(picked["code"])
+        intended, sent, finished = (self._epoch(picked[k]) for k in ("intended_ns", "sent_ns", "done_ns"))
+        known = {int(o) for o in Outcome}
+        for i, kind in enumerate(picked["kind"].tolist()):
+            if kind == records.Kind.DONE:
+                if self._recent_gone:
+                    self._note_outcome(Outcome.OK)
+                continue
+            code = int(outcomes[i])
+            outcome = Outcome(code) if code in known else Outcome.OTHER
+            status = int(statuses[i])
+            name = error_class(outcome, status)
+            message = "" if name in self.error_messages else self._failure_message(outcome, status, name)
+            self._record_failure(float(intended[i]), float(sent[i]), float(finished[i]), outcome, status, message)
+
+    def _failure_message(self, outcome: Outcome, status: int, name: str) -> str:
+        """The engine's first message of the class (its stderr), else one made here; either says who saw it."""
+        with contextlib.suppress(OSError):
+            text = (self._folder / "stderr.txt").read_text(errors="replace")
+            for line in CLASS_LINE.finditer(text):
+                if line["cls"] == name:
+                    return f"{line['text']} (compiled engine)"
+        where = f"{self.wire.host}:{self.wire.port}"
+        return {
+            Outcome.HTTP_STATUS: f"HTTP {status} from the server (compiled engine)",
+            Outcome.GRPC_STATUS: f"gRPC status {status} (compiled engine)",
+            Outcome.TIMEOUT: f"no answer within {self.timeout_s:g} s (experiment.request_timeout_s), compiled engine",
+            Outcome.RESET: f"{where} reset or closed the connection with the request in flight (compiled engine)",
+            Outcome.REFUSED: f"cannot connect to {where} (compiled engine)",
+        }.get(outcome, f"{name} (compiled engine)")
+
+    def _fail(self, message: str) -> None:
+        """As for any load, and the engine stops (SIGTERM: it lets what is in flight finish): a load that fails,
+        the server gone among other causes, stops loading."""
+        super()._fail(message)
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
 
     def _launched_through(self) -> float:
         return self._watermark

@@ -13,8 +13,9 @@
  *
  * Records (struct record, 48 bytes, little-endian) go to stdout: kind 1 a completed request (times on
  * CLOCK_MONOTONIC, nanoseconds: the clock of Python's time.perf_counter), kind 2 a heartbeat every few ms (the
- * watermark: every request scheduled before it has completed; the timer's lateness), kind 3 an error (the
- * message on stderr; the engine then exits 2), kind 4 ready (connections open, load starting). SIGTERM / SIGINT
+ * watermark: every request scheduled before it has ended, answered or failed; the timer's lateness), kind 3 an
+ * error (the message on stderr; the engine then exits 2), kind 4 ready (connections open, load starting), kind 5 a
+ * failed request (below). SIGTERM / SIGINT
  * stop it: nothing new is sent, the requests in flight are let finish (at most --drain seconds: cancelling a gRPC
  * call at the wrong moment crashes Triton 2.48-2.52, triton-inference-server/server#7368), and the records are
  * flushed. A second signal stops it at once.
@@ -29,6 +30,25 @@
  *   --drain     seconds a stop waits for the requests in flight (default 3)
  *   --nice      the scheduling priority to run at, where the OS allows it (root, CAP_SYS_NICE); the one it runs
  *               at is in the ready record's `code` (niceness + 20)
+ *   --timeout   seconds a request may wait for its answer (default 60); past it the request fails (TIMEOUT)
+ *
+ * Errors are results, not the end of the load: a request that fails is written as a kind 5 record (times as for
+ * kind 1, `done_ns` when the failure was seen, `bytes` what came of the response) with `code` = outcome |
+ * (status << 8), the outcome of serving/clients/outcomes.py:
+ *   1 HTTP_STATUS  an answer with an HTTP status other than 200 (status: it). HTTP/1.1: the connection is kept when
+ *                  the response was complete and did not say `Connection: close`, else another is opened
+ *   2 GRPC_STATUS  an h2 answer with grpc-status != 0 (status: it); one without a grpc-status is 7 OTHER
+ *   3 TIMEOUT      no answer within --timeout of the send. HTTP/1.1: that connection is closed and another opened;
+ *                  h2: just that stream is reset (RST_STREAM CANCEL)
+ *   4 RESET        the stream was reset, or the connection closed or reset with the request in flight
+ *   5 REFUSED      a new connection could not be opened (the request that would have gone on it)
+ *   7 OTHER        anything else the server got wrong (a response that does not parse)
+ * and the first message of each class goes to stderr as `loadgen: [class] message` (class as outcomes.py names
+ * it: http_503, grpc_14, timeout, reset, refused, other). The closed loop sends a loop's next request after a
+ * failure as after an answer; the open loop keeps its schedule. While connections fail (refused, lost), opening new
+ * ones is paced: at most one attempt per connection per 10 ms, so a closed loop against a dead server does not spin
+ * (the caller stops a load that only fails). Setup errors (resolving the host, the first connections), a response
+ * of another size than the first (without --any-size) and the schedule running out still end the engine (kind 3).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -59,9 +79,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ENGINE_VERSION "2"  /* 2: --any-size */
+#define ENGINE_VERSION "3"  /* 2: --any-size; 3: failed requests are records (kind 5), the load goes on */
 
-enum { KIND_DONE = 1, KIND_HEARTBEAT = 2, KIND_ERROR = 3, KIND_READY = 4 };
+enum { KIND_DONE = 1, KIND_HEARTBEAT = 2, KIND_ERROR = 3, KIND_READY = 4, KIND_FAILED = 5 };
+
+/* A failed request's outcome (serving/clients/outcomes.py's Outcome): the low byte of its record's `code`. */
+enum { OUT_HTTP_STATUS = 1, OUT_GRPC_STATUS = 2, OUT_TIMEOUT = 3, OUT_RESET = 4, OUT_REFUSED = 5, OUT_OTHER = 7 };
+
+/* While connections fail, each may be tried at most once per this long. */
+#define RECONNECT_PERIOD_NS 10000000LL
 
 /* At most this much goes into one send/writev: on loopback the sender's syscall also delivers to the receiver, and
  * a 1.2 MB writev once held the loop for 15 ms (open-loop arrivals went out late). Between writes the loop serves
@@ -70,13 +96,14 @@ enum { KIND_DONE = 1, KIND_HEARTBEAT = 2, KIND_ERROR = 3, KIND_READY = 4 };
 
 struct record {
     uint32_t kind;
-    uint32_t code;        /* done: HTTP status */
-    int64_t intended_ns;  /* done: scheduled time; heartbeat: the watermark */
-    int64_t sent_ns;      /* done: sent; heartbeat: now */
-    int64_t done_ns;      /* done: response complete; heartbeat: the timer's worst lateness since the last one */
+    uint32_t code;        /* done: HTTP status; failed: outcome | (status << 8) */
+    int64_t intended_ns;  /* done, failed: scheduled time; heartbeat: the watermark */
+    int64_t sent_ns;      /* done, failed: sent; heartbeat: now */
+    int64_t done_ns;      /* done: response complete; failed: the failure seen; heartbeat: the timer's worst
+                           * lateness since the last one */
     float server_ms;      /* Server-Timing: the sum of its dur= values (NaN: none) */
     float server_batch;   /* Server-Timing: batch;desc=N (NaN: none) */
-    int64_t bytes;        /* done: response body bytes; heartbeat: requests in flight */
+    int64_t bytes;        /* done, failed: response body bytes; heartbeat: requests in flight */
 };
 _Static_assert(sizeof(struct record) == 48, "record layout is read by experiments/measure/engine/records.py");
 
@@ -279,13 +306,15 @@ struct req {
     struct buf body;   /* that body */
     char message[160]; /* grpc-message, for the error */
     struct conn *conn;
+    int32_t stream_id; /* h2 */
+    int ended;         /* recorded (h2: a stream reset for its timeout, released once nghttp2 has closed it) */
     struct req *next;  /* free list */
-    struct req *prev_live, *next_live;  /* the requests in flight */
+    struct req *prev_live, *next_live;  /* the requests in flight (and the ended ones not yet released) */
 };
 
 static struct req *free_reqs;
 static struct req *live;  /* requests in flight: the watermark and the timeout scan them */
-static int in_flight;
+static int in_flight;     /* of them, those not ended */
 static int stopping;
 static int captured;   /* the first response to end was saved to --first-response */
 static int64_t expected_bytes = -1;  /* every successful response has the first one's body size */
@@ -309,14 +338,83 @@ static struct req *req_new(int64_t intended) {
     return r;
 }
 
-static void req_free(struct req *r) {
-    free(r->body.data);
+/* A request ended (its record is written): it no longer counts as in flight. */
+static void req_end(struct req *r) {
+    if (r->ended) return;
+    r->ended = 1;
     in_flight--;
+}
+
+static void req_release(struct req *r) {
+    req_end(r);
+    free(r->body.data);
     if (r->prev_live) r->prev_live->next_live = r->next_live;
     else live = r->next_live;
     if (r->next_live) r->next_live->prev_live = r->prev_live;
     r->next = free_reqs;
     free_reqs = r;
+}
+
+/* The first message of each error class goes to stderr (the caller shows it with the class's count). */
+static uint32_t said[64];
+static int nsaid;
+
+static void say_once(uint32_t code, const char *fmt, va_list ap) {
+    for (int i = 0; i < nsaid; i++)
+        if (said[i] == code) return;
+    if (nsaid == (int)(sizeof said / sizeof *said)) return;
+    said[nsaid++] = code;
+    static const char *names[] = {"ok", "http", "grpc", "timeout", "reset", "refused", "invalid", "other"};
+    unsigned outcome = code & 0xff, status = code >> 8;
+    char text[400];
+    vsnprintf(text, sizeof text, fmt, ap);
+    for (char *p = text; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f) *p = ' ';  /* one line, whatever the body held */
+    if (outcome == OUT_HTTP_STATUS || outcome == OUT_GRPC_STATUS)
+        fprintf(stderr, "loadgen: [%s_%u] %s\n", names[outcome], status, text);
+    else
+        fprintf(stderr, "loadgen: [%s] %s\n", names[outcome < 8 ? outcome : 7], text);
+}
+
+/* A request failed: its record (kind 5: outcome | status << 8, done now), the class's first message on stderr. The
+ * request ends; the caller releases it (h2: once its stream is closed). */
+static void req_fail(struct req *r, int outcome, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void req_fail(struct req *r, int outcome, int status, const char *fmt, ...) {
+    if (r->ended) return;
+    if (status < 0 || status > 0xffffff) status = 0;
+    uint32_t code = (uint32_t)outcome | ((uint32_t)status << 8);
+    va_list ap;
+    va_start(ap, fmt);
+    say_once(code, fmt, ap);
+    va_end(ap);
+    emit(KIND_FAILED, code, r->intended, r->sent, now_ns(), r->server_ms, r->server_batch, r->bytes);
+    req_end(r);
+}
+
+/* While connections fail (refused, lost), new ones are paced: at most `pace_slots` attempts (one per connection the
+ * load keeps) per RECONNECT_PERIOD_NS. Any answer from the server ends it. */
+static int unhealthy;
+static int64_t pace_start;
+static int pace_used, pace_slots = 1;
+
+static void mark_unhealthy(void) {
+    if (unhealthy) return;
+    unhealthy = 1;
+    pace_start = now_ns();
+    pace_used = 0;
+}
+
+/* May a connection be opened now? (Counts the attempt.) */
+static int may_connect(void) {
+    if (!unhealthy) return 1;
+    int64_t t = now_ns();
+    if (t - pace_start >= RECONNECT_PERIOD_NS) {
+        pace_start = t;
+        pace_used = 0;
+    }
+    if (pace_used >= pace_slots) return 0;
+    pace_used++;
+    return 1;
 }
 
 static void save_capture(const struct buf *body) {
@@ -327,13 +425,21 @@ static void save_capture(const struct buf *body) {
     captured = 1;
 }
 
-/* A response ended: check it, record it, recycle the request. */
+/* A response ended: check it, record it (answered or failed), recycle the request. */
 static void finished(struct req *r) {
     int64_t done = now_ns();
-    if (r->status != 200) die("HTTP %d from the server%s%s", r->status, r->message[0] ? ": " : "", r->message);
+    unhealthy = 0;  /* the server answers */
+    if (r->status != 200) {
+        req_fail(r, OUT_HTTP_STATUS, r->status, "HTTP %d from the server%s%s", r->status, r->message[0] ? ": " : "",
+                 r->message);
+        req_release(r);
+        return;
+    }
     if (cfg.proto == PROTO_H2 && r->grpc_status != 0) {
-        if (r->grpc_status < 0) die("the gRPC response ended without a grpc-status");
-        die("gRPC status %d: %s", r->grpc_status, r->message);
+        if (r->grpc_status < 0) req_fail(r, OUT_OTHER, 0, "the gRPC response ended without a grpc-status");
+        else req_fail(r, OUT_GRPC_STATUS, r->grpc_status, "gRPC status %d: %s", r->grpc_status, r->message);
+        req_release(r);
+        return;
     }
     if (expected_bytes < 0 || cfg.any_size) expected_bytes = r->bytes;
     else if (r->bytes != expected_bytes)
@@ -341,7 +447,7 @@ static void finished(struct req *r) {
             (long long)r->bytes, (long long)expected_bytes);
     if (r->capture && !captured) save_capture(&r->body);
     emit(KIND_DONE, (uint32_t)r->status, r->intended, r->sent, done, r->server_ms, r->server_batch, r->bytes);
-    req_free(r);
+    req_release(r);
 }
 
 /* ------------------------------------------------------------------------------------------------ connections */
@@ -407,6 +513,15 @@ static int resolve(struct sockaddr_storage *addr, socklen_t *len) {
     return addr->ss_family;
 }
 
+static int64_t start_ns;  /* the load's start: open-loop arrivals count from here (0: still setting up, where a
+                           * failed connection ends the engine) */
+static int64_t *queue;         /* open loop: arrivals due but not yet sent (no free connection / stream) */
+static size_t queue_head, queue_len, queue_cap;
+static void h2_setup(struct conn *c);
+static void h2_session_free(struct conn *c);
+
+/* A new connection (h2: its session too). NULL, errno set, where the connection is refused at once (on loopback
+ * a refusal is immediate) once the load has started; before, that ends the engine. */
 static struct conn *conn_open(void) {
     static struct sockaddr_storage addr;
     static socklen_t addrlen;
@@ -416,8 +531,13 @@ static struct conn *conn_open(void) {
     if (fd < 0) die("socket: %s", strerror(errno));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(fd, (struct sockaddr *)&addr, addrlen) != 0 && errno != EINPROGRESS)
-        die("cannot connect to %s:%s: %s", cfg.host, cfg.port, strerror(errno));
+    if (connect(fd, (struct sockaddr *)&addr, addrlen) != 0 && errno != EINPROGRESS) {
+        if (!start_ns) die("cannot connect to %s:%s: %s", cfg.host, cfg.port, strerror(errno));
+        int err = errno;
+        close(fd);
+        errno = err;
+        return NULL;
+    }
     struct conn *c = xmalloc(sizeof *c);
     memset(c, 0, sizeof *c);
     c->tag = TAG_CONN;
@@ -428,6 +548,7 @@ static struct conn *conn_open(void) {
     c->writing = 1;
     conns = xrealloc(conns, (nconns + 1) * sizeof *conns);
     conns[nconns++] = c;
+    if (cfg.proto == PROTO_H2) h2_setup(c);  /* its preface goes out once connected */
     return c;
 }
 
@@ -460,11 +581,73 @@ static void bury(void) {
     }
 }
 
+/* The connection is lost (or was never made): every request on it fails (`outcome`, HTTP/1.1: an error status
+ * already read stays that), it is dropped, and new connections are paced until the server answers again. */
+static void conn_lost(struct conn *c, int outcome, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void conn_lost(struct conn *c, int outcome, const char *fmt, ...) {
+    char why[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    for (struct req *r = live, *next; r; r = next) {
+        next = r->next_live;
+        if (r->conn != c) continue;
+        if (r->status && r->status != 200 && cfg.proto == PROTO_HTTP1)
+            req_fail(r, OUT_HTTP_STATUS, r->status, "HTTP %d from the server (the connection closed before its body "
+                     "ended)%s%s", r->status, r->message[0] ? ": " : "", r->message);
+        else
+            req_fail(r, outcome, 0, "%s", why);
+        req_release(r);
+    }
+    c->req = NULL;
+    c->streams = 0;
+    h2_session_free(c);
+    conn_drop(c);
+    if (outcome == OUT_RESET || outcome == OUT_REFUSED) mark_unhealthy();
+}
+
+/* An h2 connection could not be opened: where no other connection can carry it, the request waiting for one (a
+ * closed loop's next, the open loop's oldest arrival due) fails REFUSED. */
+static void refuse_waiting(const char *why) {
+    for (int i = 0; i < nconns; i++)
+        if (conns[i]->connected) return;
+    int64_t t = now_ns();
+    struct req *r;
+    if (cfg.closed) {
+        if (in_flight >= cfg.closed) return;
+        r = req_new(t);
+    } else {
+        if (!queue_len) return;
+        r = req_new(queue[queue_head]);
+        queue_head++;
+        queue_len--;
+    }
+    r->sent = t;
+    req_fail(r, OUT_REFUSED, 0, "%s", why);
+    req_release(r);
+}
+
+/* A connection could not be opened (c NULL: refused at once, `err`): its request fails REFUSED (h2: the one
+ * waiting for a connection). */
+static void connect_failed(struct conn *c, int err) {
+    char why[300];
+    snprintf(why, sizeof why, "cannot connect to %s:%s: %s", cfg.host, cfg.port, strerror(err));
+    mark_unhealthy();
+    if (c) conn_lost(c, OUT_REFUSED, "%s", why);
+    if (cfg.proto == PROTO_H2) refuse_waiting(why);
+}
+
+/* 1: connected; 0: refused (handled: see connect_failed). Before the load starts a refusal ends the engine. */
 static int connect_finished(struct conn *c) {
     int err = 0;
     socklen_t len = sizeof err;
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err) die("cannot connect to %s:%s: %s", cfg.host, cfg.port, strerror(err));
+    if (err && !start_ns) die("cannot connect to %s:%s: %s", cfg.host, cfg.port, strerror(err));
+    if (err) {
+        connect_failed(c, err);
+        return 0;
+    }
     c->connected = 1;
     return 1;
 }
@@ -496,7 +679,7 @@ static void outq_push(struct outq *q, const uint8_t *ptr, size_t len, int copy) 
 }
 
 /* Write the pending slices, up to IOV_MAX per writev; watch for writability while some are left. 0 on EAGAIN, 1
- * when all is out. */
+ * when all is out, -1 when the connection is lost (dropped, its requests failed). */
 static int flush_outq(struct conn *c) {
     struct outq *q = &c->q;
     while (q->len) {
@@ -518,7 +701,11 @@ static int flush_outq(struct conn *c) {
             watch(c, 1);
             return 0;
         }
-        if (w <= 0) die("send to %s:%s failed: %s", cfg.host, cfg.port, w < 0 ? strerror(errno) : "connection closed");
+        if (w <= 0) {
+            conn_lost(c, OUT_RESET, "send to %s:%s failed: %s", cfg.host, cfg.port,
+                      w < 0 ? strerror(errno) : "connection closed");
+            return -1;
+        }
         size_t left = (size_t)w;
         while (left && q->len) {
             struct slice *sl = &q->s[q->head];
@@ -561,7 +748,9 @@ static void h1_write(struct conn *c) {
             watch(c, 1);
             return;
         }
-        die("send to %s:%s failed: %s", cfg.host, cfg.port, n < 0 ? strerror(errno) : "connection closed");
+        conn_lost(c, OUT_RESET, "send to %s:%s failed: %s", cfg.host, cfg.port,
+                  n < 0 ? strerror(errno) : "connection closed");
+        return;
     }
     watch(c, 0);
 }
@@ -577,12 +766,17 @@ static void h1_send(struct conn *c, struct req *r) {
     if (c->connected) h1_write(c);
 }
 
-static void h1_parse_head(struct conn *c) {
+/* 0: not an HTTP/1.x response (the connection is dropped, its request failed). */
+static int h1_parse_head(struct conn *c) {
     struct req *r = c->req;
     char *text = (char *)c->head.data;
     size_t n = c->head.len;
-    if (n < 12 || strncmp(text, "HTTP/1.", 7) != 0) die("not an HTTP/1.x response: %.60s", text);
+    if (n < 12 || strncmp(text, "HTTP/1.", 7) != 0) {
+        conn_lost(c, OUT_OTHER, "not an HTTP/1.x response: %.60s", text);
+        return 0;
+    }
     r->status = atoi(text + 9);
+    if (r->status <= 0) r->status = 0;
     c->left = 0;
     c->close_after = 0;
     int chunked = 0;
@@ -611,6 +805,7 @@ static void h1_parse_head(struct conn *c) {
     }
     c->state = chunked ? H1_CHUNK_SIZE : H1_BODY;
     c->head.off = c->head.len = 0;
+    return 1;
 }
 
 static void h1_body(struct req *r, const uint8_t *p, size_t n) {
@@ -626,7 +821,10 @@ static void h1_after_response(struct conn *c);
 static void h1_received(struct conn *c, uint8_t *p, size_t n) {
     while (n) {
         struct req *r = c->req;
-        if (!r) die("%zu bytes from the server with no request in flight: %.60s", n, (char *)p);
+        if (!r) {  /* nothing asked: the connection is out of step with the server */
+            conn_lost(c, OUT_OTHER, "%zu bytes from the server with no request in flight", n);
+            return;
+        }
         switch (c->state) {
         case H1_HEAD:
         case H1_TRAILERS: {
@@ -641,7 +839,7 @@ static void h1_received(struct conn *c, uint8_t *p, size_t n) {
                 trailers_done = 1;
             }
             if (!found) {
-                if (c->head.len > (1 << 20)) die("response head over 1 MiB");
+                if (c->head.len > (1 << 20)) conn_lost(c, OUT_OTHER, "response head over 1 MiB");
                 return;
             }
             size_t head_len = (size_t)(found + 4 - c->head.data);
@@ -650,7 +848,7 @@ static void h1_received(struct conn *c, uint8_t *p, size_t n) {
             n -= used;
             if (c->state == H1_HEAD) {
                 c->head.len = head_len;
-                h1_parse_head(c);
+                if (!h1_parse_head(c)) return;
                 if (c->state == H1_BODY && c->left == 0) h1_after_response(c);
             } else {
                 (void)trailers_done;
@@ -704,7 +902,8 @@ static void h1_received(struct conn *c, uint8_t *p, size_t n) {
             break;
         }
         default:
-            die("bytes from the server in connection state %d", c->state);
+            conn_lost(c, OUT_OTHER, "bytes from the server in connection state %d", c->state);
+            return;
         }
     }
 }
@@ -715,7 +914,8 @@ static void h1_after_response(struct conn *c) {
     struct req *r = c->req;
     c->req = NULL;
     c->state = H1_IDLE;
-    int close_it = c->close_after;
+    /* answered before the request was all written (an early error status): the rest would be read as another */
+    int close_it = c->close_after || c->wpos < cfg.request_len;
     finished(r);
     if (close_it) {
         conn_drop(c);
@@ -725,10 +925,11 @@ static void h1_after_response(struct conn *c) {
 }
 
 static void h1_event(struct conn *c, uint32_t events) {
-    if (!c->connected && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
-        connect_finished(c);
+    if (!c->connected) {
+        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) || !connect_finished(c)) return;
         if (c->req) h1_write(c);
         else watch(c, 0);
+        if (c->dead) return;
         if (c->state == H1_CONNECTING) {
             c->state = H1_IDLE;
             next_request(c);
@@ -736,6 +937,7 @@ static void h1_event(struct conn *c, uint32_t events) {
         return;
     }
     if ((events & EPOLLOUT) && c->req && c->wpos < cfg.request_len) h1_write(c);
+    if (c->dead) return;
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
         static uint8_t chunk[1 << 18];
         for (;;) {
@@ -748,9 +950,11 @@ static void h1_event(struct conn *c, uint32_t events) {
             if (n < 0 && errno == EINTR) continue;
             if (n < 0 && errno == EAGAIN) return;
             /* closed by the server */
-            if (c->req) die("%s:%s closed the connection before the response ended%s%s", cfg.host, cfg.port,
-                            n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
-            conn_drop(c);  /* an idle keep-alive connection timed out: the next request opens another */
+            if (c->req)
+                conn_lost(c, OUT_RESET, "%s:%s closed the connection before the response ended%s%s", cfg.host,
+                          cfg.port, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+            else
+                conn_drop(c);  /* an idle keep-alive connection timed out: the next request opens another */
             return;
         }
     }
@@ -804,6 +1008,7 @@ typedef struct {
 #define NGHTTP2_SETTINGS_ENABLE_PUSH 0x02
 #define NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE 0x04
 #define NGHTTP2_FLAG_NONE 0
+#define NGHTTP2_CANCEL 0x08
 
 typedef ssize_t (*send_cb_t)(nghttp2_session *, const uint8_t *, size_t, int, void *);
 typedef int (*send_data_cb_t)(nghttp2_session *, nghttp2_frame *, const uint8_t *, size_t, nghttp2_data_source *,
@@ -830,6 +1035,11 @@ static struct {
     ssize_t (*mem_recv)(nghttp2_session *, const uint8_t *, size_t);
     void *(*get_stream_user_data)(nghttp2_session *, int32_t);
     const char *(*strerror)(int);
+    void (*session_del)(nghttp2_session *);
+    int (*submit_rst_stream)(nghttp2_session *, uint8_t, int32_t, uint32_t);
+    int (*want_read)(nghttp2_session *);
+    int (*want_write)(nghttp2_session *);
+    int (*check_request_allowed)(nghttp2_session *);  /* since 1.23 (NULL where older): 0 after a GOAWAY */
 } ng;
 
 static nghttp2_session_callbacks *h2_callbacks;
@@ -858,7 +1068,12 @@ static void h2_load_library(void) {
     SYM(mem_recv, "nghttp2_session_mem_recv");
     SYM(get_stream_user_data, "nghttp2_session_get_stream_user_data");
     SYM(strerror, "nghttp2_strerror");
+    SYM(session_del, "nghttp2_session_del");
+    SYM(submit_rst_stream, "nghttp2_submit_rst_stream");
+    SYM(want_read, "nghttp2_session_want_read");
+    SYM(want_write, "nghttp2_session_want_write");
 #undef SYM
+    *(void **)(&ng.check_request_allowed) = dlsym(lib, "nghttp2_session_check_request_allowed");
 }
 
 static ssize_t h2_send_cb(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *user) {
@@ -903,7 +1118,7 @@ static int h2_header_cb(nghttp2_session *s, const nghttp2_frame *frame, const ui
     (void)user;
     if (frame->hd.type != NGHTTP2_HEADERS) return 0;
     struct req *r = ng.get_stream_user_data(s, frame->hd.stream_id);
-    if (!r) return 0;
+    if (!r || r->ended) return 0;
     if (namelen == 7 && memcmp(name, ":status", 7) == 0) r->status = atoi((const char *)value);
     else if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0) r->grpc_status = atoi((const char *)value);
     else if (namelen == 12 && memcmp(name, "grpc-message", 12) == 0)
@@ -918,7 +1133,7 @@ static int h2_data_cb(nghttp2_session *s, uint8_t flags, int32_t stream_id, cons
     (void)flags;
     (void)user;
     struct req *r = ng.get_stream_user_data(s, stream_id);
-    if (!r) return 0;
+    if (!r || r->ended) return 0;
     r->bytes += (int64_t)len;
     if (r->capture && !captured) buf_append(&r->body, data, len);
     return 0;
@@ -931,12 +1146,25 @@ static int h2_close_cb(nghttp2_session *s, int32_t stream_id, uint32_t error_cod
     struct conn *c = user;
     struct req *r = ng.get_stream_user_data(s, stream_id);
     if (!r) return 0;
-    if (error_code) die("stream reset by %s:%s (HTTP/2 error code %u)", cfg.host, cfg.port, error_code);
+    if (r->ended) {  /* timed out: recorded then, its stream reset by us, closed now */
+        req_release(r);
+        return 0;
+    }
     c->streams--;
-    finished(r);
+    if (error_code) {
+        req_fail(r, OUT_RESET, 0, "stream reset by %s:%s (HTTP/2 error code %u)", cfg.host, cfg.port, error_code);
+        req_release(r);
+    } else {
+        finished(r);
+    }
     h2_ready_conn = c;
     h2_freed++;
     return 0;
+}
+
+static void h2_session_free(struct conn *c) {
+    if (c->session) ng.session_del(c->session);  /* calls back nothing: the requests on it are handled already */
+    c->session = NULL;
 }
 
 static void h2_setup(struct conn *c) {
@@ -963,10 +1191,25 @@ static void h2_setup(struct conn *c) {
     ng.set_local_window_size(c->session, NGHTTP2_FLAG_NONE, 0, 1 << 30);
 }
 
-static void h2_pump(struct conn *c) {
+/* Hand nghttp2's frames to the socket. 0: the connection is lost (dropped, its requests failed), or, after a
+ * GOAWAY, done with (dropped once its last stream closed: another is opened). */
+static int h2_pump(struct conn *c) {
     int rc = ng.session_send(c->session);
-    if (rc != 0) die("HTTP/2 send failed: %s", ng.strerror(rc));
-    if (!c->writing) flush_outq(c);
+    if (rc != 0) {
+        conn_lost(c, OUT_OTHER, "HTTP/2 send failed: %s", ng.strerror(rc));
+        return 0;
+    }
+    if (c->connected && !c->writing && flush_outq(c) < 0) return 0;
+    if (c->connected && !ng.want_read(c->session) && !ng.want_write(c->session)) {
+        conn_lost(c, OUT_RESET, "%s:%s ended the HTTP/2 connection (GOAWAY)", cfg.host, cfg.port);
+        return 0;
+    }
+    return 1;
+}
+
+/* Does `c` take new requests? (Connected, and no GOAWAY.) */
+static int h2_open_for_requests(struct conn *c) {
+    return c->connected && (!ng.check_request_allowed || ng.check_request_allowed(c->session));
 }
 
 static void h2_submit(struct conn *c, struct req *r) {
@@ -976,22 +1219,23 @@ static void h2_submit(struct conn *c, struct req *r) {
     if (cfg.closed) r->intended = r->sent;
     int32_t id = ng.submit_request(c->session, NULL, h2_nva, cfg.nheaders, &provider, r);
     if (id < 0) die("cannot submit the request: %s", ng.strerror(id));
+    r->stream_id = id;
     c->streams++;
 }
 
 static void h2_event(struct conn *c, uint32_t events) {
     if (!c->connected) {
-        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
-        connect_finished(c);
+        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) || !connect_finished(c)) return;
         watch(c, 0);
-        h2_pump(c);
-        next_request(c);
+        if (h2_pump(c)) next_request(c);
         return;
     }
     if (events & EPOLLOUT) {
-        if (flush_outq(c)) {
+        int flushed = flush_outq(c);
+        if (flushed < 0) return;
+        if (flushed) {
             watch(c, 0);
-            h2_pump(c);
+            if (!h2_pump(c)) return;
         }
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
@@ -1001,27 +1245,28 @@ static void h2_event(struct conn *c, uint32_t events) {
             if (n > 0) {
                 h2_freed = 0;
                 ssize_t rc = ng.mem_recv(c->session, chunk, (size_t)n);
-                if (rc < 0) die("HTTP/2 protocol error from %s:%s: %s", cfg.host, cfg.port, ng.strerror((int)rc));
+                if (rc < 0) {
+                    conn_lost(c, OUT_OTHER, "HTTP/2 protocol error from %s:%s: %s", cfg.host, cfg.port,
+                              ng.strerror((int)rc));
+                    return;
+                }
                 for (int i = 0; i < h2_freed; i++) next_request(c);
-                h2_pump(c);
-                if ((size_t)n < sizeof chunk) return;
+                if (!h2_pump(c) || (size_t)n < sizeof chunk) return;
                 continue;
             }
             if (n < 0 && errno == EINTR) continue;
             if (n < 0 && errno == EAGAIN) return;
-            die("%s:%s closed the HTTP/2 connection%s%s", cfg.host, cfg.port, n < 0 ? ": " : "",
-                n < 0 ? strerror(errno) : "");
+            conn_lost(c, OUT_RESET, "%s:%s closed the HTTP/2 connection with %d calls in flight%s%s", cfg.host,
+                      cfg.port, c->streams, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+            return;
         }
     }
 }
 
 /* ------------------------------------------------------------------------------------------------ the load */
 
-static int64_t start_ns;       /* the load's start: open-loop arrivals count from here */
 static size_t next_gap;        /* open loop: index of the next arrival's gap */
 static int64_t next_arrival;   /* open loop: when it is due */
-static int64_t *queue;         /* open loop: arrivals due but not yet sent (no free connection / stream) */
-static size_t queue_head, queue_len, queue_cap;
 
 static void queue_push(int64_t t) {
     if (queue_head + queue_len == queue_cap) {
@@ -1039,7 +1284,7 @@ static void queue_push(int64_t t) {
 static struct conn *h2_least_busy(void) {
     struct conn *best = NULL;
     for (int i = 0; i < nconns; i++)
-        if (conns[i]->connected && (!best || conns[i]->streams < best->streams)) best = conns[i];
+        if (h2_open_for_requests(conns[i]) && (!best || conns[i]->streams < best->streams)) best = conns[i];
     return best;
 }
 
@@ -1051,7 +1296,18 @@ static int dispatch(struct conn *c, int64_t intended) {
                 c = idle_h1;
                 idle_h1 = c->next_idle;
             } else if (nconns < cfg.max_in_flight) {
+                if (!may_connect()) return 0;  /* connections fail: the next attempt comes in its time */
                 c = conn_open();  /* its request goes out once connected */
+                if (!c) {  /* refused at once: the request that would have gone on it fails */
+                    int err = errno;
+                    struct req *r = req_new(intended);
+                    r->sent = now_ns();
+                    if (cfg.closed) r->intended = r->sent;
+                    connect_failed(NULL, err);
+                    req_fail(r, OUT_REFUSED, 0, "cannot connect to %s:%s: %s", cfg.host, cfg.port, strerror(err));
+                    req_release(r);
+                    return 1;
+                }
             } else {
                 return 0;
             }
@@ -1060,7 +1316,7 @@ static int dispatch(struct conn *c, int64_t intended) {
         return 1;
     }
     if (in_flight >= cfg.max_in_flight) return 0;
-    if (!c || !c->connected) c = h2_least_busy();
+    if (!c || !h2_open_for_requests(c)) c = h2_least_busy();
     if (!c) return 0;
     h2_submit(c, req_new(intended));
     return 1;
@@ -1101,24 +1357,70 @@ static void send_due_arrivals(int64_t now) {
         else die("the arrival schedule ran out after %zu arrivals: the load outlasted the time it was made for "
                  "(experiment.trial_timeout_s)", cfg.ngaps);
     }
-    for (int i = 0; i < nconns; i++)
-        if (cfg.proto == PROTO_H2 && conns[i]->connected) h2_pump(conns[i]);
 }
 
-/* Every request scheduled before the watermark has completed. */
+/* h2: write what the requests submitted meanwhile made (backwards: a lost connection leaves the array). */
+static void pump_all(void) {
+    if (cfg.proto != PROTO_H2) return;
+    for (int i = nconns - 1; i >= 0; i--)
+        if (i < nconns && conns[i]->connected) h2_pump(conns[i]);
+}
+
+/* Every request scheduled before the watermark has ended (answered or failed). */
 static int64_t watermark(int64_t now) {
     int64_t w = cfg.closed ? now : (next_gap < cfg.ngaps ? next_arrival : INT64_MAX);
     if (queue_len && queue[queue_head] < w) w = queue[queue_head];
     for (struct req *r = live; r; r = r->next_live)
-        if (r->intended < w) w = r->intended;
+        if (!r->ended && r->intended < w) w = r->intended;
     return w;
 }
 
-static int64_t oldest_sent(void) {
-    int64_t w = INT64_MAX;
-    for (struct req *r = live; r; r = r->next_live)
-        if (r->sent < w) w = r->sent;
-    return w;
+/* Requests without an answer --timeout after they were sent fail (TIMEOUT). HTTP/1.1: the connection is closed
+ * (the answer may still come on it); h2: the stream is reset (CANCEL), the connection goes on. */
+static void expire(int64_t now) {
+    int waiting = in_flight;
+    for (struct req *r = live, *next; r; r = next) {
+        next = r->next_live;
+        if (r->ended || now - r->sent <= cfg.timeout_ns) continue;
+        struct conn *c = r->conn;
+        req_fail(r, OUT_TIMEOUT, 0, "no answer within %g s (experiment.request_timeout_s) with %d requests in flight",
+                 cfg.timeout_ns / 1e9, waiting);
+        if (cfg.proto == PROTO_HTTP1) {
+            c->req = NULL;
+            req_release(r);
+            conn_drop(c);
+        } else {
+            c->streams--;
+            ng.submit_rst_stream(c->session, NGHTTP2_FLAG_NONE, r->stream_id, NGHTTP2_CANCEL);
+            /* released when nghttp2 closes the stream (h2_close_cb), or with its connection */
+        }
+    }
+}
+
+/* Keep the load up after failures: h2 connections lost are opened again, a closed loop's requests that failed are
+ * followed by the loops' next, the open loop's arrivals waiting for a connection go out; each as far as the pacing
+ * of new connections lets it (the heartbeat's timer comes back for the rest). */
+static void top_up(void) {
+    if (stopping || !start_ns) {
+        pump_all();  /* resets of streams timed out while draining */
+        return;
+    }
+    if (cfg.proto == PROTO_H2)
+        for (int tries = cfg.connections; nconns < cfg.connections && tries > 0 && may_connect(); tries--) {
+            struct conn *c = conn_open();
+            if (!c) connect_failed(NULL, errno);
+        }
+    if (cfg.closed) {
+        for (int tries = cfg.closed; in_flight < cfg.closed && tries > 0; tries--)
+            if (!dispatch(NULL, now_ns())) break;
+    } else {
+        for (size_t tries = queue_len; queue_len && tries > 0; tries--) {
+            if (!dispatch(NULL, queue[queue_head])) break;
+            queue_head++;
+            queue_len--;
+        }
+    }
+    pump_all();
 }
 
 static void arm(int tfd, int64_t at) {
@@ -1223,6 +1525,7 @@ int main(int argc, char **argv) {
 
     /* Connections first (closed loop: one per request in flight over HTTP/1.1); the load starts once they are up. */
     int want = cfg.proto == PROTO_H2 ? cfg.connections : (cfg.closed ? cfg.closed : (cfg.max_in_flight < 4 ? cfg.max_in_flight : 4));
+    pace_slots = want;  /* while connections fail: one attempt per connection per RECONNECT_PERIOD_NS */
     for (int i = 0; i < want; i++) conn_open();
     int64_t connect_deadline = now_ns() + cfg.timeout_ns;
     for (;;) {
@@ -1236,14 +1539,10 @@ int main(int argc, char **argv) {
             if (events[i].data.ptr == &signal_tag) return 0;
             struct conn *c = events[i].data.ptr;
             if (c->tag != TAG_CONN || c->connected) continue;
-            connect_finished(c);
+            connect_finished(c);  /* a refusal here ends the engine: the server is not there to measure */
             watch(c, 0);
-            if (cfg.proto == PROTO_H2) {
-                h2_setup(c);
-                h2_pump(c);
-            } else {
-                c->state = H1_IDLE;
-            }
+            if (cfg.proto == PROTO_H2) h2_pump(c);
+            else c->state = H1_IDLE;
         }
     }
     for (int i = 0; i < nconns; i++)
@@ -1256,8 +1555,7 @@ int main(int argc, char **argv) {
     emit(KIND_READY, (uint32_t)(niceness + 20), start_ns, start_ns, 0, NAN, NAN, 0);
     if (cfg.closed) {
         for (int i = 0; i < cfg.closed; i++) dispatch(NULL, now_ns());
-        for (int i = 0; i < nconns; i++)
-            if (cfg.proto == PROTO_H2) h2_pump(conns[i]);
+        pump_all();
     } else {
         next_arrival = start_ns + (int64_t)(cfg.gaps[0] * 1e9);
     }
@@ -1268,6 +1566,8 @@ int main(int argc, char **argv) {
     for (;;) {
         int64_t wake = next_beat;
         if (!cfg.closed && next_gap < cfg.ngaps && next_arrival < wake) wake = next_arrival;
+        int64_t retry = pace_start + RECONNECT_PERIOD_NS;  /* connections paced: the next attempt's time */
+        if (unhealthy && pace_used >= pace_slots && retry > now_ns() && retry < wake) wake = retry;
         if (wake != armed) arm(tfd, armed = wake);
         struct epoll_event events[256];
         int n = epoll_wait(epfd, events, 256, -1);
@@ -1300,11 +1600,9 @@ int main(int argc, char **argv) {
         int64_t t = now_ns();
         if (stopping && (in_flight == 0 || t >= drain_until)) break;
         if (!cfg.closed && !stopping) send_due_arrivals(t);
+        if (t >= next_beat) expire(t);  /* at the heartbeat's pace: the scan is of every request in flight */
+        top_up();
         if (t >= next_beat) {
-            int64_t oldest = oldest_sent();
-            if (oldest != INT64_MAX && t - oldest > cfg.timeout_ns)
-                die("no response within %.0f s (experiment.request_timeout_s) with %d requests in flight",
-                    cfg.timeout_ns / 1e9, in_flight);
             emit(KIND_HEARTBEAT, 0, watermark(t), t, worst_lag, NAN, NAN, in_flight);
             worst_lag = 0;
             next_beat += cfg.heartbeat_ns;
