@@ -16,18 +16,30 @@ if TYPE_CHECKING:
 class LoadMode(StrEnum):
     """How a trial loads the server. `closed`: a fixed number of request loops, each sending its next request
     when the last returns (perf_analyzer's concurrency mode); `constant` / `poisson`: open loop, arrivals at a
-    rate whatever the server does (MLPerf's server scenario); `trace`: open loop, Poisson arrivals whose rate follows a
-    trace file (experiment.trace), the trial's rate its peak (experiments.measure.replay). A trial's load is its
-    concurrency (closed) or its request rate in req/s (open)."""
+    rate whatever the server does (MLPerf's server scenario); `gamma`: open loop, gaps of a gamma distribution whose
+    coefficient of variation is experiment.arrivals.cv (burstier than Poisson above 1); `bursts`: open loop, Poisson
+    arrivals on for experiment.arrivals.burst_on_s, off for burst_off_s, the trial's rate their mean; `ramp`: open
+    loop, a rate rising in experiment.arrivals.ramp_steps steps, one measurement window each, to the trial's rate;
+    `trace`: open loop, Poisson arrivals whose rate follows a trace file (experiment.trace), the trial's rate its peak
+    (experiments.measure.arrivals, .replay). A trial's load is its concurrency (closed) or its request rate in req/s
+    (open)."""
 
     CLOSED = "closed"
     CONSTANT = "constant"
     POISSON = "poisson"
+    GAMMA = "gamma"
+    BURSTS = "bursts"
+    RAMP = "ramp"
     TRACE = "trace"
 
     @property
     def open_loop(self) -> bool:
         return self is not LoadMode.CLOSED
+
+    @property
+    def shaped(self) -> bool:
+        """Its arrivals come from a shape built from the experiment (experiments.measure.arrivals.shape_of)."""
+        return self in (LoadMode.GAMMA, LoadMode.BURSTS, LoadMode.RAMP, LoadMode.TRACE)
 
     @property
     def loads_key(self) -> str:

@@ -70,6 +70,17 @@ class SloConfig:
 
 
 @dataclass
+class ArrivalsConfig:
+    """The open-loop shapes beyond constant and Poisson (experiment.load_mode; docs/traffic.md)."""
+
+    cv: float = 3.0  # gamma: the gaps' coefficient of variation (1: Poisson; above: burstier)
+    burst_on_s: float = 0.25  # bursts: seconds of arrivals at the burst rate, ...
+    burst_off_s: float = 0.75  # ... then seconds of none, over and over; the trial's rate is the mean over both
+    ramp_steps: int = 8  # ramp: the rate rises in this many steps, one measurement window each, ...
+    ramp_start: float = 0.125  # ... from this share of the trial's rate (its peak) to all of it
+
+
+@dataclass
 class SearchConfig:
     """Search each backend's server settings for the highest throughput within `slo.p99_ms`
     (experiments/run/settings_search.py). `space`: per backend class (`triton`, `ray_serve`), setting -> the values
@@ -97,9 +108,11 @@ class ExperimentConfig:
     # TrialMatrix: full (every batch size at every load) | axes (batch sizes at the lowest load, loads at the
     # smallest batch size: the studies' serial-latency and concurrent-throughput tables)
     matrix: str = "full"
-    # LoadMode: closed, `concurrency` request loops; constant | poisson, open loop at each of `request_rates` (req/s);
-    # trace, open loop following `trace`, each of `request_rates` its peak (docs/trace-replay.md)
+    # LoadMode: closed, `concurrency` request loops; constant | poisson | gamma | bursts, open loop at each of
+    # `request_rates` (req/s, the mean); ramp, rising to each of `request_rates` over `arrivals.ramp_steps` windows;
+    # trace, open loop following `trace`, each of `request_rates` its peak (docs/traffic.md, docs/trace-replay.md)
     load_mode: str = "closed"
+    arrivals: ArrivalsConfig = field(default_factory=ArrivalsConfig)  # the shapes of gamma, bursts and ramp
     request_rates: list[float] = field(default_factory=list)  # open loop: req/s, one trial each (trace: the peak)
     # load_mode=trace: a CSV of arrival times (header arrival_s) or of requests/s per step (header rate_per_s), e.g.
     # conf/traces/diurnal_example.csv (SYNTHETIC). Its whole span is replayed in each window_s, looped; its busiest

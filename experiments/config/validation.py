@@ -139,6 +139,30 @@ def _check_loads(mode: LoadMode, exp: ExperimentConfig) -> None:
     for rate in exp.request_rates:
         if rate <= 0:
             _fail("experiment.request_rates", rate, "every rate must be > 0 requests/s")
+    _check_arrivals(mode, exp)
+
+
+def _check_arrivals(mode: LoadMode, exp: ExperimentConfig) -> None:
+    """The shape of a gamma, bursts or ramp load: values that give a schedule; a ramp is measured over its steps, so
+    neither an SLO search nor the stability rule applies to it."""
+    arrivals = exp.arrivals
+    if mode is LoadMode.GAMMA and not arrivals.cv > 0:
+        _fail("experiment.arrivals.cv", arrivals.cv, "the gaps' coefficient of variation, > 0 (1: Poisson; 3: bursty)")
+    if mode is LoadMode.BURSTS:
+        for key in ("burst_on_s", "burst_off_s"):
+            if not getattr(arrivals, key) >= 0.01:
+                _fail(f"experiment.arrivals.{key}", getattr(arrivals, key), "seconds >= 0.01")
+    if mode is LoadMode.RAMP:
+        if not (isinstance(arrivals.ramp_steps, int) and arrivals.ramp_steps >= 2):
+            _fail("experiment.arrivals.ramp_steps", arrivals.ramp_steps, "a whole number of steps >= 2, one "
+                                                                         "measurement window each")
+        if not 0 < arrivals.ramp_start < 1:
+            _fail("experiment.arrivals.ramp_start", arrivals.ramp_start, "the first step's share of the trial's "
+                                                                         "rate, between 0 and 1 (e.g. 0.125)")
+        if exp.slo.p99_ms is not None:
+            _fail("experiment.slo.p99_ms", exp.slo.p99_ms, "a ramp is one trial rising through the loads, which is "
+                  "what the SLO search does step by step: search with load_mode=poisson, or ramp without "
+                  "experiment.slo.p99_ms (with experiment.slo.deadline_ms for its goodput)")
 
 
 def _check_engine(exp: ExperimentConfig) -> None:

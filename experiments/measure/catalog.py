@@ -154,6 +154,11 @@ PATTERNS: tuple[tuple[re.Pattern[str], Metric], ...] = (
      Metric("error_rate_<class>", "share", Pool.MEAN, "share of the requests that failed with this error class: "
                                                       "http_<status>, grpc_<code>, timeout, reset, refused, invalid, "
                                                       "other (serving/clients/outcomes.py)")),
+    (re.compile(r"^series_(?:t_s|offered_rps|throughput_img_s|goodput_img_s|error_rate|latency_p(?:50|99)_ms)$"),
+     Metric("series_<figure>", "per bin", Pool.MEAN, "the trial over time, as MLflow step metrics (step: the bin, "
+                                                     "a fifth of a window): t_s, offered_rps, throughput_img_s, "
+                                                     "goodput_img_s, error_rate, latency_p50_ms, latency_p99_ms; "
+                                                     "the run's own value is the last bin's")),
 )
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 # The 95 % interval of a pooled figure: `<figure>_ci_low` and `<figure>_ci_high` (experiments.measure.intervals).

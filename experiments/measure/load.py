@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments.config.choices import LoadMode
-from experiments.measure.replay import Replay
+from experiments.measure.arrivals import Shape
 from experiments.measure.samples import ClientHealth, Failures, WindowSamples
 from serving.clients.base import ServerReport
 from serving.clients.outcomes import Outcome, classify, error_class
@@ -63,18 +63,18 @@ Send = Callable[[], Awaitable[ServerReport | None]]
 
 @dataclass(frozen=True)
 class LoadPoint:
-    """One actor's share of a trial's load: request loops (closed loop) or requests/s (open loop; a trace replay's
-    peak, `replay` the trace's shape)."""
+    """One actor's share of a trial's load: request loops (closed loop) or requests/s (open loop), and the arrivals'
+    `shape` where the mode has one (gamma, bursts, ramp, trace: experiments.measure.arrivals)."""
 
     mode: LoadMode
     load: float
-    replay: Replay | None = None
+    shape: Shape | None = None
 
     def generator(self, send: Send, timeout_s: float, images_per_request: int, actor_index: int,
                   max_in_flight: int) -> ClientLoad:
         if self.mode.open_loop:
             return OpenLoopLoad(send, self.load, self.mode, timeout_s, images_per_request, actor_index, max_in_flight,
-                                replay=self.replay)
+                                shape=self.shape)
         return ClosedLoopLoad(send, int(self.load), timeout_s, images_per_request, actor_index)
 
 
@@ -318,24 +318,25 @@ class ClosedLoopLoad(ClientLoad):
 
 
 class OpenLoopLoad(ClientLoad):
-    """Arrivals at `rate` requests/s, constant or Poisson, or following a trace's shape with `rate` its peak (`replay`),
-    whatever the server does (MLPerf's server scenario). At most `max_in_flight` requests are outstanding: an arrival
-    that finds them all busy waits and is sent late, and its latency still counts from its scheduled time."""
+    """Arrivals at `rate` requests/s, constant or Poisson, or drawn from the mode's `shape` (gamma, bursts, ramp, a
+    trace), whatever the server does (MLPerf's server scenario). At most `max_in_flight` requests are outstanding: an
+    arrival that finds them all busy waits and is sent late, and its latency still counts from its scheduled time."""
 
     def __init__(self, send: Send, rate: float, arrival: LoadMode | str, timeout_s: float, images_per_request: int,
-                 actor_index: int = 0, max_in_flight: int = 1024, seed: int = 0, replay: Replay | None = None) -> None:
+                 actor_index: int = 0, max_in_flight: int = 1024, seed: int = 0, shape: Shape | None = None) -> None:
         if rate <= 0:
             raise ValueError(f"rate must be > 0, got {rate}")
         if not LoadMode(arrival).open_loop:
-            raise ValueError(f"arrival must be an open-loop mode (constant, poisson or trace), got {arrival!r}")
-        if (LoadMode(arrival) is LoadMode.TRACE) != (replay is not None):
-            raise ValueError("a trace load needs the trace's replay, and only a trace load takes one")
+            raise ValueError(f"arrival must be an open-loop mode, got {arrival!r}")
+        if LoadMode(arrival).shaped != (shape is not None):
+            raise ValueError(f"a {arrival} load needs its arrivals' shape exactly when it is gamma, bursts, ramp or "
+                             "trace")
         super().__init__(send, timeout_s, images_per_request, actor_index)
         self.rate = rate
         self.arrival = LoadMode(arrival)
         self.max_in_flight = max_in_flight
         self._rng = np.random.default_rng(seed + actor_index)
-        self._arrivals = replay.arrivals(rate, self._rng) if replay is not None else None
+        self._arrivals = shape.arrivals(rate, self._rng) if shape is not None else None
         self._last_launched = 0.0
 
     def _launched_through(self) -> float:

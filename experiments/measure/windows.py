@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from experiments.config.choices import LoadMode
+from experiments.measure.arrivals import Shape, shape_of
 from experiments.measure.load import LoadPoint, WarmupStats
-from experiments.measure.metrics import window_stats, windows_stable
-from experiments.measure.replay import Replay, replay_of
+from experiments.measure.metrics import good_deadline_ms, time_series, window_stats, windows_stable
 from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
 from serving.clients.base import ClientSpec
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 # Head start so every actor is loading before the common window opens.
 WINDOW_LEAD_S = 0.05
+# The trial over time (MLflow step metrics `series_*`, the report's plots over time): bins per measurement window.
+SERIES_BINS_PER_WINDOW = 5
 
 # Snapshot of the server's cumulative counters (e.g. Triton's metrics endpoint), or None.
 CounterProbe = Callable[[], dict[str, float] | None]
@@ -89,11 +91,12 @@ class Measurement:
     counters_after: dict[str, float] | None = None
     counters_span_s: float = 0.0  # seconds between the two reads (the windows' length, give or take a read)
     client_niceness: int | None = None  # the scheduling priority the clients sent at (the highest of the actors')
+    series: list[dict[str, float]] | None = None  # every window over time (experiments.measure.metrics.time_series)
 
 
-def split_load(trial: Trial, actors: int, replay: Replay | None = None) -> list[LoadPoint]:
-    """Each actor's share of the trial's load (an actor may get none); a trace replay's shape goes to each."""
-    return [LoadPoint(trial.load_mode, share, replay) for share in trial.load_mode.split(trial.load, actors)]
+def split_load(trial: Trial, actors: int, shape: Shape | None = None) -> list[LoadPoint]:
+    """Each actor's share of the trial's load (an actor may get none); the arrivals' shape goes to each."""
+    return [LoadPoint(trial.load_mode, share, shape) for share in trial.load_mode.split(trial.load, actors)]
 
 
 def actors_needed(trial: Trial, exp: ExperimentConfig) -> int:
@@ -108,11 +111,12 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
     `experiment.trial_timeout_s`."""
     import ray
 
-    points = split_load(trial, len(actors), replay_of(exp) if trial.load_mode is LoadMode.TRACE else None)
+    points = split_load(trial, len(actors), shape_of(exp, trial.load_mode))
     shares = [(a, point) for a, point in zip(actors, points, strict=True) if point.load > 0]
     used = [actor for actor, _ in shares]
     deadline = time.monotonic() + exp.trial_timeout_s
     stability = exp.stability
+    ramp = int(exp.arrivals.ramp_steps) if trial.load_mode is LoadMode.RAMP else 0
 
     def remaining(reserve: float = 0.0) -> float:
         left = deadline - time.monotonic() - reserve
@@ -134,13 +138,19 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
             end = start + exp.window_s
             parts = counters.gather([a.collect.remote(start, end) for a in used], remaining)
             windows.append(WindowSamples.merge(parts))
+            if ramp:  # one window per step, all of them the trial's: rising loads are never stable
+                stable = False
+                if len(windows) >= ramp:
+                    break
+                start = end
+                continue
             recent = windows[-stability.windows:]
             stable = len(recent) == stability.windows and windows_stable(recent, stability.percent,
                                                                          stability.latency_percentile)
             if stable or len(windows) >= stability.max_windows:
                 break
             start = end
-        final = windows[-stability.windows:]
+        final = windows if ramp else windows[-stability.windows:]
         # Read while the load still runs: a server keeps serving its backlog after the clients stop.
         before, after, span_s = counters.around(len(windows) - len(final), len(windows))
     finally:
@@ -154,4 +164,5 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         windows=len(windows), stable=stable,
         window_stats=[window_stats(w, stability.latency_percentile) for w in windows],
         counters_before=before, counters_after=after, counters_span_s=span_s,
+        series=time_series(windows, SERIES_BINS_PER_WINDOW, good_deadline_ms(exp.slo)),
     )

@@ -32,6 +32,9 @@ class Status(StrEnum):
     SKIPPED = "skipped"
 
 
+SERIES_PREFIX = "series_"  # the MLflow step metrics of a trial's series: series_offered_rps, series_latency_p99_ms...
+
+
 @dataclass
 class TrialRecord:
     trial: Trial
@@ -45,6 +48,8 @@ class TrialRecord:
     finished_at: float | None = None
     run_name: str | None = None  # defaults to the trial's name (SLO summaries name themselves)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. an SLO search's probes
+    # The trial over time, bin by bin (experiments.measure.metrics.time_series): MLflow step metrics `series_<name>`
+    series: list[dict[str, float]] = field(default_factory=list)
     samples: WindowSamples | None = None
     # A trial measured several times: every measurement of it (each repeat, and a repeat's attempts that failed and
     # were measured again), in order; this record pools them.

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.results.layout import LATENCIES_FILE, RECORD_FILE, SERVER_LOGS_DIR, repeat_dirs
-from experiments.results.records import Status, TrialRecord, read_record
+from experiments.results.records import SERIES_PREFIX, Status, TrialRecord, read_record
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,7 @@ class Tracker:
         run_id = run.info.run_id
         self._log(run_id, params=record.params, metrics=record.metrics,
                   timestamp=int((record.finished_at or time.time()) * 1000))
+        self._log_series(run_id, record)
         for name in (RECORD_FILE, LATENCIES_FILE):
             if (trial_dir / name).exists():
                 self.client.log_artifact(run_id, str(trial_dir / name))
@@ -177,6 +178,16 @@ class Tracker:
             metrics=[Metric(k, float(v), timestamp, 0) for k, v in (metrics or {}).items()],
             params=[Param(k, str(v)[:6000]) for k, v in (params or {}).items()],
         )
+
+    def _log_series(self, run_id: str, record: TrialRecord) -> None:
+        """The trial over time as step metrics: `series_<name>` at step = the bin's index, timestamped when the bin
+        began, so MLflow's charts draw it against steps or time."""
+        from mlflow.entities import Metric
+
+        metrics = [Metric(f"{SERIES_PREFIX}{name}", float(value), int((record.started_at + point["t_s"]) * 1000), step)
+                   for step, point in enumerate(record.series) for name, value in point.items()]
+        for at in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics per batch
+            self.client.log_batch(run_id, metrics=metrics[at:at + 1000])
 
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         self._log(run_id, metrics=metrics)

@@ -160,6 +160,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         record.metrics.update(backend.server_breakdown(result.counters_before, result.counters_after))
         _check_server_count(record, backend.served_images(result.counters_before, result.counters_after),
                             result.counters_span_s, samples)
+    record.series = result.series or []
     record.params["client_actors_used"] = result.actors_used
     record.params["client_niceness"] = result.client_niceness
     record.tags["stable"] = str(result.stable).lower()
