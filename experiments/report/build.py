@@ -27,6 +27,7 @@ from experiments.report.slo_search_section import slo_search_section
 from experiments.report.studies import studies_section
 from experiments.report.tier_section import tier_section
 from experiments.report.trace_section import trace_section
+from experiments.report.traffic_section import traffic_section
 from experiments.results.records import Status
 
 
@@ -87,6 +88,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
                                            options.slo_p99_ms)
     report.summary += trace_section(doc, data, labels, options.capacity.headroom if options.capacity is not None
                                     else DEFAULT_HEADROOM, options.slo_p99_ms)
+    report.summary += traffic_section(doc, report.images, folder, data, labels)
     report.summary += benchmark_cost_section(doc, data)
     if not data.sustained.empty:
         cross_tier_section(doc, report.images, folder, data.sustained, labels, prices, options.slo_p99_ms,

@@ -23,7 +23,8 @@ KEY_PARAMS = ("gpu_tier", "backend", "backend_variant", "protocol", "input_forma
 LOAD_PARAMS = ("load_mode", "request_rate")
 # Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
 INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors", "load_engine", "trace",
-               "trace_mean_to_peak", "client_hostnames", "endpoint_url", "endpoint_model", "endpoint_platform")
+               "trace_mean_to_peak", "client_hostnames", "endpoint_url", "endpoint_model", "endpoint_platform",
+               "goodput_deadline_ms")
 # What held a trial back, against its runtime's in-process ceiling (`experiments.measure.efficiency`): the runtime's
 # key (a param) and the verdict (tags). Empty where the sweep logged none (ceiling off, untimed runtime, older sweeps).
 CEILING_PARAMS = ("ceiling_runtime",)
@@ -68,6 +69,9 @@ class SweepData:
     tiers: dict[str, TierInfo]
     superseded: int = 0  # older runs of a trial that was run again (resumed sweeps)
     slo: pd.DataFrame = field(default_factory=pd.DataFrame)  # SLO search results (run_level=slo), one per point
+    # The trials over time whose load changes with time (ramp, bursts, trace): run id -> bins (t_s, offered_rps,
+    # throughput_img_s, goodput_img_s, error_rate, latency_p50_ms, latency_p99_ms), from their MLflow step metrics
+    series: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -140,7 +144,33 @@ def load_sweep(uri: str, experiment: str, sweep_id: str = "latest") -> SweepData
     return SweepData(sweep_id=sweep_id, experiment_id=exp.experiment_id,
                      sweep_run_id=str(sweep_runs.iloc[0]["run_id"]) if not sweep_runs.empty else None,
                      trials=trials, tiers=tier_infos(tier_runs, trials), superseded=superseded,
-                     slo=tidy_slo(runs[level == "slo"]))
+                     slo=tidy_slo(runs[level == "slo"]), series=load_series(uri, trials))
+
+
+# Load modes whose trials are read over time (the report's "Traffic over time"), and at most how many trials.
+OVER_TIME = (LoadMode.RAMP, LoadMode.BURSTS, LoadMode.TRACE)
+MAX_SERIES = 60
+
+
+def load_series(uri: str, trials: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The bins of each trial whose load changes with time, from its step metrics (`series_<name>`), by run id; trials
+    that logged none (older sweeps, trials that measured nothing) are left out."""
+    from experiments.results.records import SERIES_PREFIX
+    from mlflow import MlflowClient
+
+    # failed ones too: a trial past the error budget keeps its figures, and its course shows when it broke
+    chosen = trials[(trials["status"] != Status.SKIPPED) & trials["load_mode"].isin([str(m) for m in OVER_TIME])]
+    names = [c.removeprefix(SERIES_PREFIX) for c in trials.columns if c.startswith(SERIES_PREFIX)]
+    if chosen.empty or not names:
+        return {}
+    client, out = MlflowClient(uri), {}
+    for run_id in chosen["run_id"].head(MAX_SERIES):
+        columns = {name: pd.Series({m.step: m.value for m in client.get_metric_history(run_id, SERIES_PREFIX + name)})
+                   for name in names}
+        frame = pd.DataFrame(columns).sort_index()
+        if not frame.empty:
+            out[str(run_id)] = frame
+    return out
 
 
 SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_max_load", "slo_max_throughput_img_s",

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from experiments.config.choices import LoadMode
 from experiments.config.prices import PRICED_PARAM, fleet_usd_per_hour, trial_nodes, trial_price_params
 from experiments.config.schema import ExperimentConfig, TierbenchConfig
 from experiments.config.trace import trace_settings
@@ -42,11 +43,22 @@ def repeat_settings(exp: ExperimentConfig) -> dict[str, Any]:
     return {"repeats": exp.repeats, "repeat_fresh_server": exp.repeat_fresh_server}
 
 
+def arrival_settings(exp: ExperimentConfig) -> dict[str, Any]:
+    """The shape of a gamma, bursts or ramp load (params; their identity comes with them) and the goodput's
+    deadline, where there is one."""
+    arrivals, mode = exp.arrivals, LoadMode(exp.load_mode)
+    shape = {LoadMode.GAMMA: {"arrivals_cv": arrivals.cv},
+             LoadMode.BURSTS: {"burst_on_s": arrivals.burst_on_s, "burst_off_s": arrivals.burst_off_s},
+             LoadMode.RAMP: {"ramp_steps": arrivals.ramp_steps, "ramp_start": arrivals.ramp_start}}.get(mode, {})
+    deadline = good_deadline_ms(exp.slo)
+    return {**shape, **({"goodput_deadline_ms": deadline} if deadline is not None else {})}
+
+
 def measurement_settings(exp: ExperimentConfig) -> dict[str, Any]:
     """How a trial is measured: part of its identity (a change of method re-runs it on resume)."""
     settings = {k: getattr(exp, k) for k in MEASUREMENT_KEYS}
     settings["stability"] = dataclasses.asdict(exp.stability)
-    return {**settings, **repeat_settings(exp), **trace_settings(exp)}
+    return {**settings, **repeat_settings(exp), **trace_settings(exp), **arrival_settings(exp)}
 
 
 def priced_usd_per_hour(cfg: TierbenchConfig, params: dict[str, Any]) -> float:
@@ -74,6 +86,7 @@ def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: Serve
         "stability_latency_percentile": exp.stability.latency_percentile,
         **repeat_settings(exp),
         **trace_settings(exp),
+        **arrival_settings(exp),
         **(handle.params if handle else {}),
     }
     if trial_nodes(params) > 1:  # what its cost figures are priced at, for readers of its MLflow run
