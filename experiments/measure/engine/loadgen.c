@@ -425,10 +425,13 @@ static void save_capture(const struct buf *body) {
     captured = 1;
 }
 
+static void conn_answered(struct conn *c);
+
 /* A response ended: check it, record it (answered or failed), recycle the request. */
 static void finished(struct req *r) {
     int64_t done = now_ns();
     unhealthy = 0;  /* the server answers */
+    if (r->conn) conn_answered(r->conn);
     if (r->status != 200) {
         req_fail(r, OUT_HTTP_STATUS, r->status, "HTTP %d from the server%s%s", r->status, r->message[0] ? ": " : "",
                  r->message);
@@ -474,6 +477,7 @@ struct conn {
     int fd;
     int dead;  /* dropped: freed once the current batch of events is handled */
     int connected;
+    int answered;          /* responses read on it */
     struct outq q;         /* h2: frames not yet written (h1 writes from the shared request at `wpos`) */
     size_t wpos;           /* h1: bytes of the request written */
     int writing;           /* EPOLLOUT is watched */
@@ -490,6 +494,8 @@ struct conn {
 };
 
 enum { TAG_CONN = 1, TAG_TIMER = 2, TAG_SIGNAL = 3 };
+
+static void conn_answered(struct conn *c) { c->answered++; }
 
 static struct conn **conns;
 static int nconns;
@@ -582,7 +588,8 @@ static void bury(void) {
 }
 
 /* The connection is lost (or was never made): every request on it fails (`outcome`, HTTP/1.1: an error status
- * already read stays that), it is dropped, and new connections are paced until the server answers again. */
+ * already read stays that), it is dropped, and, unless it only closed after answering with nothing in flight, new
+ * connections are paced until the server answers again. */
 static void conn_lost(struct conn *c, int outcome, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void conn_lost(struct conn *c, int outcome, const char *fmt, ...) {
     char why[300];
@@ -590,9 +597,11 @@ static void conn_lost(struct conn *c, int outcome, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
+    int failed = 0;
     for (struct req *r = live, *next; r; r = next) {
         next = r->next_live;
         if (r->conn != c) continue;
+        failed += !r->ended;
         if (r->status && r->status != 200 && cfg.proto == PROTO_HTTP1)
             req_fail(r, OUT_HTTP_STATUS, r->status, "HTTP %d from the server (the connection closed before its body "
                      "ended)%s%s", r->status, r->message[0] ? ": " : "", r->message);
@@ -604,14 +613,27 @@ static void conn_lost(struct conn *c, int outcome, const char *fmt, ...) {
     c->streams = 0;
     h2_session_free(c);
     conn_drop(c);
-    if (outcome == OUT_RESET || outcome == OUT_REFUSED) mark_unhealthy();
+    if (outcome == OUT_REFUSED || (outcome == OUT_RESET && (failed || !c->answered))) mark_unhealthy();
 }
+
+/* h2: a connection the server ended in good order (GOAWAY, its last stream closed): dropped, nothing failed. */
+static void conn_retire(struct conn *c) {
+    for (struct req *r = live, *next; r; r = next) {
+        next = r->next_live;
+        if (r->conn == c) req_release(r);  /* none but streams reset for their timeout (already recorded) */
+    }
+    c->streams = 0;
+    h2_session_free(c);
+    conn_drop(c);
+}
+
+static int h2_open_for_requests(struct conn *c);
 
 /* An h2 connection could not be opened: where no other connection can carry it, the request waiting for one (a
  * closed loop's next, the open loop's oldest arrival due) fails REFUSED. */
 static void refuse_waiting(const char *why) {
     for (int i = 0; i < nconns; i++)
-        if (conns[i]->connected) return;
+        if (h2_open_for_requests(conns[i])) return;
     int64_t t = now_ns();
     struct req *r;
     if (cfg.closed) {
@@ -1201,7 +1223,7 @@ static int h2_pump(struct conn *c) {
     }
     if (c->connected && !c->writing && flush_outq(c) < 0) return 0;
     if (c->connected && !ng.want_read(c->session) && !ng.want_write(c->session)) {
-        conn_lost(c, OUT_RESET, "%s:%s ended the HTTP/2 connection (GOAWAY)", cfg.host, cfg.port);
+        conn_retire(c);
         return 0;
     }
     return 1;
@@ -1210,6 +1232,13 @@ static int h2_pump(struct conn *c) {
 /* Does `c` take new requests? (Connected, and no GOAWAY.) */
 static int h2_open_for_requests(struct conn *c) {
     return c->connected && (!ng.check_request_allowed || ng.check_request_allowed(c->session));
+}
+
+/* h2 connections that carry new requests or will once connected (not those draining after a GOAWAY). */
+static int h2_usable(void) {
+    int n = 0;
+    for (int i = 0; i < nconns; i++) n += !conns[i]->connected || h2_open_for_requests(conns[i]);
+    return n;
 }
 
 static void h2_submit(struct conn *c, struct req *r) {
@@ -1405,8 +1434,8 @@ static void top_up(void) {
         pump_all();  /* resets of streams timed out while draining */
         return;
     }
-    if (cfg.proto == PROTO_H2)
-        for (int tries = cfg.connections; nconns < cfg.connections && tries > 0 && may_connect(); tries--) {
+    if (cfg.proto == PROTO_H2)  /* (one ended by a GOAWAY is replaced at once; it closes once its streams have) */
+        for (int tries = cfg.connections; h2_usable() < cfg.connections && tries > 0 && may_connect(); tries--) {
             struct conn *c = conn_open();
             if (!c) connect_failed(NULL, errno);
         }
