@@ -161,7 +161,8 @@ def test_the_batched_pair_states_its_batching_in_the_same_terms() -> None:
               for name in ("pytorch_batched", "triton_onnx_dynbatch", "pytorch", "triton_onnx", "torchserve_batched")}
     for batched in ("pytorch_batched", "triton_onnx_dynbatch"):
         assert params[batched] == {"server_batching": True, "server_instances": 1, "server_max_batch_size": 32,
-                                   "server_batch_wait_ms": 2.0, "server_preferred_batch_sizes": ""}, batched
+                                   "server_batch_wait_ms": 2.0, "server_preferred_batch_sizes": "",
+                                   "server_max_queue_size": 0}, batched
     assert not params["pytorch"]["server_batching"] and not params["triton_onnx"]["server_batching"]
     assert params["torchserve_batched"]["server_max_batch_size"] == 8, "TorchServe's batch counts requests"
 

@@ -90,3 +90,30 @@ def test_a_ramp_against_a_shedding_api_fails_past_its_budget_keeping_every_figur
     text = report.read_text()
     assert "## Requests that failed" in text and "http_503" in text
     assert list(report.parent.glob("traffic_*.png")), "the ramp's plot over time"
+
+
+@pytest.mark.slow
+def test_a_triton_with_a_queue_limit_sheds_past_its_capacity_and_each_rejection_is_counted(
+        tmp_path: Path, no_leftover_processes: None) -> None:
+    """The bundled Triton, its batcher's queue bounded to 2 requests, under an open loop far past what it serves here:
+    the rejections come back as HTTP 503 and gRPC UNAVAILABLE (14), the trial goes on (experiment.max_error_rate=1)
+    and the answered requests are measured beside them."""
+    from tests.helpers import premigrated_store
+
+    premigrated_store(tmp_path)
+    args = ["model=tiny", "gpu=local", "experiment.backends=[triton_onnx_dynbatch]",
+            "backends.triton_onnx_dynbatch.max_queue_size=2", "experiment.load_mode=poisson",
+            "experiment.request_rates=[3000]", "experiment.protocols=[http,grpc]", "experiment.input_formats=[tensor]",
+            "experiment.batch_sizes=[1]", "experiment.window_s=0.5", "experiment.stability.windows=1",
+            "experiment.stability.max_windows=1", "experiment.max_error_rate=1", "report=false",
+            f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp_path)}", "sweep_id=shed"]
+    proc, _ = run_sweep_command(args, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    records = {json.loads(p.read_text())["trial"]["protocol"]: json.loads(p.read_text())
+               for p in TierFolder.of(tmp_path / "runs", "shed", "local").path.glob("trials/*/record.json")}
+    for protocol, shed_class in (("http", "error_rate_http_503"), ("grpc", "error_rate_grpc_14")):
+        metrics = records[protocol]["metrics"]
+        assert records[protocol]["status"] == "ok", records[protocol]["reason"]
+        assert metrics["error_rate"] > 0.05 and metrics[shed_class] == metrics["error_rate"], (protocol, metrics)
+        assert "Exceeds maximum queue size" in records[protocol]["params"]["first_errors"]
+        assert metrics["throughput_img_s"] > 0 and records[protocol]["params"]["server_max_queue_size"] == 2

@@ -139,6 +139,19 @@ def test_dynamic_batching_is_rendered_for_both_server_kinds(tmp_path: Path) -> N
     assert not _render(tmp_path / "off", "bundled", TritonVariant("cpu")).HasField("dynamic_batching")
 
 
+def test_a_queue_limit_and_timeout_shed_load_for_both_server_kinds(tmp_path: Path) -> None:
+    for kind in ("native", "bundled"):
+        (tmp_path / kind).mkdir()
+        config = _render(tmp_path / kind, kind, TritonVariant("cpu", dynamic_batching=True, max_queue_size=4,
+                                                              queue_timeout_us=20_000))
+        policy = config.dynamic_batching.default_queue_policy
+        assert (policy.max_queue_size, policy.default_timeout_microseconds) == (4, 20_000), kind
+        assert policy.timeout_action == mc.ModelQueuePolicy.REJECT and not policy.allow_timeout_override
+    (tmp_path / "unlimited").mkdir()
+    unlimited = _render(tmp_path / "unlimited", "bundled", TritonVariant("cpu", dynamic_batching=True))
+    assert not unlimited.dynamic_batching.HasField("default_queue_policy")
+
+
 def test_a_max_batch_size_setting_bounds_the_classifier_and_its_warmup(tmp_path: Path) -> None:
     config = _render(tmp_path, "native", TritonVariant("cpu", dynamic_batching=True, max_batch_size=8,
                                                        warmup_batch_sizes=(1, 8, 16)))

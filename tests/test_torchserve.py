@@ -72,7 +72,8 @@ def test_default_settings_pass_and_describe_the_server() -> None:
     assert settings.check("torchserve", TINY, CFG.cluster) == []
     assert settings.family == "torchserve" and settings.server_mode_hint == "torchserve"
     assert settings._target_ == "serving.torchserve.backend.TorchServeBackend"
-    assert set(settings.searchable) == {"workers", "batch_size", "max_batch_delay_ms", "torch_threads"}
+    assert set(settings.searchable) == {"workers", "batch_size", "max_batch_delay_ms", "job_queue_size",
+                                        "torch_threads"}
 
 
 @pytest.mark.parametrize("key,value,says", [
@@ -348,7 +349,8 @@ def test_client_specs_batching_params_and_the_probe() -> None:
     assert base64.target == "serving.clients.json_images.JsonImagesClient" and base64.url == rest.url
     assert backend.client_spec(handle, "grpc", "tensor", 3).url == "127.0.0.1:2"
     assert backend.batching_params() == {"server_batching": True, "server_instances": 2, "server_max_batch_size": 4,
-                                         "server_batch_wait_ms": 5.0, "server_preferred_batch_sizes": ""}
+                                         "server_batch_wait_ms": 5.0, "server_preferred_batch_sizes": "",
+                                         "server_max_queue_size": 100}
     assert backend_on().batching_params()["server_max_batch_size"] == 0
 
 

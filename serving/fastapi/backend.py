@@ -93,7 +93,7 @@ class FastApiBackend(TorchBackend):
     def batching_params(self) -> dict[str, Any]:
         """Server-side batching in the terms every server shares (see TritonBackend.batching_params): none here."""
         return {"server_batching": False, "server_instances": self.settings.workers, "server_max_batch_size": 0,
-                "server_batch_wait_ms": 0.0, "server_preferred_batch_sizes": ""}
+                "server_batch_wait_ms": 0.0, "server_preferred_batch_sizes": "", "server_max_queue_size": 0}
 
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         """`jpeg_base64`: the JSON API at /predict; `tensor` / `jpeg`: the OIP models `<model>` / `<model>_jpeg`."""

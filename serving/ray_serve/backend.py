@@ -168,7 +168,7 @@ class RayServeTorchBackend(TorchBackend):
 
     def _deployment_options(self, ray_actor_options: dict[str, Any]) -> dict[str, Any]:
         return {"num_replicas": self.settings.num_replicas, "max_ongoing_requests": self.settings.max_ongoing_requests,
-                "ray_actor_options": ray_actor_options}
+                "max_queued_requests": self.settings.max_queued_requests, "ray_actor_options": ray_actor_options}
 
     def deploy_files(self, rendered: dict[str, str]) -> dict[str, str]:
         """`serve_config.yaml`: one application as `serve deploy` / `serve run` take it, running this deployment
@@ -266,7 +266,7 @@ class RayServeTorchBackend(TorchBackend):
         return {"server_batching": on, "server_instances": self.settings.num_replicas,
                 "server_max_batch_size": self.max_batch_size if on else 0,
                 "server_batch_wait_ms": self.settings.batch_wait_timeout_s * 1000 if on else 0.0,
-                "server_preferred_batch_sizes": ""}
+                "server_preferred_batch_sizes": "", "server_max_queue_size": max(0, self.settings.max_queued_requests)}
 
     def client_spec(self, handle: ServerHandle, protocol: str, input_format: str, batch_size: int) -> ClientSpec:
         """An OIP client of the model taking `input_format` (`<model>` or `<model>_jpeg`): over HTTP at the route

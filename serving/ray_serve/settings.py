@@ -22,6 +22,9 @@ class RayServeTorchSettings(TorchSettings):
     replica_num_cpus: float = 0.1  # Ray scheduling only; the replica uses what torch threads take
     replica_num_gpus: float = 0.5  # asked of Ray on nodes where it schedules GPUs (pins the replica to one GPU)
     max_ongoing_requests: int = 32  # with batching: must cover the requests a batch can hold
+    # Load shedding: requests waiting for a replica beyond this many are answered 503 (gRPC RESOURCE_EXHAUSTED) at
+    # once by Serve's proxy; -1: no limit
+    max_queued_requests: int = -1
     batching: bool = False  # @serve.batch: merge concurrent requests into one forward pass
     max_batch_size: int | None = None  # images per forward pass; null: model.max_batch_size
     batch_wait_timeout_s: float = 0.0  # how long a batch waits for more requests after its first
@@ -31,7 +34,7 @@ class RayServeTorchSettings(TorchSettings):
 
     server_mode_hint: ClassVar[str] = "ray_serve"
     searchable: ClassVar[tuple[str, ...]] = ("num_replicas", "batching", "max_batch_size", "batch_wait_timeout_s",
-                                             "max_ongoing_requests", "torch_threads")
+                                             "max_ongoing_requests", "max_queued_requests", "torch_threads")
     switched_by: ClassVar[dict[str, str]] = {"max_batch_size": "batching", "batch_wait_timeout_s": "batching"}
 
     @property
@@ -46,6 +49,10 @@ class RayServeTorchSettings(TorchSettings):
         for key in ("num_replicas", "max_ongoing_requests"):
             if not is_positive_int(getattr(self, key)):
                 problems.append(self.refuse(name, key, "a positive integer"))
+        if not (isinstance(self.max_queued_requests, int) and (self.max_queued_requests == -1
+                                                               or self.max_queued_requests > 0)):
+            problems.append(self.refuse(name, "max_queued_requests", "a positive number of requests, or -1 (no "
+                                                                     "limit)"))
         for key in ("replica_num_cpus", "replica_num_gpus"):
             if getattr(self, key) < 0:
                 problems.append(self.refuse(name, key, "a share >= 0"))

@@ -150,7 +150,7 @@ class TorchServeBackend(TorchBackend):
         return {"server_batching": on, "server_instances": s.workers,
                 "server_max_batch_size": s.batch_size if on else 0,
                 "server_batch_wait_ms": float(s.max_batch_delay_ms) if on else 0.0,
-                "server_preferred_batch_sizes": ""}
+                "server_preferred_batch_sizes": "", "server_max_queue_size": s.job_queue_size}
 
     def stop(self) -> dict[str, str]:
         actor, self._actor = self._actor, None

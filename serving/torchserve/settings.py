@@ -30,7 +30,8 @@ class TorchServeSettings(TorchSettings):
     num_gpus: float = 0.5  # asked of Ray on nodes where it schedules GPUs (pins the server to one GPU)
 
     server_mode_hint: ClassVar[str] = "torchserve"
-    searchable: ClassVar[tuple[str, ...]] = ("workers", "batch_size", "max_batch_delay_ms", "torch_threads")
+    searchable: ClassVar[tuple[str, ...]] = ("workers", "batch_size", "max_batch_delay_ms", "job_queue_size",
+                                             "torch_threads")
 
     @property
     def family(self) -> str:

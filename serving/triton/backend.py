@@ -83,7 +83,8 @@ class TritonBackend(Backend):
             trt_profile=self.trt_profile() if tensorrt else None,
             warmup_batch_sizes=self.warmup_batch_sizes() if s.warmup else (),
             dynamic_batching=s.dynamic_batching, max_queue_delay_us=s.max_queue_delay_us,
-            preferred_batch_sizes=tuple(s.preferred_batch_sizes), max_batch_size=self.max_request_batch)
+            preferred_batch_sizes=tuple(s.preferred_batch_sizes), max_batch_size=self.max_request_batch,
+            max_queue_size=s.max_queue_size, queue_timeout_us=s.queue_timeout_us)
 
     def warmup_batch_sizes(self) -> tuple[int, ...]:
         """The experiment's batch sizes; on a GPU with the dynamic batcher, every batch it can form from them (each
@@ -237,7 +238,8 @@ class TritonBackend(Backend):
         return {"server_batching": on, "server_instances": s.instance_count,
                 "server_max_batch_size": self.max_request_batch if on else 0,
                 "server_batch_wait_ms": s.max_queue_delay_us / 1000 if on else 0.0,
-                "server_preferred_batch_sizes": ",".join(map(str, s.preferred_batch_sizes)) if on else ""}
+                "server_preferred_batch_sizes": ",".join(map(str, s.preferred_batch_sizes)) if on else "",
+                "server_max_queue_size": s.max_queue_size if on else 0}  # requests queued; 0: no limit
 
     def stop(self) -> dict[str, str]:
         actor, self._actor = self._actor, None

@@ -50,6 +50,9 @@ class TritonVariant:
     dynamic_batching: bool = False
     max_queue_delay_us: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
+    # The batcher's queue policy: reject beyond this many queued (0: no limit), and after this long queued (0: never)
+    max_queue_size: int = 0
+    queue_timeout_us: int = 0
     # The largest batch served (config.pbtxt max_batch_size); None: the canonical config's (the model's).
     max_batch_size: int | None = None
 
@@ -122,6 +125,11 @@ def _batching(config: mc.ModelConfig, variant: TritonVariant) -> None:
         return
     config.dynamic_batching.max_queue_delay_microseconds = int(variant.max_queue_delay_us)
     config.dynamic_batching.preferred_batch_size.extend(int(n) for n in variant.preferred_batch_sizes)
+    if variant.max_queue_size or variant.queue_timeout_us:  # shed load: rejected requests are answered at once
+        policy = config.dynamic_batching.default_queue_policy
+        policy.max_queue_size = int(variant.max_queue_size)
+        policy.default_timeout_microseconds = int(variant.queue_timeout_us)
+        policy.timeout_action = mc.ModelQueuePolicy.REJECT
 
 
 def native_onnxruntime(config: mc.ModelConfig, variant: TritonVariant) -> None:

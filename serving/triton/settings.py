@@ -74,6 +74,10 @@ class TritonSettings(BackendSettings):
     max_batch_size: int | None = None  # config.pbtxt's max_batch_size: the largest batch the batcher forms (and a
     #                                    request may send); null: model.max_batch_size
     max_queue_delay_us: int = 0  # how long the batcher waits for a batch to fill
+    # Load shedding (the batcher's default queue policy): requests beyond max_queue_size queued are rejected at once
+    # (HTTP 503 / gRPC UNAVAILABLE), and a request queued longer than queue_timeout_us is rejected; 0: no limit
+    max_queue_size: int = 0
+    queue_timeout_us: int = 0
     preferred_batch_sizes: list[int] = field(default_factory=list)  # e.g. [8, 16]: sizes the batcher aims for
     preprocess_instance_count: int | None = None  # JPEG decoding (the ensemble's Python model): null = one per
     #                                               core, up to 8
@@ -81,14 +85,17 @@ class TritonSettings(BackendSettings):
     server_mode_hint: ClassVar[str] = "triton"
     searchable: ClassVar[tuple[str, ...]] = ("instance_count", "dynamic_batching", "max_queue_delay_us",
                                              "preferred_batch_sizes", "max_batch_size", "ort_threads",
-                                             "preprocess_instance_count")
+                                             "preprocess_instance_count", "max_queue_size", "queue_timeout_us")
     switched_by: ClassVar[dict[str, str]] = {"max_queue_delay_us": "dynamic_batching",
                                              "preferred_batch_sizes": "dynamic_batching",
-                                             "max_batch_size": "dynamic_batching"}
+                                             "max_batch_size": "dynamic_batching",
+                                             "max_queue_size": "dynamic_batching",
+                                             "queue_timeout_us": "dynamic_batching"}
     # The classifier's own config.pbtxt: the running server reloads that one model (explicit model control).
     # Not max_batch_size: the JPEG ensemble's, set at start, may not exceed the classifier's.
     reloadable: ClassVar[tuple[str, ...]] = ("instance_count", "dynamic_batching", "max_queue_delay_us",
-                                             "preferred_batch_sizes", "ort_threads")
+                                             "preferred_batch_sizes", "ort_threads", "max_queue_size",
+                                             "queue_timeout_us")
 
     @property
     def family(self) -> str:
@@ -125,8 +132,10 @@ class TritonSettings(BackendSettings):
             problems.append(self.refuse(name, "engine_cache_dir", "it only applies with accelerator: tensorrt"))
         if self.num_gpus < 0:
             problems.append(self.refuse(name, "num_gpus", "a share of a GPU >= 0 (0: ask Ray for none)"))
-        if self.max_queue_delay_us < 0:
-            problems.append(self.refuse(name, "max_queue_delay_us", "an integer >= 0 (microseconds)"))
+        for key, unit in (("max_queue_delay_us", "microseconds"), ("max_queue_size", "requests queued; 0: no limit"),
+                          ("queue_timeout_us", "microseconds a request may wait queued; 0: no limit")):
+            if not (isinstance(getattr(self, key), int) and getattr(self, key) >= 0):
+                problems.append(self.refuse(name, key, f"an integer >= 0 ({unit})"))
         if any(not 0 < size <= limit for size in self.preferred_batch_sizes):
             problems.append(self.refuse(name, "preferred_batch_sizes", f"each must be in 1..{limit_key}="
                                                                        f"{limit}"))
