@@ -34,7 +34,8 @@ from tests.engine_servers import MODEL_INFER, triton_like_body
 BODY = triton_like_body()
 REPLY = b"\x0a\x01m" * 20
 # What a stand-in does with its n-th request (1 = the first to arrive): "ok", an error status (HTTP status, or the
-# grpc-status for gRPC), ("sleep", s) then "ok", or "cut" (HTTP/1.1: half the response, then the connection closes).
+# grpc-status for gRPC), ("sleep", s) then "ok", "cut" (HTTP/1.1: half the response, then the connection closes), or
+# ("early", status) (HTTP/1.1: that status as soon as the request's head is in, the body unread, and a close).
 Action = str | int | tuple[str, float]
 Plan = Callable[[int], Action]
 
@@ -95,6 +96,8 @@ class _Http(asyncio.Protocol):
         self.transports.discard(self.transport)
 
     def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return
         self.buffer += data
         while True:
             if self.left < 0:
@@ -105,13 +108,19 @@ class _Http(asyncio.Protocol):
                 self.left = next((int(line[15:]) for line in head.split(b"\r\n")
                                   if line.startswith(b"content-length:")), 0)
                 del self.buffer[:end + 4]
+                self.stand.requests += 1
+                self.action = self.plan(self.stand.requests)
+                self.stand.count(self.action)
+                if isinstance(self.action, tuple) and self.action[0] == "early":  # a proxy rejecting a big body
+                    self.transport.write(f"HTTP/1.1 {self.action[1]} X\r\nContent-Length: 8\r\n"
+                                         "Connection: close\r\n\r\ntoo big!".encode())
+                    self.transport.close()
+                    return
             if len(self.buffer) < self.left:
                 return
             del self.buffer[:self.left]
             self.left = -1
-            self.stand.requests += 1
-            action = self.plan(self.stand.requests)
-            self.stand.count(action)
+            action = self.action
             if isinstance(action, tuple):  # held, then answered (if the client still waits)
                 asyncio.get_running_loop().call_later(action[1], self._answer, 200, BODY)
             elif action == "cut":
@@ -202,9 +211,9 @@ def grpc_stand(plan: Plan, options: tuple[tuple[str, int], ...] = ()) -> Iterato
 _STATUS_NAMES = {8: "RESOURCE_EXHAUSTED", 13: "INTERNAL", 14: "UNAVAILABLE"}
 
 
-def http_wire(port: int) -> WireRequest:
+def http_wire(port: int, body_bytes: int = 200) -> WireRequest:
     url = f"http://127.0.0.1:{port}/v2/models/m/infer"
-    return http1_wire(url, build_request("POST", url, b"x" * 200, {"Content-Type": "application/octet-stream"}))
+    return http1_wire(url, build_request("POST", url, b"x" * body_bytes, {"Content-Type": "application/octet-stream"}))
 
 
 def h2_wire(port: int) -> WireRequest:
@@ -342,6 +351,21 @@ def test_a_connection_closed_mid_response_is_a_reset_and_the_load_goes_on_on_ano
     assert "closed the connection before the response ended" in part.error_messages["reset"]
     # every cut connection was replaced (but one cut as the load stopped), no other one opened
     assert 1 + cuts <= connections <= 2 + cuts, (connections, cuts)
+    _assert_consistent(part)
+
+
+def test_an_error_answered_before_the_request_was_all_sent_is_that_status_on_a_new_connection() -> None:
+    """Every 3rd 2 MB request is answered 413 once its head is in, and the server closes without reading the body
+    (as a proxy does): each is http_413, even where the server's close reset the engine's send first (what it
+    answered is read before the connection is given up), and the next request goes on a new connection."""
+    with http_stand(every(3, ("early", 413))) as srv:
+        load = CompiledLoad(http_wire(srv.port, 2_000_000), LoadPoint(LoadMode.CLOSED, 2), 5, 1)
+        part = asyncio.run(_measure(load, 150, window_s=0.5, max_windows=6))
+    f = part.failures
+    print(f"{f.count} early 413s of {part.requests + f.count} ({_failure_share(part):.2%})")
+    assert f.by_class() == {"http_413": f.count}
+    assert abs(_failure_share(part) - 1 / 3) <= 0.05  # (a few hundred requests)
+    assert "HTTP 413 from the server: too big!" in part.error_messages["http_413"]
     _assert_consistent(part)
 
 

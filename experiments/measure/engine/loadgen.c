@@ -753,6 +753,25 @@ static int flush_outq(struct conn *c) {
 
 /* ------------------------------------------------------------------------------------------------ HTTP/1.1 */
 
+static void h1_received(struct conn *c, uint8_t *p, size_t n);
+
+/* A send failed: the server may have answered first (an early error status) and closed. What it sent is read (a
+ * buffer of its own: this may run while another read's bytes are being parsed); else the request fails RESET. */
+static void h1_write_failed(struct conn *c, int err) {
+    uint8_t rest[16384];
+    for (;;) {
+        ssize_t n = recv(c->fd, rest, sizeof rest, 0);
+        if (n > 0) {
+            h1_received(c, rest, (size_t)n);
+            if (c->dead) return;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        break;
+    }
+    conn_lost(c, OUT_RESET, "send to %s:%s failed: %s", cfg.host, cfg.port, err ? strerror(err) : "connection closed");
+}
+
 static void h1_write(struct conn *c) {
     while (c->wpos < cfg.request_len) {
         size_t chunk = cfg.request_len - c->wpos < MAX_WRITE ? cfg.request_len - c->wpos : MAX_WRITE;
@@ -770,8 +789,7 @@ static void h1_write(struct conn *c) {
             watch(c, 1);
             return;
         }
-        conn_lost(c, OUT_RESET, "send to %s:%s failed: %s", cfg.host, cfg.port,
-                  n < 0 ? strerror(errno) : "connection closed");
+        h1_write_failed(c, n < 0 ? errno : 0);
         return;
     }
     watch(c, 0);
