@@ -85,6 +85,8 @@ def test_shapes_come_from_the_experiment_and_bad_values_are_refused() -> None:
         (["experiment.load_mode=ramp", "experiment.slo.p99_ms=50"], "a ramp is one trial rising through the loads"),
         (["experiment.max_error_rate=2"], "experiment.max_error_rate=2"),
         (["experiment.slo.deadline_ms=-1"], "experiment.slo.deadline_ms=-1"),
+        (["experiment.slo.min_goodput_share=0.99"], "set experiment.slo.p99_ms too"),
+        (["experiment.slo.p99_ms=50", "experiment.slo.min_goodput_share=1.5"], "in \\(0, 1\\]"),
     ]:
         with pytest.raises(ConfigError, match=says):
             validate(load_config(["experiment.request_rates=[100]", *overrides]))

@@ -58,3 +58,20 @@ def test_an_overloaded_probe_misses_whatever_its_p99() -> None:
     assert any(p.overloaded for p in result.probes)  # measured and kept, but never the answer
     assert result.metrics(1.0)["slo_stable_at_max"] == 1
     assert search_slo(server, 1000, 1, 4, True).metrics(1.0)["slo_stable_at_max"] == 0  # the best was unstable
+
+
+def test_a_goodput_rule_stops_the_search_where_a_shedding_server_answers_too_few() -> None:
+    """A server that sheds past 6 loops: the requests it answers stay fast (p99 20 ms, the p99 rule alone would take
+    64), but beyond 6 it answers well a falling share of what it is offered; with 99 % asked, the search stops at
+    6."""
+    def server(load: float) -> SloProbe:
+        return SloProbe(load, p99_ms=20.0, throughput_img_s=min(load, 6.0) * 50,
+                        goodput_share=1.0 if load <= 6 else 6 / load)
+
+    assert search_slo(server, 50, 1, 64, True).best.load == 64
+    result = search_slo(server, 50, 1, 64, True, min_goodput_share=0.99)
+    assert result.best.load == 6
+    metrics = result.metrics(1.0)
+    assert metrics["slo_min_goodput_share"] == 0.99 and metrics["slo_goodput_share_at_max"] == 1.0
+    # a probe that logged no goodput (no deadline) cannot meet a goodput rule
+    assert not SloProbe(1, 10.0, 50.0).meets(50, min_goodput_share=0.5)

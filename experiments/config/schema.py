@@ -65,6 +65,9 @@ class SloConfig:
     # A request answered later than this (ms) is not good: goodput counts the requests answered well within it
     # (null: within p99_ms, where set; with neither, no goodput)
     deadline_ms: float | None = None
+    # The search also keeps goodput at least this share of the requests offered (e.g. 0.99: at most 1 % failed or
+    # late); null: the p99 rule alone
+    min_goodput_share: float | None = None
     max_concurrency: int = 64  # the search's highest concurrency (closed loop)
     max_rate: float = 2000.0  # the search's highest request rate, req/s (open loop)
 

@@ -96,6 +96,12 @@ def validate(cfg: TierbenchConfig) -> None:
     if exp.slo.deadline_ms is not None and not exp.slo.deadline_ms > 0:
         _fail("experiment.slo.deadline_ms", exp.slo.deadline_ms, "a per-request deadline > 0 ms for goodput, or null "
                                                                  "(goodput within experiment.slo.p99_ms)")
+    if exp.slo.min_goodput_share is not None and not 0 < exp.slo.min_goodput_share <= 1:
+        _fail("experiment.slo.min_goodput_share", exp.slo.min_goodput_share, "the share of the offered requests the "
+              "SLO search keeps answered well within the deadline, in (0, 1], e.g. 0.99; or null (p99 alone)")
+    if exp.slo.min_goodput_share is not None and exp.slo.p99_ms is None:
+        _fail("experiment.slo.min_goodput_share", exp.slo.min_goodput_share, "it is a rule of the SLO search: set "
+              "experiment.slo.p99_ms too (the deadline is experiment.slo.deadline_ms, else that target)")
     if not 0 <= exp.max_error_rate <= 1:
         _fail("experiment.max_error_rate", exp.max_error_rate, "the share of requests that may fail before a trial "
                                                                "fails, 0..1 (e.g. 0.01; 0: any error fails it)")

@@ -69,6 +69,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("goodput_img_s", "img/s", Pool.GEOMETRIC, "images of the requests answered well within "
                                                      "experiment.slo.deadline_ms (else slo.p99_ms), per second"),
     Metric("goodput_share", "share", Pool.MEAN, "those requests' share of the requests scheduled"),
+    Metric("cost_per_1k_good_images_usd", "USD", Pool.MEAN, "price per hour (x endpoint_nodes) / 3600 / goodput "
+                                                            "x 1000: what an image answered well in time costs"),
     # Open loop: the rates side by side, and what coordinated omission would hide.
     Metric("target_rate_rps", "req/s", Pool.MEAN, "the configured arrival rate"),
     Metric("offered_rate_rps", "req/s", Pool.MEAN, "arrivals scheduled inside the windows per second"),
@@ -145,6 +147,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("slo_p99_at_max_ms", "ms", Pool.MEAN, "p99 at that load"),
     Metric("slo_stable_at_max", "flag", Pool.MIN, "1 when that load's windows agreed"),
     Metric("cost_per_1k_images_at_slo_usd", "USD", Pool.PRICED, "$ per 1k images at that load"),
+    Metric("slo_min_goodput_share", "share", Pool.MEAN, "the goodput rule the search also kept "
+                                                        "(experiment.slo.min_goodput_share)"),
+    Metric("slo_goodput_share_at_max", "share", Pool.MEAN, "goodput over the offered requests at that load"),
     *_family("slo_{}_at_max", ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_util_pct"),
              "share", Pool.MEAN, "the trial figure {} at the highest load within the target"),
 )

@@ -238,7 +238,7 @@ class ServerGroup:
                 "throughput_img_s_ci_low" in m and "throughput_img_s_ci_high" in m) else None
             return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"],
                             overloaded=m.get("overloaded", 0.0) == 1, stable=m.get("stable", 1.0) == 1,
-                            throughput_interval=spread)
+                            throughput_interval=spread, goodput_share=m.get("goodput_share"))
 
         def measure_at(load: float) -> SloProbe | None:
             trial = point.at_load(load)
@@ -247,8 +247,10 @@ class ServerGroup:
         known = {t.load: as_probe(r) for t, r in self.measured.items()
                  if (t.protocol, t.input_format, t.batch_size) == (point.protocol, point.input_format,
                                                                    point.batch_size)}
-        log.info("SLO search p99 <= %g ms for %s", exp.slo.p99_ms, point.name)
-        result = search_slo(measure_at, exp.slo.p99_ms, lowest, limit, integer=integer, known=known)
+        rule = f" and goodput >= {exp.slo.min_goodput_share:.0%} of the offered" if exp.slo.min_goodput_share else ""
+        log.info("SLO search p99 <= %g ms%s for %s", exp.slo.p99_ms, rule, point.name)
+        result = search_slo(measure_at, exp.slo.p99_ms, lowest, limit, integer=integer, known=known,
+                            min_goodput_share=exp.slo.min_goodput_share)
         self.finish(self._slo_record(point, result), {})
 
     def _slo_record(self, point: Trial, result: SloResult) -> TrialRecord:

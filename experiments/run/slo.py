@@ -1,4 +1,5 @@
-"""SLO search: the highest load (concurrency, or rate in open loop) whose p99 stays within a target.
+"""SLO search: the highest load (concurrency, or rate in open loop) whose p99 stays within a target, and where a
+goodput rule is set (`experiment.slo.min_goodput_share`), whose goodput stays at least that share of the load offered.
 
 Doubling from the lowest load until p99 breaks the target (or the load limit is hit), then bisection between
 the last load that met it and the first that didn't. Every probe is a real measured trial; loads already
@@ -28,9 +29,13 @@ class SloProbe:
     stable: bool = True
     # The throughput's 95 % interval where the probe was measured several times (experiment.repeats); else None.
     throughput_interval: tuple[float, float] | None = None
+    goodput_share: float | None = None  # requests answered well within the deadline over those offered
 
-    def meets(self, slo_p99_ms: float) -> bool:
-        return not self.overloaded and self.p99_ms <= slo_p99_ms
+    def meets(self, slo_p99_ms: float, min_goodput_share: float | None = None) -> bool:
+        if self.overloaded or self.p99_ms > slo_p99_ms:
+            return False
+        return min_goodput_share is None or (self.goodput_share is not None
+                                             and self.goodput_share >= min_goodput_share)
 
 
 @dataclass
@@ -39,12 +44,17 @@ class SloResult:
     best: SloProbe | None  # the highest load that met the SLO; None when even the lowest did not
     probes: list[SloProbe] = field(default_factory=list)
     limited: bool = False  # the search stopped at the configured load limit, still within the SLO
+    min_goodput_share: float | None = None  # the goodput rule the search also kept (None: p99 only)
 
     def metrics(self, price_per_hour_usd: float) -> dict[str, float]:
         """The search's figures, its cost at `price_per_hour_usd`: what the nodes that served it cost per hour
         (`experiments.run.trial.priced_usd_per_hour`)."""
         out = {"slo_p99_ms": self.slo_p99_ms, "slo_probes": float(len(self.probes)),
                "slo_met": float(self.best is not None), "slo_limited": float(self.limited)}
+        if self.min_goodput_share is not None:
+            out["slo_min_goodput_share"] = self.min_goodput_share
+        if self.best is not None and self.best.goodput_share is not None:
+            out["slo_goodput_share_at_max"] = self.best.goodput_share
         if self.best is not None:
             out.update(slo_max_load=self.best.load, slo_max_throughput_img_s=self.best.throughput_img_s,
                        slo_p99_at_max_ms=self.best.p99_ms, slo_stable_at_max=float(self.best.stable))
@@ -65,7 +75,8 @@ class SloResult:
 
 
 def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float, lowest: float, limit: float,
-               integer: bool, known: dict[float, SloProbe] | None = None) -> SloResult:
+               integer: bool, known: dict[float, SloProbe] | None = None,
+               min_goodput_share: float | None = None) -> SloResult:
     """`measure_at(load)` measures one load (None when that measurement failed, which counts as a miss)."""
     probes: dict[float, SloProbe | None] = dict(known or {})
 
@@ -75,7 +86,7 @@ def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float
         return probes[load]
 
     def meets(result: SloProbe | None) -> bool:
-        return result is not None and result.meets(slo_p99_ms)
+        return result is not None and result.meets(slo_p99_ms, min_goodput_share)
 
     good: float | None = None
     bad: float | None = None
@@ -98,4 +109,5 @@ def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float
                 bad = middle
     measured = [p for p in probes.values() if p is not None]
     return SloResult(slo_p99_ms, probes.get(good) if good is not None else None,
-                     sorted(measured, key=lambda p: p.load), limited=good is not None and bad is None)
+                     sorted(measured, key=lambda p: p.load), limited=good is not None and bad is None,
+                     min_goodput_share=min_goodput_share)

@@ -7,7 +7,13 @@ import logging
 from typing import Any
 
 from experiments.config.choices import LoadMode
-from experiments.config.prices import PRICED_PARAM, fleet_usd_per_hour, trial_nodes, trial_price_params
+from experiments.config.prices import (
+    PRICED_PARAM,
+    cost_per_1k_images,
+    fleet_usd_per_hour,
+    trial_nodes,
+    trial_price_params,
+)
 from experiments.config.schema import ExperimentConfig, TierbenchConfig
 from experiments.config.trace import trace_settings
 from experiments.measure.client_actor import ClientPool
@@ -179,6 +185,9 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     record.tags["stable"] = str(result.stable).lower()
     if record.metrics.get("client_cpu_util_max", 0.0) > exp.client_cpu_limit:
         record.tags["client_bound"] = "true"  # even the most client actors allowed were busy: a lower bound
+    if record.metrics.get("goodput_img_s", 0.0) > 0:  # what an image answered well within the deadline costs
+        record.metrics["cost_per_1k_good_images_usd"] = cost_per_1k_images(priced_usd_per_hour(cfg, record.params),
+                                                                           record.metrics["goodput_img_s"])
     if samples.failures.count:
         record.params["first_errors"] = "; ".join(f"{k}: {v}" for k, v in samples.error_messages.items())[:500]
     over = over_error_budget(record.metrics, exp.max_error_rate)
