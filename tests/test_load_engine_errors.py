@@ -464,6 +464,24 @@ def test_a_server_gone_is_refused_at_a_paced_rate_until_the_engine_is_stopped(pr
         assert beats["bytes"].max() <= 3
 
 
+def test_a_stopped_open_loop_whose_requests_are_never_answered_ends_at_its_drain_limit(tmp_path: Path) -> None:
+    """SIGTERM with requests in flight that a silent server never answers: the open loop ends after --drain (0.5 s),
+    not never (its timer was left on the schedule's last arrival, spent, with no socket to wake it)."""
+    np.full(20000, 0.01).astype("<f8").tofile(tmp_path / "gaps.f64")
+    with http_stand(lambda n: ("sleep", 60.0)) as srv, engine(http_wire(srv.port), tmp_path, "--drain", "0.5",
+                                                                  "--open", str(tmp_path / "gaps.f64")) as proc:
+        reader = RecordReader(proc)
+        reader.wait_for(lambda b: np.any(b["kind"] == records.Kind.HEARTBEAT) and srv.requests >= 3)
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(5) == 0, proc.stderr.read().decode()
+        took = time.monotonic() - stopped
+        reader.join()
+    assert 0.5 <= took < 2.0, took
+    last = reader.all()[-1]
+    assert last["kind"] == records.Kind.HEARTBEAT and last["bytes"] >= 3  # still in flight when it gave up
+
+
 def test_the_load_stops_once_the_server_is_gone() -> None:
     """Through CompiledLoad: the last GONE_AFTER requests all refused or reset fail the load (its window raises),
     and the engine is stopped right then, not left trying until the trial's stop."""

@@ -1611,11 +1611,13 @@ int main(int argc, char **argv) {
     int64_t next_beat = start_ns + cfg.heartbeat_ns;
     int64_t worst_lag = 0, armed = -1, drain_until = 0;
     for (;;) {
-        int64_t wake = next_beat;
-        if (!cfg.closed && next_gap < cfg.ngaps && next_arrival < wake) wake = next_arrival;
+        /* Stopping, the schedule's next arrival stays where it was (in the past): the heartbeat wakes the loop (its
+         * timeouts, its drain limit) even when no socket has anything to say. */
+        int64_t wake = next_beat, now = now_ns();
+        if (!cfg.closed && !stopping && next_gap < cfg.ngaps && next_arrival < wake) wake = next_arrival;
         int64_t retry = pace_start + RECONNECT_PERIOD_NS;  /* connections paced: the next attempt's time */
-        if (unhealthy && pace_used >= pace_slots && retry > now_ns() && retry < wake) wake = retry;
-        if (wake != armed) arm(tfd, armed = wake);
+        if (unhealthy && pace_used >= pace_slots && retry > now && retry < wake) wake = retry;
+        if (wake != armed || wake <= now) arm(tfd, armed = wake);  /* (a one-shot timer past its time is spent) */
         struct epoll_event events[256];
         int n = epoll_wait(epfd, events, 256, -1);
         if (n < 0 && errno != EINTR) die("epoll_wait: %s", strerror(errno));
