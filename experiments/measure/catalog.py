@@ -150,6 +150,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("slo_min_goodput_share", "share", Pool.MEAN, "the goodput rule the search also kept "
                                                         "(experiment.slo.min_goodput_share)"),
     Metric("slo_goodput_share_at_max", "share", Pool.MEAN, "goodput over the offered requests at that load"),
+    Metric("slo_max_goodput_img_s", "img/s", Pool.GEOMETRIC, "goodput at that load (with a deadline): what the "
+                                                             "capacity plan sizes nodes on"),
     *_family("slo_{}_at_max", ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_util_pct"),
              "share", Pool.MEAN, "the trial figure {} at the highest load within the target"),
 )

@@ -25,6 +25,7 @@ from experiments.measure.intervals import Interval, metric_names
 from experiments.report.data import nodes
 
 THROUGHPUT = "slo_max_throughput_img_s"
+GOODPUT = "slo_max_goodput_img_s"  # where the search had a deadline: the images answered well in time
 
 
 @dataclass(frozen=True)
@@ -130,19 +131,27 @@ def operating_points(slo: pd.DataFrame, target_ms: float) -> list[Point]:
     at = slo[slo["slo_p99_ms"].map(lambda t: math.isclose(float(t), target_ms)) & (slo["slo_met"] == 1)
              & (slo["status"].fillna("ok") == "ok") & (slo[THROUGHPUT] > 0)]
     return [Point(str(r.tier), f"{r.variant}/{r.protocol}/{r.input_format}", int(r.batch_size),
-                  float(r[THROUGHPUT]) / int(nodes(r)), limited=bool(r["slo_limited"] == 1),
+                  capacity(r) / int(nodes(r)), limited=bool(r["slo_limited"] == 1),
                   unstable=bool(r.get("slo_stable_at_max") == 0), img_s_interval=_interval(r),
                   measured_nodes=int(nodes(r)))
             for _, r in at.sort_values(["tier", "variant", "protocol", "input_format"]).iterrows()]
 
 
+def capacity(row: pd.Series) -> float:
+    """What the highest load within the target served: its goodput where the search had a deadline (images answered
+    well in time; requests shed or late are not capacity), else its throughput."""
+    goodput = row.get(GOODPUT)
+    return float(goodput) if goodput is not None and pd.notna(goodput) and goodput > 0 else float(row[THROUGHPUT])
+
+
 def _interval(row: pd.Series) -> Interval | None:
-    """The per-node throughput's interval: the search's, ÷ the nodes it measured together."""
+    """The per-node capacity's interval: the search's throughput interval (scaled to its goodput where that is the
+    capacity), ÷ the nodes it measured together."""
     low, high = (row.get(name) for name in metric_names(THROUGHPUT))
     if low is None or high is None or pd.isna(low) or pd.isna(high) or float(low) <= 0:
         return None
-    count = int(nodes(row))
-    return Interval(float(low) / count, float(high) / count)
+    scale = capacity(row) / float(row[THROUGHPUT]) / int(nodes(row))
+    return Interval(float(low) * scale, float(high) * scale)
 
 
 def nodes_needed(required_img_s: Fraction, per_node_img_s: float) -> int:

@@ -174,8 +174,8 @@ def load_series(uri: str, trials: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_max_load", "slo_max_throughput_img_s",
-               "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes", "slo_stable_at_max",
-               "slo_max_throughput_img_s_ci_low", "slo_max_throughput_img_s_ci_high")
+               "slo_max_goodput_img_s", "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes",
+               "slo_stable_at_max", "slo_max_throughput_img_s_ci_low", "slo_max_throughput_img_s_ci_high")
 # At the highest load within the target: the probe's figures against its runtime's in-process ceiling and the GPU busy
 # there (`experiments.run.server_group`). NaN, with `ceiling_runtime` and the verdict's tags empty, where the summary
 # carries none (ceiling off, an untimed runtime, older sweeps).

@@ -238,7 +238,8 @@ class ServerGroup:
                 "throughput_img_s_ci_low" in m and "throughput_img_s_ci_high" in m) else None
             return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"],
                             overloaded=m.get("overloaded", 0.0) == 1, stable=m.get("stable", 1.0) == 1,
-                            throughput_interval=spread, goodput_share=m.get("goodput_share"))
+                            throughput_interval=spread, goodput_share=m.get("goodput_share"),
+                            goodput_img_s=m.get("goodput_img_s"))
 
         def measure_at(load: float) -> SloProbe | None:
             trial = point.at_load(load)

@@ -30,6 +30,7 @@ class SloProbe:
     # The throughput's 95 % interval where the probe was measured several times (experiment.repeats); else None.
     throughput_interval: tuple[float, float] | None = None
     goodput_share: float | None = None  # requests answered well within the deadline over those offered
+    goodput_img_s: float | None = None  # their images per second (with a deadline: what the capacity plan sizes on)
 
     def meets(self, slo_p99_ms: float, min_goodput_share: float | None = None) -> bool:
         if self.overloaded or self.p99_ms > slo_p99_ms:
@@ -55,6 +56,8 @@ class SloResult:
             out["slo_min_goodput_share"] = self.min_goodput_share
         if self.best is not None and self.best.goodput_share is not None:
             out["slo_goodput_share_at_max"] = self.best.goodput_share
+        if self.best is not None and self.best.goodput_img_s is not None:
+            out["slo_max_goodput_img_s"] = self.best.goodput_img_s
         if self.best is not None:
             out.update(slo_max_load=self.best.load, slo_max_throughput_img_s=self.best.throughput_img_s,
                        slo_p99_at_max_ms=self.best.p99_ms, slo_stable_at_max=float(self.best.stable))
