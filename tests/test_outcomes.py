@@ -151,3 +151,17 @@ def test_a_real_http_server_that_sheds_every_fifth_request() -> None:
     assert samples.failures.count > 20 and set(samples.failures.by_class()) == {"http_503"}
     assert metrics["error_rate"] == pytest.approx(0.2, abs=0.02)
     assert samples.failures.status.tolist() == [503] * samples.failures.count
+
+
+def test_the_answer_prices_the_images_answered_well_in_time() -> None:
+    """The answer's pick (priced on its throughput) also says what its good images cost: 200 img/s answered, 150 of
+    them within the 50 ms deadline, at $3.60/h: $0.00667 per 1k good images."""
+    import pandas as pd
+
+    from experiments.report.answer import _good_images
+
+    point = {"tier": "a100", "stack": "triton_onnx/grpc/tensor", "batch_size": 1, "load": "poisson-r200"}
+    trial = pd.DataFrame([{**point, "goodput_img_s": 150.0, "goodput_share": 0.75, "goodput_deadline_ms": "50.0"}])
+    line = _good_images(trial, pd.Series({**point, "usd_per_hour": 3.6}))
+    assert "Within 50 ms it answered 75.0% of its requests well" in line and "$0.00667 per 1k good images" in line
+    assert _good_images(trial.drop(columns="goodput_img_s"), pd.Series({**point, "usd_per_hour": 3.6})) == ""

@@ -290,7 +290,6 @@ class ClientLoad(LoadGenerator):
                            f"(experiment.request_timeout_s) with {len(self._in_flight)} requests in flight: "
                            "the server is that far behind (in an open loop: overloaded past the timeout)")
             outcome, status = classify(exc)
-            self._in_flight.pop(request_id, None)
             self._record_failure(intended, sent, self.now(), outcome, status, message)
             return
         finally:

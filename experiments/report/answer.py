@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from experiments.config.prices import cost_per_1k_images
 from experiments.report import tables
 from experiments.report.ceiling_section import share_sentence
 from experiments.report.data import SweepData
@@ -36,6 +37,22 @@ def _efficiency(sustained: pd.DataFrame, pick: pd.Series) -> str:
     trial = sustained[(sustained["tier"] == pick["tier"]) & (sustained["stack"] == pick["stack"])
                       & (sustained["batch_size"] == pick["batch_size"]) & (sustained["load"] == pick["load"])]
     return share_sentence(trial.iloc[0]) if not trial.empty else ""
+
+
+def _good_images(sustained: pd.DataFrame, pick: pd.Series) -> str:
+    """With a deadline (experiment.slo.deadline_ms, else the p99 target), what the pick's images answered well in time
+    cost at its price: its goodput, not its throughput, buys them (docs/traffic.md); '' without goodput."""
+    trial = sustained[(sustained["tier"] == pick["tier"]) & (sustained["stack"] == pick["stack"])
+                      & (sustained["batch_size"] == pick["batch_size"]) & (sustained["load"] == pick["load"])]
+    if trial.empty or "goodput_img_s" not in trial.columns:
+        return ""
+    row = trial.iloc[0]
+    goodput, deadline = row.get("goodput_img_s"), pd.to_numeric(row.get("goodput_deadline_ms"), errors="coerce")
+    if goodput is None or pd.isna(goodput) or goodput <= 0 or pd.isna(deadline):
+        return ""
+    cost = cost_per_1k_images(float(pick["usd_per_hour"]), float(goodput))
+    return (f" Within {float(deadline):g} ms it answered {float(row['goodput_share']):.1%} of its requests well: "
+            f"**{usd(cost)} per 1k good images**.")
 
 
 def by_p99(rows: pd.DataFrame) -> pd.DataFrame:
@@ -83,7 +100,7 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
                              f"{point_name(pick, labels)}: **{usd(pick['cost_per_1k_usd'])} per 1k images**"
                              f"{spread(pick, COST, usd)} (p99 {ms(pick[P99])} ms, p50 {ms(pick[P50])} ms, "
                              f"{rate(pick[THROUGHPUT])} img/s, price {price_label(pick)}).{_caveat(pick)}"
-                             + _efficiency(sustained, pick))
+                             + _efficiency(sustained, pick) + _good_images(sustained, pick))
                 lines.append(cheaper(tables.slo_ranked(priced, slo_p99_ms), pick))
                 anywhere = tables.slo_pick(priced, slo_p99_ms, price=None)
                 if anywhere is not None and anywhere["price"] != "primary":
@@ -94,7 +111,8 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
             cheapest = tables.slo_pick(priced, math.inf)
             lines.append(f"Cheapest operating point at each tier's primary price: {point_name(cheapest, labels)}: "
                          f"**{usd(cheapest['cost_per_1k_usd'])} per 1k images**{spread(cheapest, COST, usd)} at p99 "
-                         f"{ms(cheapest[P99])} ms.{_caveat(cheapest)}" + _efficiency(sustained, cheapest))
+                         f"{ms(cheapest[P99])} ms.{_caveat(cheapest)}" + _efficiency(sustained, cheapest)
+                         + _good_images(sustained, cheapest))
             lines.append(cheaper(tables.slo_ranked(priced, math.inf), cheapest))
             lines.append(f"Lowest p99: {point_name(best, labels)}: {ms(best[P99])} ms{spread(best, P99, ms)} at "
                          f"{usd(best['cost_per_1k_images_usd'])} per 1k images.{_caveat(best)}")
