@@ -72,6 +72,13 @@ def test_credentials_settings_are_refused_when_they_cannot_work() -> None:
              "backends.endpoint.client_key=/k.pem", f"backends.endpoint.basic_auth_env={BASIC_ENV}")
 
 
+def test_every_kind_a_config_may_name_has_its_protocol_and_no_other() -> None:
+    from serving.endpoint.kinds import KINDS
+    from serving.endpoint.settings import KIND_NAMES
+
+    assert tuple(KINDS) == KIND_NAMES and all(kind.name == name for name, kind in KINDS.items())
+
+
 def test_each_kind_says_which_formats_and_transports_it_sends() -> None:
     oip = endpoint_backend("http://10.0.0.5:8000", "backends.endpoint.grpc_url=10.0.0.5:8001")
     assert oip.unsupported_reason("http", "tensor") is None

@@ -13,16 +13,14 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from serving import torchserve_metrics
 from serving.clients.base import ClientSpec
 from serving.endpoint.probe import EndpointError, fetch, metadata_problem, oip_model, refused
+from serving.endpoint.settings import EndpointSettings
 from serving.oip import triton_metrics
 from serving.protocols import InputFormat
-
-if TYPE_CHECKING:
-    from serving.endpoint.settings import EndpointSettings
 
 TENSOR, JPEG, JPEG_BASE64 = InputFormat.TENSOR, InputFormat.JPEG, InputFormat.JPEG_BASE64
 

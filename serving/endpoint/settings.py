@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from serving.model_config import ModelConfig
     from serving.settings import ClusterSwitches
 
+# The protocols an endpoint may speak, by the names a config gives them; what each means is serving/endpoint/kinds.py.
+KIND_NAMES = ("oip", "torchserve", "http")
+
+
 @dataclass
 class EndpointSettings(BackendSettings):
     """A server someone else runs. Nothing here is a secret: a token or password is read from the environment
@@ -83,10 +87,8 @@ class EndpointSettings(BackendSettings):
         if self.tier is not None and not (self.tier and self.tier.replace("_", "").isalnum()):
             problems.append(self.refuse(name, "tier", "the name of the GPU tier its server runs on (a file of "
                                                       "conf/gpu/, e.g. a100), or null for any tier"))
-        from serving.endpoint.kinds import KINDS
-
-        if self.kind not in KINDS:
-            problems.append(self.refuse(name, "kind", f"one of {list(KINDS)}"))
+        if self.kind not in KIND_NAMES:
+            problems.append(self.refuse(name, "kind", f"one of {list(KIND_NAMES)}"))
         problems += self._check_kind(name)
         problems += self._check_credentials(name)
         if not is_positive_int(self.nodes):
