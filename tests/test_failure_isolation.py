@@ -24,7 +24,7 @@ CLIENTS_LOADING = r"ray::LoadClientActor\.(wait_warm|collect)"
 
 
 def _kill_during_second_trial(tmp_path: Path, backend: str, victim: str, sweep_id: str,
-                              *overrides: str) -> tuple[SweepProcess, dict]:
+                              *overrides: str, loading: str = CLIENTS_LOADING) -> tuple[SweepProcess, dict]:
     before = server_processes()
     sweep = SweepProcess(tmp_path, f"sweep_id={sweep_id}", f"experiment.backends=[{backend}]", *THREE_TRIALS,
                          *overrides)
@@ -32,7 +32,7 @@ def _kill_during_second_trial(tmp_path: Path, backend: str, victim: str, sweep_i
         # The first trial is recorded: what loads the server now is the second. Generous: beside the other test
         # worker's biggest sweep, a server's start and cross-check once took over 3 minutes in CI.
         sweep.wait_for(r"\[1/3\]", timeout_s=420)
-        wait_for_process(CLIENTS_LOADING, before)
+        wait_for_process(loading, before)
         for pid in wait_for_process(victim, before):
             os.kill(pid, signal.SIGKILL)
         code = sweep.wait()
@@ -68,11 +68,22 @@ def test_killing_triton_mid_trial_fails_that_trial_only(tmp_path: Path) -> None:
     _check_one_failed_then_ok(sweep, result, {"tritonserver.log"})
 
 
-def test_killing_a_ray_serve_replica_fails_that_trial_only(tmp_path: Path) -> None:
-    """Ray Serve keeps no server log of its own to attach (its replicas log into Ray's session folder)."""
+def test_a_ray_serve_replica_killed_mid_window_shows_in_that_trial_only(tmp_path: Path) -> None:
+    """Killed inside a measurement window, with requests in flight. Serve starts a new replica and its proxy holds the
+    requests for it (Ray 2.60: seconds, no error), or answers them with an error: either way the trial says so, failed
+    (no error allowed: experiment.max_error_rate=0) or with the outage in its latency; the trials before and after are
+    measured as usual on the same application."""
     sweep, result = _kill_during_second_trial(tmp_path, "pytorch", "ServeReplica", "kill-replica",
-                                              "experiment.trial_retries=0")
-    _check_one_failed_then_ok(sweep, result, set())
+                                              "experiment.trial_retries=0", "experiment.max_error_rate=0",
+                                              loading=r"ray::LoadClientActor\.collect")
+    statuses = result["statuses"]
+    assert [statuses[c][0] for c in (1, 3)] == ["ok", "ok"], sweep.output[-4000:]
+    killed = json.loads((statuses[2][1] / "record.json").read_text())
+    if killed["status"] == "failed":
+        assert killed["reason"] and result["code"] != 0
+    else:
+        first = json.loads((statuses[1][1] / "record.json").read_text())
+        assert killed["metrics"]["latency_p99_ms"] > max(1000.0, 5 * first["metrics"]["latency_p99_ms"]), killed
 
 
 def test_a_trial_whose_triton_was_killed_is_measured_again_on_a_fresh_server(tmp_path: Path) -> None:

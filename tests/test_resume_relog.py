@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from experiments.results.records import SERIES_PREFIX
 from serving.paths import REPO_ROOT
 from tests import helpers
 from tests.processes import server_processes, wait_for_no_new_processes
@@ -61,7 +62,11 @@ def test_server_killed_mid_sweep_then_relog_then_resume_reruns_what_failed(tmp_p
                                                "local/triton_onnx/grpc/tensor/b1/c2"}
     for run in runs:
         record = json.loads((folder / "trials" / run.info.run_name.replace("/", "_") / "record.json").read_text())
-        assert run.data.metrics == pytest.approx(record["metrics"])
+        # the trial's metrics, and its series over time as step metrics (a run shows each one's last bin)
+        logged = {k: v for k, v in run.data.metrics.items() if not k.startswith(SERIES_PREFIX)}
+        assert logged == pytest.approx(record["metrics"]) and record["series"]
+        assert {k: v for k, v in run.data.metrics.items() if k.startswith(SERIES_PREFIX)} == pytest.approx(
+            {SERIES_PREFIX + name: value for name, value in record["series"][-1].items()})
         assert run.data.tags["trial_key"] == record["key"] and run.data.tags["status"] == "ok"
 
     # Relogging again adds nothing.

@@ -58,6 +58,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("payload_bytes_per_image", "bytes", Pool.MEAN, "bytes of one request's body per image"),
     Metric("warmup_s", "s", Pool.MEAN, "seconds of warm-up before the first window"),
     Metric("warmup_requests_done", "count", Pool.SUM, "requests sent in the warm-up (dropped)"),
+    Metric("warmup_failed_requests", "count", Pool.SUM, "requests of the warm-up that failed (a server that "
+                                                        "recovered before the windows: outside every figure)"),
     Metric("first_request_ms", "ms", Pool.MEAN, "latency of the trial's first request"),
     # Errors and goodput (serving.clients.outcomes; experiments.measure.metrics.outcome_metrics).
     Metric("error_rate", "share", Pool.MEAN, "share of the requests scheduled inside the windows that failed (an "

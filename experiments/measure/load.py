@@ -83,6 +83,7 @@ class WarmupStats:
     requests: int
     seconds: float
     first_request_ms: float
+    failed: int = 0  # requests of the warm-up that failed (outside every window, but the trial says so)
 
 
 class LoadError(RuntimeError):
@@ -187,7 +188,7 @@ class LoadGenerator(ABC):
             await asyncio.sleep(0.01)
         self._raise_if_failed()
         first_ms = (self._done[0] - self._sent[0]) * 1e3
-        return WarmupStats(len(self._done), self.now() - self.started_at, first_ms)
+        return WarmupStats(len(self._done), self.now() - self.started_at, first_ms, len(self._failed["done_s"]))
 
     def _raise_if_failed(self) -> None:
         if self.errors:

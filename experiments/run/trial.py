@@ -156,6 +156,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         "payload_bytes_per_image": result.payload_bytes / trial.batch_size,
         "warmup_s": max(w.seconds for w in result.warmup),
         "warmup_requests_done": float(sum(w.requests for w in result.warmup)),
+        "warmup_failed_requests": float(sum(w.failed for w in result.warmup)),
         "first_request_ms": result.warmup[0].first_request_ms,
         "server_startup_s": handle.startup_s,
         **handle.metrics,
