@@ -90,6 +90,17 @@ def wait_ready(url: str, timeout_s: float = 300.0) -> None:
     raise TimeoutError(f"{url} was not ready within {timeout_s:g} s")
 
 
+def stop(process: subprocess.Popen, log: Any, timeout_s: float) -> None:
+    """Stop a server started outside (SIGTERM, then SIGKILL past `timeout_s`) and close its log."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log.close()
+
+
 @contextmanager
 def fastapi_outside(cfg: Any, work: Path) -> Any:
     """The FastAPI service as its deploy files start it: uvicorn with the service's config file."""
@@ -115,13 +126,7 @@ def fastapi_outside(cfg: Any, work: Path) -> Any:
         wait_ready(url)
         yield [f"backends.endpoint.url={url}"]
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        stop(process, log, 20)
 
 
 @contextmanager
@@ -225,13 +230,7 @@ def ray_serve_outside(cfg: Any, work: Path) -> Any:
         wait_ready(url)
         yield [f"backends.endpoint.url={url}"]
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        stop(process, log, 60)
 
 
 OUTSIDE = {"fastapi": lambda cfg, work, launched_id: fastapi_outside(cfg, work),

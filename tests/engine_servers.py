@@ -41,6 +41,17 @@ class HttpBehaviour:
     vary_after: int | None = None  # answer a body one byte longer from this request on
 
 
+def take_request_head(buffer: bytearray) -> int | None:
+    """The Content-Length of the HTTP request head at the front of `buffer` (the head is consumed), or None while the
+    head is incomplete."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = bytes(buffer[:end]).lower()
+    del buffer[:end + 4]
+    return next((int(line[15:]) for line in head.split(b"\r\n") if line.startswith(b"content-length:")), 0)
+
+
 class _HttpProtocol(asyncio.Protocol):
     def __init__(self, server: HttpServer) -> None:
         self.server = server
@@ -55,13 +66,10 @@ class _HttpProtocol(asyncio.Protocol):
         self.buffer += data
         while True:
             if self.left < 0:
-                end = self.buffer.find(b"\r\n\r\n")
-                if end < 0:
+                length = take_request_head(self.buffer)
+                if length is None:
                     return
-                head = bytes(self.buffer[:end]).lower()
-                self.left = next((int(line[15:]) for line in head.split(b"\r\n")
-                                  if line.startswith(b"content-length:")), 0)
-                del self.buffer[:end + 4]
+                self.left = length
             if len(self.buffer) < self.left:
                 return
             del self.buffer[:self.left]

@@ -29,7 +29,7 @@ from experiments.measure.samples import WindowSamples
 from serving.clients.http1 import build_request
 from serving.clients.outcomes import Outcome
 from serving.clients.wire import WireRequest, grpc_wire, http1_wire
-from tests.engine_servers import MODEL_INFER, triton_like_body
+from tests.engine_servers import MODEL_INFER, take_request_head, triton_like_body
 
 BODY = triton_like_body()
 REPLY = b"\x0a\x01m" * 20
@@ -101,13 +101,10 @@ class _Http(asyncio.Protocol):
         self.buffer += data
         while True:
             if self.left < 0:
-                end = self.buffer.find(b"\r\n\r\n")
-                if end < 0:
+                length = take_request_head(self.buffer)
+                if length is None:
                     return
-                head = bytes(self.buffer[:end]).lower()
-                self.left = next((int(line[15:]) for line in head.split(b"\r\n")
-                                  if line.startswith(b"content-length:")), 0)
-                del self.buffer[:end + 4]
+                self.left = length
                 self.stand.requests += 1
                 self.action = self.plan(self.stand.requests)
                 self.stand.count(self.action)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from types import ModuleType
 from typing import ClassVar
 
 from serving import torchserve_metrics
@@ -68,18 +69,22 @@ class EndpointKind(ABC):
     # Its Prometheus metrics (`metrics_url`): none unless a kind reads them.
     metrics_server: ClassVar[str] = ""  # whose metrics they are (Triton's: the OIP server that has them)
     metrics_marker: ClassVar[str] = ""  # a counter that must be there for the model
+    # The module that reads them (parse_counters, breakdown, served_images), shared with the launched backend
+    metrics: ClassVar[ModuleType | None] = None
 
     def metrics_label(self, model: str) -> str:
         return ""
 
     def parse_counters(self, text: str, model: str) -> dict[str, float]:
-        raise NotImplementedError(f"kind={self.name} reads no metrics")
+        if self.metrics is None:
+            raise NotImplementedError(f"kind={self.name} reads no metrics")
+        return self.metrics.parse_counters(text, model)
 
     def breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-        return {}
+        return self.metrics.breakdown(before, after) if self.metrics is not None else {}
 
     def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
-        return None
+        return self.metrics.served_images(before, after) if self.metrics is not None else None
 
 
 class OipKind(EndpointKind):
@@ -91,6 +96,7 @@ class OipKind(EndpointKind):
     health_path = "/v2/health/ready"
     metrics_server = "Triton"
     metrics_marker = "nv_inference_request_success"
+    metrics = triton_metrics
 
     def unsupported_reason(self, transport: str, input_format: str) -> str | None:
         if input_format == JPEG_BASE64:
@@ -112,15 +118,6 @@ class OipKind(EndpointKind):
     def metrics_label(self, model: str) -> str:
         return f'model="{model}"'
 
-    def parse_counters(self, text: str, model: str) -> dict[str, float]:
-        return triton_metrics.parse_counters(text, model)
-
-    def breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-        return triton_metrics.breakdown(before, after)
-
-    def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
-        return triton_metrics.served_images(before, after)
-
 
 class TorchServeKind(EndpointKind):
     name = "torchserve"
@@ -132,6 +129,7 @@ class TorchServeKind(EndpointKind):
     health_path = "/ping"
     metrics_server = "TorchServe"
     metrics_marker = torchserve_metrics.REQUESTS
+    metrics = torchserve_metrics
 
     def client_url(self, settings: EndpointSettings, transport: str, model: str) -> str:
         if transport == "http":
@@ -168,17 +166,11 @@ class TorchServeKind(EndpointKind):
     def metrics_label(self, model: str) -> str:
         return f'model_name="{model}"'
 
-    def parse_counters(self, text: str, model: str) -> dict[str, float]:
-        return torchserve_metrics.parse_counters(text, model)
-
-    def breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-        return torchserve_metrics.breakdown(before, after)
-
     def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
         """The handler's own image count, where it keeps one (tierbench's handler does; another may not)."""
         if torchserve_metrics.IMAGES_SERVED not in after:
             return None
-        return torchserve_metrics.served_images(before, after)
+        return super().served_images(before, after)
 
 
 class HttpKind(EndpointKind):
