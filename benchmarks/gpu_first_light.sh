@@ -3,7 +3,9 @@
 # benchmarks/ceiling_check.py against an independent timing), a small GPU sweep (experiment=first_light: PyTorch
 # FP32/FP16 through Serve's proxy and direct, Triton ORT-CUDA alone and with its dynamic batcher, TensorRT FP32/FP16
 # where its libraries load; tensors; b1/b8; c1/c8; HTTP and gRPC), the settings search that drives to the ceiling
-# (experiment=cheapest_gpu) and the `gpu`-marked tests, one bundle under --out: doctor.txt, ceiling.txt (+ JSON),
+# (experiment=cheapest_gpu), why Triton's dynamic batcher collapses (batcher: in-process batch-shape changes, and the
+# batcher beside its fixes, benchmarks/ort_batch_shapes.py and server_batching.py) and the `gpu`-marked tests, one
+# bundle under --out: doctor.txt, ceiling.txt (+ JSON),
 # the sweeps' logs, reports and raw records (runs/), pytest.txt (+ junit XML), SUMMARY.txt with each step's exit code
 # and seconds. A failed step does not stop the next; each has a time limit (--step-limit S, default 600).
 #
@@ -16,7 +18,8 @@
 #   --tier T          the GPU tier (default: the one the GPU's name matches in conf/gpu/)
 #   --steps LIST      the steps to run, comma-separated (default: all): imports, doctor, ceiling (runners.ceiling),
 #                     check (benchmarks/ceiling_check.py), first-light (the sweep and its report), search
-#                     (experiment=cheapest_gpu and its report), served (benchmarks/ceiling_vs_served.py), tests;
+#                     (experiment=cheapest_gpu and its report), served (benchmarks/ceiling_vs_served.py), batcher,
+#                     tests;
 #                     later commands can run more steps with the same --venv (the install is done once, with --parts)
 #   --dry-run         everything but what needs a GPU: the sweeps run on tier `local` (their GPU variants are
 #                     skipped by the product, with the reason), the gpu tests skip, saying why
@@ -30,7 +33,7 @@ PARTS=""
 WHEELHOUSE=""
 VENV=""
 TIER=""
-STEPS=imports,doctor,ceiling,check,first-light,search,served,tests
+STEPS=imports,doctor,ceiling,check,first-light,search,served,batcher,tests
 STEP_LIMIT=600
 SWEEP_OVERRIDES=()
 while [ $# -gt 0 ]; do
@@ -165,6 +168,21 @@ if wanted served && [ -d "$OUT/runs" ]; then
   step ceiling-vs-served "$OUT/ceiling_vs_served.txt" "$PYTHON" benchmarks/ceiling_vs_served.py "$OUT/runs" \
     --name "ceiling_vs_served_$TIER"
   cp "benchmarks/results/ceiling_vs_served_$TIER.json" "$OUT/" 2>/dev/null
+fi
+
+# Triton's dynamic batcher on a GPU: does a new batch shape cost ONNX Runtime more than its compute (in process), and
+# which setting keeps the served batcher from collapsing: cuDNN's heuristic algorithm choice, larger Python-backend
+# shared memory, batches of preferred sizes only, or two instances without the batcher (each row names the server's busiest thread and the verdict).
+if wanted batcher; then
+  step ort-shapes "$OUT/ort_batch_shapes.txt" "$PYTHON" benchmarks/ort_batch_shapes.py --name "ort_batch_shapes_$TIER"
+  cp "benchmarks/results/ort_batch_shapes_$TIER.json" "$OUT/" 2>/dev/null
+  step batcher "$OUT/server_batching.txt" "$PYTHON" -m benchmarks.server_batching --servers triton \
+    --batch-size 1 8 --concurrency 2 4 8 --rounds 1 --window 1 --warmup 0.5 \
+    --variant "dyn_heuristic=triton_onnx_dynbatch:cuda_options={cudnn_conv_algo_search:HEURISTIC}" \
+    --variant "dyn_shm256=triton_onnx_dynbatch:python_shm_mib=256" \
+    --variant "dyn_preferred=triton_onnx_dynbatch:preferred_batch_sizes=[8,16,24,32]" \
+    --variant "two_instances=triton_onnx:instance_count=2" \
+    --out "$OUT/server_batching_$TIER.json" "gpu=$TIER"
 fi
 
 # The tests last: the sweeps' figures are what the bundle is for.

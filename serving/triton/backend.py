@@ -84,7 +84,9 @@ class TritonBackend(Backend):
             warmup_batch_sizes=self.warmup_batch_sizes() if s.warmup else (),
             dynamic_batching=s.dynamic_batching, max_queue_delay_us=s.max_queue_delay_us,
             preferred_batch_sizes=tuple(s.preferred_batch_sizes), max_batch_size=self.max_request_batch,
-            max_queue_size=s.max_queue_size, queue_timeout_us=s.queue_timeout_us)
+            max_queue_size=s.max_queue_size, queue_timeout_us=s.queue_timeout_us,
+            cuda_options=tuple(sorted((str(k), str(v)) for k, v in s.cuda_options.items())),
+            python_shm_mib=s.python_shm_mib)
 
     def warmup_batch_sizes(self) -> tuple[int, ...]:
         """The experiment's batch sizes; on a GPU with the dynamic batcher, every batch it can form from them (each

@@ -108,7 +108,7 @@ class TritonServerHost:
             models += render_jpeg_ensemble(classifier, repository, self.preprocess_instances,
                                            preprocessing(self.model))
         self.server = TritonServer(self.installation, repository, models, self.work_dir / "tritonserver.log",
-                                   host=self.host)
+                                   host=self.host, python_shm_mib=self.variant.python_shm_mib)
         with _cache_lock(cache_dir):  # one engine build per cache folder at a time (several tiers, one node)
             before = engine_files(cache_dir) if cache_dir else {}
             server_started = time.monotonic()

@@ -55,6 +55,10 @@ class TritonVariant:
     queue_timeout_us: int = 0
     # The largest batch served (config.pbtxt max_batch_size); None: the canonical config's (the model's).
     max_batch_size: int | None = None
+    # ONNX Runtime's CUDA EP options, (name, value) pairs (the Python backend only); (): its defaults.
+    cuda_options: tuple[tuple[str, str], ...] = ()
+    # The Python backend's shared memory with the server (first region and growth step), MiB; None: its defaults.
+    python_shm_mib: int | None = None
 
 
 class ClassifierServer(Protocol):
@@ -134,6 +138,9 @@ def _batching(config: mc.ModelConfig, variant: TritonVariant) -> None:
 
 def native_onnxruntime(config: mc.ModelConfig, variant: TritonVariant) -> None:
     """The classifier on Triton's native onnxruntime backend (NVIDIA's container)."""
+    if variant.cuda_options:
+        raise ValueError("cuda_options reach the bundled server's Python backend only; NVIDIA's native ONNX Runtime "
+                         "backend takes its own model parameters: set the variant's server: bundled, or cuda_options: {}")
     config.instance_group.add(count=variant.instance_count, kind=_instance_kind(variant))
     if variant.ort_threads:
         config.parameters["intra_op_thread_count"].string_value = str(variant.ort_threads)
@@ -148,14 +155,15 @@ def native_onnxruntime(config: mc.ModelConfig, variant: TritonVariant) -> None:
 
 def ort_provider_options(config: mc.ModelConfig, variant: TritonVariant) -> dict[str, dict[str, object]]:
     """Options per ONNX Runtime provider for the Python backend (the model adds each instance's device_id)."""
+    cuda = {"CUDAExecutionProvider": dict(variant.cuda_options)} if variant.cuda_options else {}
     if variant.accelerator != Accelerator.TENSORRT:
-        return {}
+        return cuda
     trt: dict[str, object] = {"trt_fp16_enable": variant.fp16, "trt_max_workspace_size": variant.trt_workspace_bytes}
     trt.update(_tensorrt_options(config, variant))
     for key in ("trt_engine_cache_enable", "trt_timing_cache_enable"):
         if key in trt:
             trt[key] = True
-    return {"TensorrtExecutionProvider": trt}
+    return {**cuda, "TensorrtExecutionProvider": trt}
 
 
 def python_backend_onnxruntime(config: mc.ModelConfig, variant: TritonVariant, onnx_path: Path) -> None:

@@ -63,7 +63,7 @@ class TritonServer:
     ensemble)."""
 
     def __init__(self, installation: TritonInstallation, repository: Path, model_names: str | Sequence[str],
-                 log_path: Path, host: str = "127.0.0.1") -> None:
+                 log_path: Path, host: str = "127.0.0.1", python_shm_mib: int | None = None) -> None:
         self.installation = installation
         self.repository = repository
         self.model_names = [model_names] if isinstance(model_names, str) else list(model_names)
@@ -75,13 +75,22 @@ class TritonServer:
         # The Python backend's stubs talk to the server through /dev/shm regions it removes only on a clean
         # exit; a known prefix lets `stop` remove them when the exit timeout cut the unload short.
         self.shm_prefix = f"{SHM_PREFIX}{uuid.uuid4().hex[:12]}_"
+        self.python_shm_mib = python_shm_mib
+
+    def python_backend_flags(self) -> list[str]:
+        """The Python backend's settings, one flag each: its regions' prefix (so `stop` can find them) and, when
+        set, the size of the first region and of each growth step."""
+        settings = {"shm-region-prefix-name": self.shm_prefix}
+        if self.python_shm_mib:
+            settings["shm-default-byte-size"] = settings["shm-growth-byte-size"] = str(self.python_shm_mib << 20)
+        return [f"--backend-config=python,{key}={value}" for key, value in settings.items()]
 
     def command(self, endpoints: TritonEndpoints) -> list[str]:
         return [
             str(self.installation.binary),
             f"--model-repository={self.repository}",
             f"--backend-directory={self.installation.backend_directory}",
-            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            *self.python_backend_flags(),
             "--model-control-mode=explicit",
             *(f"--load-model={name}" for name in self.model_names),
             f"--http-address={endpoints.host}",

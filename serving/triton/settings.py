@@ -79,6 +79,12 @@ class TritonSettings(BackendSettings):
     max_queue_size: int = 0
     queue_timeout_us: int = 0
     preferred_batch_sizes: list[int] = field(default_factory=list)  # e.g. [8, 16]: sizes the batcher aims for
+    # ONNX Runtime's CUDA EP options for the Python backend's session (e.g. cudnn_conv_algo_search: HEURISTIC, which
+    # skips the exhaustive cuDNN search on each new batch shape); {}: its defaults
+    cuda_options: dict[str, str] = field(default_factory=dict)
+    # The Python backend's shared memory with the server, MiB: the first region and each growth step (every request's
+    # tensors pass through it); null: the backend's defaults (1 MiB steps)
+    python_shm_mib: int | None = None
     preprocess_instance_count: int | None = None  # JPEG decoding (the ensemble's Python model): null = one per
     #                                               core, up to 8
 
@@ -95,7 +101,7 @@ class TritonSettings(BackendSettings):
     # Not max_batch_size: the JPEG ensemble's, set at start, may not exceed the classifier's.
     reloadable: ClassVar[tuple[str, ...]] = ("instance_count", "dynamic_batching", "max_queue_delay_us",
                                              "preferred_batch_sizes", "ort_threads", "max_queue_size",
-                                             "queue_timeout_us")
+                                             "queue_timeout_us", "cuda_options")
 
     @property
     def family(self) -> str:
@@ -114,7 +120,7 @@ class TritonSettings(BackendSettings):
             problems.append(self.refuse(name, "fp16", f"FP16 needs accelerator: tensorrt (the {self.accelerator} "
                                                       "provider runs the exported FP32 model as it is)"))
         for key, null in (("instance_count", ""), ("ort_threads", "ONNX Runtime's default"),
-                          ("preprocess_instance_count", "one per core")):
+                          ("preprocess_instance_count", "one per core"), ("python_shm_mib", "the backend's defaults")):
             value = getattr(self, key)
             if not (is_positive_int(value) or (value is None and null)):
                 problems.append(self.refuse(name, key, "a positive integer" + (f", or null ({null})" if null else "")))
@@ -130,6 +136,13 @@ class TritonSettings(BackendSettings):
                                                                         "(the largest batch measured)"))
         if self.engine_cache_dir is not None and not tensorrt:
             problems.append(self.refuse(name, "engine_cache_dir", "it only applies with accelerator: tensorrt"))
+        if self.cuda_options and self.accelerator == Accelerator.CPU:
+            problems.append(self.refuse(name, "cuda_options", "they apply to ONNX Runtime's CUDA EP: accelerator cuda "
+                                                              "or tensorrt (or {})"))
+        if self.cuda_options and self.server == TritonServerKind.NATIVE:
+            problems.append(self.refuse(name, "cuda_options", "they reach the bundled server's Python backend; NVIDIA's "
+                                                              "native ONNX Runtime backend takes its own model "
+                                                              "parameters (server: bundled, or {})"))
         if self.num_gpus < 0:
             problems.append(self.refuse(name, "num_gpus", "a share of a GPU >= 0 (0: ask Ray for none)"))
         for key, unit in (("max_queue_delay_us", "microseconds"), ("max_queue_size", "requests queued; 0: no limit"),
