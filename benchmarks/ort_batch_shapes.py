@@ -4,10 +4,11 @@ model a different batch size on almost every pass (8, then 11, then 16, ...); if
 fixed batch does not. In process, no server: the same ONNX file the sweep's Triton serves, the host round trip a
 server pays (NumPy in, NumPy out), every size warmed once first.
 
-Per provider option set (the provider's defaults; `cudnn_conv_algo_search=HEURISTIC` on CUDA): the median call at
-each fixed size, then the same sizes in a rotating order (never the same size twice in a row) and each rotating
-call's time over the fixed median at its size. A ratio near 1: shape changes are free, and a batcher's collapse is
-the server's, not the runtime's.
+Per provider option set (the provider's defaults; on CUDA also `cudnn_conv_algo_search=HEURISTIC` and
+`cudnn_conv_use_max_workspace=0`): the median call at each fixed size, then the same sizes in a rotating order (never
+the same size twice in a row) and each rotating call's time over the fixed median at its size, once with one session
+for every size and once with a session per size (what Triton's `batch_buckets` do). A ratio near 1: shape changes are
+free, and a batcher's collapse is the server's, not the runtime's.
 
     python benchmarks/ort_batch_shapes.py [--model resnet18] [--sizes 8 11 14 16 24 32] [--calls 40]
 """
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import report  # noqa: E402
 from experiments.config.compose import load_config  # noqa: E402
 
-COLUMNS = ["provider", "options", "batch", "fixed_ms", "rotating_ms", "rotating_over_fixed", "first_call_ms"]
+COLUMNS = ["provider", "options", "sessions", "batch", "fixed_ms", "rotating_ms", "rotating_over_fixed", "first_call_ms"]
 
 
 def session_for(onnx_path: str, provider: str, options: dict[str, str]) -> Any:
@@ -51,16 +52,17 @@ def timed(session: Any, feeds: dict[str, np.ndarray]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def measure(session: Any, input_shape: list[int], sizes: list[int], calls: int) -> list[dict[str, Any]]:
-    name = session.get_inputs()[0].name
+def measure(sessions: dict[int, Any], input_shape: list[int], sizes: list[int], calls: int) -> list[dict[str, Any]]:
+    """`sessions`: the session that runs each size (one for all, or one each)."""
+    name = sessions[sizes[0]].get_inputs()[0].name
     rng = np.random.default_rng(1)
     feeds = {n: {name: rng.standard_normal((n, *input_shape), dtype=np.float32)} for n in sizes}
-    first = {n: timed(session, feeds[n]) for n in sizes}  # each shape's first pass: where a search would show
-    fixed = {n: statistics.median(timed(session, feeds[n]) for _ in range(calls)) for n in sizes}
+    first = {n: timed(sessions[n], feeds[n]) for n in sizes}  # each shape's first pass: where a search would show
+    fixed = {n: statistics.median(timed(sessions[n], feeds[n]) for _ in range(calls)) for n in sizes}
     rotating: dict[int, list[float]] = {n: [] for n in sizes}
     for i in range(calls * len(sizes)):  # stride 1 through the sizes: every call a new shape
         n = sizes[i % len(sizes)]
-        rotating[n].append(timed(session, feeds[n]))
+        rotating[n].append(timed(sessions[n], feeds[n]))
     return [{"batch": n, "fixed_ms": fixed[n], "rotating_ms": statistics.median(rotating[n]),
              "rotating_over_fixed": statistics.median(rotating[n]) / fixed[n], "first_call_ms": first[n]}
             for n in sizes]
@@ -86,15 +88,18 @@ def main() -> None:
     option_sets: list[tuple[str, dict[str, str]]] = [("CPUExecutionProvider", {})]
     if gpus:
         option_sets = [("CUDAExecutionProvider", {}),
-                       ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"})]
+                       ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}),
+                       ("CUDAExecutionProvider", {"cudnn_conv_use_max_workspace": "0"})]
     rows = []
     for provider, options in option_sets:
-        session = session_for(onnx_path, provider, options)
         label = ",".join(f"{k}={v}" for k, v in options.items()) or "defaults"
-        for row in measure(session, list(cfg.model.input_shape), args.sizes, args.calls):
-            rows.append({"provider": provider, "options": label, **row})
-            print(rows[-1], flush=True)
-        del session
+        one = session_for(onnx_path, provider, options)
+        for sessions, how in (({n: one for n in args.sizes}, "one"),
+                              ({n: session_for(onnx_path, provider, options) for n in args.sizes}, "per size")):
+            for row in measure(sessions, list(cfg.model.input_shape), args.sizes, args.calls):
+                rows.append({"provider": provider, "options": label, "sessions": how, **row})
+                print(rows[-1], flush=True)
+            del sessions
     report(args.name or f"ort_batch_shapes_{'gpu' if gpus else 'cpu'}", COLUMNS, rows,
            {"model": args.model, "gpu": list(gpus), "onnx": str(onnx_path), "calls": args.calls})
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import platform
 import statistics
@@ -100,7 +101,7 @@ def add_variants(tree: Any, variants: list[tuple[str, str, list[str]]]) -> None:
 def share_the_gpu(tree: Any, servers: int) -> None:
     """A group's servers run side by side: on a node where Ray schedules GPUs each asks for at most 1/servers of
     one, so all of them fit on a single GPU (Ray would leave the rest pending)."""
-    share = round(1 / servers, 3)
+    share = math.floor(1000 / servers) / 1000  # rounded down: six shares of 0.167 would ask for 1.002 GPUs
     for settings in tree.backends.values():
         for key in ("num_gpus", "replica_num_gpus"):
             if key in settings and settings[key] > share:

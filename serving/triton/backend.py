@@ -21,7 +21,7 @@ from serving.runtime import Engine, Runtime
 from serving.triton.accelerators import gpu_extra
 from serving.triton.clients import TritonClientSpec
 from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
-from serving.triton.installation import TritonInstallation, installation_kind
+from serving.triton.installation import BundledTriton, TritonInstallation, installation_kind
 from serving.triton.repository import TritonVariant, instances_on_gpu
 from serving.triton.settings import Accelerator, TritonSettings
 
@@ -86,7 +86,20 @@ class TritonBackend(Backend):
             preferred_batch_sizes=tuple(s.preferred_batch_sizes), max_batch_size=self.max_request_batch,
             max_queue_size=s.max_queue_size, queue_timeout_us=s.queue_timeout_us,
             cuda_options=tuple(sorted((str(k), str(v)) for k, v in s.cuda_options.items())),
-            python_shm_mib=s.python_shm_mib)
+            python_shm_mib=s.python_shm_mib, batch_buckets=self.batch_buckets())
+
+    def batch_buckets(self) -> tuple[int, ...]:
+        """The Python backend's sessions by batch size (the setting; automatic: powers of two up to the largest batch
+        where the CUDA EP meets the dynamic batcher's changing batch sizes, none elsewhere: the CPU EP does not pay
+        for a change of shape, and requests of one size never change it). The largest batch is always one."""
+        s, high = self.settings, self.max_request_batch
+        if s.batch_buckets is not None:
+            chosen = set(s.batch_buckets)
+        elif s.dynamic_batching and self.accelerator is Accelerator.CUDA and self.server is BundledTriton:
+            chosen = {1 << i for i in range(high.bit_length()) if 1 << i <= high}
+        else:
+            return ()
+        return tuple(sorted(chosen | {high})) if chosen else ()
 
     def warmup_batch_sizes(self) -> tuple[int, ...]:
         """The experiment's batch sizes; on a GPU with the dynamic batcher, every batch it can form from them (each

@@ -55,6 +55,9 @@ class TritonVariant:
     queue_timeout_us: int = 0
     # The largest batch served (config.pbtxt max_batch_size); None: the canonical config's (the model's).
     max_batch_size: int | None = None
+    # One ONNX Runtime session per batch size (the Python backend only; a batch runs padded up to the next): (): one
+    # session for every shape.
+    batch_buckets: tuple[int, ...] = ()
     # ONNX Runtime's CUDA EP options, (name, value) pairs (the Python backend only); (): its defaults.
     cuda_options: tuple[tuple[str, str], ...] = ()
     # The Python backend's shared memory with the server (first region and growth step), MiB; None: its defaults.
@@ -138,6 +141,9 @@ def _batching(config: mc.ModelConfig, variant: TritonVariant) -> None:
 
 def native_onnxruntime(config: mc.ModelConfig, variant: TritonVariant) -> None:
     """The classifier on Triton's native onnxruntime backend (NVIDIA's container)."""
+    if variant.batch_buckets:
+        raise ValueError("batch_buckets are sessions of the bundled server's Python backend; NVIDIA's native ONNX "
+                         "Runtime backend keeps one: set the variant's server: bundled, or batch_buckets: []")
     if variant.cuda_options:
         raise ValueError("cuda_options reach the bundled server's Python backend only; NVIDIA's native ONNX Runtime "
                          "backend takes its own model parameters: set the variant's server: bundled, or cuda_options: {}")
@@ -175,6 +181,7 @@ def python_backend_onnxruntime(config: mc.ModelConfig, variant: TritonVariant, o
     config.parameters["ort_providers"].string_value = json.dumps(Accelerator(variant.accelerator).providers)
     config.parameters["ort_provider_options"].string_value = json.dumps(ort_provider_options(config, variant))
     config.parameters["ort_threads"].string_value = str(variant.ort_threads or 0)
+    config.parameters["batch_buckets"].string_value = json.dumps(list(variant.batch_buckets))
 
 
 def _warmup(config: mc.ModelConfig, batch_sizes: tuple[int, ...]) -> None:

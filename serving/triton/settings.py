@@ -79,6 +79,12 @@ class TritonSettings(BackendSettings):
     max_queue_size: int = 0
     queue_timeout_us: int = 0
     preferred_batch_sizes: list[int] = field(default_factory=list)  # e.g. [8, 16]: sizes the batcher aims for
+    # One ONNX Runtime session per batch size here (the bundled server's Python backend): a merged batch is padded up
+    # to the next and run by that size's own session. On CUDA a session whose input shape differs from its last call
+    # pays 40-240 ms (cuDNN's plans for every convolution, measured on an H100), so a batcher handing one session 8,
+    # then 11, then 16 images collapses; a session per size never changes shape. null: on the CUDA EP with the dynamic
+    # batcher, powers of two up to max_batch_size, else none; []: one session for every shape
+    batch_buckets: list[int] | None = None
     # ONNX Runtime's CUDA EP options for the Python backend's session (e.g. cudnn_conv_algo_search: HEURISTIC, which
     # skips the exhaustive cuDNN search on each new batch shape); {}: its defaults
     cuda_options: dict[str, str] = field(default_factory=dict)
@@ -101,7 +107,7 @@ class TritonSettings(BackendSettings):
     # Not max_batch_size: the JPEG ensemble's, set at start, may not exceed the classifier's.
     reloadable: ClassVar[tuple[str, ...]] = ("instance_count", "dynamic_batching", "max_queue_delay_us",
                                              "preferred_batch_sizes", "ort_threads", "max_queue_size",
-                                             "queue_timeout_us", "cuda_options")
+                                             "queue_timeout_us", "cuda_options", "batch_buckets")
 
     @property
     def family(self) -> str:
@@ -139,6 +145,12 @@ class TritonSettings(BackendSettings):
         if self.cuda_options and self.accelerator == Accelerator.CPU:
             problems.append(self.refuse(name, "cuda_options", "they apply to ONNX Runtime's CUDA EP: accelerator cuda "
                                                               "or tensorrt (or {})"))
+        if self.batch_buckets and any(not 0 < size <= limit for size in self.batch_buckets):
+            problems.append(self.refuse(name, "batch_buckets", f"each must be in 1..{limit_key}={limit} (the largest is "
+                                                               "added when missing), or [] (none), or null (automatic)"))
+        if self.batch_buckets and self.server == TritonServerKind.NATIVE:
+            problems.append(self.refuse(name, "batch_buckets", "they are sessions of the bundled server's Python "
+                                                               "backend (server: bundled, or [] / null)"))
         if self.cuda_options and self.server == TritonServerKind.NATIVE:
             problems.append(self.refuse(name, "cuda_options", "they reach the bundled server's Python backend; NVIDIA's "
                                                               "native ONNX Runtime backend takes its own model "

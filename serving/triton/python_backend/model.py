@@ -5,6 +5,10 @@ execution providers (with their options) and thread count come from the model co
 written by `serving.triton.repository`. Runs inside Triton's stub process: standard library, numpy and
 onnxruntime only (PYTHONPATH is ignored there, so nothing from this project can be imported).
 
+With `batch_buckets` (a JSON list of batch sizes) an instance keeps one session per size and runs a batch padded up
+to the next: on the CUDA EP a session whose input shape differs from its previous call's pays 40-240 ms, so one
+session fed the dynamic batcher's changing sizes spends more time changing shape than computing.
+
 On a GPU node (onnxruntime-gpu) each instance runs on the device Triton gave it (KIND_GPU), and loading
 fails loudly when the first provider asked for is not the one the session got: ONNX Runtime would otherwise
 fall back to the CUDA or CPU provider with a warning, and a `triton_trt` trial would measure something else.
@@ -67,8 +71,16 @@ class TritonPythonModel:
         device_id = int(args.get("model_instance_device_id", 0) or 0)
         if any(name in GPU_PROVIDERS for name in names):
             _preload_gpu_libraries(names)
-        self.session = ort.InferenceSession(_param(config, "onnx_path"), options,
-                                            providers=session_providers(names, provider_options, device_id))
+        providers = session_providers(names, provider_options, device_id)
+        buckets = sorted(json.loads(_param(config, "batch_buckets", "[]") or "[]"))
+        if buckets:  # several sessions' idle CPU threads must not spin against each other
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # One session per bucket (None: the one session for every shape), each with its padded input's buffer.
+        self.sessions = {size: ort.InferenceSession(_param(config, "onnx_path"), options, providers=providers)
+                         for size in (buckets or [None])}
+        self.session = self.sessions[buckets[-1] if buckets else None]
+        self.buckets = buckets
+        self.padded: dict = {}
         self.providers = self.session.get_providers()
         if self.providers[0] != names[0]:
             raise RuntimeError(
@@ -81,11 +93,27 @@ class TritonPythonModel:
         # With the dynamic batcher on, several requests arrive at once: one ONNX Runtime run for all of them.
         batches = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
         merged = batches[0] if len(batches) == 1 else np.concatenate(batches)
-        (logits,) = self.session.run([self.output_name], {self.input_name: merged})
-        logits = np.ascontiguousarray(logits, dtype=np.float32)
+        logits = np.ascontiguousarray(self.run(merged), dtype=np.float32)
         responses, start = [], 0
         for batch in batches:
             out = pb_utils.Tensor(self.output_name, logits[start:start + len(batch)])
             responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
             start += len(batch)
         return responses
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        """The logits of `batch`: by the session of the smallest bucket that holds it, its input padded up to that
+        size (the padding's rows are computed and dropped), else by the one session."""
+        size = len(batch)
+        bucket = next((b for b in self.buckets if b >= size), None)
+        if bucket is None:
+            (logits,) = self.session.run([self.output_name], {self.input_name: batch})
+            return logits
+        if bucket != size:
+            buffer = self.padded.get(bucket)
+            if buffer is None or buffer.shape[1:] != batch.shape[1:] or buffer.dtype != batch.dtype:
+                buffer = self.padded[bucket] = np.zeros((bucket, *batch.shape[1:]), dtype=batch.dtype)
+            buffer[:size] = batch
+            batch = buffer
+        (logits,) = self.sessions[bucket].run([self.output_name], {self.input_name: batch})
+        return logits[:size]
