@@ -3,9 +3,9 @@
 # benchmarks/ceiling_check.py against an independent timing), a small GPU sweep (experiment=first_light: PyTorch
 # FP32/FP16 through Serve's proxy and direct, Triton ORT-CUDA alone and with its dynamic batcher, TensorRT FP32/FP16
 # where its libraries load; tensors; b1/b8; c1/c8; HTTP and gRPC), the settings search that drives to the ceiling
-# (experiment=cheapest_gpu), why Triton's dynamic batcher collapses (batcher: in-process batch-shape changes, and the
-# batcher beside its fixes, benchmarks/ort_batch_shapes.py and server_batching.py) and the `gpu`-marked tests, one
-# bundle under --out: doctor.txt, ceiling.txt (+ JSON),
+# (experiment=cheapest_gpu), Triton's dynamic batcher (batcher: a change of batch shape in process, and the served
+# batcher with and without its sessions per batch bucket: benchmarks/ort_batch_shapes.py, server_batching.py) and the
+# `gpu`-marked tests, one bundle under --out: doctor.txt, ceiling.txt (+ JSON),
 # the sweeps' logs, reports and raw records (runs/), pytest.txt (+ junit XML), SUMMARY.txt with each step's exit code
 # and seconds. A failed step does not stop the next; each has a time limit (--step-limit S, default 600).
 #
@@ -170,17 +170,17 @@ if wanted served && [ -d "$OUT/runs" ]; then
   cp "benchmarks/results/ceiling_vs_served_$TIER.json" "$OUT/" 2>/dev/null
 fi
 
-# Triton's dynamic batcher on a GPU: does a new batch shape cost ONNX Runtime more than its compute (in process), and
-# which setting keeps the served batcher from collapsing: cuDNN's heuristic algorithm choice, larger Python-backend
-# shared memory, batches of preferred sizes only, or two instances without the batcher (each row names the server's busiest thread and the verdict).
+# Triton's dynamic batcher on a GPU: what a change of batch shape costs ONNX Runtime in process (one session, and a
+# session per size), then the served batcher with its sessions per batch bucket (the default on the CUDA EP) beside
+# one session for every shape (batch_buckets=[]) and beside two instances without the batcher; each row names the
+# server's busiest thread and the verdict.
 if wanted batcher; then
-  step ort-shapes "$OUT/ort_batch_shapes.txt" "$PYTHON" benchmarks/ort_batch_shapes.py --name "ort_batch_shapes_$TIER"
+  step ort-shapes "$OUT/ort_batch_shapes.txt" "$PYTHON" benchmarks/ort_batch_shapes.py --calls 10 \
+    --name "ort_batch_shapes_$TIER"
   cp "benchmarks/results/ort_batch_shapes_$TIER.json" "$OUT/" 2>/dev/null
   step batcher "$OUT/server_batching.txt" "$PYTHON" -m benchmarks.server_batching --servers triton \
-    --batch-size 1 8 --concurrency 2 4 8 --rounds 1 --window 1 --warmup 0.5 \
-    --variant "dyn_heuristic=triton_onnx_dynbatch:cuda_options={cudnn_conv_algo_search:HEURISTIC}" \
-    --variant "dyn_shm256=triton_onnx_dynbatch:python_shm_mib=256" \
-    --variant "dyn_preferred=triton_onnx_dynbatch:preferred_batch_sizes=[8,16,24,32]" \
+    --batch-size 1 8 --concurrency 4 8 --rounds 1 --window 1 --warmup 0.5 \
+    --variant "dyn_no_buckets=triton_onnx_dynbatch:batch_buckets=[]" \
     --variant "two_instances=triton_onnx:instance_count=2" \
     --out "$OUT/server_batching_$TIER.json" "gpu=$TIER"
 fi

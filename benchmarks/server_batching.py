@@ -62,6 +62,10 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} %"
+
+
 def parse_variant(text: str) -> tuple[str, str, list[str]]:
     """`NAME=BASE:key=value;key=value` -> (NAME, BASE, its settings as Hydra overrides `key=value`)."""
     name, _, rest = text.partition("=")
@@ -169,7 +173,7 @@ def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], no
                     print(f"  {name:<22} b{batch:<3} c{conc:<3} round {round_index}: {m['throughput_img_s']:7.1f} img/s  "
                           f"p50 {m['latency_p50_ms']:7.1f} ms  images/pass {m.get('server_batch_avg') or 0:5.2f}  "
                           f"queue {m.get('server_queue_ms') or 0:.1f} ms  infer {m.get('server_compute_infer_ms') or 0:.1f}"
-                          f" ms  GPU busy {m.get('gpu_util_pct', '-')} %  server CPU {m.get('server_cpu_cores') or 0:.2f}"
+                          f" ms  GPU busy {_pct(m.get('gpu_util_pct'))}  server CPU {m.get('server_cpu_cores') or 0:.2f}"
                           f" cores, busiest thread {m.get('server_thread_cpu_max') or 0:.2f} "
                           f"({record.params.get('server_busiest_thread')})  verdict {judged.bottleneck}: "
                           f"{judged.evidence}", flush=True)

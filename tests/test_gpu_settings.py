@@ -129,6 +129,38 @@ def test_a_gpu_batcher_warms_every_batch_it_can_form_a_cpu_only_the_requests() -
     assert plain.warmup_batch_sizes() == (1, 8)
 
 
+def test_a_cuda_batcher_gets_one_onnx_runtime_session_per_power_of_two_bucket() -> None:
+    """On the CUDA EP a session whose input shape changes pays 40-240 ms (cuDNN's plans): the bundled server's Python
+    backend keeps a session per bucket where the batcher forms changing sizes, and none where sizes never change."""
+    def buckets(node=GPU_NODE, name="triton_onnx_dynbatch", **settings) -> tuple[int, ...]:
+        return TritonBackend(_context(node, name, (8,)), TritonSettings(**settings)).variant().batch_buckets
+
+    assert buckets(dynamic_batching=True) == (1, 2, 4, 8, 16, 32)
+    assert buckets(dynamic_batching=True, max_batch_size=24) == (1, 2, 4, 8, 16, 24), "the largest batch is one"
+    assert buckets(dynamic_batching=True, batch_buckets=[8, 16]) == (8, 16, 32)
+    assert buckets(dynamic_batching=True, batch_buckets=[]) == (), "[]: one session for every shape"
+    assert buckets() == (), "no batcher: a trial's requests never change shape"
+    assert buckets(CPU_NODE, dynamic_batching=True) == (), "the CPU EP does not pay for a change of shape"
+    assert buckets(dynamic_batching=True, accelerator="tensorrt") == ()
+    native = GPU_NODE.with_facts(TritonFacts(native=True, backends=("onnxruntime",)))
+    assert buckets(native, dynamic_batching=True) == (), "NVIDIA's native backend keeps its one session"
+
+
+def test_the_python_backends_sessions_options_and_shared_memory_are_checked_with_their_keys() -> None:
+    model = load_config().model
+    (problem,) = TritonSettings(dynamic_batching=True, batch_buckets=[8, 64]).check("dyn", model, {})
+    assert problem.startswith("backends.dyn.batch_buckets=[8, 64] is not allowed: each must be in 1..")
+    (problem,) = TritonSettings(server="native", batch_buckets=[8]).check("dyn", model, {})
+    assert "server: bundled" in problem
+    (problem,) = TritonSettings(accelerator="cpu", cuda_options={"cudnn_conv_algo_search": "HEURISTIC"}).check(
+        "cpu", model, {})
+    assert problem.startswith("backends.cpu.cuda_options=") and "accelerator cuda or tensorrt" in problem
+    (problem,) = TritonSettings(python_shm_mib=0).check("t", model, {})
+    assert problem.startswith("backends.t.python_shm_mib=0 is not allowed: a positive integer, or null")
+    assert TritonSettings(python_shm_mib=64, cuda_options={"cudnn_conv_algo_search": "HEURISTIC"},
+                          batch_buckets=[]).check("t", model, {}) == []
+
+
 def test_fp16_without_tensorrt_is_refused_with_the_key() -> None:
     (problem,) = TritonSettings(accelerator="cuda", fp16=True).check("triton_trt", load_config().model, {})
     assert problem.startswith("backends.triton_trt.fp16=True is not allowed: FP16 needs accelerator: tensorrt")

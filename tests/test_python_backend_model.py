@@ -40,12 +40,15 @@ def doubling_onnx(tmp_path: Path) -> Path:
     return path
 
 
-def _args(onnx_path: Path, providers: list[str], options: dict | None = None, device: str = "0") -> dict:
+def _args(onnx_path: Path, providers: list[str], options: dict | None = None, device: str = "0",
+          buckets: list[int] | None = None) -> dict:
     config = {"input": [{"name": "input"}], "output": [{"name": "logits"}], "parameters": {
         "onnx_path": {"string_value": str(onnx_path)},
         "ort_providers": {"string_value": json.dumps(providers)},
         "ort_provider_options": {"string_value": json.dumps(options or {})},
         "ort_threads": {"string_value": "1"}}}
+    if buckets is not None:
+        config["parameters"]["batch_buckets"] = {"string_value": json.dumps(buckets)}
     return {"model_config": json.dumps(config), "model_instance_device_id": device}
 
 
@@ -73,3 +76,24 @@ def test_a_provider_onnxruntime_cannot_use_fails_the_load_instead_of_falling_bac
     names = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
     with pytest.raises(RuntimeError, match="could not use TensorrtExecutionProvider"):
         model.initialize(_args(doubling_onnx, names, {"TensorrtExecutionProvider": {"trt_fp16_enable": True}}))
+
+
+def test_buckets_run_each_batch_padded_by_its_own_session(model_module: types.ModuleType, doubling_onnx: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of 3 runs as 4 rows on the bucket-4 session and answers its 3; merged requests are split back."""
+    model = model_module.TritonPythonModel()
+    model.initialize(_args(doubling_onnx, ["CPUExecutionProvider"], buckets=[4, 2]))
+    assert sorted(model.sessions) == [2, 4] and model.sessions[2] is not model.sessions[4]
+    shapes: list[tuple[int, tuple[int, ...]]] = []
+    for size, session in model.sessions.items():
+        run = session.run
+        monkeypatch.setattr(session, "run", lambda out, feeds, run=run, size=size: (
+            shapes.append((size, feeds["input"].shape)), run(out, feeds))[1], raising=False)
+    first = np.arange(6, dtype=np.float32).reshape(2, 3)
+    second = np.full((1, 3), 5.0, dtype=np.float32)
+    responses = model.execute([{"input": first}, {"input": second}])
+    assert shapes == [(4, (4, 3))], "3 rows padded up to the bucket of 4, on its session"
+    np.testing.assert_array_equal(responses[0].output_tensors[0].as_numpy(), first * 2)
+    np.testing.assert_array_equal(responses[1].output_tensors[0].as_numpy(), second * 2)
+    (exact,) = model.execute([{"input": first}])
+    assert shapes[-1] == (2, (2, 3)) and exact.output_tensors[0].as_numpy().shape == (2, 3)

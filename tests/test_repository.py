@@ -13,6 +13,7 @@ from serving.images import DEFAULT_PREPROCESSING
 from serving.paths import REPO_ROOT
 from serving.triton.installation import INSTALLATIONS, TritonServerKind
 from serving.triton.repository import TritonVariant, read_config, render_repository
+from serving.triton.server import TritonServer
 
 SOURCE = read_config(REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt")
 
@@ -116,6 +117,33 @@ def test_bundled_cuda_variant_runs_gpu_instances_on_the_cuda_ep(tmp_path: Path) 
     assert json.loads(config.parameters["ort_providers"].string_value) == ["CUDAExecutionProvider",
                                                                            "CPUExecutionProvider"]
     assert json.loads(config.parameters["ort_provider_options"].string_value) == {}
+
+
+def test_bundled_cuda_variant_passes_its_buckets_and_cuda_options_to_the_python_backend(tmp_path: Path) -> None:
+    variant = TritonVariant("cuda", batch_buckets=(1, 2, 4, 8, 16, 32),
+                            cuda_options=(("cudnn_conv_algo_search", "HEURISTIC"),))
+    config = _render(tmp_path, "bundled", variant)
+    assert json.loads(config.parameters["batch_buckets"].string_value) == [1, 2, 4, 8, 16, 32]
+    assert json.loads(config.parameters["ort_provider_options"].string_value) == {
+        "CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"}}
+
+
+@pytest.mark.parametrize("setting", [{"batch_buckets": (8, 32)}, {"cuda_options": (("gpu_mem_limit", "1"),)}])
+def test_the_native_backend_refuses_what_only_the_python_backend_does(tmp_path: Path, setting: dict) -> None:
+    with pytest.raises(ValueError, match="server: bundled"):
+        _render(tmp_path, "native", TritonVariant("cuda", **setting))
+
+
+def test_the_python_backends_shared_memory_is_one_flag_per_setting(tmp_path: Path) -> None:
+    def flags(**kwargs) -> list[str]:
+        server = TritonServer(SERVERS[TritonServerKind.BUNDLED], tmp_path, "resnet18", tmp_path / "log", **kwargs)
+        return server.python_backend_flags()
+
+    prefix = flags()
+    assert len(prefix) == 1 and prefix[0].startswith("--backend-config=python,shm-region-prefix-name=")
+    sized = flags(python_shm_mib=64)
+    assert sized[1:] == ["--backend-config=python,shm-default-byte-size=67108864",
+                         "--backend-config=python,shm-growth-byte-size=67108864"]
 
 
 @pytest.mark.parametrize("server_kind", ["native", "bundled"])

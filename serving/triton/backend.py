@@ -229,7 +229,9 @@ class TritonBackend(Backend):
                                   "server_node_id": info["node_id"], "server_hostname": info["hostname"],
                                   "preprocess_instances": info["preprocess_instances"], **self.batching_params(),
                                   "server_warmup_batch_sizes": ",".join(str(b) for b in
-                                                                        self.variant().warmup_batch_sizes)}
+                                                                        self.variant().warmup_batch_sizes),
+                                  # the Python backend's sessions per batch bucket ("": one session for every shape)
+                                  "ort_batch_buckets": ",".join(str(b) for b in self.batch_buckets())}
         metrics = {"server_ready_s": float(info["ready_s"])}
         if info.get("model_file"):
             params["server_model_file"] = info["model_file"]
