@@ -119,11 +119,10 @@ if [ "$DRY_RUN" = 1 ]; then
   TIER=local
 elif [ -z "$TIER" ]; then
   TIER=$("$PYTHON" -c "
-import subprocess
 from runners.doctor import default_tier
-names = subprocess.run(['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'], capture_output=True,
-                       text=True).stdout.split('\n')
-print(default_tier(tuple(n.strip() for n in names if n.strip())))")
+from serving.node import nvml_gpus
+gpus = nvml_gpus()
+print(default_tier(gpus.names, gpus.memory_mib))")
   if [ "$TIER" = local ]; then
     echo "error: no tier in conf/gpu/ matches this GPU (or there is none): pass --tier, or --dry-run" >&2
     exit 2

@@ -47,11 +47,11 @@ class Diagnosis:
         return self.tier_problem is None and (self.tier is None or any(v.runs for v in self.verdicts))
 
 
-def default_tier(gpu_names: tuple[str, ...]) -> str:
-    """The tier a node's GPU name matches (conf/gpu/*.yaml), or `local` when none (or several) match."""
+def default_tier(gpu_names: tuple[str, ...], memory_mib: tuple[int, ...] = ()) -> str:
+    """The tier a node's GPU is (conf/gpu/*.yaml), or `local` when none (or several) is."""
     from experiments.cluster.tiers import tiers_for_gpu
 
-    matched = tiers_for_gpu(gpu_names)
+    matched = tiers_for_gpu(gpu_names, memory_mib)
     return matched[0] if len(matched) == 1 else "local"
 
 
@@ -79,7 +79,7 @@ def diagnose(node: NodeInfo, tier: str | None, emulated: bool = False) -> Diagno
     from experiments.config.compose import load_config
 
     cfg = load_config([f"gpu={tier}"])
-    problem = None if emulated else tier_gpu_problem(cfg.gpu, node.gpu_names)
+    problem = None if emulated else tier_gpu_problem(cfg.gpu, node.gpu_names, node.gpu_memory_mib)
     return Diagnosis(tier, problem, backend_verdicts(cfg, node, emulated))
 
 
@@ -150,7 +150,7 @@ def check(tier: str | None, emulated: bool = False, gpu_tier_default: bool = Tru
 
     node = describe_node()
     if tier is None and gpu_tier_default:
-        tier = default_tier(node.gpu_names)
+        tier = default_tier(node.gpu_names, node.gpu_memory_mib)
     diagnosis = diagnose(node, tier, emulated)
     return diagnosis.ok, render(node, diagnosis)
 

@@ -1,6 +1,6 @@
 """`python -m runners.node --address HEAD:6379`: join this machine to a tierbench Ray cluster, its tier declared.
 
-The tier comes from the GPU (NVML's name matched against `gpu_name_patterns` in conf/gpu/*.yaml) or from `--tier`
+The tier comes from the GPU (NVML's name and memory against each tier's `gpu_names` and `gpu_memory_gib` in conf/gpu/*.yaml) or from `--tier`
 (a GPU tier only on a node with its GPU, or with `--emulated`); `--client-pool` makes the node a load generator for
 `clients.placement=separate`; `--head` starts the cluster's head instead of joining one. It checks the node with
 `runners.doctor` (`--skip-doctor` joins without), then runs `ray start` with the tier as the custom resource
@@ -32,16 +32,17 @@ class NodeSetupError(RuntimeError):
     """What is wrong with this node's declaration, and how to fix it."""
 
 
-def detect_tier(gpu_names: tuple[str, ...] | list[str]) -> str:
-    """The one tier whose GPU name patterns match this node's GPUs."""
+def detect_tier(gpu_names: tuple[str, ...] | list[str], memory_mib: tuple[int, ...] = ()) -> str:
+    """The one tier this node's GPUs are (their NVML names and memory against each tier's identity)."""
     known = sorted(known_tiers())
     if not gpu_names:
         raise NodeSetupError(f"no NVIDIA GPU found (NVML lists none): pass --tier (one of {known}), or "
                              "--client-pool for a load-generator node")
-    matched = tiers_for_gpu(gpu_names)
+    matched = tiers_for_gpu(gpu_names, memory_mib)
     if not matched:
-        raise NodeSetupError(f"GPU {list(gpu_names)} matches no tier's gpu_name_patterns in conf/gpu/: pass "
-                             f"--tier (one of {known}) or add conf/gpu/<tier>.yaml with its price and patterns")
+        raise NodeSetupError(f"GPU {list(gpu_names)} is no tier's GPU in conf/gpu/ (their gpu_names): pass --tier "
+                             f"(one of {known}) to declare it anyway with --emulated, or add its NVML name to a tier's "
+                             "gpu_names, or a conf/gpu/<tier>.yaml with its price")
     if len(matched) > 1:
         raise NodeSetupError(f"GPU {list(gpu_names)} matches tiers {matched}: pass --tier to choose one")
     return matched[0]
@@ -54,12 +55,13 @@ def resolve_tier(args: argparse.Namespace) -> str | None:
     if not args.tier:
         if args.head or args.client_pool:
             return None  # a CPU head or a load generator need no tier; pass --tier to make them one too
-        return detect_tier(nvml_gpus().names)
+        gpus = nvml_gpus()
+        return detect_tier(gpus.names, gpus.memory_mib)
     tiers = known_tiers()
     if args.tier not in tiers:
         raise NodeSetupError(f"--tier {args.tier}: unknown tier; choose from {sorted(tiers)} (conf/gpu/*.yaml)")
     gpus = nvml_gpus()
-    problem = None if args.emulated else tier_gpu_problem(tiers[args.tier], gpus.names)
+    problem = None if args.emulated else tier_gpu_problem(tiers[args.tier], gpus.names, gpus.memory_mib)
     if problem:
         raise NodeSetupError(f"--tier {args.tier}: {problem}{f' ({gpus.problem})' if gpus.problem else ''}: its "
                              "figures would be filed under a GPU it does not have. Join with the tier its GPU matches "

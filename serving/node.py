@@ -27,6 +27,7 @@ class GpuInventory:
     driver_version: str | None = None
     cuda_version: str | None = None
     problem: str | None = None
+    memory_mib: tuple[int, ...] = ()  # each GPU's total memory, as NVML reports it (the tier's identity checks it)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class NodeInfo:
     cpu_model: str
     cpu_count: int
     gpu_names: tuple[str, ...] = ()
+    gpu_memory_mib: tuple[int, ...] = ()  # each GPU's total memory (NVML); () where not known
     driver_version: str | None = None
     cuda_version: str | None = None  # the newest CUDA the driver supports (NVML)
     gpu_problem: str | None = None  # why NVML found no GPU
@@ -171,11 +173,13 @@ def nvml_gpus() -> GpuInventory:
         return GpuInventory(problem=f"NVML: {exc} (no NVIDIA driver here)")
     try:
         count = pynvml.nvmlDeviceGetCount()
-        names = tuple(_text(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count))
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        names = tuple(_text(pynvml.nvmlDeviceGetName(handle)) for handle in handles)
+        memory = tuple(int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) >> 20 for handle in handles)
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12060
         return GpuInventory(names, driver, f"{cuda // 1000}.{cuda % 1000 // 10}",
-                            None if names else "NVML finds no GPU")
+                            None if names else "NVML finds no GPU", memory)
     except pynvml.NVMLError as exc:
         return GpuInventory(problem=f"NVML: {exc}")
     finally:

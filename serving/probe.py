@@ -32,6 +32,7 @@ def describe_node() -> NodeInfo:
         cpu_model=cpu_model(),
         cpu_count=os.cpu_count() or 1,
         gpu_names=gpus.names,
+        gpu_memory_mib=gpus.memory_mib,
         driver_version=gpus.driver_version,
         cuda_version=gpus.cuda_version,
         gpu_problem=gpus.problem,

@@ -80,7 +80,8 @@ def test_a_gpu_tier_on_this_machine_is_not_ok_and_names_the_gpu_found(this_node)
     # An endpoint's server is elsewhere: it is the one variant this node can measure on any tier.
     launched = [v for v in diagnosis.verdicts if v.variant != "endpoint"]
     assert not diagnosis.ok and launched and not any(v.runs for v in launched)
-    assert "needs a GPU matching ['A100']" in diagnosis.tier_problem and "no NVIDIA GPU" in diagnosis.tier_problem
+    assert "needs a GPU named 'NVIDIA A100-SXM4-80GB'" in diagnosis.tier_problem
+    assert "no NVIDIA GPU" in diagnosis.tier_problem
     assert "NOT OK: this node cannot serve tier a100" in render(this_node, diagnosis)
     assert diagnose(this_node, "a100", emulated=True).ok, "an emulated node stands in for the tier on purpose"
 
@@ -97,7 +98,7 @@ def test_the_doctor_command_exits_non_zero_for_a_tier_the_node_cannot_serve(caps
 def test_runners_node_refuses_a_gpu_tier_without_its_gpu_before_ray_starts(capsys: pytest.CaptureFixture) -> None:
     code = node_cli.main(["--address", "127.0.0.1:9", "--tier", "a100"])  # not a dry run: would start Ray if let
     err = capsys.readouterr().err
-    assert code == 2 and "--tier a100: tier a100 (NVIDIA A100 SXM4) needs a GPU matching ['A100']" in err
+    assert code == 2 and "--tier a100: tier a100 (NVIDIA A100 SXM4 80GB) needs a GPU named 'NVIDIA A100-SXM4-80GB'" in err
     assert "this node has no NVIDIA GPU" in err and "--emulated" in err
 
 
@@ -167,7 +168,8 @@ def test_the_tier_job_refuses_a_node_declaring_a_gpu_tier_it_lacks(tmp_path, no_
     finally:
         ray.shutdown()
     message = str(refused.value)
-    assert "gpu=a100: node" in message and "declares tier a100, but tier a100 (NVIDIA A100 SXM4) needs a GPU " \
-        "matching ['A100'], and this node has no NVIDIA GPU" in message and "Nothing was started" in message
+    assert "gpu=a100: node" in message and "declares tier a100, but tier a100 (NVIDIA A100 SXM4 80GB) needs a GPU " \
+        "named 'NVIDIA A100-SXM4-80GB' with 79-81 GiB, and this node has no NVIDIA GPU" in message
+    assert "Nothing was started" in message
     assert not store.exists(), "no MLflow run"
     assert not list(tmp_path.glob("*/a100/trials")), "no trial records"

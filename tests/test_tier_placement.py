@@ -122,8 +122,9 @@ def test_node_declares_the_tier_it_is_given() -> None:
 def test_node_detects_its_tier_from_the_gpu_name() -> None:
     assert node_cli.detect_tier(["NVIDIA GeForce RTX 4090"]) == "rtx4090"
     assert node_cli.detect_tier(["NVIDIA A100-SXM4-80GB"]) == "a100"
-    with pytest.raises(node_cli.NodeSetupError, match="matches no tier"):
-        node_cli.detect_tier(["Tesla T4"])
+    assert node_cli.detect_tier(["NVIDIA H100 80GB HBM3"], (81559,)) == "h100_sxm", "not the PCIe card's tier"
+    with pytest.raises(node_cli.NodeSetupError, match="is no tier's GPU"):
+        node_cli.detect_tier(["NVIDIA RTX 6000 Ada Generation"])
     with pytest.raises(node_cli.NodeSetupError, match="no NVIDIA GPU"):
         node_cli.detect_tier([])
 

@@ -90,7 +90,8 @@ def local_node_tiers() -> list[str]:
     """Tiers this machine declares when the sweep starts Ray itself: `local`, plus its GPU's tier if known."""
     from serving.node import nvml_gpus
 
-    return ["local", *tiers_for_gpu(nvml_gpus().names)]
+    gpus = nvml_gpus()
+    return ["local", *tiers_for_gpu(gpus.names, gpus.memory_mib)]
 
 
 def require_local_tiers(requested: list[str], declared: list[str]) -> None:
@@ -103,7 +104,7 @@ def require_local_tiers(requested: list[str], declared: list[str]) -> None:
     tiers = known_tiers()
     gpus = nvml_gpus()
     why = f" ({gpus.problem})" if gpus.problem else ""
-    lines = [f"gpu={tier} with cluster=local: {tier_gpu_problem(tiers[tier], gpus.names) or 'not this machine'}"
+    lines = [f"gpu={tier} with cluster=local: {tier_gpu_problem(tiers[tier], gpus.names, gpus.memory_mib) or 'not this machine'}"
              f"{why}; cluster=local declares only this machine's tiers {declared}" for tier in missing]
     raise TierMismatchError("\n".join(lines) + ". Run the sweep on a node of the tier, join one to a cluster "
                             "(cluster=address), or try the tier without its GPU with cluster=emulated (every result "

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from experiments.config.compose import CONF_DIR
+from experiments.config.errors import ConfigError
 from experiments.config.schema import RESOURCE_PREFIX, GpuTierConfig
 
 TIER_LABEL = "gpu-tier"
@@ -54,28 +56,65 @@ def known_tiers(conf_dir: Path = CONF_GPU_DIR) -> dict[str, GpuTierConfig]:
 def _tier(path: Path) -> GpuTierConfig:
     values = OmegaConf.load(path)
     values.pop("defaults", None)  # the file's defaults list names its schema, merged here
+    if "gpu_name_patterns" in values:
+        raise ConfigError(f"{path}: gpu_name_patterns=({list(values.gpu_name_patterns)}) is no longer read: a tier "
+                          f"names its GPU exactly now, gpu_names: [its NVML names, as nvidia-smi --query-gpu=name "
+                          "prints them] and gpu_memory_gib: [low, high] (or [] for any)")
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(GpuTierConfig), values))
 
 
-def gpu_matches_tier(tier_cfg: GpuTierConfig, gpu_names: tuple[str, ...] | list[str]) -> bool:
-    """Whether one of these GPU names matches the tier's `gpu_name_patterns` (case-insensitive substrings)."""
-    patterns = [p.lower() for p in tier_cfg.gpu_name_patterns]
-    return any(p in gpu.lower() for p in patterns for gpu in gpu_names)
+def _normal(name: str) -> str:
+    return " ".join(name.lower().split())
 
 
-def tiers_for_gpu(gpu_names: tuple[str, ...] | list[str], conf_dir: Path = CONF_GPU_DIR) -> list[str]:
-    """Tiers whose `gpu_name_patterns` match one of this node's GPU names."""
-    return [name for name, tier in known_tiers(conf_dir).items() if gpu_matches_tier(tier, gpu_names)]
+def _gpus(gpu_names: Sequence[str], memory_mib: Sequence[int]) -> list[tuple[str, int | None]]:
+    """(name, total memory in MiB or None where not known) per GPU."""
+    return [(name, memory_mib[i] if i < len(memory_mib) else None) for i, name in enumerate(gpu_names)]
 
 
-def tier_gpu_problem(tier_cfg: GpuTierConfig, gpu_names: tuple[str, ...] | list[str]) -> str | None:
-    """Why a node with these GPUs is not a node of this tier; None when it is, or when the tier needs no GPU
-    (`requires_gpu: false`, e.g. `local`). One rule for runners.node, runners.doctor and the tier job."""
-    if not tier_cfg.requires_gpu or gpu_matches_tier(tier_cfg, gpu_names):
+def gpu_is_of_tier(tier_cfg: GpuTierConfig, name: str, memory_mib: int | None = None) -> bool:
+    """Whether one GPU has the tier's identity: one of its exact NVML names (case and spacing aside) and, where both
+    are known, its memory within the tier's `gpu_memory_gib`."""
+    if _normal(name) not in {_normal(n) for n in tier_cfg.gpu_names}:
+        return False
+    if memory_mib is None or not tier_cfg.gpu_memory_gib:
+        return True
+    low, high = tier_cfg.gpu_memory_gib
+    return low <= memory_mib / 1024 <= high
+
+
+def gpu_matches_tier(tier_cfg: GpuTierConfig, gpu_names: Sequence[str], memory_mib: Sequence[int] = ()) -> bool:
+    """Whether one of this node's GPUs has the tier's identity."""
+    return any(gpu_is_of_tier(tier_cfg, name, memory) for name, memory in _gpus(gpu_names, memory_mib))
+
+
+def tiers_for_gpu(gpu_names: Sequence[str], memory_mib: Sequence[int] = (),
+                  conf_dir: Path = CONF_GPU_DIR) -> list[str]:
+    """Tiers one of this node's GPUs is exactly."""
+    return [name for name, tier in known_tiers(conf_dir).items() if gpu_matches_tier(tier, gpu_names, memory_mib)]
+
+
+def identity(tier_cfg: GpuTierConfig) -> str:
+    """The tier's identity in words, e.g. `a GPU named 'NVIDIA H100 PCIe' with 79-81 GiB`."""
+    names = " or ".join(repr(n) for n in tier_cfg.gpu_names) or "(no GPU names: add gpu_names)"
+    memory = f" with {tier_cfg.gpu_memory_gib[0]:g}-{tier_cfg.gpu_memory_gib[1]:g} GiB" if tier_cfg.gpu_memory_gib else ""
+    return f"a GPU named {names}{memory}"
+
+
+def tier_gpu_problem(tier_cfg: GpuTierConfig, gpu_names: Sequence[str], memory_mib: Sequence[int] = (),
+                     conf_dir: Path = CONF_GPU_DIR) -> str | None:
+    """Why a node with these GPUs is not a node of this tier, naming the tier it is, if any; None when it is, or when
+    the tier needs no GPU (`requires_gpu: false`, e.g. `local`). One rule for runners.node, runners.doctor and the
+    tier job."""
+    if not tier_cfg.requires_gpu or gpu_matches_tier(tier_cfg, gpu_names, memory_mib):
         return None
-    found = f"GPU {', '.join(gpu_names)}" if gpu_names else "no NVIDIA GPU"
-    return (f"tier {tier_cfg.name} ({tier_cfg.display_name}) needs a GPU matching "
-            f"{list(tier_cfg.gpu_name_patterns)}, and this node has {found}")
+    found = ("GPU " + ", ".join(f"{name!r}" + (f" ({memory / 1024:.1f} GiB)" if memory else "")
+                                for name, memory in _gpus(gpu_names, memory_mib))) if gpu_names else "no NVIDIA GPU"
+    others = [t for t in tiers_for_gpu(gpu_names, memory_mib, conf_dir) if t != tier_cfg.name]
+    where = (f"; it is a node of tier {' or '.join(others)}" if others else
+             "; no tier in conf/gpu/ has it: add its NVML name to a tier's gpu_names, or a conf/gpu/<tier>.yaml with "
+             "its price" if gpu_names else "")
+    return f"tier {tier_cfg.name} ({tier_cfg.display_name}) needs {identity(tier_cfg)}, and this node has {found}{where}"
 
 
 def tiers_of_nodes(nodes: list[dict[str, Any]]) -> dict[str, list[str]]:

@@ -51,7 +51,9 @@ def load_config(overrides: Sequence[str] = ()) -> TierbenchConfig:
 # Keys that moved, and where to: a command line of an earlier version gets the new spelling.
 MOVED_KEYS = {"serving.triton_server": "Triton's server is a setting of each Triton entry now: "
                                        "backends.<entry>.server=auto|native|bundled (e.g. backends.triton_onnx.server="
-                                       "bundled)"}
+                                       "bundled)",
+             "gpu.gpu_name_patterns": "a tier names its GPU exactly now: gpu.gpu_names=[its NVML names] and "
+                                      "gpu.gpu_memory_gib=[low,high] (GiB; [] for any)"}
 
 
 def composition_error(exc: Exception, overrides: Sequence[str]) -> ConfigError:

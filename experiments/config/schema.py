@@ -41,9 +41,12 @@ class GpuTierConfig:
     # Alternative prices by name, each {usd_per_hour, kind, provider, source, seen} (see experiments.config.prices; an
     # untyped dict so `+gpu.prices.mine={usd_per_hour:0.2}` works on the command line; checked by validate()).
     prices: dict[str, Any] = field(default_factory=dict)
-    requires_gpu: bool = True  # a node declaring this tier must have a GPU matching gpu_name_patterns
-    # Substrings matched against the NVML GPU name to recognise a node of this tier.
-    gpu_name_patterns: list[str] = field(default_factory=list)
+    requires_gpu: bool = True  # a node declaring this tier must have a GPU of its identity (gpu_names, gpu_memory_gib)
+    # The tier's identity: the GPU's exact NVML names (as nvidia-smi --query-gpu=name prints them; case and spacing
+    # aside), e.g. ["NVIDIA H100 80GB HBM3"], so an SXM card is never priced as a PCIe one
+    gpu_names: list[str] = field(default_factory=list)
+    # ... and its total memory in GiB as NVML reports it, [low, high] inclusive (checked where known); []: any
+    gpu_memory_gib: list[float] = field(default_factory=list)
 
 
 @dataclass

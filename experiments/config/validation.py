@@ -50,6 +50,16 @@ def _check_positive_ints(key: str, values: Any, upper: int | None = None, upper_
             _fail(key, value, f"must not exceed {upper_key}={upper}")
 
 
+def _check_identity(tier: Any) -> None:
+    """A GPU tier names its GPU exactly; its memory bounds, where given, are a range."""
+    if tier.requires_gpu and not tier.gpu_names:
+        _fail("gpu.gpu_names", [], "a GPU tier names its GPU: its NVML names as nvidia-smi --query-gpu=name prints "
+                                   "them (or requires_gpu=false for a CPU tier)")
+    memory = list(tier.gpu_memory_gib)
+    if memory and (len(memory) != 2 or not 0 < memory[0] <= memory[1]):
+        _fail("gpu.gpu_memory_gib", memory, "give [low, high] in GiB with 0 < low <= high, or [] for any")
+
+
 def validate(cfg: TierbenchConfig) -> None:
     """Raise ConfigError on the first value that is not allowed (`cfg` is typed: `experiments.config.typed`)."""
     exp = cfg.experiment
@@ -57,6 +67,7 @@ def validate(cfg: TierbenchConfig) -> None:
     if price is None or not isinstance(price, int | float) or price < 0:
         _fail("gpu.price_per_hour_usd", price, "set a price >= 0 in USD per hour for this tier")
     validate_prices(cfg.gpu)
+    _check_identity(cfg.gpu)
     _check_list("experiment.backends", exp.backends, sorted(cfg.backends))
     _check_list("experiment.protocols", exp.protocols, PROTOCOLS)
     _check_list("experiment.input_formats", exp.input_formats, [str(f) for f in InputFormat])
