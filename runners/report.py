@@ -17,6 +17,7 @@ from pathlib import Path
 
 from experiments.config.capacity import DEFAULT_HEADROOM, FLAG_KEYS, Traffic, traffic
 from experiments.config.errors import ConfigError
+from experiments.config.prices import PRICE_MAX_AGE_DAYS
 
 log = logging.getLogger("tierbench.report")
 
@@ -49,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.add_argument(f"--{unit}-rps", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--baseline-tier", default=None,
                         help="tier the cross-tier ratios divide by (default: the first tier by name)")
+    parser.add_argument("--price-max-age-days", type=int, default=PRICE_MAX_AGE_DAYS,
+                        help=f"call a price stale when it was seen longer than this before the trials "
+                             f"(default {PRICE_MAX_AGE_DAYS})")
     parser.add_argument("--tracking-uri", default=None, help="MLflow store (default: as the sweep resolves it)")
     parser.add_argument("--experiment", default=None, help="MLflow experiment (default: mlflow.experiment)")
     parser.add_argument("--results-dir", default=None, help="where sweeps keep their folders (default: results_dir)")
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     configured_uri, experiment, results_dir = _config_defaults()
     uri = tracking_uri(args.tracking_uri or configured_uri)
-    options = ReportOptions(slo_p99_ms=args.slo_p99_ms, baseline_tier=args.baseline_tier, capacity=args.capacity)
+    options = ReportOptions(slo_p99_ms=args.slo_p99_ms, baseline_tier=args.baseline_tier, capacity=args.capacity,
+                            price_max_age_days=args.price_max_age_days)
     try:
         published = make_report(uri, args.experiment or experiment, args.sweep_id,
                                 Path(args.results_dir or results_dir), options,

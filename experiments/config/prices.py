@@ -6,6 +6,7 @@ endpoint's replicas behind its URL, `endpoint_nodes`, each rented at the tier's 
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from collections.abc import Mapping
@@ -27,6 +28,24 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 NODES_PARAM = "endpoint_nodes"
 # The trial param holding the hourly price its cost figures used, where that is not the tier's price (nodes > 1).
 PRICED_PARAM = "priced_usd_per_hour"
+
+
+# A price older than this (days since it was seen) is called stale by the report.
+PRICE_MAX_AGE_DAYS = 90
+SEEN_RE = re.compile(r"^(\d{4})(?:-(\d{1,2}))?(?:-(\d{1,2}))?$")
+
+
+def seen_date(seen: str) -> dt.date | None:
+    """The day a price was seen: `2026-03-10`, or the first of the month or year it names (`2026-11`, `2026`);
+    None when it names none."""
+    match = SEEN_RE.match(str(seen or "").strip())
+    if not match:
+        return None
+    year, month, day = (int(part) if part else 1 for part in match.groups())
+    try:
+        return dt.date(year, month, day)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

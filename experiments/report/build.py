@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.config.capacity import DEFAULT_HEADROOM, Traffic
+from experiments.config.prices import PRICE_MAX_AGE_DAYS
 from experiments.report import tables
 from experiments.report.answer import answer_lines
 from experiments.report.capacity_section import capacity_section, refuse_unpriced
@@ -20,7 +21,7 @@ from experiments.report.cross_tier_section import cross_tier_section
 from experiments.report.data import SweepData, nodes
 from experiments.report.deploy import deploy_section
 from experiments.report.method_section import method_section
-from experiments.report.prices_section import benchmark_cost_section, prices_section
+from experiments.report.prices_section import benchmark_cost_section, prices_section, stale_prices_note
 from experiments.report.render import Document
 from experiments.report.served import overloaded_section
 from experiments.report.slo_search_section import slo_search_section
@@ -37,6 +38,7 @@ class ReportOptions:
     baseline_tier: str | None = None
     capacity: Traffic | None = None  # size a capacity plan for this traffic (within slo_p99_ms, else the sweep's)
     source: str = ""  # where the runs were read (tracking URI and experiment), for the header
+    price_max_age_days: int = PRICE_MAX_AGE_DAYS  # a price seen longer than this before the trials is called stale
 
 
 @dataclass
@@ -65,6 +67,10 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
                  "one machine declaring the tier), not on that GPU. Their latency, throughput and cost figures "
                  "test the software only and say nothing about the named GPU; every table marks them "
                  "`(emulated)`.")
+    stale = stale_prices_note(data, options.price_max_age_days)
+    if stale:
+        doc.note(stale)
+        report.summary.append(f"some prices are older than {options.price_max_age_days} days: see the report's note")
     if data.superseded:
         doc.note(f"{data.superseded} older run(s) of trials that were run again are left out (the latest `ok` "
                  "run of each trial counts).")

@@ -3,8 +3,11 @@ cost" (each tier's node up time while the sweep held it, at the tier's primary p
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pandas as pd
 
+from experiments.config.prices import PRICE_MAX_AGE_DAYS, seen_date
 from experiments.report.data import SweepData
 from experiments.report.render import Document, format_frame, usd, usd_per_hour
 
@@ -38,3 +41,33 @@ def benchmark_cost_section(doc: Document, data: SweepData) -> list[str]:
     rows.append({"tier": "all tiers", "node up time": f"{minutes:.1f} min", "cost": usd(total)})
     doc.table(pd.DataFrame(rows), [False, True, True])
     return [f"this benchmark kept {len(held)} tier node(s) up for {minutes:.1f} min: {usd(total)}"]
+
+
+def stale_prices_note(data: SweepData, max_age_days: int = PRICE_MAX_AGE_DAYS) -> str | None:
+    """Which prices were older than `max_age_days` when the tier's trials ran (or have no date at all); None when
+    every price is current. A cost figure is only as current as its price."""
+    stale = []
+    for tier, info in data.tiers.items():
+        used = _last_trial_date(data.trials, tier)
+        for price in info.prices:
+            seen = seen_date(price.seen)
+            if seen is None:
+                stale.append(f"{info.label} {price.name} ${price.usd_per_hour:g}/h (no date given)")
+            elif (used - seen).days > max_age_days:
+                stale.append(f"{info.label} {price.name} ${price.usd_per_hour:g}/h (seen {price.seen}, "
+                             f"{(used - seen).days} days before the trials)")
+    if not stale:
+        return None
+    return (f"**Prices older than {max_age_days} days**: {'; '.join(stale)}. Cloud prices move (the same H100 offer "
+            "has moved by a third within months): check each source, then set `price_per_hour_usd` and `price_seen` "
+            "(or the entry under `prices`) in `conf/gpu/<tier>.yaml`, or override them for one sweep "
+            "(`gpu.price_per_hour_usd=... gpu.price_seen=YYYY-MM-DD`), and run the report again.")
+
+
+def _last_trial_date(trials: pd.DataFrame, tier: str) -> dt.date:
+    """When the tier's last trial started (MLflow gives a timestamp, or milliseconds); today when none did."""
+    starts = trials.loc[trials["tier"] == tier, "start_time"].dropna() if "start_time" in trials else pd.Series()
+    if starts.empty:
+        return dt.date.today()
+    last = starts.max()
+    return (pd.to_datetime(last, unit="ms") if isinstance(last, int | float) else pd.Timestamp(last)).date()
