@@ -97,3 +97,13 @@ def test_buckets_run_each_batch_padded_by_its_own_session(model_module: types.Mo
     np.testing.assert_array_equal(responses[1].output_tensors[0].as_numpy(), second * 2)
     (exact,) = model.execute([{"input": first}])
     assert shapes[-1] == (2, (2, 3)) and exact.output_tensors[0].as_numpy().shape == (2, 3)
+
+
+def test_without_buckets_merged_requests_run_as_one_batch_and_split_back(model_module: types.ModuleType,
+                                                                        doubling_onnx: Path) -> None:
+    model = model_module.TritonPythonModel()
+    model.initialize(_args(doubling_onnx, ["CPUExecutionProvider"]))
+    first, second = np.ones((2, 3), dtype=np.float32), np.full((3, 3), 4.0, dtype=np.float32)
+    one, two = model.execute([{"input": first}, {"input": second}])
+    np.testing.assert_array_equal(one.output_tensors[0].as_numpy(), first * 2)
+    np.testing.assert_array_equal(two.output_tensors[0].as_numpy(), second * 2)

@@ -92,8 +92,7 @@ class TritonPythonModel:
     def execute(self, requests: list) -> list:
         # With the dynamic batcher on, several requests arrive at once: one ONNX Runtime run for all of them.
         batches = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
-        merged = batches[0] if len(batches) == 1 else np.concatenate(batches)
-        logits = np.ascontiguousarray(self.run(merged), dtype=np.float32)
+        logits = np.ascontiguousarray(self.run(batches), dtype=np.float32)
         responses, start = [], 0
         for batch in batches:
             out = pb_utils.Tensor(self.output_name, logits[start:start + len(batch)])
@@ -101,19 +100,25 @@ class TritonPythonModel:
             start += len(batch)
         return responses
 
-    def run(self, batch: np.ndarray) -> np.ndarray:
-        """The logits of `batch`: by the session of the smallest bucket that holds it, its input padded up to that
-        size (the padding's rows are computed and dropped), else by the one session."""
-        size = len(batch)
+    def run(self, batches: list) -> np.ndarray:
+        """The logits of the requests' batches, in order: by the session of the smallest bucket that holds them all,
+        their inputs copied once into that bucket's buffer (rows past them keep what they held: computed and
+        dropped), else by the one session."""
+        size = sum(len(b) for b in batches)
         bucket = next((b for b in self.buckets if b >= size), None)
-        if bucket is None:
-            (logits,) = self.session.run([self.output_name], {self.input_name: batch})
-            return logits
-        if bucket != size:
-            buffer = self.padded.get(bucket)
-            if buffer is None or buffer.shape[1:] != batch.shape[1:] or buffer.dtype != batch.dtype:
-                buffer = self.padded[bucket] = np.zeros((bucket, *batch.shape[1:]), dtype=batch.dtype)
-            buffer[:size] = batch
-            batch = buffer
-        (logits,) = self.sessions[bucket].run([self.output_name], {self.input_name: batch})
+        if len(batches) == 1 and bucket in (None, size):
+            feed = batches[0]  # one request of a bucket's size (or no buckets): no copy at all
+        elif bucket is None:
+            feed = np.concatenate(batches)
+        else:
+            feed = self.padded.get(bucket)
+            first = batches[0]
+            if feed is None or feed.shape[1:] != first.shape[1:] or feed.dtype != first.dtype:
+                feed = self.padded[bucket] = np.zeros((bucket, *first.shape[1:]), dtype=first.dtype)
+            offset = 0
+            for batch in batches:
+                feed[offset:offset + len(batch)] = batch
+                offset += len(batch)
+        session = self.session if bucket is None else self.sessions[bucket]
+        (logits,) = session.run([self.output_name], {self.input_name: feed})
         return logits[:size]
