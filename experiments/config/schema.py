@@ -29,6 +29,19 @@ RESOURCE_PREFIX = "tier_"
 
 
 @dataclass
+class OwnedConfig:
+    """The tier priced as hardware you own instead of rent (experiments.config.owned): the purchase amortised over
+    the hours it serves, plus the energy it draws while serving. Off until `hardware_usd` is set."""
+
+    hardware_usd: float | None = None  # what one node cost to buy (its GPUs, host, a share of the rack); null: off
+    life_years: float = 3.0  # years the purchase is written off over
+    utilisation: float = 0.5  # the share of those years the node serves at the measured throughput
+    usd_per_kwh: float = 0.15  # electricity, cooling included (a data centre's PUE times its tariff)
+    host_watts: float = 0.0  # the node's draw beyond its GPUs' measured power (CPUs, fans); a CPU node's whole draw
+    source: str = ""  # where the purchase price and tariff come from
+
+
+@dataclass
 class GpuTierConfig:
     """A GPU tier: what it is called, what it costs and how its nodes are recognised."""
 
@@ -47,6 +60,7 @@ class GpuTierConfig:
     gpu_names: list[str] = field(default_factory=list)
     # ... and its total memory in GiB as NVML reports it, [low, high] inclusive (checked where known); []: any
     gpu_memory_gib: list[float] = field(default_factory=list)
+    owned: OwnedConfig = field(default_factory=OwnedConfig)  # rent vs own: the report prices the tier both ways
 
 
 @dataclass

@@ -13,6 +13,7 @@ from experiments.config.capacity import check_capacity
 from experiments.config.choices import ClientPlacement, LoadEngine, LoadMode, TrialMatrix
 from experiments.config.errors import ConfigError
 from experiments.config.model_check import check_model
+from experiments.config.owned import validate_owned
 from experiments.config.prices import validate_prices
 from experiments.config.schema import (
     CLUSTER_SWITCHES,
@@ -68,6 +69,7 @@ def validate(cfg: TierbenchConfig) -> None:
         _fail("gpu.price_per_hour_usd", price, "set a price >= 0 in USD per hour for this tier")
     validate_prices(cfg.gpu)
     _check_identity(cfg.gpu)
+    validate_owned(cfg.gpu.owned)
     _check_list("experiment.backends", exp.backends, sorted(cfg.backends))
     _check_list("experiment.protocols", exp.protocols, PROTOCOLS)
     _check_list("experiment.input_formats", exp.input_formats, [str(f) for f in InputFormat])

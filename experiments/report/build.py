@@ -21,6 +21,7 @@ from experiments.report.cross_tier_section import cross_tier_section
 from experiments.report.data import SweepData, nodes
 from experiments.report.deploy import deploy_section
 from experiments.report.method_section import method_section
+from experiments.report.owned_section import rent_or_own_section
 from experiments.report.prices_section import benchmark_cost_section, prices_section, stale_prices_note
 from experiments.report.render import Document
 from experiments.report.served import overloaded_section
@@ -89,6 +90,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     report.summary += ceiling_section(doc, data, labels, floors)
     overloaded_section(doc, data, labels)
     prices_section(doc, data)
+    report.summary += rent_or_own_section(doc, data, labels)
     if options.capacity is not None:
         report.summary += capacity_section(doc, report.images, folder, data, labels, options.capacity,
                                            options.slo_p99_ms)

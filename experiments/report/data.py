@@ -12,6 +12,8 @@ from typing import Any
 import pandas as pd
 
 from experiments.config.choices import LoadMode
+from experiments.config.owned import PARAM_PREFIX as OWNED_PREFIX
+from experiments.config.owned import Owned, owned_from_params
 from experiments.config.prices import NODES_PARAM, Price, node_count, prices_from_params
 from experiments.measure.efficiency import VERDICT_TAGS
 from experiments.report.marks import other_engine, trial_marks
@@ -47,6 +49,7 @@ class TierInfo:
     gpu_name: str = ""
     emulated: bool = False
     prices: list[Price] = field(default_factory=list)
+    owned: Owned | None = None  # the tier priced as owned hardware (`gpu.owned`); None: rented only
     # What the sweep ran on this tier (`experiment=`, `model=`): the command that measures more of it says them.
     experiment: str = ""
     model: str = ""
@@ -260,6 +263,8 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
             extra[name] = values if known is None else known.combine_first(values)
         elif col.startswith("params.price_") and col.endswith("_per_hour_usd"):
             extra[col.removeprefix("params.")] = pd.to_numeric(runs[col], errors="coerce")
+        elif col.startswith(f"params.{OWNED_PREFIX}"):  # ownership assumptions: the tier's, on every trial
+            extra[col.removeprefix("params.")] = runs[col]
     out = pd.concat([out.drop(columns=[name for name in extra if name in out]), pd.DataFrame(extra, index=out.index)],
                     axis=1)
     out["stack"] = out["variant"] + "/" + out["protocol"] + "/" + out["input_format"]
@@ -318,12 +323,17 @@ def tier_infos(tier_runs: pd.DataFrame, trials: pd.DataFrame) -> dict[str, TierI
             info.model = str(params.get("model", ""))
             info.emulated = info.emulated or str(row.get("tags.emulated", "false")).lower() == "true"
             info.prices = prices_from_params(params)
+            info.owned = owned_from_params(params)
             for metric in ("node_uptime_s", "sweep_cost_usd"):
                 value = row.get(f"metrics.{metric}")
                 if value is not None and pd.notna(value):
                     setattr(info, metric, float(value))
         if not info.model and "model" in rows and rows["model"].notna().any():
             info.model = str(rows["model"].dropna().iloc[0])
+        if info.owned is None:  # no tier run: the trials carry the ownership assumptions too
+            first = rows.iloc[0]
+            info.owned = owned_from_params({c: first[c] for c in rows.columns
+                                            if c.startswith(OWNED_PREFIX) and pd.notna(first[c])})
         if not info.prices:  # no tier run: the trial params still carry every price, without sources
             first = rows.iloc[0]
             info.prices = prices_from_params({c: first[c] for c in rows.columns

@@ -21,6 +21,7 @@ from experiments.cluster.node_loss import NodeLoss, NodeLostError
 from experiments.cluster.placement import NodeTime, TierPlacement, hold_tier_node
 from experiments.cluster.tiers import tier_gpu_problem
 from experiments.cluster.waiting import NodeWaitTimeout, wait_for_tier_node
+from experiments.config.owned import owned_params
 from experiments.config.prices import tier_price_params
 from experiments.config.schema import GpuTierConfig, TierbenchConfig
 from experiments.config.search import space_of
@@ -298,7 +299,7 @@ class TierSweep:
                 "price_per_hour_usd": gpu.price_per_hour_usd, "price_source": gpu.price_source,
                 "price_seen": gpu.price_seen, "model": self.cfg.model.name, "experiment": self.cfg.experiment.name,
                 "node_hostname": node.hostname, "driver_version": node.driver_version or "",
-                "cuda_version": node.cuda_version or "", **tier_price_params(gpu)}
+                "cuda_version": node.cuda_version or "", **tier_price_params(gpu), **owned_params(gpu.owned)}
 
     def _save_server_file(self, variant: str, name: str, text: str) -> None:
         """Server logs and rendered configs: into the run folder, then onto the tier run."""

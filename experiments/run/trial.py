@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from experiments.config.choices import LoadMode
+from experiments.config.owned import owned_params
 from experiments.config.prices import (
     PRICED_PARAM,
     cost_per_1k_images,
@@ -84,6 +85,7 @@ def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: Serve
         "gpu_name": node.gpu_name,
         "price_per_hour_usd": cfg.gpu.price_per_hour_usd,
         **trial_price_params(cfg.gpu),
+        **owned_params(cfg.gpu.owned),
         "server_mode": handle.server_mode if handle else settings.server_mode_hint,
         "node_hostname": node.hostname,
         **gpu_params(node),
