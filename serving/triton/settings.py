@@ -81,15 +81,15 @@ class TritonSettings(BackendSettings):
     preferred_batch_sizes: list[int] = field(default_factory=list)  # e.g. [8, 16]: sizes the batcher aims for
     # One ONNX Runtime session per batch size here (the bundled server's Python backend): a merged batch is padded up
     # to the next and run by that size's own session. On CUDA a session whose input shape differs from its last call
-    # pays 40-240 ms (cuDNN's plans for every convolution, measured on an H100), so a batcher handing one session 8,
-    # then 11, then 16 images collapses; a session per size never changes shape. null: on the CUDA EP with the dynamic
-    # batcher, powers of two up to max_batch_size, else none; []: one session for every shape
+    # pays 40-240 ms (measured on an H100, docs/gpu.md), so a batcher handing one session 8, then 11, then 16 images
+    # collapses; a session per size never changes shape. null: on the CUDA EP with the dynamic batcher, powers of two
+    # up to max_batch_size, else none; []: one session for every shape
     batch_buckets: list[int] | None = None
     # ONNX Runtime's CUDA EP options for the Python backend's sessions (e.g. cudnn_conv_algo_search: HEURISTIC: a new
     # batch shape's first call took 40 ms instead of 110-890 ms on an H100, a shorter start); {}: its defaults
     cuda_options: dict[str, str] = field(default_factory=dict)
     # The Python backend's shared memory with the server, MiB: the first region and each growth step (every request's
-    # tensors pass through it); null: the backend's defaults (1 MiB steps)
+    # tensors pass through it); null: the backend's defaults
     python_shm_mib: int | None = None
     preprocess_instance_count: int | None = None  # JPEG decoding (the ensemble's Python model): null = one per
     #                                               core, up to 8
