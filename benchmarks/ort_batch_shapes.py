@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import report  # noqa: E402
 from experiments.config.compose import load_config  # noqa: E402
 
-COLUMNS = ["provider", "options", "sessions", "batch", "fixed_ms", "rotating_ms", "rotating_over_fixed", "first_call_ms"]
+COLUMNS = ["provider", "options", "sessions", "batch", "fixed_ms", "rotating_ms", "rotating_over_fixed",
+           "first_call_ms"]
 
 
 def session_for(onnx_path: str, provider: str, options: dict[str, str]) -> Any:

@@ -5,7 +5,8 @@ to Triton's) and pytorch_batched_20ms (a wait long enough for batches to fill wh
 Triton's triton_onnx vs triton_onnx_dynbatch (dynamic batcher, 2 ms queue delay). A server's variants are
 started side by side on this machine (`gpu=local`) and measured with the sweep's own machinery (client actors,
 warm-up, common window) on one protocol, tensor input, batch size 1 unless told (many small requests, where a
-server-side batcher can help). Windows alternate between the variants (forward, then reverse order) for several rounds, so
+server-side batcher can help). Windows alternate between the variants (forward, then reverse order) for several rounds,
+so
 load that other processes put on the machine hits all alike; the table gives each round's on/off throughput
 ratio, their median, and the images per forward pass each server reported (`server_batch_avg`). Writes JSON.
 
@@ -164,16 +165,19 @@ def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], no
                                      node.cpu_count)
                     rows.append({"variant": name, "server_batching": handles[name].params["server_batching"],
                                  "server_batch_wait_ms": handles[name].params["server_batch_wait_ms"],
-                                 "batch_size": batch, "concurrency": conc, "round": round_index, "throughput_img_s": m["throughput_img_s"],
+                                 "batch_size": batch, "concurrency": conc, "round": round_index,
+                                 "throughput_img_s": m["throughput_img_s"],
                                  "latency_p50_ms": m["latency_p50_ms"], "latency_p99_ms": m["latency_p99_ms"],
                                  "server_batch_avg": m.get("server_batch_avg"), "load_average": os.getloadavg()[0],
                                  **{key: m.get(key) for key in WHY}, "bottleneck": str(judged.bottleneck),
                                  "evidence": judged.evidence,
                                  "busiest_thread": record.params.get("server_busiest_thread")})
-                    print(f"  {name:<22} b{batch:<3} c{conc:<3} round {round_index}: {m['throughput_img_s']:7.1f} img/s  "
-                          f"p50 {m['latency_p50_ms']:7.1f} ms  images/pass {m.get('server_batch_avg') or 0:5.2f}  "
-                          f"queue {m.get('server_queue_ms') or 0:.1f} ms  infer {m.get('server_compute_infer_ms') or 0:.1f}"
-                          f" ms  GPU busy {_pct(m.get('gpu_util_pct'))}  server CPU {m.get('server_cpu_cores') or 0:.2f}"
+                    print(f"  {name:<22} b{batch:<3} c{conc:<3} round {round_index}: "
+                          f"{m['throughput_img_s']:7.1f} img/s  p50 {m['latency_p50_ms']:7.1f} ms  "
+                          f"images/pass {m.get('server_batch_avg') or 0:5.2f}  "
+                          f"queue {m.get('server_queue_ms') or 0:.1f} ms  "
+                          f"infer {m.get('server_compute_infer_ms') or 0:.1f} ms  "
+                          f"GPU busy {_pct(m.get('gpu_util_pct'))}  server CPU {m.get('server_cpu_cores') or 0:.2f}"
                           f" cores, busiest thread {m.get('server_thread_cpu_max') or 0:.2f} "
                           f"({record.params.get('server_busiest_thread')})  verdict {judged.bottleneck}: "
                           f"{judged.evidence}", flush=True)
@@ -229,7 +233,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             clients.close()
     return {"protocol": args.protocol, "batch_size": args.batch_size, "tier": cfg.gpu.name,
-            "variants": {name: f"{base}: {'; '.join(settings)}" for name, base, settings in args.variant}, "window_s": args.window,
+            "variants": {name: f"{base}: {'; '.join(settings)}" for name, base, settings in args.variant},
+            "window_s": args.window,
             "warmup_s": args.warmup, "rounds": args.rounds, "seconds": time.time() - started,
             "node": node.gpu_name, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_average_before": load_before, "load_average_after": os.getloadavg(),
@@ -241,7 +246,8 @@ def print_table(result: dict[str, Any]) -> None:
           f"{result['rounds']} alternating rounds of {result['window_s']} s windows on {result['node']} "
           f"(load average before/after {result['load_average_before'][0]:.1f} / "
           f"{result['load_average_after'][0]:.1f})")
-    print(f"{'server':<12}{'batching variant':<24}{'batch':>6}{'conc':>6}{'images/pass':>13}{'median on/off':>15}   per round")
+    print(f"{'server':<12}{'batching variant':<24}{'batch':>6}{'conc':>6}{'images/pass':>13}{'median on/off':>15}"
+          "   per round")
     for ratio in result["ratios"]:
         rounds = "  ".join(f"{r:.2f}x" for r in ratio["on_over_off_per_round"])
         per_pass = ratio["images_per_pass_median"]

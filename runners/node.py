@@ -1,6 +1,7 @@
 """`python -m runners.node --address HEAD:6379`: join this machine to a tierbench Ray cluster, its tier declared.
 
-The tier comes from the GPU (NVML's name and memory against each tier's `gpu_names` and `gpu_memory_gib` in conf/gpu/*.yaml) or from `--tier`
+The tier comes from the GPU (NVML's name and memory against each tier's `gpu_names` and `gpu_memory_gib` in
+conf/gpu/*.yaml) or from `--tier`
 (a GPU tier only on a node with its GPU, or with `--emulated`); `--client-pool` makes the node a load generator for
 `clients.placement=separate`; `--head` starts the cluster's head instead of joining one. It checks the node with
 `runners.doctor` (`--skip-doctor` joins without), then runs `ray start` with the tier as the custom resource

@@ -98,7 +98,8 @@ def test_the_doctor_command_exits_non_zero_for_a_tier_the_node_cannot_serve(caps
 def test_runners_node_refuses_a_gpu_tier_without_its_gpu_before_ray_starts(capsys: pytest.CaptureFixture) -> None:
     code = node_cli.main(["--address", "127.0.0.1:9", "--tier", "a100"])  # not a dry run: would start Ray if let
     err = capsys.readouterr().err
-    assert code == 2 and "--tier a100: tier a100 (NVIDIA A100 SXM4 80GB) needs a GPU named 'NVIDIA A100-SXM4-80GB'" in err
+    assert code == 2
+    assert "--tier a100: tier a100 (NVIDIA A100 SXM4 80GB) needs a GPU named 'NVIDIA A100-SXM4-80GB'" in err
     assert "this node has no NVIDIA GPU" in err and "--emulated" in err
 
 

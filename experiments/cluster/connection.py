@@ -104,7 +104,8 @@ def require_local_tiers(requested: list[str], declared: list[str]) -> None:
     tiers = known_tiers()
     gpus = nvml_gpus()
     why = f" ({gpus.problem})" if gpus.problem else ""
-    lines = [f"gpu={tier} with cluster=local: {tier_gpu_problem(tiers[tier], gpus.names, gpus.memory_mib) or 'not this machine'}"
+    lines = [f"gpu={tier} with cluster=local: "
+             f"{tier_gpu_problem(tiers[tier], gpus.names, gpus.memory_mib) or 'not this machine'}"
              f"{why}; cluster=local declares only this machine's tiers {declared}" for tier in missing]
     raise TierMismatchError("\n".join(lines) + ". Run the sweep on a node of the tier, join one to a cluster "
                             "(cluster=address), or try the tier without its GPU with cluster=emulated (every result "

@@ -97,7 +97,8 @@ def tiers_for_gpu(gpu_names: Sequence[str], memory_mib: Sequence[int] = (),
 def identity(tier_cfg: GpuTierConfig) -> str:
     """The tier's identity in words, e.g. `a GPU named 'NVIDIA H100 PCIe' with 79-81 GiB`."""
     names = " or ".join(repr(n) for n in tier_cfg.gpu_names) or "(no GPU names: add gpu_names)"
-    memory = f" with {tier_cfg.gpu_memory_gib[0]:g}-{tier_cfg.gpu_memory_gib[1]:g} GiB" if tier_cfg.gpu_memory_gib else ""
+    low_high = tier_cfg.gpu_memory_gib
+    memory = f" with {low_high[0]:g}-{low_high[1]:g} GiB" if low_high else ""
     return f"a GPU named {names}{memory}"
 
 
@@ -114,7 +115,8 @@ def tier_gpu_problem(tier_cfg: GpuTierConfig, gpu_names: Sequence[str], memory_m
     where = (f"; it is a node of tier {' or '.join(others)}" if others else
              "; no tier in conf/gpu/ has it: add its NVML name to a tier's gpu_names, or a conf/gpu/<tier>.yaml with "
              "its price" if gpu_names else "")
-    return f"tier {tier_cfg.name} ({tier_cfg.display_name}) needs {identity(tier_cfg)}, and this node has {found}{where}"
+    return (f"tier {tier_cfg.name} ({tier_cfg.display_name}) needs {identity(tier_cfg)}, and this node has "
+            f"{found}{where}")
 
 
 def tiers_of_nodes(nodes: list[dict[str, Any]]) -> dict[str, list[str]]:

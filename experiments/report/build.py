@@ -68,10 +68,9 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
                  "one machine declaring the tier), not on that GPU. Their latency, throughput and cost figures "
                  "test the software only and say nothing about the named GPU; every table marks them "
                  "`(emulated)`.")
-    stale = stale_prices_note(data, options.price_max_age_days)
+    stale = stale_prices_note(data, options.price_max_age_days) if not ok.empty else None  # nothing priced else
     if stale:
         doc.note(stale)
-        report.summary.append(f"some prices are older than {options.price_max_age_days} days: see the report's note")
     if data.superseded:
         doc.note(f"{data.superseded} older run(s) of trials that were run again are left out (the latest `ok` "
                  "run of each trial counts).")
@@ -85,6 +84,8 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     if repeated:
         doc.note(repeated)
     _answer(doc, report, data, labels, options)
+    if stale:
+        report.summary.append(f"some prices are older than {options.price_max_age_days} days: see the report's note")
     report.summary += deploy_section(doc, data, labels)
     floors = tier_floors(ok, prices)  # each tier at its best in-process throughput: the section and the Pareto plot
     report.summary += ceiling_section(doc, data, labels, floors)

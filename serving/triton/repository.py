@@ -146,7 +146,8 @@ def native_onnxruntime(config: mc.ModelConfig, variant: TritonVariant) -> None:
                          "Runtime backend keeps one: set the variant's server: bundled, or batch_buckets: []")
     if variant.cuda_options:
         raise ValueError("cuda_options reach the bundled server's Python backend only; NVIDIA's native ONNX Runtime "
-                         "backend takes its own model parameters: set the variant's server: bundled, or cuda_options: {}")
+                         "backend takes its own model parameters: set the variant's server: bundled, or "
+                         "cuda_options: {}")
     config.instance_group.add(count=variant.instance_count, kind=_instance_kind(variant))
     if variant.ort_threads:
         config.parameters["intra_op_thread_count"].string_value = str(variant.ort_threads)

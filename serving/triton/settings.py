@@ -146,15 +146,16 @@ class TritonSettings(BackendSettings):
             problems.append(self.refuse(name, "cuda_options", "they apply to ONNX Runtime's CUDA EP: accelerator cuda "
                                                               "or tensorrt (or {})"))
         if self.batch_buckets and any(not 0 < size <= limit for size in self.batch_buckets):
-            problems.append(self.refuse(name, "batch_buckets", f"each must be in 1..{limit_key}={limit} (the largest is "
-                                                               "added when missing), or [] (none), or null (automatic)"))
+            problems.append(self.refuse(name, "batch_buckets", f"each must be in 1..{limit_key}={limit} (the "
+                                                               "largest is added when missing), or [] (none), or "
+                                                               "null (automatic)"))
         if self.batch_buckets and self.server == TritonServerKind.NATIVE:
             problems.append(self.refuse(name, "batch_buckets", "they are sessions of the bundled server's Python "
                                                                "backend (server: bundled, or [] / null)"))
         if self.cuda_options and self.server == TritonServerKind.NATIVE:
-            problems.append(self.refuse(name, "cuda_options", "they reach the bundled server's Python backend; NVIDIA's "
-                                                              "native ONNX Runtime backend takes its own model "
-                                                              "parameters (server: bundled, or {})"))
+            problems.append(self.refuse(name, "cuda_options", "they reach the bundled server's Python backend; "
+                                                              "NVIDIA's native ONNX Runtime backend takes its own "
+                                                              "model parameters (server: bundled, or {})"))
         if self.num_gpus < 0:
             problems.append(self.refuse(name, "num_gpus", "a share of a GPU >= 0 (0: ask Ray for none)"))
         for key, unit in (("max_queue_delay_us", "microseconds"), ("max_queue_size", "requests queued; 0: no limit"),
