@@ -79,7 +79,8 @@ def diagnose(node: NodeInfo, tier: str | None, emulated: bool = False) -> Diagno
     from experiments.config.compose import load_config
 
     cfg = load_config([f"gpu={tier}"])
-    problem = None if emulated else tier_gpu_problem(cfg.gpu, node.gpu_names, node.gpu_memory_mib)
+    problem = None if emulated else tier_gpu_problem(cfg.gpu, node.gpu_names, node.gpu_memory_mib,
+                                                        cpu_count=node.cpu_count)
     return Diagnosis(tier, problem, backend_verdicts(cfg, node, emulated))
 
 

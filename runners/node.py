@@ -62,7 +62,8 @@ def resolve_tier(args: argparse.Namespace) -> str | None:
     if args.tier not in tiers:
         raise NodeSetupError(f"--tier {args.tier}: unknown tier; choose from {sorted(tiers)} (conf/gpu/*.yaml)")
     gpus = nvml_gpus()
-    problem = None if args.emulated else tier_gpu_problem(tiers[args.tier], gpus.names, gpus.memory_mib)
+    problem = None if args.emulated else tier_gpu_problem(tiers[args.tier], gpus.names, gpus.memory_mib,
+                                                              cpu_count=os.cpu_count())
     if problem:
         raise NodeSetupError(f"--tier {args.tier}: {problem}{f' ({gpus.problem})' if gpus.problem else ''}: its "
                              "figures would be filed under a GPU it does not have. Join with the tier its GPU matches "

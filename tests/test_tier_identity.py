@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.cluster.tiers import known_tiers, tier_gpu_problem, tiers_for_gpu
+from experiments.cluster.tiers import cpu_tiers_for, known_tiers, tier_gpu_problem, tiers_for_gpu
 from experiments.config.errors import ConfigError
 
 # (NVML name, total memory in MiB as NVML reports it, the tier it is; None: no tier is that card)
@@ -50,6 +50,17 @@ def test_a_card_of_another_tier_is_refused_naming_the_tier_it_is() -> None:
     assert "no tier in conf/gpu/ has it: add its NVML name to a tier's gpu_names" in unknown
     assert tier_gpu_problem(tiers["h100_sxm"], ["NVIDIA H100 80GB HBM3"], [81559]) is None
     assert tier_gpu_problem(tiers["c7i_2xlarge"], [], []) is None, "a CPU tier needs no GPU"
+
+
+def test_a_cpu_tier_is_a_node_of_its_cpus_and_no_gpu() -> None:
+    tiers = known_tiers()
+    cpu = tiers["c7i_2xlarge"]
+    assert tier_gpu_problem(cpu, [], [], cpu_count=8) is None
+    assert tier_gpu_problem(cpu, [], [], cpu_count=2).endswith("is a CPU node of 8 logical CPUs, and this node has 2")
+    with_gpu = tier_gpu_problem(cpu, ["NVIDIA L4"], [23034], cpu_count=8)
+    assert "its GPU variants would be priced as a CPU node" in with_gpu
+    assert cpu_tiers_for(8) == ["c7i_2xlarge"] and cpu_tiers_for(2) == [] and cpu_tiers_for(8, ["NVIDIA L4"]) == []
+    assert tier_gpu_problem(tiers["local"], ["NVIDIA L4"], [23034], cpu_count=3) is None, "local is any machine"
 
 
 def test_the_right_name_with_the_wrong_memory_is_not_the_tier_and_unknown_memory_is_not_held_against_it() -> None:

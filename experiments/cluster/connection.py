@@ -25,6 +25,7 @@ from experiments.cluster.tiers import (
     CLIENT_POOL_RESOURCE,
     EMULATED_RESOURCE,
     RESOURCE_PREFIX,
+    cpu_tiers_for,
     known_tiers,
     node_declaration,
     tier_gpu_problem,
@@ -91,7 +92,7 @@ def local_node_tiers() -> list[str]:
     from serving.node import nvml_gpus
 
     gpus = nvml_gpus()
-    return ["local", *tiers_for_gpu(gpus.names, gpus.memory_mib)]
+    return ["local", *tiers_for_gpu(gpus.names, gpus.memory_mib), *cpu_tiers_for(os.cpu_count() or 1, gpus.names)]
 
 
 def require_local_tiers(requested: list[str], declared: list[str]) -> None:
@@ -104,8 +105,9 @@ def require_local_tiers(requested: list[str], declared: list[str]) -> None:
     tiers = known_tiers()
     gpus = nvml_gpus()
     why = f" ({gpus.problem})" if gpus.problem else ""
-    lines = [f"gpu={tier} with cluster=local: "
-             f"{tier_gpu_problem(tiers[tier], gpus.names, gpus.memory_mib) or 'not this machine'}"
+    problems = {tier: tier_gpu_problem(tiers[tier], gpus.names, gpus.memory_mib, cpu_count=os.cpu_count())
+                for tier in missing}
+    lines = [f"gpu={tier} with cluster=local: {problems[tier] or 'not this machine'}"
              f"{why}; cluster=local declares only this machine's tiers {declared}" for tier in missing]
     raise TierMismatchError("\n".join(lines) + ". Run the sweep on a node of the tier, join one to a cluster "
                             "(cluster=address), or try the tier without its GPU with cluster=emulated (every result "

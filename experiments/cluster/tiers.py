@@ -102,12 +102,33 @@ def identity(tier_cfg: GpuTierConfig) -> str:
     return f"a GPU named {names}{memory}"
 
 
+def cpu_tier_problem(tier_cfg: GpuTierConfig, gpu_names: Sequence[str], cpu_count: int | None) -> str | None:
+    """Why a node is not a node of this CPU tier (its CPUs, and no GPU); None when it is, or the tier names no CPUs."""
+    if tier_cfg.cpus is None:
+        return None
+    wanted = f"tier {tier_cfg.name} ({tier_cfg.display_name}) is a CPU node of {tier_cfg.cpus} logical CPUs"
+    if gpu_names:
+        return (f"{wanted} and no GPU, and this node has GPU {', '.join(repr(n) for n in gpu_names)}: its GPU "
+                "variants would be priced as a CPU node")
+    if cpu_count is not None and cpu_count != tier_cfg.cpus:
+        return f"{wanted}, and this node has {cpu_count}"
+    return None
+
+
+def cpu_tiers_for(cpu_count: int, gpu_names: Sequence[str] = (), conf_dir: Path = CONF_GPU_DIR) -> list[str]:
+    """The CPU tiers this node is exactly (their CPUs, no GPU)."""
+    return [name for name, tier in known_tiers(conf_dir).items()
+            if tier.cpus is not None and not tier.requires_gpu and cpu_tier_problem(tier, gpu_names, cpu_count) is None]
+
+
 def tier_gpu_problem(tier_cfg: GpuTierConfig, gpu_names: Sequence[str], memory_mib: Sequence[int] = (),
-                     conf_dir: Path = CONF_GPU_DIR) -> str | None:
-    """Why a node with these GPUs is not a node of this tier, naming the tier it is, if any; None when it is, or when
-    the tier needs no GPU (`requires_gpu: false`, e.g. `local`). One rule for runners.node, runners.doctor and the
-    tier job."""
-    if not tier_cfg.requires_gpu or gpu_matches_tier(tier_cfg, gpu_names, memory_mib):
+                     conf_dir: Path = CONF_GPU_DIR, cpu_count: int | None = None) -> str | None:
+    """Why a node with this hardware is not a node of this tier, naming the tier it is, if any; None when it is, or
+    when the tier asks for nothing (`requires_gpu: false` without `cpus`, e.g. `local`). One rule for runners.node,
+    runners.doctor and the tier job."""
+    if not tier_cfg.requires_gpu:
+        return cpu_tier_problem(tier_cfg, gpu_names, cpu_count)
+    if gpu_matches_tier(tier_cfg, gpu_names, memory_mib):
         return None
     found = ("GPU " + ", ".join(f"{name!r}" + (f" ({memory / 1024:.1f} GiB)" if memory else "")
                                 for name, memory in _gpus(gpu_names, memory_mib))) if gpu_names else "no NVIDIA GPU"

@@ -60,6 +60,9 @@ class GpuTierConfig:
     gpu_names: list[str] = field(default_factory=list)
     # ... and its total memory in GiB as NVML reports it, [low, high] inclusive (checked where known); []: any
     gpu_memory_gib: list[float] = field(default_factory=list)
+    # A CPU tier's identity (requires_gpu: false): the node's logical CPUs, and no GPU (its GPU variants would be
+    # priced as a CPU node); null: any machine (`local`)
+    cpus: int | None = None
     owned: OwnedConfig = field(default_factory=OwnedConfig)  # rent vs own: the report prices the tier both ways
 
 

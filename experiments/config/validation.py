@@ -56,6 +56,8 @@ def _check_identity(tier: Any) -> None:
     if tier.requires_gpu and not tier.gpu_names:
         _fail("gpu.gpu_names", [], "a GPU tier names its GPU: its NVML names as nvidia-smi --query-gpu=name prints "
                                    "them (or requires_gpu=false for a CPU tier)")
+    if tier.cpus is not None and (tier.requires_gpu or not isinstance(tier.cpus, int) or tier.cpus <= 0):
+        _fail("gpu.cpus", tier.cpus, "a CPU tier's logical CPUs, a positive integer, with requires_gpu=false (or null)")
     memory = list(tier.gpu_memory_gib)
     if memory and (len(memory) != 2 or not 0 < memory[0] <= memory[1]):
         _fail("gpu.gpu_memory_gib", memory, "give [low, high] in GiB with 0 < low <= high, or [] for any")

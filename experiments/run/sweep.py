@@ -351,7 +351,8 @@ class TierSweep:
 def refuse_wrong_gpu(tier_cfg: GpuTierConfig, node: NodeInfo, emulated: bool) -> None:
     """A node that declares a GPU tier without its GPU would file its figures under the tier's name: refuse it
     (an emulated cluster's nodes stand in for tiers on purpose; their results are tagged emulated)."""
-    problem = None if emulated else tier_gpu_problem(tier_cfg, node.gpu_names, node.gpu_memory_mib)
+    problem = None if emulated else tier_gpu_problem(tier_cfg, node.gpu_names, node.gpu_memory_mib,
+                                                         cpu_count=node.cpu_count)
     if problem:
         nvml = f" ({node.gpu_problem})" if node.gpu_problem else ""
         raise TierMismatchError(
