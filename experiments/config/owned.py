@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from experiments.config.errors import ConfigError
 from experiments.config.prices import cost_per_1k_images
-
-if TYPE_CHECKING:
-    from experiments.config.schema import OwnedConfig
+from experiments.config.schema import OwnedConfig
 
 HOURS_PER_YEAR = 8760
 PARAM_PREFIX = "owned_"
@@ -25,14 +23,15 @@ KEYS = ("hardware_usd", "life_years", "utilisation", "usd_per_kwh", "host_watts"
 
 @dataclass(frozen=True)
 class Owned:
-    """A tier's ownership assumptions (`gpu.owned`), as the report reads them back from the tier's params."""
+    """A tier's ownership assumptions (`gpu.owned`, whose schema holds their defaults), as the report reads them
+    back from the tier's params."""
 
     hardware_usd: float
-    life_years: float = 3.0
-    utilisation: float = 0.5
-    usd_per_kwh: float = 0.15
-    host_watts: float = 0.0
-    source: str = ""
+    life_years: float
+    utilisation: float
+    usd_per_kwh: float
+    host_watts: float
+    source: str
 
     @property
     def purchase_usd_per_hour(self) -> float:
@@ -84,10 +83,13 @@ def owned_params(owned: OwnedConfig) -> dict[str, Any]:
 
 
 def owned_from_params(params: dict[str, Any]) -> Owned | None:
-    """The inverse of `owned_params` (MLflow gives params back as text)."""
+    """The inverse of `owned_params` (MLflow gives params back as text); a key missing there takes the schema's
+    default."""
     hardware = params.get(f"{PARAM_PREFIX}hardware_usd")
     if hardware in (None, "", "None"):
         return None
+    defaults = OwnedConfig()
     values = {key: params.get(f"{PARAM_PREFIX}{key}") for key in KEYS[1:-1]}
-    return Owned(float(hardware), **{k: float(v) for k, v in values.items() if v not in (None, "")},
+    return Owned(float(hardware), **{k: float(v) if v not in (None, "") else getattr(defaults, k)
+                                     for k, v in values.items()},
                  source=str(params.get(f"{PARAM_PREFIX}source") or ""))
