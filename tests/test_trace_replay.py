@@ -103,7 +103,7 @@ def test_the_compiled_engine_gets_the_replays_gaps_as_its_schedule_file() -> Non
     from serving.clients.wire import WireRequest
 
     replay = Replay((0.5, 1.0), 1.0)
-    load = CompiledLoad(WireRequest("http1", "127.0.0.1", 1, b"x"), LoadPoint(LoadMode.TRACE, 40.0, replay), 1.0, 1,
+    load = CompiledLoad(WireRequest("http1", "127.0.0.1", 1, (b"x",)), LoadPoint(LoadMode.TRACE, 40.0, replay), 1.0, 1,
                         actor_index=0, horizon_s=10.0)
     try:
         args = load._arguments()
