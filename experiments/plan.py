@@ -33,6 +33,9 @@ class Trial:
     concurrency: int  # closed-loop request loops; 0 for open loop
     load_mode: LoadMode = LoadMode.CLOSED
     request_rate: float = 0.0  # open loop: requests/s
+    # The caching audit's twin (experiment.inputs.audit): every request carries the same bytes. Never an answer: it
+    # is compared with the same point sent distinct inputs.
+    repeated_input: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "load_mode", LoadMode(self.load_mode))  # e.g. read back from a record.json
@@ -49,7 +52,8 @@ class Trial:
     @property
     def name(self) -> str:
         """Readable run name, e.g. `rtx4090/triton_onnx/grpc/tensor/b8/c16` or `.../b8/poisson-r200`."""
-        return f"{self.tier}/{self.variant}/{self.protocol}/{self.input_format}/b{self.batch_size}/{self.load_label}"
+        name = f"{self.tier}/{self.variant}/{self.protocol}/{self.input_format}/b{self.batch_size}/{self.load_label}"
+        return f"{name}/repeated" if self.repeated_input else name
 
     def at_load(self, load: float) -> Trial:
         """The same operating point at another load (concurrency or rate): for the SLO search."""
@@ -83,7 +87,10 @@ def plan_trials(cfg: TierbenchConfig) -> list[TrialGroup]:
         group = TrialGroup(variant)
         for stack in (s for s in chosen if s.variant == variant):
             for batch, load in points:
-                group.trials.append(planned_trial(cfg, variant, stack.protocol, stack.input_format, batch, load))
+                trial = planned_trial(cfg, variant, stack.protocol, stack.input_format, batch, load)
+                group.trials.append(trial)
+                if exp.inputs.audit:
+                    group.trials.append(replace(trial, repeated_input=True))
         if group.trials:
             groups.append(group)
     return groups

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.clients.base import ClientSpec
+from serving.corpus import InputSource
 from serving.model_config import ModelConfig
-from serving.models import output_dims
+from serving.models import output_dims, preprocessing
 from serving.node import NodeInfo
 from serving.protocols import InputFormat
 from serving.runtime import Runtime
@@ -59,6 +60,7 @@ class BackendContext:
     # The tier promises a GPU (`gpu.requires_gpu`, outside an emulated cluster): a server that would compute on the
     # CPU is skipped or failed instead of falling back, so no CPU figure is filed under a GPU tier's name.
     requires_gpu: bool = False
+    inputs: InputSource = field(default_factory=InputSource)  # what the clients' requests carry (serving.corpus)
 
     @property
     def client_host(self) -> str:
@@ -179,4 +181,6 @@ class Backend(ABC):
             input_shape=tuple(model.input_shape),
             output_shape=output_dims(model),
             timeout_s=self.context.request_timeout_s,
+            inputs=self.context.inputs,
+            preprocessing=preprocessing(model).to_json() if len(model.input_shape) == 3 else "",
         )

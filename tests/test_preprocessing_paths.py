@@ -72,7 +72,8 @@ def test_triton_preprocess_model_runs_the_same_code_on_the_wire_bytes(tmp_path, 
 
     from serving.triton.clients import TritonHttpClient
 
-    sent = deserialize_bytes_tensor(TritonHttpClient(SPEC)._raw).reshape(-1, 1)
+    client = TritonHttpClient(SPEC)
+    sent = deserialize_bytes_tensor(client.oip_tensor(client.pool[0]).raw).reshape(-1, 1)
     (response,) = model.execute([{"jpeg": sent}])
     assert response.error is None
     (tensor,) = response.output_tensors

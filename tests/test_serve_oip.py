@@ -69,7 +69,7 @@ def test_a_grpc_request_decodes_to_the_clients_tensor_and_jpegs() -> None:
 
     for spec, model in ((SPEC, TENSOR), (JPEG_SPEC, JPEG)):
         client = RayServeGrpcClient(spec)
-        batch = model.batch(oip.parse_grpc(pb.ModelInferRequest.FromString(client._request_bytes())))
+        batch = model.batch(oip.parse_grpc(pb.ModelInferRequest.FromString(client._request_bytes(client.pool[0]))))
         if model is JPEG:
             assert batch == list(jpeg_batch(spec))
         else:

@@ -114,6 +114,22 @@ class SearchConfig:
 
 
 @dataclass
+class InputsConfig:
+    """What requests carry (serving.corpus; docs/inputs.md): distinct images, sent in turn."""
+
+    # `synthetic` (built-in, seeded) | a folder of JPEG, PNG, WebP images (at the same path on the clients' node)
+    source: str = "synthetic"
+    labels: str | None = None  # a CSV of `file,class index` for the folder's images: each backend's accuracy
+    synthetic_images: int = 512  # the synthetic corpus's size
+    seed: int = 0  # the synthetic corpus's seed
+    pool_mib: float = 64.0  # each client's distinct requests stop at this much payload (a window may repeat them)
+    # The caching audit: each operating point measured twice, with distinct inputs and with one input repeated; a
+    # stack whose repeated-input p50 is more than `audit_max_speedup` faster is flagged (a cache, a data-dependent path)
+    audit: bool = False
+    audit_max_speedup: float = 0.10
+
+
+@dataclass
 class ExperimentConfig:
     """The trial matrix and how each trial is measured."""
 
@@ -176,6 +192,7 @@ class ExperimentConfig:
     # it builds and speaks the trial's protocol, else the Python client; compiled: only it (a trial it cannot measure
     # is refused); python: the actors' asyncio client. Every trial records the engine that measured it.
     load_engine: str = "auto"
+    inputs: InputsConfig = field(default_factory=InputsConfig)  # the images requests carry (docs/inputs.md)
 
 
 @dataclass

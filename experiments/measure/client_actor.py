@@ -13,12 +13,17 @@ from experiments.config.choices import LoadEngine
 from experiments.measure.engine.build import EngineStatus, engine_status
 from experiments.measure.load import LoadGenerator, LoadPoint, WarmupStats
 from experiments.measure.samples import WindowSamples
-from serving.clients.base import ClientSpec, InferenceClient, load_client
+from serving.clients.base import ClientSpec, InferenceClient, PoolStats, load_client
 from serving.node import current_location
 from serving.protocols import parse_protocol
 
 if TYPE_CHECKING:
     from experiments.config.schema import ExperimentConfig
+
+
+# Where actor i's requests begin in the pool it shares with the others: i x this share (mod 1) keeps any number of
+# actors' starting points apart.
+GOLDEN_SHARE = 0.6180339887
 
 
 class LoadClientActor:
@@ -35,14 +40,15 @@ class LoadClientActor:
         return engine_status()
 
     async def start(self, spec: ClientSpec, load: LoadPoint, max_in_flight: int, engine: str = LoadEngine.PYTHON,
-                    horizon_s: float = 600.0) -> tuple[int, int]:
-        """Start this actor's share of the load with `engine`; returns the request payload in bytes and the niceness
-        the client runs at. `horizon_s`: the longest the load may run (the compiled engine's open-loop schedule
+                    horizon_s: float = 600.0) -> tuple[PoolStats, int]:
+        """Start this actor's share of the load with `engine`; returns what its requests carry and the niceness the
+        client runs at. `horizon_s`: the longest the load may run (the compiled engine's open-loop schedule
         covers it)."""
         from experiments.measure.engine.compiled_load import CompiledLoad
 
         await self.stop()
         self._client = client = load_client(spec)
+        client.start_at((self.index * GOLDEN_SHARE) % 1.0)
         if engine == LoadEngine.COMPILED:
             self._load = CompiledLoad(client.wire_request(), load, spec.timeout_s, spec.batch_size, self.index,
                                       max_in_flight, horizon_s, client.check_wire_response)
@@ -55,7 +61,7 @@ class LoadClientActor:
             await client.open()
             self._load = load.generator(client.infer, spec.timeout_s, spec.batch_size, self.index, max_in_flight)
         self._load.start()
-        return client.payload_bytes, self._load.niceness
+        return client.pool_stats, self._load.niceness
 
     async def wait_warm(self, min_requests: int, min_seconds: float, timeout_s: float) -> WarmupStats:
         return await self._load.wait_warm(min_requests, min_seconds, timeout_s)

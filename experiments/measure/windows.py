@@ -15,7 +15,7 @@ from experiments.measure.load import LoadPoint, WarmupStats
 from experiments.measure.metrics import good_deadline_ms, time_series, window_stats, windows_stable
 from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
-from serving.clients.base import ClientSpec
+from serving.clients.base import ClientSpec, PoolStats
 
 if TYPE_CHECKING:
     from experiments.config.schema import ExperimentConfig
@@ -82,7 +82,7 @@ class BoundaryCounters:
 class Measurement:
     samples: WindowSamples  # the merged samples of the final, agreeing windows
     warmup: list[WarmupStats]
-    payload_bytes: int
+    payloads: PoolStats  # what the requests carried (the first actor's pool: every actor builds the same)
     actors_used: int
     windows: int
     stable: bool
@@ -159,7 +159,7 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         except Exception:  # noqa: BLE001 - the pool is restarted after a failed trial anyway
             pass
     return Measurement(
-        samples=WindowSamples.merge(final), warmup=warmup, payload_bytes=int(started[0][0]), actors_used=len(used),
+        samples=WindowSamples.merge(final), warmup=warmup, payloads=started[0][0], actors_used=len(used),
         client_niceness=max(niceness for _, niceness in started),
         windows=len(windows), stable=stable,
         window_stats=[window_stats(w, stability.latency_percentile) for w in windows],

@@ -1,7 +1,7 @@
 """Cross-check of the backends: a speed figure means nothing if the fast backend computes something else.
 
 Before a server group is measured, the same inputs go through every (protocol, input format) path its trials
-use (one request of `crosscheck.images` images each, the very payload the load generator sends) and the
+use (one request of `crosscheck.images` images each: the first images of the corpus the load sends) and the
 logits are compared with the reference: the model (`serving.models`) in PyTorch, float32, on the CPU (ONNX
 Runtime's CPU provider for an ONNX model), fed the same tensor or the same JPEGs preprocessed by `serving.images`
 as the model's config says. The figures (worst path) go on every
@@ -120,7 +120,8 @@ def reference_logits(model_cfg: ModelConfig, spec: ClientSpec, reference: Any = 
 def payload_spec(spec: ClientSpec) -> ClientSpec:
     """What a client of `spec` sends, and nothing of how it reaches its server: the reference's cache key."""
     return ClientSpec(target="", url="", model_name="", input_format=spec.input_format, batch_size=spec.batch_size,
-                      input_shape=spec.input_shape, output_shape=spec.output_shape, timeout_s=0.0)
+                      input_shape=spec.input_shape, output_shape=spec.output_shape, timeout_s=0.0,
+                      inputs=spec.inputs, preprocessing=spec.preprocessing)
 
 
 async def _server_logits(spec: ClientSpec) -> np.ndarray:

@@ -21,6 +21,7 @@ from typing import Any
 
 from hydra.utils import get_class
 
+from experiments.config.inputs import input_source
 from experiments.config.schema import TierbenchConfig
 from experiments.config.stacks import input_formats_of
 from experiments.measure.client_actor import ClientPool
@@ -58,6 +59,7 @@ def build_backend(cfg: TierbenchConfig, name: str, node: NodeInfo, ray_options: 
         warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
         input_formats=input_formats_of(cfg.experiment, name),
         requires_gpu=bool(cfg.gpu.requires_gpu) and not emulated,
+        inputs=input_source(cfg.experiment.inputs),
     )
     settings = cfg.backends[name]
     return get_class(settings._target_)(context, settings)

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from experiments.config.choices import LoadMode
+from experiments.config.inputs import inputs_settings
 from experiments.config.owned import owned_params
 from experiments.config.prices import (
     PRICED_PARAM,
@@ -65,7 +66,8 @@ def measurement_settings(exp: ExperimentConfig) -> dict[str, Any]:
     """How a trial is measured: part of its identity (a change of method re-runs it on resume)."""
     settings = {k: getattr(exp, k) for k in MEASUREMENT_KEYS}
     settings["stability"] = dataclasses.asdict(exp.stability)
-    return {**settings, **repeat_settings(exp), **trace_settings(exp), **arrival_settings(exp)}
+    return {**settings, **repeat_settings(exp), **trace_settings(exp), **arrival_settings(exp),
+            **inputs_settings(exp.inputs)}
 
 
 def priced_usd_per_hour(cfg: TierbenchConfig, params: dict[str, Any]) -> float:
@@ -95,6 +97,7 @@ def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: Serve
         **repeat_settings(exp),
         **trace_settings(exp),
         **arrival_settings(exp),
+        **inputs_settings(exp.inputs),
         **(handle.params if handle else {}),
     }
     if trial_nodes(params) > 1:  # what its cost figures are priced at, for readers of its MLflow run
@@ -111,6 +114,8 @@ def _measure_with_enough_clients(cfg: TierbenchConfig, trial: Trial, backend: Ba
     asked for); in automatic mode, add client actors while the busiest one is near a full core."""
     exp = cfg.experiment
     spec = backend.client_spec(handle, trial.protocol, trial.input_format, trial.batch_size)
+    if trial.repeated_input:
+        spec = dataclasses.replace(spec, inputs=dataclasses.replace(spec.inputs, repeated=True))
     engine, note = clients.engine_for(spec, trial.protocol)
     record.params.update(load_engine=str(engine), load_engine_requested=str(exp.load_engine))
     if note:
@@ -154,8 +159,9 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         return record
     record.metrics = {
         **window_metrics(samples, priced_usd_per_hour(cfg, record.params)),
-        "payload_bytes": float(result.payload_bytes),
-        "payload_bytes_per_image": result.payload_bytes / trial.batch_size,
+        **result.payloads.metrics(),
+        # each distinct request sent this many times in the final windows, on average (above 1: bytes repeated)
+        "input_repeats": samples.requests / result.payloads.distinct_requests,
         "warmup_s": max(w.seconds for w in result.warmup),
         "warmup_requests_done": float(sum(w.requests for w in result.warmup)),
         "warmup_failed_requests": float(sum(w.failed for w in result.warmup)),

@@ -2,23 +2,27 @@
 its server (`serving/<backend>/`); what they all share lives here (the spec, the payloads, the Server-Timing parse).
 
 A client actor opens one client and shares it among its concurrent request loops (one event loop: the
-aio clients are safe there; they are not thread-safe). The request payload is built once, so load
-generation measures the server and the transport, not payload construction.
+aio clients are safe there; they are not thread-safe). Its requests are built once, before the load, so load
+generation measures the server and the transport, not payload construction: a pool of distinct requests
+(`request_pool`: consecutive images of the input corpus, `serving.corpus`, bounded by `InputSource.pool_mib`), sent
+in turn, so that no two requests in a window carry the same bytes unless the window sends more than the pool holds.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import os
 import ssl
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from serving.clients.wire import WireRequest
-from serving.images import sample_jpegs
+from serving.corpus import InputSource, RequestInputs, request_pool
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,10 @@ class ClientSpec:
     basic_auth_env: str = ""
     client_cert: str = ""
     client_key: str = ""
+    # What the requests carry (serving.corpus), and how an encoded image becomes the model's tensor (the model's
+    # serving.images.Preprocessing as JSON; "": the default) for `tensor` requests.
+    inputs: InputSource = field(default_factory=InputSource)
+    preprocessing: str = ""
 
 
 def _secret(variable: str, setting: str) -> str:
@@ -100,13 +108,14 @@ def grpc_credentials(spec: ClientSpec):
                                         read(spec.client_cert))
 
 
-def tensor_batch(spec: ClientSpec, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal((spec.batch_size, *spec.input_shape), dtype=np.float32)
+def tensor_batch(spec: ClientSpec) -> np.ndarray:
+    """The tensor of the first request a `tensor` client of `spec` sends (the cross-check's reference is fed it)."""
+    return request_pool(replace(spec, input_format="tensor"), limit=1)[0].tensor
 
 
 def jpeg_batch(spec: ClientSpec) -> list[bytes]:
-    images = sample_jpegs()
-    return [images[i % len(images)] for i in range(spec.batch_size)]
+    """The encoded images of the first request a `jpeg` or `jpeg_base64` client of `spec` sends."""
+    return list(request_pool(replace(spec, input_format="jpeg"), limit=1)[0].images)
 
 
 # The header (gRPC: trailing metadata, lower case) in which a server of ours reports its own time per request.
@@ -139,35 +148,86 @@ def parse_server_timing(header: str | None) -> ServerReport | None:
     return ServerReport(total, executed)
 
 
+class PoolStats(NamedTuple):
+    """What a client's requests carry: its distinct requests and images, and their payload (bytes of image data:
+    the tensor, the encoded files, or their base64 text) per request and per image."""
+
+    distinct_requests: int
+    distinct_images: int
+    bytes_per_request: float  # the mean over the pool, sent in turn: the window's mean
+    bytes_per_image: tuple[float, float, float, float]  # mean, median, least, most
+
+    def metrics(self) -> dict[str, float]:
+        mean, p50, least, most = self.bytes_per_image
+        return {"distinct_requests": float(self.distinct_requests), "distinct_images": float(self.distinct_images),
+                "payload_bytes": self.bytes_per_request, "payload_bytes_per_image": mean,
+                "payload_image_bytes_p50": p50, "payload_image_bytes_min": least, "payload_image_bytes_max": most}
+
+
+def payload_sizes(inputs: RequestInputs, input_format: str) -> list[int]:
+    """Bytes each image of a request puts on the wire: its tensor, its encoded file, or that file as base64."""
+    if inputs.images is None:
+        return [inputs.tensor[0].nbytes] * len(inputs.tensor)
+    if input_format == "jpeg_base64":
+        return [4 * math.ceil(len(image) / 3) for image in inputs.images]
+    return [len(image) for image in inputs.images]
+
+
 class InferenceClient(ABC):
-    """Sends one request of `spec.batch_size` images per `infer()` call; the payload is the same every time
-    (`tensor_batch` / `jpeg_batch`), so `predict()` output can be checked against a reference."""
+    """Sends one request of `spec.batch_size` images per `infer()` call, the requests of its pool (`request_pool`)
+    in turn; `predict(index)` sends one chosen request (the cross-check compares its outputs with the reference's
+    for the same inputs)."""
 
     def __init__(self, spec: ClientSpec) -> None:
         self.spec = spec
+        self._next = 0
+
+    @cached_property
+    def pool(self) -> list[RequestInputs]:
+        """The distinct requests' inputs, built once (the corpus is read, and for tensors preprocessed, on first
+        use on the node)."""
+        return request_pool(self.spec)
+
+    def start_at(self, share: float) -> None:
+        """Begin the pool at `share` of its length (0..1), so that client actors sharing a load, each with the same
+        pool, send different requests at the same time."""
+        offset = int(share * len(self.pool)) % len(self.pool)
+        self.pool[:] = self.pool[offset:] + self.pool[:offset]
 
     @property
-    @abstractmethod
+    def pool_stats(self) -> PoolStats:
+        sizes = [payload_sizes(inputs, self.spec.input_format) for inputs in self.pool]
+        per_image = np.array([size for request in sizes for size in request], dtype=np.float64)
+        images = {i for inputs in self.pool for i in inputs.indices}
+        return PoolStats(len(self.pool), len(images) or len(self.pool) * self.spec.batch_size,
+                         float(np.mean([sum(request) for request in sizes])),
+                         (float(per_image.mean()), float(np.median(per_image)), float(per_image.min()),
+                          float(per_image.max())))
+
+    @property
     def payload_bytes(self) -> int:
-        """Bytes of input data one request carries (encoded images or raw tensor)."""
+        """Bytes of image data the first request carries (encoded images or raw tensor)."""
+        return sum(payload_sizes(self.pool[0], self.spec.input_format))
 
     @abstractmethod
     async def open(self) -> None:
         """Create connections; called inside the event loop that will send the requests."""
 
     @abstractmethod
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        """Send one request; returns the outputs [batch, *output_shape] (a classifier's logits) and what the server
-        reported about it (Ray Serve's replica time and executed batch; None when it reports nothing per request).
-        Raises on any error."""
+    async def call(self, index: int = 0) -> tuple[np.ndarray, ServerReport | None]:
+        """Send request `index` of the pool; returns the outputs [batch, *output_shape] (a classifier's logits) and
+        what the server reported about it (Ray Serve's replica time and executed batch; None when it reports
+        nothing per request). Raises on any error."""
 
-    async def predict(self) -> np.ndarray:
-        """The logits of one request (for the cross-check against the reference)."""
-        return (await self.call())[0]
+    async def predict(self, index: int = 0) -> np.ndarray:
+        """The outputs of request `index` (for the cross-check against the reference)."""
+        return (await self.call(index))[0]
 
     async def infer(self) -> ServerReport | None:
-        """One request of the load: checks the response's shape; returns what the server reported."""
-        logits, report = await self.call()
+        """One request of the load, the pool's next: checks the response's shape; returns what the server
+        reported."""
+        index, self._next = self._next, (self._next + 1) % len(self.pool)
+        logits, report = await self.call(index)
         self.check_logits(logits)
         return report
 
@@ -197,13 +257,17 @@ class InferenceClient(ABC):
 
 
 class PrebuiltRequestClient(InferenceClient):
-    """A client whose request is the same bytes on every call, built once by its own code (`_request_bytes`), as
-    its transport sends them (`serving.clients.http_client`, `serving.clients.grpc_client`): the compiled load engine
-    can send them too (over plain TCP: a TLS endpoint is measured by the Python client)."""
+    """A client whose requests are bytes built once by its own code (`_request_bytes`, one per request of the pool),
+    as its transport sends them (`serving.clients.http_client`, `serving.clients.grpc_client`): the compiled load
+    engine can send them too (over plain TCP: a TLS endpoint is measured by the Python client)."""
 
     @abstractmethod
-    def _request_bytes(self) -> bytes:
-        """The request as the transport sends it (HTTP: head and body; gRPC: the serialized message)."""
+    def _request_bytes(self, inputs: RequestInputs) -> bytes:
+        """The request carrying `inputs` as the transport sends it (HTTP: head and body; gRPC: the serialized
+        message)."""
+
+    def _all_request_bytes(self) -> list[bytes]:
+        return [self._request_bytes(inputs) for inputs in self.pool]
 
     @abstractmethod
     def response_outputs(self, response: Any) -> np.ndarray:

@@ -1,6 +1,6 @@
 """What every inference client over gRPC shares (the Open Inference Protocol's, TorchServe's): one unary method on a
-`grpc.aio` channel, its request message serialized once by its own code and sent as those bytes on every call (the
-channel has no request serializer), `spec.grpc_metadata` with each."""
+`grpc.aio` channel, its request messages (one per request of its pool) serialized once by its own code and sent as
+those bytes (the channel has no request serializer), `spec.grpc_metadata` with each."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from serving.clients.wire import WireRequest, grpc_message, grpc_wire
 
 
 class GrpcInferenceClient(PrebuiltRequestClient):
-    """Calls `method` at `spec.url` (host:port) with `_request_bytes()` (the serialized request message); subclasses
+    """Calls `method` at `spec.url` (host:port) with `_request_bytes(inputs)` (a serialized request message); subclasses
     build the request and read a response message's outputs (`response_outputs`)."""
 
     method: ClassVar[str]  # the method's path, e.g. /inference.GRPCInferenceService/ModelInfer
@@ -30,7 +30,7 @@ class GrpcInferenceClient(PrebuiltRequestClient):
         return (*self.spec.grpc_metadata, *((("authorization", value),) if value else ()))
 
     def wire_request(self) -> WireRequest:
-        return grpc_wire(self.spec.url, self.method, self._request_bytes(), self.metadata())
+        return grpc_wire(self.spec.url, self.method, self._all_request_bytes(), self.metadata())
 
     def check_wire_response(self, body: bytes) -> None:
         self.check_logits(self.response_outputs(self.response_type().FromString(grpc_message(body))))
@@ -38,7 +38,7 @@ class GrpcInferenceClient(PrebuiltRequestClient):
     async def open(self) -> None:
         import grpc
 
-        self._request = self._request_bytes()
+        self._requests = self._all_request_bytes()
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
         if self.spec.tls:
             self._channel = grpc.aio.secure_channel(self.spec.url, grpc_credentials(self.spec), options)
@@ -48,8 +48,8 @@ class GrpcInferenceClient(PrebuiltRequestClient):
         # No request serializer: the request goes out as the bytes built above.
         self._call = self._channel.unary_unary(self.method, response_deserializer=self.response_type().FromString)
 
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        response = await self._call(self._request, timeout=self.spec.timeout_s, metadata=self._metadata or None)
+    async def call(self, index: int = 0) -> tuple[np.ndarray, ServerReport | None]:
+        response = await self._call(self._requests[index], timeout=self.spec.timeout_s, metadata=self._metadata or None)
         return self.response_outputs(response), None
 
     async def close(self) -> None:

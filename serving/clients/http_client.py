@@ -1,7 +1,7 @@
 """What every inference client over HTTP/1.1 shares (the Open Inference Protocol's, TorchServe's REST one, the JSON
-API's): its request built once by its own code and sent as the same bytes by the project's HTTP/1.1 client
-(`serving.clients.http1`) on every call, a 200's body read for the outputs and its `Server-Timing` header for what
-the server reported."""
+API's): its requests built once by its own code (one per request of its pool) and sent as those bytes by the
+project's HTTP/1.1 client (`serving.clients.http1`), a 200's body read for the outputs and its `Server-Timing`
+header for what the server reported."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from serving.clients.wire import WireRequest, http1_wire
 
 
 class HttpInferenceClient(PrebuiltRequestClient):
-    """POSTs `_request_bytes()` (head and body, `serving.clients.http1.build_request`) to `url`; subclasses build the
-    request and read a 200 response's outputs (`response_outputs`)."""
+    """POSTs `_request_bytes(inputs)` (head and body, `serving.clients.http1.build_request`) to `url`; subclasses
+    build the requests and read a 200 response's outputs (`response_outputs`)."""
 
     _http: Http1Client | None = None
 
@@ -37,14 +37,14 @@ class HttpInferenceClient(PrebuiltRequestClient):
         return build_request("POST", self.url, body, {**headers, **auth_headers(self.spec)})
 
     def wire_request(self) -> WireRequest:
-        return http1_wire(self.url, self._request_bytes())
+        return http1_wire(self.url, self._all_request_bytes())
 
     async def open(self) -> None:
-        self._request = self._request_bytes()
+        self._requests = self._all_request_bytes()
         self._http = Http1Client(self.url, self.spec.timeout_s, tls_context(self.spec))
 
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        response = await self._http.send(self._request)
+    async def call(self, index: int = 0) -> tuple[np.ndarray, ServerReport | None]:
+        response = await self._http.send(self._requests[index])
         if response.status != 200:
             raise RequestError(Outcome.HTTP_STATUS, response.status,
                                f"HTTP {response.status}: {response.body[:300].decode(errors='replace')}")

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, jpeg_batch
 from serving.clients.http1 import HttpResponse
 from serving.clients.http_client import HttpInferenceClient
 from serving.clients.wire import WireRequest
+from serving.corpus import RequestInputs
 
 CONTENT_TYPE = "application/json"
 IMAGES_KEY = "images"
@@ -66,21 +66,11 @@ def decode_outputs(body: bytes, key: str = OUTPUT_KEY) -> np.ndarray:
 
 
 class JsonImagesClient(HttpInferenceClient):
-    """POSTs the batch's JPEGs as base64 JSON to `spec.url` (the server's endpoint for the format); the body is built
-    once and sent as pre-built bytes by the project's HTTP/1.1 client, like every HTTP load here."""
+    """POSTs the batch's JPEGs as base64 JSON to `spec.url` (the server's endpoint for the format); the bodies are
+    built once and sent as pre-built bytes by the project's HTTP/1.1 client, like every HTTP load here."""
 
-    def __init__(self, spec: ClientSpec) -> None:
-        super().__init__(spec)
-        images = jpeg_batch(spec)
-        self._body = encode_images(images)
-        self._payload_bytes = sum(len(base64.b64encode(image)) for image in images)
-
-    @property
-    def payload_bytes(self) -> int:
-        return self._payload_bytes
-
-    def _request_bytes(self) -> bytes:
-        return self._post(self._body, {"Content-Type": CONTENT_TYPE})
+    def _request_bytes(self, inputs: RequestInputs) -> bytes:
+        return self._post(encode_images(list(inputs.images)), {"Content-Type": CONTENT_TYPE})
 
     def response_outputs(self, response: HttpResponse) -> np.ndarray:
         return decode_outputs(response.body)

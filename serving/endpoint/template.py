@@ -7,23 +7,23 @@ of what such APIs take, one per input format:
     jpeg_base64  POST, Content-Type: application/json, {"<input_key>": ["<base64 JPEG>", ...]}
 
 The answer is the outputs [N, *output dims]: JSON, `{"<output_key>": [[...], ...]}` or the bare list, or raw
-float32 bytes (anything that does not start like JSON). The request is built once and sent as the same bytes, so
-the compiled engine sends it too.
+float32 bytes (anything that does not start like JSON). The requests of the pool are built once and sent as those
+bytes, so the compiled engine sends them too.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from serving.clients import json_images
-from serving.clients.base import ClientSpec, jpeg_batch, tensor_batch
+from serving.clients.base import ClientSpec
 from serving.clients.http1 import HttpResponse, multipart_body
 from serving.clients.http_client import HttpInferenceClient
 from serving.clients.wire import WireRequest
+from serving.corpus import RequestInputs
 from serving.protocols import InputFormat
 
 TENSOR_CONTENT_TYPE = "application/octet-stream"
@@ -67,30 +67,20 @@ class TemplateHttpClient(HttpInferenceClient):
         super().__init__(spec)
         if not isinstance(spec, TemplateSpec):
             spec = self.spec = TemplateSpec(**{f: getattr(spec, f) for f in spec.__dataclass_fields__})
-        if spec.input_format == InputFormat.TENSOR:
-            tensor = tensor_batch(spec)
-            self._body, self._content_type, self._payload_bytes = tensor.tobytes(), TENSOR_CONTENT_TYPE, tensor.nbytes
-            return
-        images = jpeg_batch(spec)
-        if spec.input_format == InputFormat.JPEG_BASE64:
-            self._body = json_images.encode_images(images, spec.input_key)
-            self._content_type = json_images.CONTENT_TYPE
-            self._payload_bytes = sum(len(base64.b64encode(image)) for image in images)
-        elif spec.input_format == InputFormat.JPEG:
-            if len(images) == 1:
-                self._body, self._content_type = images[0], JPEG_CONTENT_TYPE
-            else:
-                self._body, self._content_type = multipart_body([(spec.input_key, image) for image in images])
-            self._payload_bytes = sum(len(image) for image in images)
-        else:
+        if spec.input_format not in (InputFormat.TENSOR, InputFormat.JPEG_BASE64, InputFormat.JPEG):
             raise ValueError(f"{type(self).__name__}: no template for input format {spec.input_format!r}")
 
-    @property
-    def payload_bytes(self) -> int:
-        return self._payload_bytes
-
-    def _request_bytes(self) -> bytes:
-        return self._post(self._body, {"Content-Type": self._content_type})
+    def _request_bytes(self, inputs: RequestInputs) -> bytes:
+        if self.spec.input_format == InputFormat.TENSOR:
+            body, content_type = inputs.tensor.tobytes(), TENSOR_CONTENT_TYPE
+        elif self.spec.input_format == InputFormat.JPEG_BASE64:
+            body = json_images.encode_images(list(inputs.images), self.spec.input_key)
+            content_type = json_images.CONTENT_TYPE
+        elif len(inputs.images) == 1:
+            body, content_type = inputs.images[0], JPEG_CONTENT_TYPE
+        else:
+            body, content_type = multipart_body([(self.spec.input_key, image) for image in inputs.images])
+        return self._post(body, {"Content-Type": content_type})
 
     def response_outputs(self, response: HttpResponse) -> np.ndarray:
         return template_outputs(response.body, self.spec)

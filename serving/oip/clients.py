@@ -1,7 +1,7 @@
 """Clients of the Open Inference Protocol over sockets, for every server that speaks it (Triton, the Ray Serve
-deployment, the FastAPI service): the request (a float32 tensor for `<model>`, or the JPEG files for `<model>_jpeg`)
-is built once with tritonclient's own protocol code and the same bytes are sent every time, as perf_analyzer does
-(tritonclient's aio `infer` rebuilds the ~600 KB request on every call).
+deployment, the FastAPI service): each request of the pool (a float32 tensor for `<model>`, or the JPEG files for
+`<model>_jpeg`) is built once with tritonclient's own protocol code and its bytes are sent each time its turn comes,
+as perf_analyzer does with `--input-data` (tritonclient's aio `infer` rebuilds the ~600 KB request on every call).
 
 Inputs: `tensor` sends FP32 [B, C, H, W]; `jpeg` sends BYTES [B, 1], one encoded image per row (the server decodes
 and preprocesses). `payload_bytes` counts the image data (the float32 tensor, or the JPEG files), as every client
@@ -17,14 +17,15 @@ that need it).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
+from serving.clients.base import ClientSpec, InferenceClient
 from serving.clients.grpc_client import GrpcInferenceClient
 from serving.clients.http1 import HttpResponse
 from serving.clients.http_client import HttpInferenceClient
+from serving.corpus import RequestInputs
 from serving.protocols import InputFormat
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -59,29 +60,27 @@ def response_logits(response: Any) -> np.ndarray:
     return np.frombuffer(response.raw_output_contents[0], dtype=np.float32).reshape(tuple(output.shape))
 
 
+class OipTensor(NamedTuple):
+    """A request's input as the protocol carries it: its shape, datatype and raw bytes."""
+
+    shape: list[int]
+    datatype: str
+    raw: bytes
+
+
 class OipClient(InferenceClient):
-    """The request's input, as the protocol carries it; subclasses send it over HTTP or gRPC."""
+    """The requests' input, as the protocol carries it; subclasses send it over HTTP or gRPC."""
 
     def __init__(self, spec: ClientSpec) -> None:
         super().__init__(spec)
-        if spec.input_format == InputFormat.JPEG:
-            images = jpeg_batch(spec)
-            self._data = np.array(images, dtype=np.object_).reshape(-1, 1)
-            self._datatype = "BYTES"
-            self._raw = serialize_bytes(images)
-            self._payload_bytes = sum(len(image) for image in images)
-        elif spec.input_format == InputFormat.TENSOR:
-            self._data = tensor_batch(spec)
-            self._datatype = "FP32"
-            self._raw = self._data.tobytes()
-            self._payload_bytes = self._data.nbytes
-        else:
+        if spec.input_format not in (InputFormat.JPEG, InputFormat.TENSOR):
             raise ValueError(f"{type(self).__name__}: input format {spec.input_format!r} is not an Open Inference "
                              "Protocol tensor (use tensor or jpeg)")
 
-    @property
-    def payload_bytes(self) -> int:
-        return self._payload_bytes
+    def oip_tensor(self, inputs: RequestInputs) -> OipTensor:
+        if self.spec.input_format == InputFormat.JPEG:
+            return OipTensor([len(inputs.images), 1], "BYTES", serialize_bytes(list(inputs.images)))
+        return OipTensor(list(inputs.tensor.shape), "FP32", inputs.tensor.tobytes())
 
 
 class OipHttpClient(OipClient, HttpInferenceClient):
@@ -93,12 +92,15 @@ class OipHttpClient(OipClient, HttpInferenceClient):
         """The model's infer endpoint under `spec.url`."""
         return f"{super().url.rstrip('/')}/v2/models/{self.spec.model_name}/infer"
 
-    def _request_bytes(self) -> bytes:
+    def _request_bytes(self, inputs: RequestInputs) -> bytes:
         """The request, head and body: tritonclient's own body with the binary tensor extension."""
         import tritonclient.http as http
 
-        infer_input = http.InferInput(self.spec.input_name, list(self._data.shape), self._datatype)
-        infer_input.set_data_from_numpy(self._data, binary_data=True)
+        data = (np.array(inputs.images, dtype=np.object_).reshape(-1, 1) if inputs.images is not None
+                else inputs.tensor)
+        tensor = self.oip_tensor(inputs)
+        infer_input = http.InferInput(self.spec.input_name, tensor.shape, tensor.datatype)
+        infer_input.set_data_from_numpy(data, binary_data=True)
         outputs = [http.InferRequestedOutput(self.spec.output_name, binary_data=True)]
         body, json_size = http.InferenceServerClient.generate_request_body([infer_input], outputs=outputs)
         headers = {"Content-Type": "application/octet-stream"}
@@ -120,16 +122,17 @@ class OipGrpcClient(OipClient, GrpcInferenceClient):
 
     method = MODEL_INFER
 
-    def _request_bytes(self) -> bytes:
+    def _request_bytes(self, inputs: RequestInputs) -> bytes:
         """The serialized ModelInferRequest: the tensor as raw_input_contents, as tritonclient sends it."""
         from tritonclient.grpc import service_pb2
 
+        tensor = self.oip_tensor(inputs)
         return service_pb2.ModelInferRequest(
             model_name=self.spec.model_name,
             inputs=[service_pb2.ModelInferRequest.InferInputTensor(
-                name=self.spec.input_name, datatype=self._datatype, shape=list(self._data.shape))],
+                name=self.spec.input_name, datatype=tensor.datatype, shape=tensor.shape)],
             outputs=[service_pb2.ModelInferRequest.InferRequestedOutputTensor(name=self.spec.output_name)],
-            raw_input_contents=[self._raw],
+            raw_input_contents=[tensor.raw],
         ).SerializeToString()
 
     def response_type(self) -> Any:

@@ -55,8 +55,8 @@ class RayServeGrpcClient(OipGrpcClient):
     """OIP over gRPC to Serve's proxy (or a replica's own port, direct ingress); `spec.model_name` is `<model>` or
     `<model>_jpeg`; the replica's Server-Timing read from the call's trailing metadata."""
 
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
-        call = self._call(self._request, timeout=self.spec.timeout_s, metadata=self.spec.grpc_metadata or None)
+    async def call(self, index: int = 0) -> tuple[np.ndarray, ServerReport | None]:
+        call = self._call(self._requests[index], timeout=self.spec.timeout_s, metadata=self.spec.grpc_metadata or None)
         response = await call
         trailing = await call.trailing_metadata()
         return self.response_outputs(response), parse_server_timing(trailing.get(TIMING_METADATA) if trailing else None)

@@ -1,4 +1,4 @@
-"""TorchServe's clients: its native inference APIs, each request built once and sent as the same bytes every time.
+"""TorchServe's clients: its native inference APIs, each request of the pool built once and sent as those bytes.
 
 REST: `POST <url>` (`http://host:port/predictions/<model>`) through the project's HTTP/1.1 client; `tensor` as an
 `application/octet-stream` body, `jpeg` as `multipart/form-data` with one file field per image (image0..image<N-1>).
@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from serving.clients.base import ClientSpec, InferenceClient, jpeg_batch, tensor_batch
+from serving.clients.base import ClientSpec, InferenceClient
 from serving.clients.grpc_client import GrpcInferenceClient
 from serving.clients.http1 import HttpResponse, multipart_body
 from serving.clients.http_client import HttpInferenceClient
+from serving.corpus import RequestInputs
 from serving.protocols import InputFormat
 from serving.torchserve.payloads import PREDICTIONS, TENSOR_CONTENT_TYPE, TENSOR_KEY, image_key, outputs_of
 
@@ -28,21 +29,16 @@ class TorchServeClient(InferenceClient):
 
     def __init__(self, spec: ClientSpec) -> None:
         super().__init__(spec)
-        if spec.input_format == InputFormat.TENSOR:
-            tensor = tensor_batch(spec)
-            self._inputs = {TENSOR_KEY: tensor.tobytes()}
-            self._payload_bytes = tensor.nbytes
-        elif spec.input_format == InputFormat.JPEG:
-            images = jpeg_batch(spec)
-            self._inputs = {image_key(i): image for i, image in enumerate(images)}
-            self._payload_bytes = sum(len(image) for image in images)
-        else:
+        if spec.input_format not in (InputFormat.TENSOR, InputFormat.JPEG):
             raise ValueError(f"{type(self).__name__}: input format {spec.input_format!r} is not sent as binary "
                              "(jpeg_base64 goes through serving.clients.json_images.JsonImagesClient over REST)")
 
-    @property
-    def payload_bytes(self) -> int:
-        return self._payload_bytes
+    @staticmethod
+    def named_inputs(inputs: RequestInputs) -> dict[str, bytes]:
+        """A request's inputs as TorchServe's APIs name them: the tensor, or image0..image<N-1>."""
+        if inputs.images is None:
+            return {TENSOR_KEY: inputs.tensor.tobytes()}
+        return {image_key(i): image for i, image in enumerate(inputs.images)}
 
     def outputs(self, body: bytes) -> np.ndarray:
         return outputs_of(body, self.spec.batch_size, self.spec.output_shape)
@@ -51,11 +47,12 @@ class TorchServeClient(InferenceClient):
 class TorchServeRestClient(TorchServeClient, HttpInferenceClient):
     """`POST /predictions/<model>` (`spec.url`)."""
 
-    def _request_bytes(self) -> bytes:
+    def _request_bytes(self, inputs: RequestInputs) -> bytes:
+        named = self.named_inputs(inputs)
         if self.spec.input_format == InputFormat.TENSOR:
-            body, content_type = self._inputs[TENSOR_KEY], TENSOR_CONTENT_TYPE
+            body, content_type = named[TENSOR_KEY], TENSOR_CONTENT_TYPE
         else:
-            body, content_type = multipart_body(list(self._inputs.items()))
+            body, content_type = multipart_body(list(named.items()))
         return self._post(body, {"Content-Type": content_type})
 
     def response_outputs(self, response: HttpResponse) -> np.ndarray:
@@ -70,11 +67,11 @@ class TorchServeGrpcClient(TorchServeClient, GrpcInferenceClient):
 
     method = PREDICTIONS
 
-    def _request_bytes(self) -> bytes:
+    def _request_bytes(self, inputs: RequestInputs) -> bytes:
         from serving.torchserve.proto import inference_pb2
 
         return inference_pb2.PredictionsRequest(model_name=self.spec.model_name,
-                                                input=self._inputs).SerializeToString()
+                                                input=self.named_inputs(inputs)).SerializeToString()
 
     def response_type(self) -> Any:
         from serving.torchserve.proto import inference_pb2

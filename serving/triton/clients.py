@@ -1,8 +1,9 @@
 """Triton's clients: the Open Inference Protocol over sockets (`serving.oip.clients`, which every OIP server shares),
 and Triton's shared-memory transport on top of it.
 
-Shared memory (`TritonClientSpec.shared_memory` = system | cuda, perf_analyzer's `--shared-memory`): the input is
-written once into a registered region and each request names it; every request in flight gets its own output region
+Shared memory (`TritonClientSpec.shared_memory` = system | cuda, perf_analyzer's `--shared-memory`): the inputs of
+every request of the pool are written once, one after another, into a registered region and each request names its
+own part of it; every request in flight gets its own output region
 (a pool grows to the concurrency), so concurrent responses never overwrite each other. `close()` unregisters and
 frees every region. Those calls go through `tritonclient`'s aio clients, which register regions; the compiled load
 engine, which sends bytes over sockets, cannot drive them.
@@ -75,13 +76,18 @@ class SharedMemoryClient(OipClient):
         if kind == "none":
             await super().open()
             return
-        self._inputs = [self._infer_input(self.spec.input_name, list(self._data.shape), self._datatype)]
+        tensors = [self.oip_tensor(inputs) for inputs in self.pool]
         self._client = self._connect()
         remove_stale_regions()
-        self._input_region = new_region(kind, len(self._raw))
-        self._input_region.write(self._raw)
+        self._input_region = new_region(kind, sum(len(t.raw) for t in tensors))
+        self._input_region.write(b"".join(t.raw for t in tensors))
         await self._register(self._input_region)
-        self._inputs[0].set_shared_memory(self._input_region.name, len(self._raw))
+        self._inputs, offset = [], 0
+        for tensor in tensors:
+            infer_input = self._infer_input(self.spec.input_name, tensor.shape, tensor.datatype)
+            infer_input.set_shared_memory(self._input_region.name, len(tensor.raw), offset)
+            self._inputs.append(infer_input)
+            offset += len(tensor.raw)
 
     async def _register(self, region: Region) -> None:
         try:
@@ -91,15 +97,15 @@ class SharedMemoryClient(OipClient):
                                "(shared memory needs the client on the server's machine"
                                f"{' and GPU' if region.kind == 'cuda' else ''})") from exc
 
-    async def call(self) -> tuple[np.ndarray, ServerReport | None]:
+    async def call(self, index: int = 0) -> tuple[np.ndarray, ServerReport | None]:
         if self._input_region is None:
-            return await super().call()
+            return await super().call(index)
         name = self.spec.output_name
         region = self._free_outputs.pop() if self._free_outputs else await self._new_output_region()
         try:
             output = self._requested_output(name)
             output.set_shared_memory(region.name, self._output_bytes)
-            result = await self._send(self._inputs, [output])
+            result = await self._send([self._inputs[index]], [output])
             return region.read(np.float32, self._output_shape(result, name)), None
         finally:
             self._free_outputs.append(region)
