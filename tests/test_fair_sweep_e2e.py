@@ -5,15 +5,15 @@ report's tables of the studies from it. And a deliberately wrong model (other we
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import experiments.run.server_group as server_group
 from experiments.config.compose import load_config
 from experiments.run.sweep import run_sweep
-from serving.clients.base import ClientSpec, jpeg_batch
+from serving.corpus import synthetic_corpus
 from tests import helpers
 from tests.helpers import store_overrides, store_uri
 from tests.processes import orphan_regions, owned_environment
@@ -103,14 +103,19 @@ def test_the_report_has_the_studies_tables(fair_sweep, tmp_path: Path) -> None:
 
 
 def test_same_images_same_payload_on_every_backend_and_protocol(fair_runs) -> None:
-    spec = ClientSpec(target="", url="", model_name="", input_format="jpeg", batch_size=1, input_shape=(3, 224, 224),
-                      output_shape=(1000,))
-    expected = {"jpeg": float(sum(len(i) for i in jpeg_batch(spec))), "tensor": 602_112.0,
-                "jpeg_base64": float(sum(len(base64.b64encode(i)) for i in jpeg_batch(spec)))}
+    """Every trial sent the synthetic corpus's images in turn: its payload statistics are the corpus's own (all 512
+    files fit the pool at one image a request; the tensors, 602,112 bytes each, stop at the pool's 64 MiB)."""
+    corpus = synthetic_corpus()
+    files = np.array([len(image) for image in corpus.images], dtype=np.float64)
+    expected = {"jpeg": (files.mean(), np.median(files), len(corpus)),
+                "jpeg_base64": ((4 * np.ceil(files / 3)).mean(), np.median(4 * np.ceil(files / 3)), len(corpus)),
+                "tensor": (602_112.0, 602_112.0, 64 * 2**20 // 602_112)}
     ok = _ok(fair_runs)
     assert {run.data.params["input_format"] for run in ok} == expected.keys()
     for run in ok:
-        assert run.data.metrics["payload_bytes"] == expected[run.data.params["input_format"]], run.info.run_name
+        m, (mean, median, images) = run.data.metrics, expected[run.data.params["input_format"]]
+        assert m["payload_bytes"] == pytest.approx(mean) and m["payload_image_bytes_p50"] == pytest.approx(median)
+        assert m["distinct_images"] == m["distinct_requests"] == images, run.info.run_name
 
 
 def test_every_measured_trial_was_crosschecked_against_the_reference(fair_runs) -> None:

@@ -54,8 +54,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("images_per_usd", "img/USD", Pool.PRICED, "images a dollar buys at this throughput"),
     Metric("windows", "count", Pool.SUM, "measurement windows until the last ones agreed (or the most allowed)"),
     Metric("stable", "flag", Pool.MIN, "1 when the last windows agreed within experiment.stability.percent"),
-    Metric("payload_bytes", "bytes", Pool.MEAN, "bytes of one request's body"),
-    Metric("payload_bytes_per_image", "bytes", Pool.MEAN, "bytes of one request's body per image"),
+    # What the requests carried (serving.corpus: distinct images, sent in turn; docs/inputs.md).
+    Metric("payload_bytes", "bytes", Pool.MEAN, "image data one request carries (tensor, JPEG files or their base64 "
+                                                "text), the mean over the client's distinct requests"),
+    Metric("payload_bytes_per_image", "bytes", Pool.MEAN, "image data per image, the mean over the distinct requests"),
+    Metric("payload_image_bytes_p50", "bytes", Pool.MEAN, "the median image's data over the distinct requests"),
+    Metric("payload_image_bytes_min", "bytes", Pool.MIN, "the smallest image's data"),
+    Metric("payload_image_bytes_max", "bytes", Pool.MAX, "the largest image's data"),
+    Metric("distinct_requests", "count", Pool.MIN, "distinct requests each client sent in turn (its pool: the corpus "
+                                                   "once over, or fewer within experiment.inputs.pool_mib)"),
+    Metric("distinct_images", "count", Pool.MIN, "distinct images those requests carry"),
+    Metric("input_repeats", "ratio", Pool.MEAN, "requests inside the windows per distinct request: above 1 the "
+                                                "windows sent some bytes more than once (a cache could answer them)"),
     Metric("warmup_s", "s", Pool.MEAN, "seconds of warm-up before the first window"),
     Metric("warmup_requests_done", "count", Pool.SUM, "requests sent in the warm-up (dropped)"),
     Metric("warmup_failed_requests", "count", Pool.SUM, "requests of the warm-up that failed (a server that "
