@@ -1,7 +1,7 @@
 """Client overhead: the sweep's load engines against a standalone perf_analyzer (C++, from the tritonclient wheel) on
 the same server, on loopback, batch 1, the tiny model (~1 ms of service: the client is everything there).
 
-    python benchmarks/client_overhead.py [--model tiny] [--runs 3] [--sections closed open ceiling]
+    python benchmarks/client_overhead.py [--model tiny] [--runs 3] [--sections closed open ceiling bodies]
                                          [--servers triton_onnx pytorch] [--engines compiled python]
 
 perf_analyzer and wrk run at the scheduling priority the engine had (the trial's `client_niceness`: 0 where the
@@ -25,6 +25,12 @@ ahead of the server where the other did not.
 - ceiling: the engine alone against a server that answers instantly (benchmarks/loopback_stub.py, Python on
   uvloop), rising Poisson rates: the highest it sustains (<= 1 % late, achieved within 2 %), with its CPU per
   request; the stub shares the machine's cores, so where the stub is the limit the engine's own ceiling is higher.
+- bodies: the compiled engine's CPU per request sending one request again and again against a pool of 64 distinct
+  ones in turn (a client's distinct input images: 64 x 602 KB, float32 [1, 3, 224, 224], more than a CPU's caches
+  hold), HTTP/1.1 and gRPC, closed loops at `--body-concurrency`, to the same instant stub: the engine process's
+  user + system time (/proc) from its ready record to its stop, over the requests answered in between; its start-up
+  CPU (reading the bodies) apart. The two alternate, round by round; the pool's row carries its ratio to the one
+  body's (the median of the rounds' ratios). A figure to watch, no goal.
 
 Every row carries the client's CPU per request. Ratios are from one run; `--runs 3` repeats everything.
 """
@@ -52,7 +58,7 @@ from experiments.config.compose import load_config  # noqa: E402
 
 GOAL = {"throughput_ratio": 0.95, "p50_ratio": 1.1, "cpu_ratio": 1.2, "server_count": (0.97, 1.03), "wrk": 0.10,
         "speedup_agreement": 0.10, "late_fraction": 0.01, "achieved_vs_target": 0.02}
-SECTIONS = ("closed", "open", "ceiling")
+SECTIONS = ("closed", "open", "ceiling", "bodies")
 OPEN_FRACTION = 0.85
 CEILING_RATES = (500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000)
 
@@ -313,6 +319,120 @@ def ceiling_rows(args: Any, run: int) -> list[dict[str, Any]]:
     return rows
 
 
+TENSOR_SHAPE = (1, 3, 224, 224)  # float32: 602,112 bytes, a ResNet input
+BODY_POOLS = (1, 64)
+
+
+def _pool_wire(url: str, protocol: str, count: int) -> Any:
+    """`count` distinct requests of a random float32 [1, 3, 224, 224] each, as Triton's clients send them: HTTP/1.1
+    OIP with the tensor as binary data after its JSON header, or a gRPC ModelInferRequest with raw contents."""
+    import json
+
+    import numpy as np
+
+    from serving.clients.http1 import build_request
+    from serving.clients.wire import grpc_wire, http1_wire
+
+    rng = np.random.default_rng(0)
+    tensors = [rng.random(TENSOR_SHAPE, dtype=np.float32).tobytes() for _ in range(count)]
+    if protocol == "http":
+        url = f"http://{url}/v2/models/stub/infer"
+        header = json.dumps({"inputs": [{"name": "input", "shape": list(TENSOR_SHAPE), "datatype": "FP32",
+                                         "parameters": {"binary_data_size": len(tensors[0])}}],
+                             "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}).encode()
+        headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))}
+        return http1_wire(url, [build_request("POST", url, header + t, headers) for t in tensors])
+    from tritonclient.grpc import service_pb2
+
+    tensor = service_pb2.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=list(TENSOR_SHAPE))
+    return grpc_wire(url, "/inference.GRPCInferenceService/ModelInfer", [service_pb2.ModelInferRequest(
+        model_name="stub", inputs=[tensor], raw_input_contents=[t]).SerializeToString() for t in tensors])
+
+
+def _engine_cpu(wire: Any, concurrency: int, seconds: float, folder: Path) -> dict[str, float]:
+    """The compiled engine, run directly (its own process: nothing else's CPU counted), a closed loop of
+    `concurrency` for `seconds`: its user + system CPU from the ready record to the stop, the requests answered in
+    between, and its CPU before the load started (reading the bodies, connecting)."""
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    import numpy as np
+
+    from benchmarks.load_tools import process_cpu_s
+    from experiments.measure.engine import records
+    from experiments.measure.engine.build import engine_binary
+
+    with open(folder / "request.bin", "wb") as out:  # as CompiledLoad writes them: each in turn, no joined copy
+        for payload in wire.payloads:
+            out.write(payload)
+    args = [str(engine_binary()), f"--{wire.protocol}", wire.host, str(wire.port), "--request",
+            str(folder / "request.bin"), "--closed", str(concurrency), "--nice", "0"]
+    if len(wire.payloads) > 1:
+        np.array([len(p) for p in wire.payloads], dtype="<u8").tofile(folder / "lengths.bin")
+        args += ["--lengths", str(folder / "lengths.bin")]
+    if wire.headers:
+        (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
+        args += ["--headers", str(folder / "headers.txt")]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ready = proc.stdout.read(records.RECORD.itemsize)
+    if len(ready) < records.RECORD.itemsize:
+        raise RuntimeError(f"the engine did not start: {proc.communicate()[1].decode()[-500:]}")
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read1(1 << 16), b"")))
+    reader.start()
+    start_cpu, start_ns = process_cpu_s(proc.pid), time.monotonic_ns()
+    time.sleep(seconds)
+    end_cpu, end_ns = process_cpu_s(proc.pid), time.monotonic_ns()
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=30)[1].decode()
+    reader.join(10)
+    batch = records.parse(bytearray(b"".join(chunks)))
+    if proc.returncode != 0 or np.any(batch["kind"] == records.Kind.FAILED):  # an instant stub fails nothing
+        raise RuntimeError(f"the engine failed (exit {proc.returncode}): {err[-500:]}")
+    done = batch[batch["kind"] == records.Kind.DONE]
+    answered = int(np.sum((done["done_ns"] >= start_ns) & (done["done_ns"] < end_ns)))
+    return {"requests": answered, "cpu_s": end_cpu - start_cpu, "wall_s": (end_ns - start_ns) / 1e9,
+            "startup_cpu_s": start_cpu}
+
+
+def bodies_rows(args: Any, run: int) -> list[dict[str, Any]]:
+    """Per protocol and concurrency, the engine's CPU per request with one body and with a pool of 64, against the
+    instant stub, in `--body-rounds` rounds that alternate the two (a busy machine's drift falls on both alike): each
+    row's median over its rounds; the pool's row carries the median of each round's ratio to the one body's."""
+    import statistics
+    import tempfile
+
+    rows: list[dict[str, Any]] = []
+    with loopback_stub(18720 + run * 2, 18721 + run * 2) as urls:
+        for protocol in args.protocols:
+            pools = {count: _pool_wire(urls[protocol], protocol, count) for count in BODY_POOLS}
+            for concurrency in args.body_concurrency:
+                rounds: dict[int, list[dict[str, float]]] = {count: [] for count in pools}
+                for _ in range(args.body_rounds):
+                    for count, wire in pools.items():
+                        with tempfile.TemporaryDirectory(prefix="tierbench-bodies-") as folder:
+                            rounds[count].append(_engine_cpu(wire, concurrency, args.body_seconds, Path(folder)))
+                for count, wire in pools.items():
+                    us = [m["cpu_s"] / m["requests"] * 1e6 for m in rounds[count]]
+                    row = {"run": run, "section": "bodies", "server": "loopback stub", "protocol": protocol,
+                           "load": f"c{concurrency}", "engine": "compiled", "bodies": count,
+                           "body_bytes": len(wire.payload), "rounds": len(us),
+                           "requests": sum(m["requests"] for m in rounds[count]),
+                           "requests_per_s": statistics.median(m["requests"] / m["wall_s"] for m in rounds[count]),
+                           "engine_cpu_us_per_request": statistics.median(us), "cpu_us_min": min(us),
+                           "cpu_us_max": max(us),
+                           "startup_cpu_ms": statistics.median(m["startup_cpu_s"] for m in rounds[count]) * 1e3}
+                    if count != BODY_POOLS[0]:
+                        single = [m["cpu_s"] / m["requests"] for m in rounds[BODY_POOLS[0]]]
+                        row["pool_cpu_ratio"] = statistics.median(
+                            m["cpu_s"] / m["requests"] / one for m, one in zip(rounds[count], single, strict=True))
+                    print(row, flush=True)
+                    rows.append(row)
+    return rows
+
+
 def _overrides(args: Any) -> list[str]:
     return [f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
             "experiment.warmup_requests=50", "experiment.stability.max_windows=10"]
@@ -330,6 +450,10 @@ def main() -> None:
                         help="open-loop windows: longer, so Poisson's own noise in the offered rate stays ~1 %%")
     parser.add_argument("--runs", type=int, default=1, help="repeat every section (the goal asks 3 runs of 3)")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--body-concurrency", type=int, nargs="+", default=[1, 8],
+                        help="bodies: the closed loops' concurrencies")
+    parser.add_argument("--body-seconds", type=float, default=2.0, help="bodies: seconds measured per round")
+    parser.add_argument("--body-rounds", type=int, default=5, help="bodies: rounds, one body and the pool in turn")
     args = parser.parse_args()
 
     cfg = load_config(_overrides(args))
@@ -341,8 +465,14 @@ def main() -> None:
                     rows += closed_rows(cfg, args, node, options, run)
             if "ceiling" in args.sections:
                 rows += ceiling_rows(args, run)
+            if "bodies" in args.sections:
+                rows += bodies_rows(args, run)
     finally:  # what was measured is written, also when a later run fails
         _write(args, rows)
+
+
+BODIES_COLUMNS = ["bodies", "body_bytes", "rounds", "requests", "requests_per_s", "engine_cpu_us_per_request",
+                  "cpu_us_min", "cpu_us_max", "startup_cpu_ms", "pool_cpu_ratio"]
 
 
 def _write(args: Any, rows: list[dict[str, Any]]) -> None:
@@ -351,10 +481,15 @@ def _write(args: Any, rows: list[dict[str, Any]]) -> None:
                "pa_cpu_us", "cpu_ratio", "client_niceness", "server_count_ratio", "wrk_ratio", "tierbench_speedup",
                "pa_speedup", "speedup_agreement", "target_rps", "offered_rps", "achieved_vs_target",
                "achieved_vs_offered", "late_fraction", "stub_cpu_util", "meets_goal", "error"]
+    if args.sections == ["bodies"]:  # its own columns only
+        columns = ["run", "section", "protocol", "load", *BODIES_COLUMNS, "error"]
+    elif "bodies" in args.sections:
+        columns[-2:-2] = BODIES_COLUMNS
     sections = "" if set(args.sections) == set(SECTIONS) else "_" + "_".join(args.sections)
     report(f"client_overhead_{args.model}{sections}", columns, rows, {
         "model": args.model, "window_s": args.window_s, "runs": args.runs, "engines": args.engines, "goal": GOAL,
-        "rows_meeting_goal": f"{sum(r['meets_goal'] for r in rows)} of {len(rows)}"})
+        "rows_meeting_goal": f"{sum(r['meets_goal'] for r in rows if 'meets_goal' in r)} of "
+                             f"{sum('meets_goal' in r for r in rows)}"})
 
 
 if __name__ == "__main__":

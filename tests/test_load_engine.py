@@ -94,11 +94,15 @@ class RunQueueWait:
 def run_engine(wire: WireRequest, load: list[str], seconds: float, *extra: str,
                run_queue: RunQueueWait | None = None) -> tuple[np.ndarray, int, str, Path]:
     """Run the engine for `seconds` (then SIGTERM) or until it exits; its records, exit code, stderr, folder. With
-    `run_queue`, that watches the engine's waits for a CPU meanwhile."""
+    `run_queue`, that watches the engine's waits for a CPU meanwhile. A wire of several bodies: all of them, with
+    their `--lengths`."""
     folder = Path(tempfile.mkdtemp(prefix="engine-test-"))
-    (folder / "request.bin").write_bytes(wire.payload)
+    (folder / "request.bin").write_bytes(b"".join(wire.payloads))
     args = [str(engine_binary()), f"--{wire.protocol}", wire.host, str(wire.port), "--request",
             str(folder / "request.bin"), "--first-response", str(folder / "first.bin"), *load, *extra]
+    if len(wire.payloads) > 1:
+        np.array([len(p) for p in wire.payloads], dtype="<u8").tofile(folder / "lengths.bin")
+        args += ["--lengths", str(folder / "lengths.bin")]
     if wire.headers:
         (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
         args += ["--headers", str(folder / "headers.txt")]

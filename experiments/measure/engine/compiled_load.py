@@ -1,7 +1,8 @@
 """The compiled engine as a load generator: one `loadgen` process per client actor, its records read as they come,
 so windows are cut from its stream exactly as from the Python client's (`LoadGenerator`).
 
-The engine sends a `WireRequest` (the bytes a client would send, built once by that client's own code); the first
+The engine sends a `WireRequest` (the bytes a client would send, built once by that client's own code: one request, or
+a pool of distinct ones that it sends in turn, the n-th request sent carrying body n modulo their count); the first
 response it gets is handed back to the same client to check (`InferenceClient.check_wire_response`): the outputs
 have the shape the model promises. A request that fails (an error status, a timeout, a lost or refused connection)
 is a record of its own: it is kept as the Python client's failures are (`LoadGenerator._record_failure`), with the
@@ -42,7 +43,8 @@ CLASS_LINE = re.compile(r"^loadgen: \[(?P<cls>[a-z0-9_]+)\] (?P<text>.*)$", re.M
 
 
 class CompiledLoad(LoadGenerator):
-    """`load` (closed: request loops; open: arrivals/s) sent by the compiled engine."""
+    """`load` (closed: request loops; open: arrivals/s) sent by the compiled engine: the wire's request, or its
+    distinct requests in turn."""
 
     def __init__(self, wire: WireRequest, load: LoadPoint, timeout_s: float, images_per_request: int,
                  actor_index: int = 0, max_in_flight: int = 1024, horizon_s: float = 600.0,
@@ -61,10 +63,23 @@ class CompiledLoad(LoadGenerator):
         self._checked = False
         self._offset = self._epoch_offset * 1e9  # engine ns (CLOCK_MONOTONIC) -> epoch s: (ns + offset) / 1e9
 
+    def _write_bodies(self) -> list[str]:
+        """The wire's bodies, one after another, into request.bin (each written in turn: a pool of distinct inputs
+        may total tens of MiB, so no joined copy); with several, their byte lengths (uint64, little-endian) into
+        lengths.bin for `--lengths`. The engine's arguments for them."""
+        folder, payloads = self._folder, self.wire.payloads
+        with open(folder / "request.bin", "wb") as out:
+            for payload in payloads:
+                out.write(payload)
+        args = ["--request", str(folder / "request.bin")]
+        if len(payloads) > 1:
+            np.fromiter((len(p) for p in payloads), dtype="<u8", count=len(payloads)).tofile(folder / "lengths.bin")
+            args += ["--lengths", str(folder / "lengths.bin")]
+        return args
+
     def _arguments(self) -> list[str]:
         folder, wire = self._folder, self.wire
-        (folder / "request.bin").write_bytes(wire.payload)
-        args = [f"--{wire.protocol}", wire.host, str(wire.port), "--request", str(folder / "request.bin"),
+        args = [f"--{wire.protocol}", wire.host, str(wire.port), *self._write_bodies(),
                 "--timeout", f"{self.timeout_s:g}", "--max-in-flight", str(self.max_in_flight),
                 "--nice", str(ENGINE_NICENESS), "--drain", f"{DRAIN_S:g}",
                 "--first-response", str(folder / "first-response.bin")]

@@ -1,6 +1,7 @@
-/* tierbench's compiled load engine: one request, pre-built, sent again and again over HTTP/1.1 or gRPC (HTTP/2),
- * in a closed loop (N requests in flight, each sent when the last returned) or an open loop (arrivals on a schedule
- * of gaps given in a file), and one binary record per request on stdout: when it was scheduled, sent and done.
+/* tierbench's compiled load engine: one request, or a pool of distinct ones sent in turn, pre-built and sent again
+ * and again over HTTP/1.1 or gRPC (HTTP/2), in a closed loop (N requests in flight, each sent when the last
+ * returned) or an open loop (arrivals on a schedule of gaps given in a file), and one binary record per request on
+ * stdout: when it was scheduled, sent and done.
  *
  * Why it exists: a Python client costs 0.3-0.7 ms of CPU per 602 KB request, about what a GPU server spends on it;
  * perf_analyzer 2.51 (the C++ tool in the tritonclient wheel) keeps a copy of every request's input for its
@@ -9,7 +10,8 @@
  * One thread, one epoll loop. HTTP/1.1 is written here (keep-alive connections, one request in flight on each,
  * Content-Length or chunked responses). HTTP/2 comes from the system's libnghttp2 (loaded with dlopen, so the
  * engine builds without its headers and HTTP/1.1 runs without it); a request's DATA frames go out from the
- * pre-built body without a copy (NGHTTP2_DATA_FLAG_NO_COPY).
+ * pre-built body without a copy (NGHTTP2_DATA_FLAG_NO_COPY). Every body is a slice of the one buffer --request was
+ * read into: none is copied, on either protocol.
  *
  * Records (struct record, 48 bytes, little-endian) go to stdout: kind 1 a completed request (times on
  * CLOCK_MONOTONIC, nanoseconds: the clock of Python's time.perf_counter), kind 2 a heartbeat every few ms (the
@@ -21,9 +23,13 @@
  * flushed. A second signal stops it at once.
  *
  * Usage: loadgen --http1 HOST PORT --request FILE | --h2 HOST PORT --request FILE --headers FILE
- *                (--closed N | --open GAPS_FILE) [--max-in-flight N] [--connections N] [--timeout S]
- *                [--first-response FILE] [--heartbeat-ms MS] [--nice N] [--drain S]
- *   --request   HTTP/1.1: the whole request (head and body); h2: the DATA payload (a gRPC message, prefix included)
+ *                [--lengths FILE] (--closed N | --open GAPS_FILE) [--max-in-flight N] [--connections N]
+ *                [--timeout S] [--first-response FILE] [--heartbeat-ms MS] [--nice N] [--drain S] [--any-size]
+ *   --request   HTTP/1.1: the whole request (head and body); h2: the DATA payload (a gRPC message, prefix included).
+ *               With --lengths, several such bodies one after another
+ *   --lengths   uint64 little-endian byte lengths of the bodies in --request, in order (each > 0, summing to its
+ *               size); the n-th request sent (from 0) carries body n modulo their count. Without it the whole file
+ *               is one body. h2: every body goes with the same --headers
  *   --headers   h2: one "name: value" per line, pseudo-headers (:method :scheme :path :authority) first
  *   GAPS_FILE   float64 seconds between arrivals (the first arrival comes gaps[0] after the load starts)
  *   --first-response  the body of the first successful response is written there (the caller checks it)
@@ -79,7 +85,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ENGINE_VERSION "3"  /* 2: --any-size; 3: failed requests are records (kind 5), the load goes on */
+#define ENGINE_VERSION "4"  /* 2: --any-size; 3: failed requests are records (kind 5), the load goes on;
+                              * 4: --lengths, several bodies sent in turn */
 
 enum { KIND_DONE = 1, KIND_HEARTBEAT = 2, KIND_ERROR = 3, KIND_READY = 4, KIND_FAILED = 5 };
 
@@ -251,8 +258,13 @@ enum { PROTO_HTTP1 = 1, PROTO_H2 = 2 };
 static struct {
     int proto;
     const char *host, *port;
-    uint8_t *request;
+    uint8_t *request;      /* --request as read: every body points into it */
     size_t request_len;
+    struct body {
+        const uint8_t *ptr;
+        size_t len;
+    } *bodies;             /* the requests to send in turn (one: the whole of --request) */
+    size_t nbodies;
     char **header_names, **header_values;
     size_t nheaders;
     int closed;  /* closed loop: requests in flight; 0: open loop */
@@ -267,6 +279,40 @@ static struct {
     int64_t drain_ns;
     int any_size;  /* responses may differ in size (text: JSON numbers); else each must be the first's size */
 } cfg = {.nice = INT32_MIN, .drain_ns = 3000000000LL, .max_in_flight = 1024, .connections = 1, .timeout_ns = 60000000000LL, .heartbeat_ns = 5000000LL};
+
+/* The bodies --request holds: the whole file, or the slices --lengths gives (checked against the file's size). */
+static void load_bodies(const char *request_path, const char *lengths_path) {
+    cfg.request = read_file(request_path, &cfg.request_len);
+    if (!lengths_path) {
+        if (!cfg.request_len) die("the request %s is empty", request_path);
+        cfg.bodies = xmalloc(sizeof *cfg.bodies);
+        cfg.bodies[0] = (struct body){cfg.request, cfg.request_len};
+        cfg.nbodies = 1;
+        return;
+    }
+    size_t bytes;
+    uint8_t *raw = read_file(lengths_path, &bytes);
+    if (!bytes || bytes % 8)
+        die("--lengths %s holds %zu bytes: it must hold one or more uint64 lengths (8 bytes each)", lengths_path,
+            bytes);
+    cfg.nbodies = bytes / 8;
+    cfg.bodies = xmalloc(cfg.nbodies * sizeof *cfg.bodies);
+    size_t at = 0;
+    for (size_t i = 0; i < cfg.nbodies; i++) {
+        uint64_t len = 0;
+        for (int b = 7; b >= 0; b--) len = len << 8 | raw[i * 8 + (size_t)b];  /* little-endian on any host */
+        if (len == 0) die("--lengths %s: body %zu has length 0 (every body needs at least one byte)", lengths_path, i);
+        if (len > cfg.request_len - at)
+            die("--lengths %s: the lengths sum to more than the %zu bytes of %s (body %zu of %zu runs past its end)",
+                lengths_path, cfg.request_len, request_path, i, cfg.nbodies);
+        cfg.bodies[i] = (struct body){cfg.request + at, (size_t)len};
+        at += (size_t)len;
+    }
+    if (at != cfg.request_len)
+        die("--lengths %s: the %zu lengths sum to %zu bytes, but %s holds %zu", lengths_path, cfg.nbodies, at,
+            request_path, cfg.request_len);
+    free(raw);
+}
 
 static void load_headers(const char *path) {
     size_t len;
@@ -301,6 +347,8 @@ struct req {
     int grpc_status;   /* -1: none seen */
     float server_ms, server_batch;
     int64_t bytes;     /* response body bytes received */
+    const uint8_t *request;          /* its body (HTTP/1.1: the whole request; h2: the DATA), in cfg.request */
+    size_t request_len;
     size_t body_planned, body_sent;  /* h2: request DATA bytes handed to nghttp2 / written */
     int capture;       /* sent before any response ended: its body is kept, the first to end is saved */
     struct buf body;   /* that body */
@@ -318,6 +366,16 @@ static int in_flight;     /* of them, those not ended */
 static int stopping;
 static int captured;   /* the first response to end was saved to --first-response */
 static int64_t expected_bytes = -1;  /* every successful response has the first one's body size */
+
+static uint64_t sends;  /* requests sent so far: the next takes body `sends % cfg.nbodies` */
+
+/* The request goes out now: it takes the next body in turn. (One refused before it was sent takes none.) */
+static void take_body(struct req *r) {
+    const struct body *b = &cfg.bodies[cfg.nbodies == 1 ? 0 : sends % cfg.nbodies];
+    sends++;
+    r->request = b->ptr;
+    r->request_len = b->len;
+}
 
 static struct req *req_new(int64_t intended) {
     struct req *r = free_reqs;
@@ -478,8 +536,8 @@ struct conn {
     int dead;  /* dropped: freed once the current batch of events is handled */
     int connected;
     int answered;          /* responses read on it */
-    struct outq q;         /* h2: frames not yet written (h1 writes from the shared request at `wpos`) */
-    size_t wpos;           /* h1: bytes of the request written */
+    struct outq q;         /* h2: frames not yet written (h1 writes from its request's body at `wpos`) */
+    size_t wpos;           /* h1: bytes of the current request (req->request) written */
     int writing;           /* EPOLLOUT is watched */
     /* HTTP/1.1 */
     int state;
@@ -773,12 +831,14 @@ static void h1_write_failed(struct conn *c, int err) {
 }
 
 static void h1_write(struct conn *c) {
-    while (c->wpos < cfg.request_len) {
-        size_t chunk = cfg.request_len - c->wpos < MAX_WRITE ? cfg.request_len - c->wpos : MAX_WRITE;
-        ssize_t n = send(c->fd, cfg.request + c->wpos, chunk, MSG_NOSIGNAL);
+    const uint8_t *request = c->req->request;
+    size_t len = c->req->request_len;
+    while (c->wpos < len) {
+        size_t chunk = len - c->wpos < MAX_WRITE ? len - c->wpos : MAX_WRITE;
+        ssize_t n = send(c->fd, request + c->wpos, chunk, MSG_NOSIGNAL);
         if (n > 0) {
             c->wpos += (size_t)n;
-            if (c->wpos < cfg.request_len) {  /* more to write: let the loop serve its timers first */
+            if (c->wpos < len) {  /* more to write: let the loop serve its timers first */
                 watch(c, 1);
                 return;
             }
@@ -801,6 +861,7 @@ static void h1_send(struct conn *c, struct req *r) {
     c->wpos = 0;
     c->state = H1_HEAD;
     c->head.off = c->head.len = 0;
+    take_body(r);
     r->sent = now_ns();
     if (cfg.closed) r->intended = r->sent;  /* a closed loop's request is due the moment it goes */
     if (c->connected) h1_write(c);
@@ -955,7 +1016,7 @@ static void h1_after_response(struct conn *c) {
     c->req = NULL;
     c->state = H1_IDLE;
     /* answered before the request was all written (an early error status): the rest would be read as another */
-    int close_it = c->close_after || c->wpos < cfg.request_len;
+    int close_it = c->close_after || c->wpos < r->request_len;
     finished(r);
     if (close_it) {
         conn_drop(c);
@@ -976,7 +1037,7 @@ static void h1_event(struct conn *c, uint32_t events) {
         }
         return;
     }
-    if ((events & EPOLLOUT) && c->req && c->wpos < cfg.request_len) h1_write(c);
+    if ((events & EPOLLOUT) && c->req && c->wpos < c->req->request_len) h1_write(c);
     if (c->dead) return;
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
         static uint8_t chunk[1 << 18];
@@ -1123,8 +1184,8 @@ static ssize_t h2_send_cb(nghttp2_session *s, const uint8_t *data, size_t len, i
     return (ssize_t)len;
 }
 
-/* A DATA frame: its 9-byte header (copied), then the request body's next bytes (not copied: the body is one buffer
- * for the engine's life). Written with the rest of the batch in one writev (h2_pump). */
+/* A DATA frame: its 9-byte header (copied), then the request body's next bytes (not copied: the bodies live in one
+ * buffer for the engine's life). Written with the rest of the batch in one writev (h2_pump). */
 static int h2_send_data_cb(nghttp2_session *s, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
                            nghttp2_data_source *source, void *user) {
     (void)s;
@@ -1132,7 +1193,7 @@ static int h2_send_data_cb(nghttp2_session *s, nghttp2_frame *frame, const uint8
     struct conn *c = user;
     struct req *r = source->ptr;
     outq_push(&c->q, framehd, 9, 1);
-    outq_push(&c->q, cfg.request + r->body_sent, length, 0);
+    outq_push(&c->q, r->request + r->body_sent, length, 0);
     r->body_sent += length;
     return 0;
 }
@@ -1144,11 +1205,11 @@ static ssize_t h2_read_cb(nghttp2_session *s, int32_t stream_id, uint8_t *dst, s
     (void)dst;
     (void)user;
     struct req *r = source->ptr;
-    size_t left = cfg.request_len - r->body_planned;
+    size_t left = r->request_len - r->body_planned;
     size_t n = left < length ? left : length;
     r->body_planned += n;
     *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
-    if (r->body_planned == cfg.request_len) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (r->body_planned == r->request_len) *flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
 }
 
@@ -1262,6 +1323,7 @@ static int h2_usable(void) {
 static void h2_submit(struct conn *c, struct req *r) {
     r->conn = c;
     nghttp2_data_provider provider = {.source.ptr = r, .read_callback = h2_read_cb};
+    take_body(r);
     r->sent = now_ns();
     if (cfg.closed) r->intended = r->sent;
     int32_t id = ng.submit_request(c->session, NULL, h2_nva, cfg.nheaders, &provider, r);
@@ -1480,14 +1542,14 @@ static void arm(int tfd, int64_t at) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: loadgen (--http1 HOST PORT | --h2 HOST PORT --headers FILE) --request FILE (--closed N | --open "
-            "GAPS) [--max-in-flight N] [--connections N] [--timeout S] [--first-response FILE] [--heartbeat-ms MS] "
-            "[--nice N] [--drain S] [--any-size] | --version\n");
+            "usage: loadgen (--http1 HOST PORT | --h2 HOST PORT --headers FILE) --request FILE [--lengths FILE] "
+            "(--closed N | --open GAPS) [--max-in-flight N] [--connections N] [--timeout S] [--first-response FILE] "
+            "[--heartbeat-ms MS] [--nice N] [--drain S] [--any-size] | --version\n");
     exit(64);
 }
 
 int main(int argc, char **argv) {
-    const char *request_path = NULL, *headers_path = NULL, *gaps_path = NULL;
+    const char *request_path = NULL, *lengths_path = NULL, *headers_path = NULL, *gaps_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
 #define NEXT() (i + 1 < argc ? argv[++i] : (usage(), ""))
@@ -1516,6 +1578,7 @@ int main(int argc, char **argv) {
             cfg.host = NEXT();
             cfg.port = NEXT();
         } else if (!strcmp(a, "--request")) request_path = NEXT();
+        else if (!strcmp(a, "--lengths")) lengths_path = NEXT();
         else if (!strcmp(a, "--headers")) headers_path = NEXT();
         else if (!strcmp(a, "--closed")) cfg.closed = atoi(NEXT());
         else if (!strcmp(a, "--open")) gaps_path = NEXT();
@@ -1546,7 +1609,7 @@ int main(int argc, char **argv) {
 
     fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) | O_NONBLOCK);
     fcntl(out_fd, F_SETPIPE_SZ, 1 << 20);
-    cfg.request = read_file(request_path, &cfg.request_len);
+    load_bodies(request_path, lengths_path);
     if (headers_path) load_headers(headers_path);
     if (gaps_path) {
         size_t bytes;
