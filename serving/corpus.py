@@ -349,8 +349,9 @@ def _image_tensor_shape(shape: tuple[int, ...], preprocessing: Preprocessing) ->
 def request_pool(spec, limit: int | None = None) -> list[RequestInputs]:
     """The distinct requests of a client of `spec` (a serving.clients.base.ClientSpec), in the order it sends them:
     request k carries images k*batch .. k*batch+batch-1 of the corpus (wrapping), as many requests as cover the
-    corpus once, fewer where their payload would pass `pool_mib` (at least one). One request when `repeated`; at
-    most `limit`. A `tensor` model whose input is not an image (3 x height x width) is sent seeded normal tensors."""
+    corpus once, fewer where their payload would pass `pool_mib` (at least one). One request when `repeated` (the
+    request of median file size: data-dependent paths compare at a typical image); at most `limit`. A `tensor` model
+    whose input is not an image (3 x height x width) is sent seeded normal tensors."""
     source: InputSource = spec.inputs
     batch = spec.batch_size
     preprocessing = Preprocessing.from_json(spec.preprocessing) if spec.preprocessing else Preprocessing()
@@ -363,10 +364,17 @@ def request_pool(spec, limit: int | None = None) -> list[RequestInputs]:
             (batch, *spec.input_shape), dtype=np.float32)) for k in range(count)]
     corpus = source.corpus()
     tensors = corpus_tensors(corpus, preprocessing) if tensor else None
-    count = 1 if source.repeated else math.ceil(len(corpus) / batch)
+    count = math.ceil(len(corpus) / batch)
+
+    def images_of(k: int) -> tuple[int, ...]:
+        return tuple((k * batch + j) % len(corpus) for j in range(batch))
+
+    # The repeated input is a typical request, not the corpus's first (a thumbnail): the one of median file size.
+    first = (sorted(range(count), key=lambda k: sum(len(corpus.images[i]) for i in images_of(k)))[count // 2]
+             if source.repeated else 0)
     budget, used, pool = source.pool_mib * 2**20, 0, []
-    for k in range(min(count, limit or count)):
-        indices = tuple((k * batch + j) % len(corpus) for j in range(batch))
+    for k in range(first, first + (1 if source.repeated else min(count, limit or count))):
+        indices = images_of(k)
         labels = tuple(corpus.labels[i] for i in indices) if corpus.labels else None
         if tensors is not None:
             inputs = RequestInputs(indices, tensor=np.ascontiguousarray(tensors[list(indices)]), labels=labels)

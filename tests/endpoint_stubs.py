@@ -7,7 +7,8 @@
 - `BearerAuth`: ASGI middleware answering 401 without `Authorization: Bearer <token>` and 403 with another token;
 - `OipServerProcess`: the project's own OIP service (`serving.fastapi.app.create_app`, the tiny model on the CPU)
   behind `BearerAuth`, run by uvicorn in a process of its own (`python -m tests.endpoint_stubs`), so a test can
-  kill it as a server that goes away;
+  kill it as a server that goes away; with `compute_ms`, each inference takes that much longer (a model that takes
+  time), and with `cache`, behind `ResponseCache` (a server that caches answers);
 - what the endpoint tests share: the token's variable, the sweep they refuse or accept (`refusal`, `accepted`), the
   client spec they send with (`oip_spec`), the files that hold a secret (`files_holding`)."""
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import ipaddress
 import json
 import os
@@ -296,13 +298,61 @@ def tiny_service_config() -> dict[str, Any]:
             "options": None, "warmup_batch_sizes": [1]}
 
 
+class SlowModel:
+    """ASGI middleware that spends `compute_ms` before each POST reaches the app: a model whose forward pass takes
+    that long (the tiny model takes next to nothing, which no cache could save)."""
+
+    def __init__(self, app: Any, compute_ms: float) -> None:
+        self.app, self.compute_s = app, compute_ms / 1e3
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            import asyncio
+
+            await asyncio.sleep(self.compute_s)
+        await self.app(scope, receive, send)
+
+
+class ResponseCache:
+    """ASGI middleware answering a POST whose path and body it has seen before with the answer it gave then, without
+    asking the app: the cache the caching audit must catch."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.answers: dict[bytes, list[dict[str, Any]]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        key = hashlib.sha256(scope["path"].encode() + b"\0" + body).digest()
+        if key not in self.answers:
+            sent: list[dict[str, Any]] = []
+
+            async def replay() -> dict[str, Any]:
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            async def keep(message: dict[str, Any]) -> None:
+                sent.append(message)
+
+            await self.app(scope, replay, keep)
+            self.answers[key] = sent
+        for message in self.answers[key]:
+            await send(message)
+
+
 class OipServerProcess:
     """`python -m tests.endpoint_stubs`: the tiny model's OIP service in a process of its own on a free loopback
     port; with `token_env`, behind `BearerAuth` reading the token from that variable of `env` (the process's
     environment on top of this one's). A context manager: on exit it stops the
     process (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, folder: Path, env: dict[str, str] | None = None, token_env: str | None = None) -> None:
+    def __init__(self, folder: Path, env: dict[str, str] | None = None, token_env: str | None = None,
+                 cache: bool = False, compute_ms: float = 0.0) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self.env = env or {}
@@ -311,7 +361,8 @@ class OipServerProcess:
         self.port_file = folder / "port"
         self.log = folder / "server.log"
         self.args = ["--config", str(folder / "config.json"), "--port-file", str(self.port_file),
-                     *(["--token-env", token_env] if token_env else [])]
+                     *(["--token-env", token_env] if token_env else []), *(["--cache"] if cache else []),
+                     "--compute-ms", str(compute_ms)]
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
@@ -386,8 +437,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True)
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--token-env")
+    parser.add_argument("--cache", action="store_true")
+    parser.add_argument("--compute-ms", type=float, default=0.0)
     args = parser.parse_args(argv)
     app: Any = create_app(json.loads(Path(args.config).read_text()))
+    if args.compute_ms:
+        app = SlowModel(app, args.compute_ms)
+    if args.cache:
+        app = ResponseCache(app)
     if args.token_env:
         app = BearerAuth(app, args.token_env)
     sock = _listening_socket()

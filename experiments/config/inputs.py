@@ -20,7 +20,8 @@ def inputs_settings(inputs: InputsConfig) -> dict[str, object]:
     corpus = (f"{SYNTHETIC}-seed{inputs.seed}-n{inputs.synthetic_images}" if inputs.source == SYNTHETIC
               else str(inputs.source))
     return {"inputs": corpus, "inputs_pool_mib": float(inputs.pool_mib),
-            **({"inputs_labels": str(inputs.labels)} if inputs.labels else {})}
+            **({"inputs_labels": str(inputs.labels)} if inputs.labels else {}),
+            **({"audit_max_speedup": float(inputs.audit_max_speedup)} if inputs.audit else {})}
 
 
 def check_inputs(inputs: InputsConfig) -> None:

@@ -15,6 +15,7 @@ from experiments.config.capacity import DEFAULT_HEADROOM, Traffic
 from experiments.config.prices import PRICE_MAX_AGE_DAYS
 from experiments.report import tables
 from experiments.report.answer import answer_lines
+from experiments.report.audit_section import audit_section
 from experiments.report.capacity_section import capacity_section, refuse_unpriced
 from experiments.report.ceiling_section import ceiling_section, tier_floors
 from experiments.report.cross_tier_section import cross_tier_section
@@ -92,6 +93,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     overloaded_section(doc, data, labels)
     prices_section(doc, data)
     report.summary += rent_or_own_section(doc, data, labels)
+    report.summary += audit_section(doc, data, labels)
     if options.capacity is not None:
         report.summary += capacity_section(doc, report.images, folder, data, labels, options.capacity,
                                            options.slo_p99_ms)

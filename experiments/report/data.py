@@ -26,7 +26,7 @@ LOAD_PARAMS = ("load_mode", "request_rate")
 # Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
 INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors", "load_engine", "trace",
                "trace_mean_to_peak", "client_hostnames", "endpoint_url", "endpoint_model", "endpoint_platform",
-               "goodput_deadline_ms")
+               "goodput_deadline_ms", "inputs", "audit_max_speedup")
 # What held a trial back, against its runtime's in-process ceiling (`experiments.measure.efficiency`): the runtime's
 # key (a param) and the verdict (tags). Empty where the sweep logged none (ceiling off, untimed runtime, older sweeps).
 CEILING_PARAMS = ("ceiling_runtime",)
@@ -75,6 +75,9 @@ class SweepData:
     # The trials over time whose load changes with time (ramp, bursts, trace): run id -> bins (t_s, offered_rps,
     # throughput_img_s, goodput_img_s, error_rate, latency_p50_ms, latency_p99_ms), from their MLflow step metrics
     series: dict[str, pd.DataFrame] = field(default_factory=dict)
+    # The caching audit's twins (experiment.inputs.audit: one input repeated), in the columns of `trials`: never an
+    # answer, only compared with the same point sent distinct inputs (experiments.report.audit_section).
+    repeated: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -144,10 +147,12 @@ def load_sweep(uri: str, experiment: str, sweep_id: str = "latest") -> SweepData
     trials, superseded = tidy_trials(runs[level == "trial"])
     if trials.empty:
         raise ReportError(f"sweep {sweep_id!r} has no trial runs yet")
+    twins = trials["repeated_input"]
+    trials, repeated = trials[~twins].reset_index(drop=True), trials[twins].reset_index(drop=True)
     return SweepData(sweep_id=sweep_id, experiment_id=exp.experiment_id,
                      sweep_run_id=str(sweep_runs.iloc[0]["run_id"]) if not sweep_runs.empty else None,
                      trials=trials, tiers=tier_infos(tier_runs, trials), superseded=superseded,
-                     slo=tidy_slo(runs[level == "slo"]), series=load_series(uri, trials))
+                     slo=tidy_slo(runs[level == "slo"]), series=load_series(uri, trials), repeated=repeated)
 
 
 # Load modes whose trials are read over time (the report's "Traffic over time"), and at most how many trials.
@@ -280,6 +285,7 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     out["server_count_mismatch"] = _column(runs, "tags.server_count_mismatch", "false").fillna("false") == "true"
     # Set on a trial measured again on a fresh server after its server failed under it (experiment.trial_retries).
     out["earlier_failure"] = _column(runs, "tags.earlier_failure", "").fillna("")
+    out["repeated_input"] = _column(runs, "params.repeated_input", "False").fillna("False").astype(str) == "True"
     out["_ok"] = out["status"] == Status.OK
     out = out.sort_values(["_ok", "start_time"]).drop_duplicates(["tier", "trial_key"], keep="last")
     superseded = len(runs) - len(out)
