@@ -38,6 +38,7 @@ from experiments.run.repeats import Repeats
 from experiments.run.slo import SloProbe, SloResult
 from experiments.run.trial import new_record, priced_usd_per_hour, run_trial
 from serving.backend import ServerHandle
+from serving.clients.base import PoolStats
 from tests import synthetic_sweep as syn
 from tests.helpers import premigrated_store
 from tests.stand_in_group import run_stand_in_group
@@ -85,7 +86,8 @@ def _samples(throughput_img_s: float, seed: int) -> WindowSamples:
 
 def _measured(monkeypatch: pytest.MonkeyPatch, throughput_img_s: float, seed: int = 0) -> None:
     """The next `run_trial` measures `throughput_img_s` (no client, no server: a stand-in measurement)."""
-    result = Measurement(_samples(throughput_img_s, seed), [WarmupStats(5, 0.1, 2.0)], 602_112, 1, 3, True, [])
+    payloads = PoolStats(111, 111, 602_112.0, (602_112.0,) * 4)
+    result = Measurement(_samples(throughput_img_s, seed), [WarmupStats(5, 0.1, 2.0)], payloads, 1, 3, True, [])
     monkeypatch.setattr(trial_module, "_measure_with_enough_clients", lambda *args: result)
 
 

@@ -14,6 +14,7 @@ from experiments.measure.engine.build import EngineStatus, engine_status
 from experiments.measure.load import LoadGenerator, LoadPoint, WarmupStats
 from experiments.measure.samples import WindowSamples
 from serving.clients.base import ClientSpec, InferenceClient, PoolStats, load_client
+from serving.corpus import InputSource, prepare_inputs
 from serving.node import current_location
 from serving.protocols import parse_protocol
 
@@ -34,6 +35,10 @@ class LoadClientActor:
 
     def where(self) -> dict[str, str]:
         return current_location()
+
+    def prepare_inputs(self, source: InputSource, preprocessing_json: str, tensors: bool) -> dict[str, float]:
+        """The corpus (and its tensors) built on this node before any trial is timed (serving.corpus)."""
+        return prepare_inputs(source, preprocessing_json, tensors)
 
     def engine_status(self) -> EngineStatus:
         """The compiled engine on this node (built here on first use)."""
@@ -114,6 +119,15 @@ class ClientPool:
                                             "clients' node, and it is missing (install libnghttp2-14, or use "
                                             "experiment.load_engine=auto)")
         return self
+
+    def prepare_inputs(self, source: InputSource, preprocessing_json: str, tensors: bool,
+                       timeout_s: float = 1800.0) -> dict[str, float]:
+        """Build the corpus the trials send on the clients' node now, before a server starts: a fresh node spends
+        seconds of CPU on it, which must not land inside a trial's start or a measurement window."""
+        import ray
+
+        first = next(iter(self._actors.values()))[0]
+        return ray.get(first.prepare_inputs.remote(source, preprocessing_json, tensors), timeout=timeout_s)
 
     def engine_for(self, spec: ClientSpec, protocol: str) -> tuple[LoadEngine, str]:
         """The engine that measures a trial with `spec` over `protocol`, and why not the one asked for."""

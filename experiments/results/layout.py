@@ -24,6 +24,7 @@ TIER_FILE = "tier.json"
 CLUSTER_FILE = "cluster.json"
 NODE_TIME_FILE = "node_time.json"
 CEILING_FILE = "ceiling.json"
+INPUTS_FILE = "inputs.json"  # the corpus the clients sent: its own figures (serving.corpus.Corpus.stats)
 SERVERS_DIR = "servers"
 DEPLOY_DIR = "deploy"
 TRIALS_DIR = "trials"
@@ -33,7 +34,7 @@ SERVER_LOGS_DIR = "server_logs"
 REPEATS_DIR = "repeats"
 # Files of the tier folder that go onto the tier run when written; node_time.json goes with the run's end
 # (`Publisher.finish`), with the metrics summed from it (and the ceiling's, from ceiling.json).
-TIER_ARTIFACTS = (CLUSTER_FILE, CEILING_FILE)
+TIER_ARTIFACTS = (CLUSTER_FILE, CEILING_FILE, INPUTS_FILE)
 
 
 def sweep_folder(results_dir: str | Path, sweep_id: str) -> Path:

@@ -21,6 +21,7 @@ from experiments.cluster.node_loss import NodeLoss, NodeLostError
 from experiments.cluster.placement import NodeTime, TierPlacement, hold_tier_node
 from experiments.cluster.tiers import tier_gpu_problem
 from experiments.cluster.waiting import NodeWaitTimeout, wait_for_tier_node
+from experiments.config.inputs import input_source, inputs_settings
 from experiments.config.owned import owned_params
 from experiments.config.prices import tier_price_params
 from experiments.config.schema import GpuTierConfig, TierbenchConfig
@@ -29,7 +30,7 @@ from experiments.config.typed import typed
 from experiments.config.validation import clients_only, validate
 from experiments.measure.client_actor import ClientPool
 from experiments.plan import Trial, TrialGroup, plan_trials
-from experiments.results.layout import CEILING_FILE, CLUSTER_FILE, SERVER_LOGS_DIR, TierFolder
+from experiments.results.layout import CEILING_FILE, CLUSTER_FILE, INPUTS_FILE, SERVER_LOGS_DIR, TierFolder
 from experiments.results.node_time import record_node_time
 from experiments.results.publish import Publisher, TierInfo, relog_command
 from experiments.results.records import Status, TrialRecord, read_record, write_record
@@ -41,7 +42,9 @@ from experiments.run.resume import resume_command
 from experiments.run.server_group import Finish, ServerGroup, ServerRelay, StagedModel, build_backend
 from experiments.run.tier_ceiling import TierCeiling
 from experiments.run.trial import new_record
+from serving.model_config import ModelConfig
 from serving.model_files import ShippedFile, ship
+from serving.models import preprocessing
 from serving.node import NodeInfo
 from serving.probe import describe_node
 
@@ -136,6 +139,7 @@ class TierSweep:
         done_keys = self._ok_keys()
         self.clients = ClientPool(self.cfg.experiment, place.client_options,
                                   self.cfg.cluster.schedule_timeout_s).start()
+        self._prepare_inputs(model.on_node)
 
         def server_group(group: TrialGroup, finish: Finish, relay: ServerRelay | None = None) -> ServerGroup:
             return ServerGroup(self.cfg, group, node, options, self.clients, finish,
@@ -292,6 +296,20 @@ class TierSweep:
             log.info("open the UI with: mlflow ui --backend-store-uri %s --host 127.0.0.1 --port 5000  (then "
                      "http://127.0.0.1:5000/#/experiments/%s/runs?workflowType=machine_learning)", uri,
                      self.publisher.tracker.experiment_id)
+
+    def _prepare_inputs(self, model: ModelConfig) -> None:
+        """The corpus built on the clients' node before any server starts, its figures kept with the tier."""
+        exp = self.cfg.experiment
+        shape = tuple(int(d) for d in model.input_shape)
+        stats = self.clients.prepare_inputs(input_source(exp.inputs),
+                                            preprocessing(model).to_json() if len(shape) == 3 else "",
+                                            "tensor" in exp.input_formats and len(shape) == 3)
+        log.info("inputs: corpus %s ready on the clients' node (%d images, median %.1f KB, up to %.1f MP; %.1f s)",
+                 inputs_settings(exp.inputs)["inputs"], stats["corpus_images"], stats["corpus_bytes_p50"] / 1e3,
+                 stats["corpus_megapixels_max"], stats["corpus_prepare_s"])
+        text = json.dumps(stats, indent=1, sort_keys=True)
+        (self.folder.path / INPUTS_FILE).write_text(text)
+        self.publisher.tier_file(INPUTS_FILE, text)
 
     def _tier_params(self, node: NodeInfo) -> dict[str, Any]:
         gpu = self.cfg.gpu
