@@ -4,7 +4,7 @@ shipped to the clients as an `InputSource`."""
 from __future__ import annotations
 
 from experiments.config.errors import ConfigError
-from experiments.config.schema import InputsConfig
+from experiments.config.schema import AccuracyConfig, InputsConfig
 from serving.corpus import SYNTHETIC, CorpusError, InputSource, image_files, read_labels
 
 
@@ -22,6 +22,21 @@ def inputs_settings(inputs: InputsConfig) -> dict[str, object]:
     return {"inputs": corpus, "inputs_pool_mib": float(inputs.pool_mib),
             **({"inputs_labels": str(inputs.labels)} if inputs.labels else {}),
             **({"audit_max_speedup": float(inputs.audit_max_speedup)} if inputs.audit else {})}
+
+
+def accuracy_settings(accuracy: AccuracyConfig) -> dict[str, object]:
+    """The accuracy bound a trial was chosen under (a param; absent without one)."""
+    return {} if accuracy.max_top1_drop is None else {"max_top1_drop": float(accuracy.max_top1_drop)}
+
+
+def check_accuracy(accuracy: AccuracyConfig) -> None:
+    bound = accuracy.max_top1_drop
+    if bound is not None and not 0 <= float(bound) <= 100:
+        raise ConfigError(f"experiment.accuracy.max_top1_drop={bound!r}: points of top-1 a variant may lose, in "
+                          "[0, 100] (e.g. 1.0), or null for no bound")
+    if int(accuracy.images) < 1:
+        raise ConfigError(f"experiment.accuracy.images={accuracy.images!r}: corpus images each path is evaluated on, "
+                          "a positive number (e.g. 512)")
 
 
 def check_inputs(inputs: InputsConfig) -> None:

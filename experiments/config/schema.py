@@ -129,6 +129,17 @@ class InputsConfig:
 
 
 @dataclass
+class AccuracyConfig:
+    """How close to the FP32 reference a variant must stay to be chosen (docs/inputs.md, "Accuracy")."""
+
+    # Points of top-1 a variant may lose against the FP32 reference (on the labelled corpus; without labels, its
+    # top-1 disagreement with the reference's, in percent); over it a variant is measured and shown, never chosen.
+    # null: no bound (the accuracy pass runs only where the corpus has labels).
+    max_top1_drop: float | None = None
+    images: int = 512  # corpus images each (protocol, input format) path is evaluated on before its group is measured
+
+
+@dataclass
 class ExperimentConfig:
     """The trial matrix and how each trial is measured."""
 
@@ -192,6 +203,7 @@ class ExperimentConfig:
     # is refused); python: the actors' asyncio client. Every trial records the engine that measured it.
     load_engine: str = "auto"
     inputs: InputsConfig = field(default_factory=InputsConfig)  # the images requests carry (docs/inputs.md)
+    accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)  # top-1 against the reference, and its bound
 
 
 @dataclass

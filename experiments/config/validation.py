@@ -12,7 +12,7 @@ from typing import Any
 from experiments.config.capacity import check_capacity
 from experiments.config.choices import ClientPlacement, LoadEngine, LoadMode, TrialMatrix
 from experiments.config.errors import ConfigError
-from experiments.config.inputs import check_inputs
+from experiments.config.inputs import check_accuracy, check_inputs
 from experiments.config.model_check import check_model
 from experiments.config.owned import validate_owned
 from experiments.config.prices import validate_prices
@@ -87,6 +87,7 @@ def validate(cfg: TierbenchConfig) -> None:
     _check_loads(LoadMode(exp.load_mode), exp)
     _check_engine(exp)
     check_inputs(exp.inputs)
+    check_accuracy(exp.accuracy)
     for key in ("window_s", "warmup_s", "request_timeout_s", "trial_timeout_s", "client_num_cpus"):
         if getattr(exp, key) <= 0:
             _fail(f"experiment.{key}", getattr(exp, key), "must be > 0")

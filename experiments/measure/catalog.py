@@ -123,6 +123,16 @@ METRICS: tuple[Metric, ...] = (
     # The cross-check against the reference.
     Metric("crosscheck_top1_agreement", "share", Pool.MIN, "share of images whose top-1 class matches the reference"),
     Metric("crosscheck_max_abs_diff", "abs", Pool.MAX, "largest absolute difference of an output from the reference"),
+    # Accuracy on the corpus (experiments.run.crosscheck: with labels, or under experiment.accuracy.max_top1_drop).
+    Metric("accuracy_images", "count", Pool.MIN, "corpus images the trial's path was evaluated on"),
+    Metric("accuracy_top1", "share", Pool.MIN, "share of the labelled images whose label is the served top-1"),
+    Metric("accuracy_top5", "share", Pool.MIN, "share of the labelled images whose label is in the served top-5"),
+    Metric("reference_top1", "share", Pool.MIN, "the FP32 reference's top-1 on the same labelled images"),
+    Metric("reference_top5", "share", Pool.MIN, "the FP32 reference's top-5 on the same labelled images"),
+    Metric("reference_top1_agreement", "share", Pool.MIN, "share of them whose served top-1 is the reference's"),
+    Metric("top1_drop", "points", Pool.MAX, "points of top-1 lost against the FP32 reference (on the labels; without "
+                                             "them, the top-1 disagreement in percent): held to "
+                                             "experiment.accuracy.max_top1_drop"),
     # The node's telemetry over the windows (experiments.measure.telemetry).
     Metric("gpu_util_pct", "%", Pool.MEAN, "share of time the GPU was busy"),
     Metric("gpu_mem_used_mb", "MB", Pool.MAX, "the GPU's memory in use, at most"),

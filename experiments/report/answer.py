@@ -124,6 +124,11 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
             lines.append(f"{unstable} of {len(sustained)} trials are unstable ({UNSTABLE}: their windows never "
                          "agreed within the stability rule): the answer takes stable trials wherever one "
                          "qualifies, and every table and plot marks the unstable figures.")
+    over_bound = data.ok[data.ok["over_accuracy_bound"]] if "over_accuracy_bound" in data.ok else data.ok.iloc[:0]
+    if not over_bound.empty:
+        lines.append(f"{len(over_bound)} trial(s) of {', '.join(sorted(set(over_bound['stack'])))} lost more top-1 "
+                     "than `experiment.accuracy.max_top1_drop` allows and are left out of the answer and every cost "
+                     "figure: see “Accuracy”.")
     overloaded = int(data.ok["overloaded"].sum())
     if overloaded:
         lines.append(f"{overloaded} open-loop trial(s) overloaded their server ({OVERLOADED}) and are left out of "

@@ -14,6 +14,7 @@ import pandas as pd
 from experiments.config.capacity import DEFAULT_HEADROOM, Traffic
 from experiments.config.prices import PRICE_MAX_AGE_DAYS
 from experiments.report import tables
+from experiments.report.accuracy_section import accuracy_section
 from experiments.report.answer import answer_lines
 from experiments.report.audit_section import audit_section
 from experiments.report.capacity_section import capacity_section, refuse_unpriced
@@ -94,6 +95,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     prices_section(doc, data)
     report.summary += rent_or_own_section(doc, data, labels)
     report.summary += audit_section(doc, data, labels)
+    report.summary += accuracy_section(doc, data, labels)
     if options.capacity is not None:
         report.summary += capacity_section(doc, report.images, folder, data, labels, options.capacity,
                                            options.slo_p99_ms)

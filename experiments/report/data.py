@@ -26,7 +26,7 @@ LOAD_PARAMS = ("load_mode", "request_rate")
 # Params the report quotes (what was measured and how); `warmup_s` is left out: it is also a metric.
 INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors", "load_engine", "trace",
                "trace_mean_to_peak", "client_hostnames", "endpoint_url", "endpoint_model", "endpoint_platform",
-               "goodput_deadline_ms", "inputs", "audit_max_speedup")
+               "goodput_deadline_ms", "inputs", "audit_max_speedup", "max_top1_drop")
 # What held a trial back, against its runtime's in-process ceiling (`experiments.measure.efficiency`): the runtime's
 # key (a param) and the verdict (tags). Empty where the sweep logged none (ceiling off, untimed runtime, older sweeps).
 CEILING_PARAMS = ("ceiling_runtime",)
@@ -85,9 +85,13 @@ class SweepData:
 
     @property
     def sustained(self) -> pd.DataFrame:
-        """`ok` trials whose load the server kept up with: the only ones a cost figure may come from."""
+        """`ok` trials whose load the server kept up with and whose variant stayed within the accuracy bound
+        (`experiment.accuracy.max_top1_drop`): the only ones a cost figure or an answer may come from."""
         ok = self.ok
-        return ok[~ok["overloaded"]]
+        keep = ~ok["overloaded"]
+        if "over_accuracy_bound" in ok:  # frames built by hand (tests, older readers) may lack it
+            keep &= ~ok["over_accuracy_bound"].astype(bool)
+        return ok[keep]
 
 
 @contextlib.contextmanager
@@ -286,6 +290,9 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     # Set on a trial measured again on a fresh server after its server failed under it (experiment.trial_retries).
     out["earlier_failure"] = _column(runs, "tags.earlier_failure", "").fillna("")
     out["repeated_input"] = _column(runs, "params.repeated_input", "False").fillna("False").astype(str) == "True"
+    # A variant that lost more top-1 than the sweep's bound allows: measured and shown, never chosen.
+    bound = pd.to_numeric(out["max_top1_drop"], errors="coerce")
+    out["over_accuracy_bound"] = (_column(out, "top1_drop", float("nan")).astype(float) > bound).fillna(False)
     out["_ok"] = out["status"] == Status.OK
     out = out.sort_values(["_ok", "start_time"]).drop_duplicates(["tier", "trial_key"], keep="last")
     superseded = len(runs) - len(out)

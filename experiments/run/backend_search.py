@@ -50,6 +50,8 @@ class BackendSearch:
         self.candidates: dict[str, float | None] = {}  # entry name -> objective (normalised points share one)
         self.at_max: dict[str, TrialRecord] = {}  # entry name -> its SLO summary (its highest load within the SLO)
         self.names: dict[tuple, str] = {}  # point -> entry name
+        # A candidate that lost more top-1 than this is measured, never chosen (experiment.accuracy.max_top1_drop).
+        self.accuracy_bound = cfg.experiment.accuracy.max_top1_drop
 
     def run(self) -> SearchOutcome:
         log.info("settings search (%s) of %s over %s: %d points, from %s", self.strategy, self.group.variant,
@@ -122,8 +124,12 @@ class BackendSearch:
         params = {"search_of": self.group.variant, "search_strategy": str(self.strategy),
                   "search_values": json.dumps(values, sort_keys=True), "search_start": str(start).lower()}
 
+        drops: list[float] = []
+
         def finish(record: TrialRecord, logs: dict[str, str]) -> None:
             record.params.update(params)
+            if "top1_drop" in record.metrics:
+                drops.append(float(record.metrics["top1_drop"]))
             if record.tags.get("run_level", "trial") == "slo":
                 slo.append(record)
             else:
@@ -134,6 +140,11 @@ class BackendSearch:
         self.run_group(group, finish)
         if slo:
             self.at_max[name] = slo[-1]
+        bound = self.accuracy_bound
+        if bound is not None and drops and max(drops) > bound:
+            log.info("settings search: %s lost %.2f points of top-1, more than experiment.accuracy.max_top1_drop="
+                     "%g: measured, never chosen", name, max(drops), bound)
+            return None
         return _throughput_at_slo(slo[-1]) if slo else None
 
 

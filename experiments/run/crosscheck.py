@@ -12,6 +12,13 @@ with the figures as the reason.
 
 The requests run in a Ray task on the tier's node, where the client actors run (shared-memory paths need it);
 the reference runs in the driver, once per (model, input format, images) for the whole sweep.
+
+Accuracy (where the corpus has labels, or `experiment.accuracy.max_top1_drop` bounds it; a classifier only): each
+path also sends the corpus's first `experiment.accuracy.images` images, and its outputs are scored against the
+labels (top-1, top-5) beside the reference's on the same images; without labels, the measure is the share of images
+whose top-1 matches the reference's. Each trial gets its path's figures and `top1_drop`: the points of top-1 it
+loses against the reference (on the labels; without them, its disagreement in percent), which the answer holds to
+the bound.
 """
 
 from __future__ import annotations
@@ -50,6 +57,52 @@ class PathCheck:
         return f"{self.protocol}/{self.input_format}"
 
 
+def top_k(logits: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """The share of rows whose label is among their `k` largest logits."""
+    best = np.argpartition(-logits, min(k, logits.shape[1] - 1), axis=1)[:, :k]
+    return float(np.mean((best == labels[:, None]).any(axis=1)))
+
+
+@dataclass(frozen=True)
+class PathAccuracy:
+    """One path's outputs on the corpus's first images, against the labels and the reference's on the same images."""
+
+    protocol: str
+    input_format: str
+    images: int
+    agreement: float  # the share of images whose top-1 is the reference's
+    top1: float | None = None  # shares of the labels hit: with a labelled corpus only
+    top5: float | None = None
+    reference_top1: float | None = None
+    reference_top5: float | None = None
+
+    @classmethod
+    def score(cls, protocol: str, input_format: str, served: np.ndarray, reference: np.ndarray,
+              labels: np.ndarray | None) -> PathAccuracy:
+        agreement = float(np.mean(served.argmax(axis=1) == reference.argmax(axis=1)))
+        if labels is None:
+            return cls(protocol, input_format, len(served), agreement)
+        return cls(protocol, input_format, len(served), agreement, top_k(served, labels, 1), top_k(served, labels, 5),
+                   top_k(reference, labels, 1), top_k(reference, labels, 5))
+
+    @property
+    def labelled(self) -> bool:
+        return self.top1 is not None
+
+    @property
+    def top1_drop(self) -> float:
+        """Points of top-1 lost against the reference: on the labels, else the top-1 disagreement in percent."""
+        if self.labelled:
+            return 100 * (self.reference_top1 - self.top1)
+        return 100 * (1 - self.agreement)
+
+    def metrics(self) -> dict[str, float]:
+        labelled = ({"accuracy_top1": self.top1, "accuracy_top5": self.top5, "reference_top1": self.reference_top1,
+                     "reference_top5": self.reference_top5} if self.labelled else {})
+        return {"accuracy_images": float(self.images), "reference_top1_agreement": self.agreement,
+                "top1_drop": self.top1_drop, **labelled}
+
+
 @dataclass
 class CrosscheckResult:
     numerics: str  # fp32 | fp16: which tolerance applies
@@ -73,9 +126,16 @@ class CrosscheckResult:
         top1_ok = self.top1_agreement is None or self.top1_agreement >= self.min_top1_agreement
         return top1_ok and self.max_abs_diff <= self.max_abs_diff_allowed
 
+    accuracy: list[PathAccuracy] = field(default_factory=list)  # per path, where the accuracy pass ran
+
     def metrics(self) -> dict[str, float]:
         top1 = {} if self.top1_agreement is None else {"crosscheck_top1_agreement": self.top1_agreement}
         return {**top1, "crosscheck_max_abs_diff": self.max_abs_diff}
+
+    def metrics_for(self, protocol: str, input_format: str) -> dict[str, float]:
+        """The group's figures, and the accuracy of the path a trial of (`protocol`, `input_format`) measured."""
+        path = next((a for a in self.accuracy if (a.protocol, a.input_format) == (protocol, input_format)), None)
+        return {**self.metrics(), **(path.metrics() if path is not None else {})}
 
     def summary(self) -> str:
         top1 = ("max abs diff only (not a classifier)" if self.top1_agreement is None
@@ -140,6 +200,85 @@ def server_logits_on_node(specs: list[ClientSpec]) -> list[np.ndarray]:
     return [asyncio.run(_server_logits(spec)) for spec in specs]
 
 
+# The accuracy pass's clients build every request it sends (its pool is not the load's: no budget to stay within).
+ACCURACY_POOL_MIB = 1 << 20
+
+
+def accuracy_spec(spec: ClientSpec) -> ClientSpec:
+    return replace(spec, inputs=replace(spec.inputs, pool_mib=ACCURACY_POOL_MIB, repeated=False))
+
+
+async def _served_outputs(spec: ClientSpec, images: int) -> np.ndarray:
+    from serving.clients.base import load_client
+
+    client = load_client(accuracy_spec(spec))
+    await client.open()
+    try:
+        return np.concatenate([await client.predict(k) for k in range(-(-images // spec.batch_size))])[:images]
+    finally:
+        await client.close()
+
+
+def served_outputs_on_node(specs: list[ClientSpec], images: int) -> list[np.ndarray]:
+    """Runs on the tier node: the corpus's first `images` images through each path, their outputs in order."""
+    return [asyncio.run(_served_outputs(spec, images)) for spec in specs]
+
+
+@lru_cache(maxsize=8)
+def _reference_on_corpus(model_json: str, spec: ClientSpec, images: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The reference's outputs on the corpus's first `images` images as a client of `spec` sends them, and their
+    labels (None for an unlabelled corpus)."""
+    from serving.corpus import corpus_tensors
+    from serving.images import Preprocessing, decode_and_preprocess
+    from serving.models import reference_runner
+
+    model_cfg = ModelConfig.from_dict(json.loads(model_json))
+    corpus = spec.inputs.corpus()
+    prep = Preprocessing.from_json(spec.preprocessing) if spec.preprocessing else Preprocessing()
+    reference, chunk, outputs = reference_runner(model_cfg), 32, []
+    tensors = None if InputFormat(spec.input_format).images else corpus_tensors(corpus, prep)
+    for start in range(0, images, chunk):
+        stop = min(images, start + chunk)
+        batch = (decode_and_preprocess(list(corpus.images[start:stop]), prep) if tensors is None
+                 else np.ascontiguousarray(tensors[start:stop]))
+        outputs.append(reference(batch))
+    labels = np.array(corpus.labels[:images]) if corpus.labels else None
+    return np.concatenate(outputs), labels
+
+
+def accuracy_images(cfg: TierbenchConfig, reference_model: ModelConfig, spec: ClientSpec) -> int:
+    """How many corpus images the accuracy pass sends through each path; 0 where it does not run (no labels and no
+    bound, a model that is not a classifier of images)."""
+    inputs, accuracy = cfg.experiment.inputs, cfg.experiment.accuracy
+    if not (inputs.labels or accuracy.max_top1_drop is not None) or not is_classifier(reference_model):
+        return 0
+    if len(spec.input_shape) != 3 or not spec.preprocessing:
+        return 0
+    return min(int(accuracy.images), len(spec.inputs.corpus()))
+
+
+def accuracy_of_paths(cfg: TierbenchConfig, specs: list[tuple[str, ClientSpec]], ray_options: dict[str, Any],
+                      reference_model: ModelConfig) -> list[PathAccuracy]:
+    """Each path's outputs on the corpus's first images, scored (module docstring); [] where the pass does not run."""
+    import ray
+
+    images = accuracy_images(cfg, reference_model, specs[0][1]) if specs else 0
+    if not images:
+        return []
+    timeout_s = float(cfg.experiment.request_timeout_s) * (len(specs) * -(-images // specs[0][1].batch_size) + 1)
+    task = ray.remote(served_outputs_on_node).options(num_cpus=0, **ray_options)
+    pending = task.remote([spec for _, spec in specs], images)
+    model_json = json.dumps(reference_model.to_dict(), sort_keys=True)
+    references = [_reference_on_corpus(model_json, payload_spec(spec), images) for _, spec in specs]
+    try:
+        served = ray.get(pending, timeout=timeout_s + 300)
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+        raise RuntimeError(f"accuracy pass failed: {type(cause).__name__}: {cause}") from None
+    return [PathAccuracy.score(protocol, spec.input_format, outputs, reference, labels)
+            for (protocol, spec), outputs, (reference, labels) in zip(specs, served, references, strict=True)]
+
+
 @lru_cache(maxsize=16)
 def _cached_reference(model_json: str, spec: ClientSpec) -> np.ndarray:
     return reference_logits(ModelConfig.from_dict(json.loads(model_json)), spec)
@@ -175,6 +314,13 @@ def crosscheck_group(cfg: TierbenchConfig, backend: Backend, handle: ServerHandl
               for (protocol, spec), reference, logits in zip(specs, references, actual, strict=True)]
     result = CrosscheckResult(backend.numerics, float(tolerance.max_abs_diff), float(tolerance.min_top1_agreement),
                               images, checks, reference_name(reference_model))
+    if result.passed:
+        result.accuracy = accuracy_of_paths(cfg, specs, ray_options, reference_model)
+        for path in result.accuracy:
+            log.info("%s: %s/%s on %d corpus images: %s", backend.context.name, path.protocol, path.input_format,
+                     path.images, (f"top-1 {path.top1:.3f} (reference {path.reference_top1:.3f}), top-5 "
+                                   f"{path.top5:.3f}" if path.labelled else
+                                   f"top-1 agreement with the reference {path.agreement:.3f}"))
     log.info("%s: cross-check against the %s reference: %s (%s)", backend.context.name, result.reference,
              result.summary(), "ok" if result.passed else "FAILED")
     return result

@@ -190,7 +190,8 @@ class ServerGroup:
                                 reason=self.check.reason())
         else:
             record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients, self.telemetry)
-        record.metrics.update(self.check.metrics() if self.check is not None else {})
+        record.metrics.update(self.check.metrics_for(trial.protocol, trial.input_format)
+                              if self.check is not None else {})
         if phase != "grid":
             record.tags["phase"] = phase
         if attempt > 1:

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from experiments.config.choices import LoadMode
-from experiments.config.inputs import inputs_settings
+from experiments.config.inputs import accuracy_settings, inputs_settings
 from experiments.config.owned import owned_params
 from experiments.config.prices import (
     PRICED_PARAM,
@@ -98,6 +98,7 @@ def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: Serve
         **trace_settings(exp),
         **arrival_settings(exp),
         **inputs_settings(exp.inputs),
+        **accuracy_settings(exp.accuracy),
         **(handle.params if handle else {}),
     }
     if trial_nodes(params) > 1:  # what its cost figures are priced at, for readers of its MLflow run
