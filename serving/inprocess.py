@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -222,6 +223,13 @@ class _OnnxCaller(_Caller):
         if self.runtime.threads:
             options.intra_op_num_threads = self.runtime.threads
         path = ensure_onnx(self.model_cfg, node_model_repository()).onnx_path
+        if self.runtime.precision == "int8":  # as a Triton int8 variant serves it (calibrated on the built-in corpus)
+            from serving.corpus import InputSource
+            from serving.models import preprocessing
+            from serving.triton.quantize import int8_qdq
+
+            path = str(int8_qdq(Path(path), ort.InferenceSession(path).get_inputs()[0].name,
+                                preprocessing(self.model_cfg), InputSource()))
         providers = [(name, self._provider_options(name)) for name in chain]
         self.session = ort.InferenceSession(path, options, providers=providers)
         got = self.session.get_providers()

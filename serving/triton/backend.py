@@ -46,7 +46,7 @@ class TritonBackend(Backend):
 
     @property
     def numerics(self) -> str:
-        return "fp16" if self.settings.fp16 else "fp32"
+        return "int8" if self.settings.int8 else "fp16" if self.settings.fp16 else "fp32"
 
     @property
     def accelerator(self) -> Accelerator:
@@ -86,7 +86,9 @@ class TritonBackend(Backend):
             preferred_batch_sizes=tuple(s.preferred_batch_sizes), max_batch_size=self.max_request_batch,
             max_queue_size=s.max_queue_size, queue_timeout_us=s.queue_timeout_us,
             cuda_options=tuple(sorted((str(k), str(v)) for k, v in s.cuda_options.items())),
-            python_shm_mib=s.python_shm_mib, batch_buckets=self.batch_buckets())
+            python_shm_mib=s.python_shm_mib, batch_buckets=self.batch_buckets(),
+            int8=s.int8, calibration=self.context.inputs if s.int8 else None,
+            calibration_images=s.int8_calibration_images)
 
     def batch_buckets(self) -> tuple[int, ...]:
         """The Python backend's sessions by batch size (the setting; automatic: powers of two up to the largest batch
@@ -233,6 +235,9 @@ class TritonBackend(Backend):
                                   # the Python backend's sessions per batch bucket ("": one session for every shape)
                                   "ort_batch_buckets": ",".join(str(b) for b in self.batch_buckets())}
         metrics = {"server_ready_s": float(info["ready_s"])}
+        if self.settings.int8:
+            params["onnx_quantization"] = "int8_qdq"
+            params["int8_calibration_images"] = self.settings.int8_calibration_images
         if info.get("model_file"):
             params["server_model_file"] = info["model_file"]
         if info.get("gpu_ids"):

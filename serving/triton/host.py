@@ -23,6 +23,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serving.corpus import InputSource
 from serving.export import ExportReport, ensure_onnx
 from serving.model_config import ModelConfig
 from serving.models import model_file, output_dims, preprocessing
@@ -31,6 +32,7 @@ from serving.paths import node_model_repository
 from serving.triton.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import TritonInstallation, find_installation
+from serving.triton.quantize import int8_qdq
 from serving.triton.repository import TritonVariant, classifier_config, read_config, render_repository
 from serving.triton.server import TritonServer
 
@@ -77,6 +79,7 @@ class TritonServerHost:
         self.server: TritonServer | None = None
         # Set by `start`, kept for `reload`: what the server serves and where.
         self.export: ExportReport | None = None
+        self.onnx_path: Path | None = None  # what the classifier serves: the export, or its INT8 quantisation
         self.installation: TritonInstallation | None = None
         self.canonical: mc.ModelConfig | None = None
         self.gpu_ids: list[int] = []
@@ -91,6 +94,7 @@ class TritonServerHost:
 
         started = time.monotonic()
         self.export = ensure_onnx(self.model, node_model_repository(self.model_repository))
+        self.onnx_path = Path(self.export.onnx_path)
         self.installation = find_installation(self.preference)
         # Outside Ray (e.g. a test hosting the server itself) there is no placement to ask about: asking would
         # start a Ray.
@@ -98,8 +102,11 @@ class TritonServerHost:
             context = ray.get_runtime_context()
             self.gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
             self.node_id = context.get_node_id()
-        self.canonical = classifier_config(self.model.name, Path(self.export.onnx_path), self.model.max_batch_size,
+        self.canonical = classifier_config(self.model.name, self.onnx_path, self.model.max_batch_size,
                                            list(self.model.input_shape), list(output_dims(self.model)))
+        if self.variant.int8:  # the same tensor names: the quantised graph keeps the export's inputs and outputs
+            self.onnx_path = int8_qdq(self.onnx_path, self.canonical.input[0].name, preprocessing(self.model),
+                                      self.variant.calibration or InputSource(), self.variant.calibration_images)
         cache_dir = self._render()
         repository = self.work_dir / "repository"
         models = [self.model.name]
@@ -143,7 +150,7 @@ class TritonServerHost:
                                    self.export.fingerprint)
             cache_dir = engine_cache_dir(variant.engine_cache_root, self.model.name, _gpu_name(self.gpu_ids), key)
             cache_dir.mkdir(parents=True, exist_ok=True)
-        render_repository(self.canonical, Path(self.export.onnx_path), self.work_dir / "repository",
+        render_repository(self.canonical, self.onnx_path, self.work_dir / "repository",
                           replace(variant, engine_cache_dir=str(cache_dir) if cache_dir else None), self.installation)
         return cache_dir
 

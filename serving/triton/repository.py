@@ -20,6 +20,7 @@ from typing import Protocol
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from serving.corpus import InputSource
 from serving.triton.settings import Accelerator
 
 PYTHON_MODEL_FILE = Path(__file__).parent / "python_backend" / "model.py"
@@ -62,6 +63,10 @@ class TritonVariant:
     cuda_options: tuple[tuple[str, str], ...] = ()
     # The Python backend's shared memory with the server (first region and growth step), MiB; None: its defaults.
     python_shm_mib: int | None = None
+    # INT8: the export quantised (serving.triton.quantize) on the server's node, calibrated on this corpus.
+    int8: bool = False
+    calibration: InputSource | None = None
+    calibration_images: int = 64
 
 
 class ClassifierServer(Protocol):

@@ -64,6 +64,10 @@ class TritonSettings(BackendSettings):
     instance_count: int = 1  # model instances (Triton's instance_group count)
     ort_threads: int | None = None  # intra-op threads for ONNX Runtime; null: its default
     fp16: bool = False  # TensorRT in FP16 (tensorrt only)
+    # ONNX Runtime in INT8: the export quantised statically (QDQ), calibrated on the sweep's input corpus
+    # (serving.triton.quantize); its accuracy against the FP32 reference is held to experiment.accuracy.max_top1_drop
+    int8: bool = False
+    int8_calibration_images: int = 64  # corpus images INT8's activation ranges are calibrated on (int8 only)
     engine_cache: bool = True  # keep built TensorRT engines: a restart loads them instead of rebuilding
     engine_cache_dir: str | None = None  # null: ~/.cache/tierbench/trt on the server's node (then <model>/<gpu>/<key>/)
     trt_opt_batch_size: int | None = None  # TensorRT profile: batch 1..model.max_batch_size tuned for this;
@@ -122,6 +126,11 @@ class TritonSettings(BackendSettings):
         if self.accelerator not in list(Accelerator):
             return [*problems, self.refuse(name, "accelerator", f"choose from {[str(a) for a in Accelerator]}")]
         tensorrt = self.accelerator == Accelerator.TENSORRT
+        if not is_positive_int(self.int8_calibration_images):
+            problems.append(self.refuse(name, "int8_calibration_images", "a positive number of corpus images (e.g. "
+                                                                         "64)"))
+        if self.int8 and self.fp16:
+            problems.append(self.refuse(name, "int8", "INT8 and FP16 are two precisions: set one of int8 and fp16"))
         if self.fp16 and not tensorrt:
             problems.append(self.refuse(name, "fp16", f"FP16 needs accelerator: tensorrt (the {self.accelerator} "
                                                       "provider runs the exported FP32 model as it is)"))
