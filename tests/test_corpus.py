@@ -102,3 +102,19 @@ def test_bad_inputs_are_refused_naming_the_key_and_the_fix(tmp_path: Path) -> No
         bad = tmp_path / "bad.csv"
         bad.write_text("a.jpg,cat,3\n")
         folder_corpus(str(folder), str(bad))
+
+
+def test_the_report_says_what_the_requests_carried() -> None:
+    import pandas as pd
+
+    from experiments.report.method_section import inputs_lines
+
+    ok = pd.DataFrame({"inputs": ["synthetic-seed0-n512"] * 3, "input_format": ["jpeg", "jpeg", "tensor"],
+                       "payload_image_bytes_p50": [18_882.5, 18_882.5, 602_112.0],
+                       "payload_image_bytes_min": [1_325.0, 1_325.0, 602_112.0],
+                       "payload_image_bytes_max": [2_513_848.0, 2_513_848.0, 602_112.0],
+                       "distinct_images": [512.0, 512.0, 111.0], "input_repeats": [0.2, 0.5, 3.0]})
+    (line,) = inputs_lines(ok)
+    assert "synthetic-seed0-n512" in line and "jpeg: 18.9 KB per image at the median (1.3 KB to 2,513.8 KB)" in line
+    assert "tensor: 602.1 KB" in line and "At most 3.0 requests per distinct request" in line
+    assert inputs_lines(ok.drop(columns="payload_image_bytes_p50")) == []

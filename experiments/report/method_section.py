@@ -55,6 +55,7 @@ def method_section(doc: Document, data: SweepData) -> None:
                       "others, the difference may be the client's." if len(engines) > 1 else ""))
     crosscheck = crosscheck_lines(data.ok)
     endpoints = endpoint_lines(data.ok)
+    inputs = inputs_lines(data.ok)
     doc.bullets([
         "Latency: client-side, from sending a request to its response, one sample per request; warm-up requests "
         "are dropped; percentiles come from the raw samples of every client actor merged (never averaged).",
@@ -75,9 +76,30 @@ def method_section(doc: Document, data: SweepData) -> None:
         "with its raw latencies "
         f"(`latencies.csv`) attached; this sweep's runs carry the tag `sweep_id = {data.sweep_id}`."
         + (f" Measurement settings: {settings}." if settings else ""),
+        *inputs,
         *crosscheck,
         *endpoints,
     ])
+
+
+def inputs_lines(ok: pd.DataFrame) -> list[str]:
+    """What the requests carried (docs/inputs.md): the corpus, and per input format the images' payload as the
+    trials logged it (the corpus's own sizes, for the files)."""
+    if "payload_image_bytes_p50" not in ok or ok["payload_image_bytes_p50"].isna().all():
+        return []
+    corpus = ", ".join(sorted(ok["inputs"].dropna().astype(str).unique())) if "inputs" in ok else ""
+    parts = []
+    for fmt, rows in ok[ok["payload_image_bytes_p50"].notna()].groupby("input_format"):
+        parts.append(f"{fmt}: {rows['payload_image_bytes_p50'].median() / 1e3:,.1f} KB per image at the median "
+                     f"({rows['payload_image_bytes_min'].min() / 1e3:,.1f} KB to "
+                     f"{rows['payload_image_bytes_max'].max() / 1e3:,.1f} KB), up to "
+                     f"{int(rows['distinct_images'].max())} distinct images a trial")
+    repeats = ok["input_repeats"].max() if "input_repeats" in ok else float("nan")
+    repeated = (f" At most {repeats:.1f} requests per distinct request inside a trial's windows: some bytes were sent "
+                "more than once (a larger `experiment.inputs.pool_mib` gives more distinct requests)."
+                if pd.notna(repeats) and repeats > 1 else " No request's bytes were sent twice inside a window.")
+    return [f"Inputs: the corpus {corpus or 'of this sweep'}, its images sent in turn, each request carrying other "
+            f"images than the one before: {'; '.join(parts)}.{repeated}"]
 
 
 def crosscheck_lines(ok: pd.DataFrame) -> list[str]:
