@@ -97,7 +97,7 @@ class Backend(ABC):
 
     @property
     def numerics(self) -> str:
-        """The arithmetic the server computes in, which sets the cross-check tolerance: fp32 | fp16 | int8."""
+        """The arithmetic the server computes in, which sets the cross-check tolerance: fp32 | fp16 | bf16 | int8."""
         return "fp32"
 
     @abstractmethod

@@ -175,7 +175,8 @@ class _TorchCaller(_Caller):
         from serving.pytorch.runner import TorchOptions, TorchRunner
 
         torch.set_num_threads(self.runtime.threads or os.cpu_count() or 1)
-        options = TorchOptions(half=self.runtime.precision == "fp16", compile=self.runtime.compile,
+        options = TorchOptions(half=self.runtime.precision == "fp16", bf16=self.runtime.precision == "bf16",
+                               compile=self.runtime.compile,
                                compile_mode=self.runtime.compile_mode, channels_last=self.runtime.channels_last)
         self.torch = torch
         self.runner = TorchRunner(self.model_cfg, self.runtime.device, options)

@@ -21,7 +21,7 @@ class Runtime:
 
     engine: str  # Engine
     device: str  # cuda | cpu: where the model computes
-    precision: str = "fp32"  # fp32 | fp16
+    precision: str = "fp32"  # fp32 | fp16 | bf16 | int8
     provider: str | None = None  # onnxruntime: the execution provider asked first (its fallbacks follow)
     compile: bool = False  # torch: torch.compile
     compile_mode: str | None = None  # torch: torch.compile's mode (null: its default)

@@ -24,7 +24,8 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
     families = {name: cfg.backends[name].family for name in cfg.backends}
     assert families == {"pytorch": "pytorch", "pytorch_fp16": "pytorch", "pytorch_compile": "pytorch",
                         "pytorch_batched": "pytorch", "pytorch_batched_20ms": "pytorch", "pytorch_direct": "pytorch",
-                        "pytorch_direct_batched": "pytorch", "pytorch_fp16_direct_batched": "pytorch",
+                        "pytorch_direct_batched": "pytorch", "pytorch_bf16": "pytorch",
+                        "pytorch_fp16_direct_batched": "pytorch",
                         "triton_onnx": "triton_onnx", "triton_onnx_dynbatch": "triton_onnx", "triton_trt": "triton_trt",
                         "triton_trt_fp16": "triton_trt", "triton_trt_dynbatch": "triton_trt",
                         "triton_onnx_int8": "triton_onnx", "fastapi": "fastapi",

@@ -279,7 +279,7 @@ class CrosscheckConfig:
 
     enabled: bool = True  # off: groups are measured unchecked
     images: int = 8  # images in the one request sent through each path
-    # by the arithmetic a backend computes in (Backend.numerics): fp32 | fp16 | int8
+    # by the arithmetic a backend computes in (Backend.numerics): fp32 | fp16 | bf16 | int8
     tolerances: dict[str, ToleranceConfig] = field(default_factory=dict)
 
 

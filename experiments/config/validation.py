@@ -269,7 +269,7 @@ def _check_ceiling(ceiling: CeilingConfig) -> None:
 def _check_crosscheck(check: CrosscheckConfig) -> None:
     if check.images < 1:
         _fail("crosscheck.images", check.images, "must be a positive integer")
-    for numerics in ("fp32", "fp16", "int8"):
+    for numerics in ("fp32", "fp16", "bf16", "int8"):
         if numerics not in check.tolerances:
             _fail(f"crosscheck.tolerances.{numerics}", None, "give max_abs_diff and min_top1_agreement")
         tolerance = check.tolerances[numerics]

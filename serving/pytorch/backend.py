@@ -29,8 +29,8 @@ class TorchBackend(Backend):
 
     @property
     def numerics(self) -> str:
-        """fp16 with half precision: its outputs are compared with the fp16 tolerance, as TensorRT FP16's are."""
-        return "fp16" if self.settings.half else "fp32"
+        """fp16 with half precision (compared with the fp16 tolerance, as TensorRT FP16's are), bf16 with bf16."""
+        return self.settings.precision
 
     @property
     def device(self) -> str:

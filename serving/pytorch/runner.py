@@ -23,6 +23,7 @@ class TorchOptions:
     """How the replica runs the model (the `pytorch*` entries of conf/backends)."""
 
     half: bool = False  # float16 weights and inputs (CUDA only); logits come back as float32
+    bf16: bool = False  # bfloat16 weights and inputs (CUDA, or a CPU: fast with AVX-512 BF16 or AMX); float32 logits
     compile: bool = False  # torch.compile the model
     compile_mode: str | None = None  # torch.compile mode: null (default), reduce-overhead, max-autotune
     compile_dynamic: bool | None = None  # torch.compile dynamic shapes: null lets torch decide
@@ -50,7 +51,7 @@ class TorchRunner:
             raise ValueError(reason)
         self.options = options
         self.device = torch.device(device)
-        self.dtype = torch.float16 if options.half else torch.float32
+        self.dtype = torch.float16 if options.half else torch.bfloat16 if options.bf16 else torch.float32
         self.input_shape = tuple(model_cfg.input_shape)
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = options.cudnn_benchmark

@@ -23,6 +23,7 @@ class TorchSettings(BackendSettings):
 
     torch_threads: int | None = None  # null: all the node's cores (Ray would otherwise leave torch 1 thread)
     half: bool = False  # float16 weights and inputs (CUDA only; skipped with the reason elsewhere)
+    bf16: bool = False  # bfloat16 weights and inputs (GPU or CPU); its accuracy is held to experiment.accuracy
     compile: bool = False  # torch.compile, compiled during warm-up
     compile_mode: str | None = None  # null (default) | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
     compile_dynamic: bool | None = None  # torch.compile dynamic shapes: null lets torch decide
@@ -31,17 +32,24 @@ class TorchSettings(BackendSettings):
     channels_last: bool = False  # NHWC memory layout: tensor-core convolutions on GPUs (same arithmetic)
 
     def torch_options(self) -> TorchOptions:
-        return TorchOptions(half=self.half, compile=self.compile, compile_mode=self.compile_mode,
+        return TorchOptions(half=self.half, bf16=self.bf16, compile=self.compile, compile_mode=self.compile_mode,
                             compile_dynamic=self.compile_dynamic, compile_backend=self.compile_backend,
                             cudnn_benchmark=self.cudnn_benchmark, channels_last=self.channels_last)
 
     def runtime(self, device: str) -> Runtime:
         """What computes the model in a server with these settings on a node where torch runs on `device`."""
-        return Runtime(Engine.TORCH, device, "fp16" if self.half else "fp32", compile=self.compile,
+        return Runtime(Engine.TORCH, device, self.precision, compile=self.compile,
                        compile_mode=self.compile_mode, channels_last=self.channels_last, threads=self.torch_threads)
+
+    @property
+    def precision(self) -> str:
+        """fp16 | bf16 | fp32: what the model computes in (the cross-check's tolerance, the ceiling's runtime)."""
+        return "fp16" if self.half else "bf16" if self.bf16 else "fp32"
 
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
+        if self.half and self.bf16:
+            problems.append(self.refuse(name, "bf16", "FP16 and BF16 are two precisions: set one of half and bf16"))
         if not (self.torch_threads is None or is_positive_int(self.torch_threads)):
             problems.append(self.refuse(name, "torch_threads", "a positive integer, or null (all the node's cores)"))
         if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
