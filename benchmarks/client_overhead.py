@@ -363,18 +363,9 @@ def _engine_cpu(wire: Any, concurrency: int, seconds: float, folder: Path) -> di
     from benchmarks.load_tools import process_cpu_s
     from experiments.measure.engine import records
     from experiments.measure.engine.build import engine_binary
+    from experiments.measure.engine.compiled_load import wire_arguments
 
-    with open(folder / "request.bin", "wb") as out:  # as CompiledLoad writes them: each in turn, no joined copy
-        for payload in wire.payloads:
-            out.write(payload)
-    args = [str(engine_binary()), f"--{wire.protocol}", wire.host, str(wire.port), "--request",
-            str(folder / "request.bin"), "--closed", str(concurrency), "--nice", "0"]
-    if len(wire.payloads) > 1:
-        np.array([len(p) for p in wire.payloads], dtype="<u8").tofile(folder / "lengths.bin")
-        args += ["--lengths", str(folder / "lengths.bin")]
-    if wire.headers:
-        (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
-        args += ["--headers", str(folder / "headers.txt")]
+    args = [str(engine_binary()), *wire_arguments(wire, folder), "--closed", str(concurrency), "--nice", "0"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     ready = proc.stdout.read(records.RECORD.itemsize)
     if len(ready) < records.RECORD.itemsize:

@@ -18,6 +18,20 @@ NUM_CLASSES = 10
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
+@contextmanager
+def loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop running on a thread of its own (a stand-in server's), stopped and closed on exit."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 def triton_like_body(classes: int = NUM_CLASSES) -> bytes:
     """A binary-data OIP response body: its JSON header, then one FP32 [1, classes] output."""
     logits = np.arange(classes, dtype=np.float32).reshape(1, classes).tobytes()

@@ -19,7 +19,7 @@ import pytest
 from experiments.config.choices import LoadMode
 from experiments.measure.engine import records
 from experiments.measure.engine.build import engine_binary, engine_status
-from experiments.measure.engine.compiled_load import CompiledLoad
+from experiments.measure.engine.compiled_load import CompiledLoad, wire_arguments
 from experiments.measure.load import LATE_AFTER_S, LoadError, LoadPoint
 from serving.clients.http1 import build_request
 from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wire
@@ -97,15 +97,8 @@ def run_engine(wire: WireRequest, load: list[str], seconds: float, *extra: str,
     `run_queue`, that watches the engine's waits for a CPU meanwhile. A wire of several bodies: all of them, with
     their `--lengths`."""
     folder = Path(tempfile.mkdtemp(prefix="engine-test-"))
-    (folder / "request.bin").write_bytes(b"".join(wire.payloads))
-    args = [str(engine_binary()), f"--{wire.protocol}", wire.host, str(wire.port), "--request",
-            str(folder / "request.bin"), "--first-response", str(folder / "first.bin"), *load, *extra]
-    if len(wire.payloads) > 1:
-        np.array([len(p) for p in wire.payloads], dtype="<u8").tofile(folder / "lengths.bin")
-        args += ["--lengths", str(folder / "lengths.bin")]
-    if wire.headers:
-        (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
-        args += ["--headers", str(folder / "headers.txt")]
+    args = [str(engine_binary()), *wire_arguments(wire, folder), "--first-response", str(folder / "first.bin"),
+            *load, *extra]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if run_queue is not None:
         run_queue.watch(proc.pid)

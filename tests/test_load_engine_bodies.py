@@ -9,7 +9,6 @@ import asyncio
 import socket
 import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from experiments.measure.engine.compiled_load import CompiledLoad
 from experiments.measure.load import LoadPoint
 from serving.clients.http1 import build_request
 from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wire
-from tests.engine_servers import MODEL_INFER, take_request_head, triton_like_body
+from tests.engine_servers import MODEL_INFER, loop_thread, take_request_head, triton_like_body
 from tests.test_load_engine import _windows, done, run_engine
 
 BODY = triton_like_body()  # every answer: the same size whichever body asked (binary outputs)
@@ -60,19 +59,6 @@ class Recorder:
         self.seen.append(self.pool.get(body, -1))
 
 
-@contextmanager
-def _loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield loop
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
 class _Http(asyncio.Protocol):
     """Keep-alive HTTP/1.1: each request's body noted, BODY answered at once."""
 
@@ -104,7 +90,7 @@ class _Http(asyncio.Protocol):
 @contextmanager
 def http_recorder(bodies: list[bytes]) -> Iterator[Recorder]:
     recorder = Recorder({body: i for i, body in enumerate(bodies)})
-    with _loop_thread() as loop:
+    with loop_thread() as loop:
         listening = asyncio.run_coroutine_threadsafe(
             loop.create_server(lambda: _Http(recorder), "127.0.0.1", 0), loop).result(10)
         recorder.port = listening.sockets[0].getsockname()[1]
@@ -137,7 +123,7 @@ def grpc_recorder(messages: list[bytes]) -> Iterator[Recorder]:
         await server.start()
         return server
 
-    with _loop_thread() as loop:
+    with loop_thread() as loop:
         server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
         try:
             yield recorder

@@ -29,7 +29,7 @@ from experiments.measure.samples import WindowSamples
 from serving.clients.http1 import build_request
 from serving.clients.outcomes import Outcome
 from serving.clients.wire import WireRequest, grpc_wire, http1_wire
-from tests.engine_servers import MODEL_INFER, take_request_head, triton_like_body
+from tests.engine_servers import MODEL_INFER, loop_thread, take_request_head, triton_like_body
 
 BODY = triton_like_body()
 REPLY = b"\x0a\x01m" * 20
@@ -66,19 +66,6 @@ class Stand:
     def count(self, action: Action) -> None:
         name = action[0] if isinstance(action, tuple) else str(action)
         self.answered[name] = self.answered.get(name, 0) + 1
-
-
-@contextmanager
-def _loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield loop
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 class _Http(asyncio.Protocol):
@@ -139,7 +126,7 @@ class _Http(asyncio.Protocol):
 @contextmanager
 def http_stand(plan: Plan) -> Iterator[Stand]:
     stand, transports = Stand(), set()
-    with _loop_thread() as loop:
+    with loop_thread() as loop:
         listening = asyncio.run_coroutine_threadsafe(
             loop.create_server(lambda: _Http(stand, plan, transports), "127.0.0.1", 0), loop).result(10)
         stand.port = listening.sockets[0].getsockname()[1]
@@ -189,7 +176,7 @@ def grpc_stand(plan: Plan, options: tuple[tuple[str, int], ...] = ()) -> Iterato
         await server.start()
         return server
 
-    with _loop_thread() as loop:
+    with loop_thread() as loop:
         server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
         stopped = []
 

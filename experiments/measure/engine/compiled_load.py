@@ -42,6 +42,24 @@ SCHEDULE_MARGIN = 1.2
 CLASS_LINE = re.compile(r"^loadgen: \[(?P<cls>[a-z0-9_]+)\] (?P<text>.*)$", re.MULTILINE)
 
 
+def wire_arguments(wire: WireRequest, folder: Path) -> list[str]:
+    """The engine's arguments for `wire` (its server, bodies and HEADERS), their files written into `folder`: the
+    bodies one after another into request.bin (each in turn: a pool of distinct inputs may total tens of MiB, so no
+    joined copy), with several their byte lengths (uint64, little-endian) into lengths.bin for `--lengths`."""
+    with open(folder / "request.bin", "wb") as out:
+        for payload in wire.payloads:
+            out.write(payload)
+    args = [f"--{wire.protocol}", wire.host, str(wire.port), "--request", str(folder / "request.bin")]
+    if len(wire.payloads) > 1:
+        np.fromiter((len(p) for p in wire.payloads), dtype="<u8", count=len(wire.payloads)).tofile(
+            folder / "lengths.bin")
+        args += ["--lengths", str(folder / "lengths.bin")]
+    if wire.headers:
+        (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
+        args += ["--headers", str(folder / "headers.txt")]
+    return args
+
+
 class CompiledLoad(LoadGenerator):
     """`load` (closed: request loops; open: arrivals/s) sent by the compiled engine: the wire's request, or its
     distinct requests in turn."""
@@ -63,31 +81,14 @@ class CompiledLoad(LoadGenerator):
         self._checked = False
         self._offset = self._epoch_offset * 1e9  # engine ns (CLOCK_MONOTONIC) -> epoch s: (ns + offset) / 1e9
 
-    def _write_bodies(self) -> list[str]:
-        """The wire's bodies, one after another, into request.bin (each written in turn: a pool of distinct inputs
-        may total tens of MiB, so no joined copy); with several, their byte lengths (uint64, little-endian) into
-        lengths.bin for `--lengths`. The engine's arguments for them."""
-        folder, payloads = self._folder, self.wire.payloads
-        with open(folder / "request.bin", "wb") as out:
-            for payload in payloads:
-                out.write(payload)
-        args = ["--request", str(folder / "request.bin")]
-        if len(payloads) > 1:
-            np.fromiter((len(p) for p in payloads), dtype="<u8", count=len(payloads)).tofile(folder / "lengths.bin")
-            args += ["--lengths", str(folder / "lengths.bin")]
-        return args
-
     def _arguments(self) -> list[str]:
         folder, wire = self._folder, self.wire
-        args = [f"--{wire.protocol}", wire.host, str(wire.port), *self._write_bodies(),
+        args = [*wire_arguments(wire, folder),
                 "--timeout", f"{self.timeout_s:g}", "--max-in-flight", str(self.max_in_flight),
                 "--nice", str(ENGINE_NICENESS), "--drain", f"{DRAIN_S:g}",
                 "--first-response", str(folder / "first-response.bin")]
         if not wire.sized:
             args.append("--any-size")
-        if wire.headers:
-            (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
-            args += ["--headers", str(folder / "headers.txt")]
         if self.load.mode.open_loop:
             rate = self.load.load
             rng = np.random.default_rng(self.seed + self.actor_index)
