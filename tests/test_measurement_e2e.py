@@ -13,6 +13,8 @@ from tests.helpers import premigrated_store
 
 pytestmark = pytest.mark.slow
 
+WINDOW_S = 3
+
 
 @pytest.mark.parametrize("engine", ["compiled", "python"])
 def test_poisson_load_and_slo_search_are_logged(engine: str, tmp_path: Path) -> None:
@@ -22,7 +24,7 @@ def test_poisson_load_and_slo_search_are_logged(engine: str, tmp_path: Path) -> 
         f"mlflow.tracking_uri={store}", "model=tiny",
         "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
         "experiment.batch_sizes=[1]", "experiment.load_mode=poisson", "experiment.request_rates=[20]",
-        "experiment.window_s=3", "experiment.stability.windows=1", "experiment.warmup_s=0.3",
+        f"experiment.window_s={WINDOW_S}", "experiment.stability.windows=1", "experiment.warmup_s=0.3",
         "experiment.warmup_requests=2", "experiment.slo.p99_ms=10000", "experiment.slo.max_rate=50",
     ])
     assert run_sweep(cfg) == 0
@@ -37,9 +39,12 @@ def test_poisson_load_and_slo_search_are_logged(engine: str, tmp_path: Path) -> 
     assert run.data.params["load_engine"] == engine and run.data.params["load_engine_requested"] == engine
     assert 10 <= m["achieved_rate_rps"] <= 30  # ~60 Poisson arrivals in the 3 s window
     assert 10 <= m["offered_rate_rps"] <= 30 and m["overloaded"] == 0 and run.data.tags["overloaded"] == "false"
-    # A tiny model keeps up with 20 req/s: what was served is what arrived, and Triton counted the same images
-    # between the counter reads at the window's boundaries.
-    assert m["throughput_img_s"] == pytest.approx(m["offered_rate_rps"], rel=0.1)
+    # A tiny model keeps up with 20 req/s: what was served is what arrived less the requests still in flight at the
+    # window's end, which the overload rule (asserted above) bounds. On a busy machine the Python client fell behind
+    # by 7 of 58 once (12 %): within that bound. Triton counted the same images between the counter reads at the
+    # window's boundaries.
+    assert m["throughput_img_s"] == pytest.approx(m["offered_rate_rps"] - m["backlog_growth_requests"] / WINDOW_S)
+    assert abs(m["backlog_growth_requests"]) <= 2 * (m["offered_rate_rps"] * WINDOW_S) ** 0.5
     assert m["server_count_ratio"] == pytest.approx(1.0, abs=0.05) and "server_count_mismatch" not in run.data.tags
     # Late sends are among the window's arrivals, and what was sent never exceeds what was scheduled.
     assert m["late_requests"] <= m["request_count"] and m["achieved_rate_rps"] <= m["offered_rate_rps"]

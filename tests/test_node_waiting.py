@@ -4,6 +4,7 @@ mechanism behind a lost node's replacement and an autoscaled node), and the log 
 from __future__ import annotations
 
 import logging
+import types
 
 import pytest
 
@@ -60,3 +61,30 @@ def test_a_node_joining_a_head_on_its_own_machine_runs_no_second_log_monitor() -
                                         "a100")
     assert "--include-log-monitor=false" not in remote
     assert "--include-log-monitor=false" not in node_cli.ray_start_command(node_cli.parse_args(["--head"]), None)
+
+
+def test_a_trial_whose_retry_the_lost_node_prevented_is_recorded_not_run(tmp_path) -> None:
+    """Its failed attempt (tagged `retried`, out of the answers) is not the trial's record: the loss gives it one."""
+    from experiments.results.records import Status, read_record
+    from experiments.run.sweep import TierSweep
+    from experiments.run.trial import new_record
+    from tests.helpers import CPU_NODE
+
+    cfg = load_config(["gpu=rtx4090", "sweep_id=s1", f"results_dir={tmp_path}", "experiment.backends=[fastapi]",
+                       "experiment.protocols=[http]", "experiment.input_formats=[tensor]",
+                       "experiment.batch_sizes=[1]", "experiment.concurrency=[1,2]"])
+    sweep = TierSweep(cfg)
+    logged = []
+    sweep.publisher = types.SimpleNamespace(trial=lambda record, trial_dir: logged.append(record))
+    sweep.place = types.SimpleNamespace(lost=lambda: None, client_params=lambda locations: {})
+    sweep.clients = types.SimpleNamespace(locations=lambda actors, protocol: [])
+    sweep.node = CPU_NODE
+    first, second = sweep._planned()
+    attempt = new_record(cfg, first, CPU_NODE, status=Status.FAILED, reason="fastapi is not healthy")
+    attempt.tags["retried"] = "true"  # measured again next, on a fresh server: then the node went
+    sweep._finish(attempt, {})
+    sweep._record_not_run(NodeLoss("rtx4090", "ab" * 28, "10.0.0.7", 0.0, "raylet died"))
+    final = [r for r in logged if "retried" not in r.tags]
+    assert sorted(r.trial.concurrency for r in final) == [1, 2], "each planned trial has a record of its own"
+    assert all(r.reason.startswith("not run: node 10.0.0.7") for r in final)
+    assert read_record(sweep.folder.trial(attempt.slug)).reason.startswith("not run: "), "the folder agrees"

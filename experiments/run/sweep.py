@@ -354,7 +354,9 @@ class TierSweep:
             self.failed_keys.add(record.key)
         else:
             self.failed_keys.discard(record.key)
-        if record.tags.get("run_level", "trial") != "trial" or "phase" in record.tags:
+        if record.tags.get("retried") == "true":
+            pass  # an attempt measured again: the next attempt is the trial's record (and a lost node's not-run one)
+        elif record.tags.get("run_level", "trial") != "trial" or "phase" in record.tags:
             log.info("[%s] %s  %s", record.tags.get("phase", "slo search").replace("_", " "), record.name,
                      _summary(record))
         else:
