@@ -224,13 +224,19 @@ class _OnnxCaller(_Caller):
         if self.runtime.threads:
             options.intra_op_num_threads = self.runtime.threads
         path = ensure_onnx(self.model_cfg, node_model_repository()).onnx_path
-        if self.runtime.precision == "int8":  # as a Triton int8 variant serves it (calibrated on the built-in corpus)
+        tensorrt = accelerator is Accelerator.TENSORRT
+        # The file a Triton variant of this precision serves (INT8 calibrated on the built-in corpus)
+        if self.runtime.precision == "int8":
             from serving.corpus import InputSource
             from serving.models import preprocessing
             from serving.triton.quantize import int8_qdq
 
             path = str(int8_qdq(Path(path), ort.InferenceSession(path).get_inputs()[0].name,
-                                preprocessing(self.model_cfg), InputSource()))
+                                preprocessing(self.model_cfg), InputSource(), symmetric=tensorrt))
+        elif self.runtime.precision == "fp16" and not tensorrt:
+            from serving.triton.quantize import fp16_onnx
+
+            path = str(fp16_onnx(Path(path)))
         providers = [(name, self._provider_options(name)) for name in chain]
         self.session = ort.InferenceSession(path, options, providers=providers)
         got = self.session.get_providers()
@@ -244,7 +250,8 @@ class _OnnxCaller(_Caller):
         if name == "TensorrtExecutionProvider":
             cache = self.engine_cache_dir or str(cache_root() / "trt-ceiling")
             os.makedirs(cache, exist_ok=True)
-            return {"trt_fp16_enable": self.runtime.precision == "fp16", "trt_engine_cache_enable": True,
+            return {"trt_fp16_enable": self.runtime.precision == "fp16",
+                    "trt_int8_enable": self.runtime.precision == "int8", "trt_engine_cache_enable": True,
                     "trt_engine_cache_path": cache, "trt_timing_cache_enable": True, "trt_timing_cache_path": cache}
         return {}
 

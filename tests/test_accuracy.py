@@ -20,10 +20,11 @@ SHORT = ["experiment.protocols=[http]", "experiment.batch_sizes=[1]", "experimen
          "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "quiet=true", "sweep_id=accuracy"]
 # INT8 calibrated on one image: its activation ranges miss the others', and it loses accuracy (measured: 5.6 points
 # of top-1 on these 90 images, against none with the default 64).
-VARIANTS = ["experiment.backends=[pytorch,pytorch_bf16,triton_onnx,triton_onnx_int8]",
-        "backends.triton_onnx_int8.int8_calibration_images=1",
-        "experiment.stacks=[pytorch/http/jpeg,pytorch_bf16/http/tensor,triton_onnx/http/tensor,"
-        "triton_onnx/http/jpeg,triton_onnx_int8/http/tensor]", "experiment.input_formats=[tensor,jpeg]"]
+VARIANTS = ["experiment.backends=[pytorch,pytorch_bf16,triton_onnx,triton_onnx_int8,triton_onnx_fp16]",
+            "backends.triton_onnx_int8.int8_calibration_images=1",
+            "experiment.stacks=[pytorch/http/jpeg,pytorch_bf16/http/tensor,triton_onnx/http/tensor,"
+            "triton_onnx/http/jpeg,triton_onnx_int8/http/tensor,triton_onnx_fp16/http/tensor]",
+            "experiment.input_formats=[tensor,jpeg]"]
 
 
 @pytest.mark.slow
@@ -42,7 +43,7 @@ def test_fp32_paths_score_what_the_model_scores_in_process_and_int8_past_the_bou
     trials = {run.data.params["backend_variant"] + "/" + run.data.params["input_format"]: run
               for run in runs(store_uri(tmp_path))}
     assert sorted(trials) == ["pytorch/jpeg", "pytorch_bf16/tensor", "triton_onnx/jpeg", "triton_onnx/tensor",
-                              "triton_onnx_int8/tensor"]
+                              "triton_onnx_fp16/tensor", "triton_onnx_int8/tensor"]
     for name, run in trials.items():
         m = run.data.metrics
         assert run.data.tags["status"] == "ok", run.data.tags.get("reason")
@@ -55,6 +56,9 @@ def test_fp32_paths_score_what_the_model_scores_in_process_and_int8_past_the_bou
         elif name.startswith("pytorch_bf16"):  # 8 bits of mantissa, on this CPU
             bf16_drop = m["top1_drop"]
             assert abs(bf16_drop) <= 1.0 and run.data.params["torch_dtype"] == "bfloat16", (m, run.data.params)
+        elif name.startswith("triton_onnx_fp16"):  # the converted file, on ONNX Runtime's CPU provider
+            fp16_drop = m["top1_drop"]
+            assert abs(fp16_drop) <= 1.0 and run.data.params["onnx_conversion"] == "fp16", (m, run.data.params)
         else:  # within half a point of the in-process evaluation (here: the same images right, every one)
             assert abs(m["accuracy_top1"] - expected) <= 0.005 and abs(m["top1_drop"]) <= 0.5, name
             assert m["accuracy_top5"] == 1.0, name  # three classes: all of them in the top 5
@@ -69,7 +73,7 @@ def test_fp32_paths_score_what_the_model_scores_in_process_and_int8_past_the_bou
     assert len(picks) == 2 and not any("triton_onnx_int8" in line for line in picks), answer  # never the pick
     assert "triton_onnx_int8/http/tensor lost more top-1" in answer
     print(f"\nin process {expected:.3f}; INT8 (1 calibration image) lost {int8_drop:.2f} points, BF16 "
-          f"{bf16_drop:.2f}")
+          f"{bf16_drop:.2f}, FP16 (ONNX) {fp16_drop:.2f}")
 
 
 def test_a_variant_over_the_bound_is_shown_and_never_chosen() -> None:

@@ -28,7 +28,8 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
                         "pytorch_fp16_direct_batched": "pytorch",
                         "triton_onnx": "triton_onnx", "triton_onnx_dynbatch": "triton_onnx", "triton_trt": "triton_trt",
                         "triton_trt_fp16": "triton_trt", "triton_trt_dynbatch": "triton_trt",
-                        "triton_onnx_int8": "triton_onnx", "fastapi": "fastapi",
+                        "triton_onnx_int8": "triton_onnx", "triton_onnx_fp16": "triton_onnx",
+                        "triton_trt_int8": "triton_trt", "fastapi": "fastapi",
                         "torchserve": "torchserve", "torchserve_batched": "torchserve", "endpoint": "endpoint"}
 
 
@@ -63,7 +64,7 @@ def test_accelerator_rocm_is_refused_before_anything_starts() -> None:
 
 BAD_VALUES = [
     ("triton_onnx.accelerator=rocm", "accelerator='rocm'", "choose from ['cpu', 'cuda', 'tensorrt']"),
-    ("triton_onnx.fp16=true", "fp16=True", "FP16 needs accelerator: tensorrt"),
+    ("triton_onnx_int8.fp16=true", "int8=True", "INT8 and FP16 are two precisions: set one of int8 and fp16"),
     ("triton_onnx.instance_count=0", "instance_count=0", "a positive integer"),
     ("triton_onnx.ort_threads=0", "ort_threads=0", "or null"),
     ("triton_onnx.preprocess_instance_count=-1", "preprocess_instance_count=-1", "or null (one per core)"),

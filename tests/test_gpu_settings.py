@@ -161,9 +161,14 @@ def test_the_python_backends_sessions_options_and_shared_memory_are_checked_with
                           batch_buckets=[]).check("t", model, {}) == []
 
 
-def test_fp16_without_tensorrt_is_refused_with_the_key() -> None:
-    (problem,) = TritonSettings(accelerator="cuda", fp16=True).check("triton_trt", load_config().model, {})
-    assert problem.startswith("backends.triton_trt.fp16=True is not allowed: FP16 needs accelerator: tensorrt")
+def test_fp16_on_any_provider_and_int8_with_fp16_refused_with_the_key() -> None:
+    """FP16 is TensorRT's kernels or, on ONNX Runtime's own providers, the converted file; INT8 and FP16 exclude."""
+    model = load_config().model
+    for accelerator in ("cpu", "cuda", "tensorrt"):
+        assert TritonSettings(accelerator=accelerator, fp16=True).check("t", model, {}) == [], accelerator
+    assert TritonSettings(accelerator="tensorrt", int8=True).check("t", model, {}) == []
+    (problem,) = TritonSettings(fp16=True, int8=True).check("t", model, {})
+    assert problem.startswith("backends.t.int8=True is not allowed: INT8 and FP16 are two precisions")
 
 
 def _start_info(cache: dict | None) -> dict:
@@ -234,7 +239,7 @@ def test_gpu_variants_are_entries_of_their_contract_backend() -> None:
 
 def test_engine_cache_is_per_model_gpu_and_engine_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    key = engine_cache_key("ort1.31.1-trt10.16.1.11", True, (1, 8, 32), "0123456789abcdef")
+    key = engine_cache_key("ort1.31.1-trt10.16.1.11", "fp16", (1, 8, 32), "01234567")
     assert key == "ort1.31.1-trt10.16.1.11-fp16-b1-8-32-01234567"
     assert engine_cache_dir(None, "resnet18", "NVIDIA GeForce RTX 4090", key) == (
         tmp_path / "tierbench" / "trt" / "resnet18" / "nvidia-geforce-rtx-4090" / key)

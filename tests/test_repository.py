@@ -50,6 +50,20 @@ def test_native_tensorrt_variant_caches_engines(tmp_path: Path) -> None:
     assert (tmp_path / "repo" / "resnet18" / "1" / "model.onnx").is_symlink()
 
 
+def test_tensorrt_int8_reads_the_qdq_files_own_scales_on_both_server_kinds(tmp_path: Path) -> None:
+    """Explicit INT8: the precision switched on, and no calibration table (one beside Q/DQ nodes fails the session)."""
+    variant = TritonVariant("tensorrt", int8=True)
+    (tmp_path / "b").mkdir()
+    (accelerator,) = _render(tmp_path, "native", variant).optimization \
+        .execution_accelerators.gpu_execution_accelerator
+    assert accelerator.parameters["precision_mode"] == "INT8"
+    assert not any("calibration" in key for key in accelerator.parameters)
+    options = json.loads(_render(tmp_path / "b", "bundled", variant).parameters["ort_provider_options"].string_value)
+    trt = options["TensorrtExecutionProvider"]
+    assert trt["trt_int8_enable"] is True and trt["trt_fp16_enable"] is False
+    assert not any("calibration" in key for key in trt)
+
+
 def test_native_cpu_variant_has_no_accelerator(tmp_path: Path) -> None:
     config = _render(tmp_path, "native", TritonVariant("cpu"))
     assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
@@ -100,6 +114,7 @@ def test_bundled_tensorrt_passes_the_same_options_to_ort_in_the_python_backend(t
     options = json.loads(config.parameters["ort_provider_options"].string_value)
     assert options == {"TensorrtExecutionProvider": {
         "trt_fp16_enable": True,
+        "trt_int8_enable": False,
         "trt_max_workspace_size": 1 << 30,
         "trt_engine_cache_enable": True,
         "trt_engine_cache_path": "/c/key",

@@ -25,11 +25,12 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
 
 
-def engine_cache_key(runtime: str, fp16: bool, profile: tuple[int, int, int], fingerprint: str) -> str:
+def engine_cache_key(runtime: str, precision: str, profile: tuple[int, int, int], fingerprint: str) -> str:
     """What an engine depends on beyond the GPU: the runtime that builds it (`TritonInstallation.runtime_tag`),
-    precision, batch profile and the exported model. TensorRT engines are not portable across any of these."""
+    precision (fp32 | fp16 | int8), batch profile and the model file served. TensorRT engines are not portable across
+    any of these."""
     low, opt, high = profile
-    return f"{runtime}-{'fp16' if fp16 else 'fp32'}-b{low}-{opt}-{high}-{fingerprint[:8]}"
+    return f"{runtime}-{precision}-b{low}-{opt}-{high}-{fingerprint}"
 
 
 def engine_cache_dir(root: str | None, model: str, gpu_name: str, key: str) -> Path:

@@ -22,7 +22,7 @@ from serving.triton.accelerators import gpu_extra
 from serving.triton.clients import TritonClientSpec
 from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
 from serving.triton.installation import BundledTriton, TritonInstallation, installation_kind
-from serving.triton.repository import TritonVariant, instances_on_gpu
+from serving.triton.repository import TritonVariant, instances_on_gpu, precision
 from serving.triton.settings import Accelerator, TritonSettings
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class TritonBackend(Backend):
 
     @property
     def numerics(self) -> str:
-        return "int8" if self.settings.int8 else "fp16" if self.settings.fp16 else "fp32"
+        return precision(self.settings.fp16, self.settings.int8)
 
     @property
     def accelerator(self) -> Accelerator:
@@ -236,14 +236,17 @@ class TritonBackend(Backend):
                                   "ort_batch_buckets": ",".join(str(b) for b in self.batch_buckets())}
         metrics = {"server_ready_s": float(info["ready_s"])}
         if self.settings.int8:
-            params["onnx_quantization"] = "int8_qdq"
+            params["onnx_quantization"] = "int8_qdq" + ("_symmetric" if self.accelerator is Accelerator.TENSORRT
+                                                        else "")
             params["int8_calibration_images"] = self.settings.int8_calibration_images
+        elif self.settings.fp16 and self.accelerator is not Accelerator.TENSORRT:
+            params["onnx_conversion"] = "fp16"  # the file served; TensorRT's FP16 is trt_precision
         if info.get("model_file"):
             params["server_model_file"] = info["model_file"]
         if info.get("gpu_ids"):
             params["server_gpu_ids"] = ",".join(str(i) for i in info["gpu_ids"])
         if self.accelerator is Accelerator.TENSORRT:
-            params["trt_precision"] = "fp16" if self.settings.fp16 else "fp32"
+            params["trt_precision"] = self.numerics
             params["trt_profile_batch"] = "-".join(str(b) for b in self.trt_profile())
             cache = info.get("engine_cache")
             params["trt_engine_cache"] = cache["status"] if cache else "off"

@@ -32,7 +32,7 @@ from serving.paths import node_model_repository
 from serving.triton.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import TritonInstallation, find_installation
-from serving.triton.quantize import int8_qdq
+from serving.triton.quantize import fp16_onnx, int8_qdq
 from serving.triton.repository import TritonVariant, classifier_config, read_config, render_repository
 from serving.triton.server import TritonServer
 
@@ -104,9 +104,14 @@ class TritonServerHost:
             self.node_id = context.get_node_id()
         self.canonical = classifier_config(self.model.name, self.onnx_path, self.model.max_batch_size,
                                            list(self.model.input_shape), list(output_dims(self.model)))
-        if self.variant.int8:  # the same tensor names: the quantised graph keeps the export's inputs and outputs
+        # A lower precision keeps the export's tensor names, inputs and outputs: the same config serves it.
+        tensorrt = self.variant.accelerator == "tensorrt"
+        if self.variant.int8:
             self.onnx_path = int8_qdq(self.onnx_path, self.canonical.input[0].name, preprocessing(self.model),
-                                      self.variant.calibration or InputSource(), self.variant.calibration_images)
+                                      self.variant.calibration or InputSource(), self.variant.calibration_images,
+                                      symmetric=tensorrt)
+        elif self.variant.fp16 and not tensorrt:  # TensorRT builds its FP16 engine from the FP32 model itself
+            self.onnx_path = fp16_onnx(self.onnx_path)
         cache_dir = self._render()
         repository = self.work_dir / "repository"
         models = [self.model.name]
@@ -145,9 +150,10 @@ class TritonServerHost:
         assert self.export is not None and self.installation is not None and self.canonical is not None
         variant, cache_dir = self.variant, None
         if variant.accelerator == "tensorrt" and variant.engine_cache:
-            key = engine_cache_key(self.installation.runtime_tag(), variant.fp16,
-                                   variant.trt_profile or (1, 1, int(self.model.max_batch_size)),
-                                   self.export.fingerprint)
+            # An INT8 engine is built from the quantised file, whose name carries its calibration's key.
+            served = self.export.fingerprint[:8] + (self.onnx_path.stem.rsplit("-", 1)[-1] if variant.int8 else "")
+            key = engine_cache_key(self.installation.runtime_tag(), variant.precision,
+                                   variant.trt_profile or (1, 1, int(self.model.max_batch_size)), served)
             cache_dir = engine_cache_dir(variant.engine_cache_root, self.model.name, _gpu_name(self.gpu_ids), key)
             cache_dir.mkdir(parents=True, exist_ok=True)
         render_repository(self.canonical, self.onnx_path, self.work_dir / "repository",

@@ -33,7 +33,7 @@ class TritonVariant:
     accelerator: str  # Accelerator: cpu | cuda | tensorrt
     instance_count: int = 1
     ort_threads: int | None = None
-    fp16: bool = False
+    fp16: bool = False  # TensorRT's FP16 kernels; on ONNX Runtime's CUDA or CPU provider, the export converted to FP16
     # Keep TensorRT engine and timing caches (TensorRT only): off, every server start rebuilds the engine.
     engine_cache: bool = False
     engine_cache_root: str | None = None  # where caches live; None: ~/.cache/tierbench/trt on the server's node
@@ -63,10 +63,21 @@ class TritonVariant:
     cuda_options: tuple[tuple[str, str], ...] = ()
     # The Python backend's shared memory with the server (first region and growth step), MiB; None: its defaults.
     python_shm_mib: int | None = None
-    # INT8: the export quantised (serving.triton.quantize) on the server's node, calibrated on this corpus.
+    # INT8: the export quantised (serving.triton.quantize) on the server's node, calibrated on this corpus; for
+    # TensorRT with symmetric activations, read as explicit INT8.
     int8: bool = False
     calibration: InputSource | None = None
     calibration_images: int = 64
+
+    @property
+    def precision(self) -> str:
+        return precision(self.fp16, self.int8)
+
+
+def precision(fp16: bool, int8: bool) -> str:
+    """What the model computes in: int8 (the QDQ file), fp16 (TensorRT's FP16 kernels, or the converted file on ONNX
+    Runtime's own providers) or fp32."""
+    return "int8" if int8 else "fp16" if fp16 else "fp32"
 
 
 class ClassifierServer(Protocol):
@@ -159,7 +170,8 @@ def native_onnxruntime(config: mc.ModelConfig, variant: TritonVariant) -> None:
     if variant.accelerator == Accelerator.TENSORRT:
         # KIND_GPU alone gives the CUDA EP; the TensorRT EP is an execution accelerator (onnxruntime_backend).
         accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
-        accelerator.parameters["precision_mode"] = "FP16" if variant.fp16 else "FP32"
+        # INT8 from the QDQ file's own scales (explicit quantization): no calibration table
+        accelerator.parameters["precision_mode"] = variant.precision.upper()
         accelerator.parameters["max_workspace_size_bytes"] = str(variant.trt_workspace_bytes)
         for key, value in _tensorrt_options(config, variant).items():
             accelerator.parameters[key] = value
@@ -170,7 +182,8 @@ def ort_provider_options(config: mc.ModelConfig, variant: TritonVariant) -> dict
     cuda = {"CUDAExecutionProvider": dict(variant.cuda_options)} if variant.cuda_options else {}
     if variant.accelerator != Accelerator.TENSORRT:
         return cuda
-    trt: dict[str, object] = {"trt_fp16_enable": variant.fp16, "trt_max_workspace_size": variant.trt_workspace_bytes}
+    trt: dict[str, object] = {"trt_fp16_enable": variant.fp16, "trt_int8_enable": variant.int8,
+                              "trt_max_workspace_size": variant.trt_workspace_bytes}
     trt.update(_tensorrt_options(config, variant))
     for key in ("trt_engine_cache_enable", "trt_timing_cache_enable"):
         if key in trt:

@@ -63,9 +63,13 @@ class TritonSettings(BackendSettings):
     accelerator: str = "cuda"  # cpu | cuda | tensorrt
     instance_count: int = 1  # model instances (Triton's instance_group count)
     ort_threads: int | None = None  # intra-op threads for ONNX Runtime; null: its default
-    fp16: bool = False  # TensorRT in FP16 (tensorrt only)
-    # ONNX Runtime in INT8: the export quantised statically (QDQ), calibrated on the sweep's input corpus
-    # (serving.triton.quantize); its accuracy against the FP32 reference is held to experiment.accuracy.max_top1_drop
+    # FP16: TensorRT's FP16 kernels (tensorrt), or the export converted to FP16 for ONNX Runtime's CUDA or CPU
+    # provider (inputs and outputs kept FP32; serving.triton.quantize). On a CPU it is slower than FP32: ONNX Runtime
+    # runs what it has no FP16 kernel for in FP32 between casts
+    fp16: bool = False
+    # INT8: the export quantised statically (QDQ), calibrated on the sweep's input corpus (serving.triton.quantize),
+    # run by ONNX Runtime's integer kernels, or by TensorRT as explicit INT8 (tensorrt: symmetric activations).
+    # Every lower precision is held to experiment.accuracy.max_top1_drop against the FP32 reference
     int8: bool = False
     int8_calibration_images: int = 64  # corpus images INT8's activation ranges are calibrated on (int8 only)
     engine_cache: bool = True  # keep built TensorRT engines: a restart loads them instead of rebuilding
@@ -131,9 +135,6 @@ class TritonSettings(BackendSettings):
                                                                          "64)"))
         if self.int8 and self.fp16:
             problems.append(self.refuse(name, "int8", "INT8 and FP16 are two precisions: set one of int8 and fp16"))
-        if self.fp16 and not tensorrt:
-            problems.append(self.refuse(name, "fp16", f"FP16 needs accelerator: tensorrt (the {self.accelerator} "
-                                                      "provider runs the exported FP32 model as it is)"))
         for key, null in (("instance_count", ""), ("ort_threads", "ONNX Runtime's default"),
                           ("preprocess_instance_count", "one per core"), ("python_shm_mib", "the backend's defaults")):
             value = getattr(self, key)
