@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 PRIMARY = "primary"
 # A month of a node kept up: 365 x 24 / 12 hours, the figure cloud price lists use.
 HOURS_PER_MONTH = 730
-PRICE_KEYS = ("usd_per_hour", "kind", "provider", "source", "seen")
+# `pinned: true`: the price is the user's own, and `python -m runners.prices` (docs/prices.md) leaves it as it is.
+PRICE_KEYS = ("usd_per_hour", "kind", "provider", "source", "seen", "pinned")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # The trial param naming the GPU nodes that served a trial's load, each paid at the tier's price: an endpoint's
 # replicas behind its URL (serving/endpoint/). A trial without it ran on one node (a server tierbench launched).
@@ -102,7 +103,8 @@ def images_per_usd(usd_per_hour: Any, throughput_img_s: Any, nodes: Any = 1) -> 
 
 
 def validate_prices(gpu: GpuTierConfig) -> None:
-    """Each alternative price: a lower-case identifier (it becomes a param name) with usd_per_hour >= 0."""
+    """Each alternative price: a lower-case identifier (it becomes a param name) with usd_per_hour >= 0 (and
+    `pinned`, where given, true or false)."""
     for name, entry in (gpu.prices or {}).items():
         key = f"gpu.prices.{name}"
         if not NAME_RE.match(str(name)) or name == PRIMARY:
@@ -117,6 +119,10 @@ def validate_prices(gpu: GpuTierConfig) -> None:
         usd = entry.get("usd_per_hour")
         if not isinstance(usd, int | float) or isinstance(usd, bool) or usd < 0:
             raise ConfigError(f"{key}.usd_per_hour={usd!r} is not allowed: set a price >= 0 in USD per hour")
+        pinned = entry.get("pinned", False)
+        if not isinstance(pinned, bool):
+            raise ConfigError(f"{key}.pinned={pinned!r} is not allowed: true (the price is yours: runners.prices "
+                              f"leaves it alone) or false")
 
 
 def tier_prices(gpu: GpuTierConfig) -> list[Price]:

@@ -51,8 +51,12 @@ class GpuTierConfig:
     price_per_hour_usd: float = MISSING
     price_source: str = ""  # where the primary price was seen (provider, offer, link)
     price_seen: str = ""  # when it was seen: prices go stale
-    # Alternative prices by name, each {usd_per_hour, kind, provider, source, seen} (see experiments.config.prices; an
-    # untyped dict so `+gpu.prices.mine={usd_per_hour:0.2}` works on the command line; checked by validate()).
+    # The primary price is yours: `python -m runners.prices --primary` leaves it as it is (an alternative price is
+    # kept the same way with `pinned: true` in its entry)
+    price_pinned: bool = False
+    # Alternative prices by name, each {usd_per_hour, kind, provider, source, seen, pinned} (see
+    # experiments.config.prices; an untyped dict so `+gpu.prices.mine={usd_per_hour:0.2}` works on the command line;
+    # checked by validate()).
     prices: dict[str, Any] = field(default_factory=dict)
     requires_gpu: bool = True  # a node declaring this tier must have a GPU of its identity (gpu_names, gpu_memory_gib)
     # The tier's identity: the GPU's exact NVML names (as nvidia-smi --query-gpu=name prints them; case and spacing

@@ -59,9 +59,11 @@ def stale_prices_note(data: SweepData, max_age_days: int = PRICE_MAX_AGE_DAYS) -
     if not stale:
         return None
     return (f"**Prices older than {max_age_days} days**: {'; '.join(stale)}. Cloud prices move (the same H100 offer "
-            "has moved by a third within months): check each source, then set `price_per_hour_usd` and `price_seen` "
-            "(or the entry under `prices`) in `conf/gpu/<tier>.yaml`, or override them for one sweep "
-            "(`gpu.price_per_hour_usd=... gpu.price_seen=YYYY-MM-DD`), and run the report again.")
+            "has moved by a third within months): refresh them from gpuhunt's catalog of cloud offers with "
+            "`python -m runners.prices` (docs/prices.md; it shows the change, `--write` applies it), or check each "
+            "source, then set `price_per_hour_usd` and `price_seen` (or the entry under `prices`) in "
+            "`conf/gpu/<tier>.yaml`, or override them for one sweep (`gpu.price_per_hour_usd=... "
+            "gpu.price_seen=YYYY-MM-DD`), and run the report again.")
 
 
 def _last_trial_date(trials: pd.DataFrame, tier: str) -> dt.date:
