@@ -18,8 +18,9 @@
 #   --tier T          the GPU tier (default: the one the GPU's name matches in conf/gpu/)
 #   --steps LIST      the steps to run, comma-separated (default: all): imports, doctor, ceiling (runners.ceiling),
 #                     check (benchmarks/ceiling_check.py), first-light (the sweep and its report), search
-#                     (experiment=cheapest_gpu and its report), served (benchmarks/ceiling_vs_served.py), batcher,
-#                     tests;
+#                     (experiment=cheapest_gpu and its report), precisions (experiment=precisions and its report,
+#                     per model in $PRECISION_MODELS, default resnet18), served (benchmarks/ceiling_vs_served.py),
+#                     batcher, tests;
 #                     later commands can run more steps with the same --venv (the install is done once, with --parts)
 #   --dry-run         everything but what needs a GPU: the sweeps run on tier `local` (their GPU variants are
 #                     skipped by the product, with the reason), the gpu tests skip, saying why
@@ -33,7 +34,7 @@ PARTS=""
 WHEELHOUSE=""
 VENV=""
 TIER=""
-STEPS=imports,doctor,ceiling,check,first-light,search,served,batcher,tests
+STEPS=imports,doctor,ceiling,check,first-light,search,precisions,served,batcher,tests
 STEP_LIMIT=600
 SWEEP_OVERRIDES=()
 while [ $# -gt 0 ]; do
@@ -152,6 +153,19 @@ if wanted search; then
     quiet=true report=false
   step search-report "$OUT/search_report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
     "$PYTHON" -m runners.report "$SEARCH_ID" --results-dir "$OUT/runs"
+fi
+
+if wanted precisions; then  # every precision on the GPU, held to the accuracy bound (docs/inputs.md)
+  for MODEL in ${PRECISION_MODELS:-resnet18}; do
+    PRECISIONS_ID=precisions-$MODEL-$(date -u +%Y%m%d-%H%M%S)
+    step "precisions-$MODEL" "$OUT/precisions_$MODEL.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+      "$PYTHON" -m runners.sweep "gpu=$TIER" experiment=precisions "model=$MODEL" "sweep_id=$PRECISIONS_ID" \
+      "results_dir=$OUT/runs" quiet=true report=false 'experiment.batch_sizes=[1,32]' 'experiment.concurrency=[8]' \
+      experiment.window_s=2 experiment.warmup_s=1 experiment.stability.max_windows=4 experiment.accuracy.images=128
+    step "precisions-$MODEL-report" "$OUT/precisions_${MODEL}_report.txt" \
+      env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+      "$PYTHON" -m runners.report "$PRECISIONS_ID" --results-dir "$OUT/runs"
+  done
 fi
 
 if wanted first-light; then
