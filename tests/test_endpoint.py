@@ -342,6 +342,22 @@ def test_the_grpc_client_sends_the_token_as_metadata(monkeypatch: pytest.MonkeyP
     assert "authorization" not in dict(OipGrpcClient(replace(spec, token_env="")).wire_request().headers)
 
 
+def test_grpc_metadata_reaches_every_call_of_both_engines() -> None:
+    """E.g. a Ray Serve gRPC proxy with several apps routes by `application`: the compiled engine's headers and the
+    Python client's metadata carry it."""
+    from serving.backend import ServerHandle
+    from serving.oip.clients import OipGrpcClient
+
+    backend = endpoint_backend("http://10.0.0.5:8000", "backends.endpoint.grpc_url=10.0.0.5:9000",
+                               "+backends.endpoint.grpc_metadata.application=resnet18")
+    handle = ServerHandle("endpoint", {"http": "http://10.0.0.5:8000", "grpc": "10.0.0.5:9000"}, remote=True)
+    spec = backend.client_spec(handle, "grpc", "tensor", 1)
+    assert spec.grpc_metadata == (("application", "resnet18"),)
+    client = OipGrpcClient(spec)
+    assert ("application", "resnet18") in client.metadata()
+    assert dict(client.wire_request().headers)["application"] == "resnet18"
+
+
 
 
 # ------------------------------------------------------------------ Triton's metrics, when the user gives their URL

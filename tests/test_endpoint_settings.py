@@ -47,6 +47,17 @@ def test_a_grpc_url_with_a_scheme_or_without_a_port_is_refused(grpc_url: str) ->
     accepted(URL, "backends.endpoint.grpc_url=10.0.0.5:8001")
 
 
+def test_grpc_metadata_is_text_and_never_a_credential() -> None:
+    accepted(URL, "backends.endpoint.grpc_url=10.0.0.5:9000", "+backends.endpoint.grpc_metadata.application=resnet18")
+    secret = "Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0"
+    message = refusal(URL, f"+backends.endpoint.grpc_metadata.authorization='{secret}'")
+    assert "grpc_metadata.authorization is a credential" in message and "token_env" in message
+    assert secret not in message
+    for key in ("Application", "trace-bin", "grpc-timeout"):
+        assert f"backends.endpoint.grpc_metadata.{key} is not allowed: a metadata key is lower case" in refusal(
+            URL, f"+backends.endpoint.grpc_metadata.{key}=x")
+
+
 def test_a_kind_tierbench_does_not_speak_is_refused() -> None:
     assert "backends.endpoint.kind='kserve_v1' is not allowed: one of ['oip', 'torchserve', 'http']" in refusal(
         URL, "backends.endpoint.kind=kserve_v1")

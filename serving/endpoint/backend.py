@@ -60,8 +60,8 @@ class EndpointBackend(Backend):
         return self.kind.unsupported_reason(transport, input_format)
 
     def _client_spec(self, transport: str, input_format: str, batch_size: int) -> ClientSpec:
-        """A client's spec for this endpoint: its kind's client and URL, its TLS files and credentials' variables
-        (never their contents), the tensors its metadata named, the plain API's keys."""
+        """A client's spec for this endpoint: its kind's client and URL, its gRPC metadata, its TLS files and
+        credentials' variables (never their contents), the tensors its metadata named, the plain API's keys."""
         settings, meta = self.settings, self.meta
         kind = TemplateSpec if settings.kind == "http" else ClientSpec
         spec = self._spec(self.kind.clients.get((transport, input_format), ""),
@@ -69,7 +69,8 @@ class EndpointBackend(Backend):
                           batch_size, kind=kind)
         fields = {"tls": settings.tls, "ca_file": settings.ca_file or "", "token_env": settings.token_env or "",
                   "basic_auth_env": settings.basic_auth_env or "", "client_cert": settings.client_cert or "",
-                  "client_key": settings.client_key or ""}
+                  "client_key": settings.client_key or "",
+                  "grpc_metadata": tuple(sorted((str(k), str(v)) for k, v in (settings.grpc_metadata or {}).items()))}
         if meta is not None and meta.input_name:
             fields |= {"input_name": meta.input_name, "output_name": meta.output_name or spec.output_name}
         if kind is TemplateSpec:

@@ -3,7 +3,8 @@ is already running answers, how to authenticate, and how hard tierbench may push
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import urlsplit
 
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 
 # The protocols an endpoint may speak, by the names a config gives them; what each means is serving/endpoint/kinds.py.
 KIND_NAMES = ("oip", "torchserve", "http")
+# A gRPC metadata key as HTTP/2 carries it: lower case, digits, `-`, `_`, `.` (a `-bin` key's value is binary).
+METADATA_KEY = re.compile(r"^[0-9a-z_.-]+$")
 
 
 @dataclass
@@ -26,6 +29,9 @@ class EndpointSettings(BackendSettings):
     _target_: str = "serving.endpoint.backend.EndpointBackend"
     url: str = ""  # its HTTP base URL, e.g. http://10.0.0.5:8000 (https://: TLS, verified)
     grpc_url: str | None = None  # host:port of its gRPC service (null: no gRPC trials)
+    # Metadata every gRPC call carries, e.g. {application: resnet18}: the app a Ray Serve gRPC proxy with several apps
+    # routes to. Logged with the trial, so never a credential (token_env, basic_auth_env)
+    grpc_metadata: dict[str, str] = field(default_factory=dict)
     # The protocol it speaks (serving/endpoint/kinds.py): oip (Open Inference Protocol / KServe v2: Triton, KServe,
     # MLServer), torchserve (TorchServe's inference API, REST and gRPC), http (a plain HTTP API at `path`)
     kind: str = "oip"
@@ -79,6 +85,7 @@ class EndpointSettings(BackendSettings):
             if "://" in self.grpc_url or not host or not port.isdigit():
                 problems.append(self.refuse(name, "grpc_url", "HOST:PORT of its gRPC service, without a scheme "
                                                               "(TLS follows the url's https)"))
+        problems += self._check_grpc_metadata(name)
         if self.metrics_url is not None:
             metrics = urlsplit(self.metrics_url)
             if metrics.scheme not in ("http", "https") or not metrics.hostname or "@" in metrics.netloc:
@@ -116,6 +123,25 @@ class EndpointSettings(BackendSettings):
             for key in ("input_key", "output_key"):
                 if not getattr(self, key):
                     problems.append(self.refuse(name, key, "the name of a JSON field"))
+        return problems
+
+    def _check_grpc_metadata(self, name: str) -> list[str]:
+        """Keys gRPC carries as text, none of them a credential or a header gRPC sets itself; values of printable
+        ASCII."""
+        problems = []
+        for key, value in (self.grpc_metadata or {}).items():
+            where = f"backends.{name}.grpc_metadata.{key}"
+            if key in ("authorization", "cookie", "proxy-authorization"):
+                # Not echoed: the value is a secret given by mistake.
+                problems.append(f"{where} is a credential, which tierbench would log: give it through "
+                                f"backends.{name}.token_env or basic_auth_env (environment variables), never here")
+            elif not METADATA_KEY.match(str(key)) or key.endswith("-bin") or key.startswith("grpc-") or key in (
+                    "te", "content-type", "user-agent"):
+                problems.append(f"{where} is not allowed: a metadata key is lower case (a-z, 0-9, -, _, .), not "
+                                "binary (-bin), and not one gRPC sets itself (grpc-*, te, content-type, user-agent)")
+            elif not isinstance(value, str) or not value.isprintable() or not value.isascii():
+                problems.append(f"{where}={value!r} is not allowed: a text value (printable ASCII), e.g. the Serve "
+                                "application's name")
         return problems
 
     def _check_credentials(self, name: str) -> list[str]:
