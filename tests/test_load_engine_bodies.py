@@ -235,3 +235,10 @@ def test_compiled_load_says_why_the_engine_refused_its_bodies() -> None:
     engine = CompiledLoad(wire, LoadPoint(LoadMode.CLOSED, 1), 5, 1)
     with pytest.raises(RuntimeError, match="stopped before the load started: .*body 0 has length 0"):
         asyncio.run(engine.open())
+
+
+def test_a_wire_request_without_a_request_or_with_an_empty_one_is_refused_where_it_is_built() -> None:
+    with pytest.raises(ValueError, match="at least one payload"):
+        WireRequest("http1", "127.0.0.1", 80, ())
+    with pytest.raises(ValueError, match=r"payloads \[1\] of 2 are empty"):
+        WireRequest("http1", "127.0.0.1", 80, (b"POST / HTTP/1.1\r\n\r\n", b""))

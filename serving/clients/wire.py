@@ -28,6 +28,10 @@ class WireRequest:
     def __post_init__(self) -> None:
         if not self.payloads:
             raise ValueError("a WireRequest needs at least one payload")
+        if not all(self.payloads):  # the engine would refuse it later, less clearly: a client built nothing
+            empty = [i for i, payload in enumerate(self.payloads) if not payload]
+            raise ValueError(f"a WireRequest's payloads are whole requests (http1) or length-prefixed gRPC messages "
+                             f"(h2); payloads {empty[:5]} of {len(self.payloads)} are empty")
 
     @property
     def payload(self) -> bytes:
