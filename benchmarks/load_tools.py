@@ -5,6 +5,7 @@ HTTP ingress), and the loopback stub that answers instantly (benchmarks/loopback
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 import re
 import resource
@@ -16,6 +17,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from serving.paths import cache_root
 
 STUB = Path(__file__).with_name("loopback_stub.py")
 
@@ -35,9 +38,16 @@ def perf_analyzer_env() -> tuple[str, dict[str, str]]:
     import pytriton
 
     libs = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"
-    links = Path(tempfile.mkdtemp(prefix="tierbench-pa-libs-"))
+    # One folder of links per environment, made again each time (a wheel upgrade renames the libraries), never
+    # left behind per call
+    links = cache_root() / "perf_analyzer-libs" / hashlib.sha256(str(libs).encode()).hexdigest()[:12]
+    links.mkdir(parents=True, exist_ok=True)
     for pattern, name in (("libb64-*.so.0d", "libb64.so.0d"), ("libcudart-*.so.12*", "libcudart.so.12")):
-        (links / name).symlink_to(next(libs.glob(pattern)))
+        link = links / name
+        staging = links / f".{name}.{os.getpid()}"
+        staging.unlink(missing_ok=True)
+        staging.symlink_to(next(libs.glob(pattern)))
+        staging.replace(link)  # atomic: a concurrent caller sees the old link or the new one
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = f"{links}:{env.get('LD_LIBRARY_PATH', '')}"
     return binary, env
