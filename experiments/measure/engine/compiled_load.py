@@ -18,7 +18,6 @@ import math
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from experiments.measure.engine.build import engine_binary
 from experiments.measure.load import DRAIN_S, LATE_AFTER_S, TICK_S, LoadGenerator, LoadPoint, WarmupStats
 from serving.clients.outcomes import Outcome, error_class
 from serving.clients.wire import WireRequest
+from serving.paths import scratch_dir
 
 STDERR_TAIL = 1500
 # The engine asks to run at the priority of a process started by hand, ahead of the servers Ray starts at its workers'
@@ -74,7 +74,7 @@ class CompiledLoad(LoadGenerator):
         self.horizon_s = horizon_s
         self.check_response = check_response
         self.seed = seed
-        self._folder = Path(tempfile.mkdtemp(prefix="tierbench-loadgen-"))
+        self._folder = scratch_dir("loadgen")
         self._proc: asyncio.subprocess.Process | None = None
         self._buffer = bytearray()
         self._watermark = -math.inf  # every request scheduled before it has completed
