@@ -21,7 +21,7 @@ from serving.protocols import InputFormat
 
 if TYPE_CHECKING:
     from experiments.config.schema import TierbenchConfig
-    from serving.node import NodeInfo
+    from serving.node import MigState, NodeInfo
 
 # Every backend variant is asked about these; a variant runs when one of them does.
 PROBE_PROTOCOLS = ("http", "grpc")
@@ -47,11 +47,13 @@ class Diagnosis:
         return self.tier_problem is None and (self.tier is None or any(v.runs for v in self.verdicts))
 
 
-def default_tier(gpu_names: tuple[str, ...], memory_mib: tuple[int, ...] = ()) -> str:
-    """The tier a node's GPU is (conf/gpu/*.yaml), or `local` when none (or several) is."""
+def default_tier(gpu_names: tuple[str, ...], memory_mib: tuple[int | None, ...] = (),
+                 mig: MigState | None = None) -> str:
+    """The tier a node's GPU is (conf/gpu/*.yaml; on a card in MIG mode, the slice tier of the MIG slice its
+    processes see), or `local` when none (or several) is."""
     from experiments.cluster.tiers import tiers_for_gpu
 
-    matched = tiers_for_gpu(gpu_names, memory_mib)
+    matched = tiers_for_gpu(gpu_names, memory_mib, mig=mig)
     return matched[0] if len(matched) == 1 else "local"
 
 
@@ -80,7 +82,7 @@ def diagnose(node: NodeInfo, tier: str | None, emulated: bool = False) -> Diagno
 
     cfg = load_config([f"gpu={tier}"])
     problem = None if emulated else tier_gpu_problem(cfg.gpu, node.gpu_names, node.gpu_memory_mib,
-                                                        cpu_count=node.cpu_count)
+                                                        cpu_count=node.cpu_count, mig=node.mig)
     return Diagnosis(tier, problem, backend_verdicts(cfg, node, emulated))
 
 
@@ -96,14 +98,30 @@ def node_rows(node: Any) -> list[tuple[str, str, str]]:
     from serving.registry import backend_packages
 
     gpus = ", ".join(node.gpu_names)
-    gpu = (gpus, f"driver {node.driver_version}, CUDA {node.cuda_version} (the newest the driver runs)") \
-        if node.has_gpu else ("none", node.gpu_problem or "NVML finds no GPU")
+    gpu = (gpus, f"driver {node.driver_version}, CUDA {node.cuda_version} (the newest the driver runs)"
+           + mig_detail(node)) if node.has_gpu else ("none", node.gpu_problem or "NVML finds no GPU")
     rows = {"Python": _python_row(node), "Ray": ("Ray", node.ray_version, "the same version on every node and the "
                                                  "head"), "GPU": ("GPU", *gpu)}
     for package in backend_packages().values():
         for row in package.doctor_rows(node):
             rows.setdefault(row.what, tuple(row))
     return [*rows.values(), engine_row()]
+
+
+def mig_detail(node: Any) -> str:
+    """The GPUs in MIG mode, their slices and the ones this node's processes see (CUDA_VISIBLE_DEVICES); '' where no
+    GPU is in MIG mode."""
+    from experiments.cluster.tiers import describe_slices
+
+    mig = node.mig
+    on = [i for i in range(len(node.gpu_names)) if mig.on(i)]
+    if not on:
+        return ""
+    parts = [f"GPU {i} in MIG mode: {describe_slices(mig.on_gpu(i)) or 'no slices yet'}" for i in on]
+    seen = ", ".join(f"{d.uuid} ({d.profile or d.name})" for d in mig.seen) if mig.pinned else ""
+    parts.append(f"this node computes on {seen}" if seen else
+                 "CUDA_VISIBLE_DEVICES names no slice (start the node with CUDA_VISIBLE_DEVICES=MIG-<uuid>)")
+    return "; " + "; ".join(parts)
 
 
 def engine_row() -> tuple[str, str, str]:
@@ -151,7 +169,7 @@ def check(tier: str | None, emulated: bool = False, gpu_tier_default: bool = Tru
 
     node = describe_node()
     if tier is None and gpu_tier_default:
-        tier = default_tier(node.gpu_names, node.gpu_memory_mib)
+        tier = default_tier(node.gpu_names, node.gpu_memory_mib, node.mig)
     diagnosis = diagnose(node, tier, emulated)
     return diagnosis.ok, render(node, diagnosis)
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 from experiments.cluster.tiers import TIER_LABEL, known_tiers, node_declaration, tier_gpu_problem, tiers_for_gpu
+from serving.node import MigState
 from serving.registry import ray_node_environment
 
 # Fixed ports, so a firewall can open exactly these between the nodes (Ray picks random ones otherwise):
@@ -33,19 +34,30 @@ class NodeSetupError(RuntimeError):
     """What is wrong with this node's declaration, and how to fix it."""
 
 
-def detect_tier(gpu_names: tuple[str, ...] | list[str], memory_mib: tuple[int, ...] = ()) -> str:
-    """The one tier this node's GPUs are (their NVML names and memory against each tier's identity)."""
+def detect_tier(gpu_names: tuple[str, ...] | list[str], memory_mib: tuple[int | None, ...] = (),
+                mig: MigState | None = None) -> str:
+    """The one tier this node's GPUs are (their NVML names and memory against each tier's identity; on a card in MIG
+    mode, the MIG slices this node's processes see against each slice tier's)."""
     known = sorted(known_tiers())
     if not gpu_names:
         raise NodeSetupError(f"no NVIDIA GPU found (NVML lists none): pass --tier (one of {known}), or "
                              "--client-pool for a load-generator node")
-    matched = tiers_for_gpu(gpu_names, memory_mib)
+    matched = tiers_for_gpu(gpu_names, memory_mib, mig=mig)
+    slices = mig.seen if mig is not None else ()
+    if not matched and mig is not None and any(mig.enabled):
+        what = f"its MIG slices {[d.name for d in slices]} are" if slices else "it has no MIG slice, so it is"
+        raise NodeSetupError(f"GPU {list(gpu_names)} is in MIG mode and {what} no tier's in conf/gpu/ (a node on a "
+                             "card in MIG mode is the tier of its slice: gpu_names, mig_profile): create a slice a "
+                             "tier names (`python -m runners.doctor --tier <tier>` says how), add a slice tier "
+                             "(docs/gpu-nodes.md#mig-slices), or pass --tier to declare one with --emulated")
     if not matched:
         raise NodeSetupError(f"GPU {list(gpu_names)} is no tier's GPU in conf/gpu/ (their gpu_names): pass --tier "
                              f"(one of {known}) to declare it anyway with --emulated, or add its NVML name to a tier's "
                              "gpu_names, or a conf/gpu/<tier>.yaml with its price")
     if len(matched) > 1:
-        raise NodeSetupError(f"GPU {list(gpu_names)} matches tiers {matched}: pass --tier to choose one")
+        pin = (" (a card in MIG mode: start the node with CUDA_VISIBLE_DEVICES=MIG-<uuid> of one slice, from "
+               "`nvidia-smi -L`, and it is that slice's tier)" if slices else "")
+        raise NodeSetupError(f"GPU {list(gpu_names)} matches tiers {matched}: pass --tier to choose one{pin}")
     return matched[0]
 
 
@@ -57,13 +69,13 @@ def resolve_tier(args: argparse.Namespace) -> str | None:
         if args.head or args.client_pool:
             return None  # a CPU head or a load generator need no tier; pass --tier to make them one too
         gpus = nvml_gpus()
-        return detect_tier(gpus.names, gpus.memory_mib)
+        return detect_tier(gpus.names, gpus.memory_mib, gpus.mig)
     tiers = known_tiers()
     if args.tier not in tiers:
         raise NodeSetupError(f"--tier {args.tier}: unknown tier; choose from {sorted(tiers)} (conf/gpu/*.yaml)")
     gpus = nvml_gpus()
     problem = None if args.emulated else tier_gpu_problem(tiers[args.tier], gpus.names, gpus.memory_mib,
-                                                              cpu_count=os.cpu_count())
+                                                              cpu_count=os.cpu_count(), mig=gpus.mig)
     if problem:
         raise NodeSetupError(f"--tier {args.tier}: {problem}{f' ({gpus.problem})' if gpus.problem else ''}: its "
                              "figures would be filed under a GPU it does not have. Join with the tier its GPU matches "

@@ -32,7 +32,8 @@ class ServerHandle:
     metrics: dict[str, float] = field(default_factory=dict)  # measured at start, e.g. trt_engine_build_s
     artifacts: dict[str, str] = field(default_factory=dict)  # e.g. the rendered config.pbtxt
     node_id: str | None = None  # Ray node the server runs on: GPU telemetry samples there
-    gpu_ids: tuple[int, ...] = ()  # GPUs Ray gave the server (empty: it may use every GPU of its node)
+    # GPUs Ray gave the server: indices, or MIG slices' UUIDs (`MIG-...`); empty: it may use every GPU of its node
+    gpu_ids: tuple[int | str, ...] = ()
     # What the server itself reports it computes on: True on the GPU, False on the CPU, None when it cannot say.
     on_gpu: bool | None = None
     # The server's own processes on its node (with every process they start): telemetry samples their threads.

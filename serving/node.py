@@ -19,6 +19,81 @@ from typing import Any, TypeVar
 F = TypeVar("F")
 
 
+# What CUDA_VISIBLE_DEVICES names a MIG device by: its UUID, as `nvidia-smi -L` lists it (`MIG-<uuid>`).
+MIG_UUID_PREFIX = "MIG-"
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """A MIG device: one slice of a GPU in MIG mode, as NVML names it (its card's name and ` MIG <profile>`, e.g.
+    "NVIDIA H100 80GB HBM3 MIG 1g.10gb"), with the slice's own memory."""
+
+    gpu: int  # the index of its GPU (NVML's, as nvidia-smi -i takes it)
+    name: str
+    memory_mib: int | None = None  # the slice's total memory (NVML); None where not known
+    uuid: str = ""  # `MIG-<uuid>`: what CUDA_VISIBLE_DEVICES names it by
+
+    @property
+    def profile(self) -> str:
+        """The slice's profile, e.g. `1g.10gb` (the name's part after ` MIG `; '' where the name has none)."""
+        head, sep, tail = self.name.rpartition(" MIG ")
+        return tail.strip() if sep and head else ""
+
+
+@dataclass(frozen=True)
+class MigState:
+    """MIG on a node: which GPUs are in MIG mode, the MIG devices on them, and which of those this node's processes
+    compute on (CUDA_VISIBLE_DEVICES naming MIG devices by UUID pins a process to them)."""
+
+    enabled: tuple[bool, ...] = ()  # per GPU, in NVML's order: MIG mode on (False where off or not supported)
+    devices: tuple[MigDevice, ...] = ()
+    visible: tuple[str, ...] | None = None  # CUDA_VISIBLE_DEVICES as a list; None where it is not set
+
+    def on(self, gpu: int) -> bool:
+        return gpu < len(self.enabled) and self.enabled[gpu]
+
+    @property
+    def pins_slices(self) -> bool:
+        """Whether CUDA_VISIBLE_DEVICES names MIG devices: then this node's processes see those slices only."""
+        return any(v.strip().startswith(MIG_UUID_PREFIX) for v in self.visible or ())
+
+    @property
+    def seen(self) -> tuple[MigDevice, ...]:
+        """The MIG devices this node's processes may compute on: those CUDA_VISIBLE_DEVICES names, else all."""
+        if not self.pins_slices:
+            return self.devices
+        wanted = [v.strip() for v in self.visible or () if v.strip().startswith(MIG_UUID_PREFIX)]
+        # CUDA takes a UUID's first characters too
+        return tuple(d for d in self.devices if d.uuid and any(d.uuid.startswith(w) for w in wanted))
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the slice this node computes on is known: CUDA_VISIBLE_DEVICES names MIG devices, or the node
+        has one MIG device only."""
+        return self.pins_slices or len(self.devices) == 1
+
+    def on_gpu(self, gpu: int) -> tuple[MigDevice, ...]:
+        return tuple(d for d in self.devices if d.gpu == gpu)
+
+
+def visible_devices() -> tuple[str, ...] | None:
+    """CUDA_VISIBLE_DEVICES of this process as a list (None: not set)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return None if value is None else tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def gpu_id(value: Any) -> int | str:
+    """One GPU id Ray gave an actor: an index, or a MIG device's UUID (`MIG-<uuid>`) on a node started with
+    CUDA_VISIBLE_DEVICES naming MIG slices (Ray hands back what that variable named)."""
+    text = str(value).strip()
+    return int(text) if text.isdigit() else text
+
+
+def gpu_ids(ids: Any) -> list[int | str]:
+    """The GPUs Ray gave an actor (`get_accelerator_ids()["GPU"]`): indices, or MIG devices' UUIDs."""
+    return [gpu_id(i) for i in ids or ()]
+
+
 @dataclass(frozen=True)
 class GpuInventory:
     """The NVIDIA GPUs NVML sees, with the driver and the newest CUDA it supports; `problem` says why none."""
@@ -27,7 +102,28 @@ class GpuInventory:
     driver_version: str | None = None
     cuda_version: str | None = None
     problem: str | None = None
-    memory_mib: tuple[int, ...] = ()  # each GPU's total memory, as NVML reports it (the tier's identity checks it)
+    # each GPU's total memory, as NVML reports it (the tier's identity checks it); None where NVML does not say
+    memory_mib: tuple[int | None, ...] = ()
+    mig_enabled: tuple[bool, ...] = ()  # per GPU: MIG mode on (False where off or not supported)
+    mig_devices: tuple[MigDevice, ...] = ()  # the MIG devices of the GPUs in MIG mode
+    visible_devices: tuple[str, ...] | None = None  # CUDA_VISIBLE_DEVICES of the process that asked (None: not set)
+
+    @property
+    def mig(self) -> MigState:
+        return MigState(self.mig_enabled, self.mig_devices, self.visible_devices)
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        """The names of what this node computes on: the MIG slices it is pinned to (`MigState.pinned`), else the
+        GPUs."""
+        return compute_device_names(self.names, self.mig)
+
+
+def compute_device_names(names: tuple[str, ...], mig: MigState) -> tuple[str, ...]:
+    """The GPUs' names, or the MIG slices' where the node is pinned to slices (CUDA_VISIBLE_DEVICES, or one only)."""
+    if mig.devices and mig.pinned and mig.seen:
+        return tuple(d.name for d in mig.seen)
+    return names
 
 
 @dataclass(frozen=True)
@@ -41,7 +137,10 @@ class NodeInfo:
     cpu_model: str
     cpu_count: int
     gpu_names: tuple[str, ...] = ()
-    gpu_memory_mib: tuple[int, ...] = ()  # each GPU's total memory (NVML); () where not known
+    gpu_memory_mib: tuple[int | None, ...] = ()  # each GPU's total memory (NVML); () or None where not known
+    gpu_mig_enabled: tuple[bool, ...] = ()  # per GPU: MIG mode on; () where not known
+    mig_devices: tuple[MigDevice, ...] = ()  # the MIG devices (slices) of its GPUs in MIG mode
+    visible_devices: tuple[str, ...] | None = None  # CUDA_VISIBLE_DEVICES on the node (None: not set)
     driver_version: str | None = None
     cuda_version: str | None = None  # the newest CUDA the driver supports (NVML)
     gpu_problem: str | None = None  # why NVML found no GPU
@@ -56,9 +155,15 @@ class NodeInfo:
         return bool(self.gpu_names)
 
     @property
+    def mig(self) -> MigState:
+        return MigState(self.gpu_mig_enabled, self.mig_devices, self.visible_devices)
+
+    @property
     def gpu_name(self) -> str:
-        """The GPU's name, or the CPU model when the node has no GPU."""
-        return self.gpu_names[0] if self.gpu_names else f"CPU: {self.cpu_model}"
+        """The GPU's name (the MIG slice's, where the node is pinned to one), or the CPU model when the node has no
+        GPU."""
+        names = compute_device_names(self.gpu_names, self.mig)
+        return names[0] if names else f"CPU: {self.cpu_model}"
 
     def facts(self, kind: type[F]) -> F:
         """The facts of `kind` (e.g. `serving.pytorch.facts.TorchFacts`) probed on this node; `kind()`, its "not
@@ -162,28 +267,71 @@ def _text(value: str | bytes) -> str:
 
 
 def nvml_gpus() -> GpuInventory:
-    """GPU names, driver version and the driver's CUDA version from NVML (nvidia-ml-py, module pynvml)."""
+    """GPU names, memory, driver version and the driver's CUDA version from NVML (nvidia-ml-py, module pynvml); per
+    GPU whether MIG mode is on, and the MIG devices (slices) of those where it is."""
     try:
         import pynvml
     except ImportError:
-        return GpuInventory(problem="nvidia-ml-py (module pynvml) is not installed")
+        return GpuInventory(problem="nvidia-ml-py (module pynvml) is not installed",
+                            visible_devices=visible_devices())
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        return GpuInventory(problem=f"NVML: {exc} (no NVIDIA driver here)")
+        return GpuInventory(problem=f"NVML: {exc} (no NVIDIA driver here)", visible_devices=visible_devices())
     try:
         count = pynvml.nvmlDeviceGetCount()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         names = tuple(_text(pynvml.nvmlDeviceGetName(handle)) for handle in handles)
-        memory = tuple(int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) >> 20 for handle in handles)
+        memory = tuple(_memory_mib(pynvml, handle) for handle in handles)
+        enabled = tuple(_mig_mode_on(pynvml, handle) for handle in handles)
+        devices = tuple(d for i, handle in enumerate(handles) if enabled[i] for d in _mig_devices(pynvml, i, handle))
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12060
         return GpuInventory(names, driver, f"{cuda // 1000}.{cuda % 1000 // 10}",
-                            None if names else "NVML finds no GPU", memory)
+                            None if names else "NVML finds no GPU", memory, enabled, devices, visible_devices())
     except pynvml.NVMLError as exc:
-        return GpuInventory(problem=f"NVML: {exc}")
+        return GpuInventory(problem=f"NVML: {exc}", visible_devices=visible_devices())
     finally:
         pynvml.nvmlShutdown()
+
+
+def _memory_mib(pynvml: Any, handle: Any) -> int | None:
+    """A device's total memory in MiB; None where NVML does not say (a GPU in MIG mode seen from a container given
+    one of its slices reports none of its own)."""
+    try:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) >> 20
+    except pynvml.NVMLError:
+        return None
+
+
+def _mig_mode_on(pynvml: Any, handle: Any) -> bool:
+    """Whether the GPU's current MIG mode is on; False where NVML says MIG is not supported (a card without MIG)."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except pynvml.NVMLError:  # NVMLError_NotSupported on cards without MIG, or a driver without the call
+        return False
+    return current == getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1)
+
+
+def _mig_devices(pynvml: Any, gpu: int, handle: Any) -> list[MigDevice]:
+    """The MIG devices of one GPU in MIG mode: NVML's indices up to its maximum count, the empty ones skipped."""
+    out: list[MigDevice] = []
+    try:
+        count = pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+    except pynvml.NVMLError:
+        return out
+    for index in range(count):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except pynvml.NVMLError:  # NVMLError_NotFound: no MIG device at this index (or not this container's)
+            continue
+        memory = _memory_mib(pynvml, mig)
+        try:
+            uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
+        except pynvml.NVMLError:
+            uuid = ""
+        out.append(MigDevice(gpu, _text(pynvml.nvmlDeviceGetName(mig)), memory, uuid))
+    return out
 
 
 def ray_node_gpus(node_id: str) -> float:

@@ -19,7 +19,7 @@ from serving.registry import BACKEND_PACKAGES, backend_packages
 from serving.settings import BackendSettings
 
 # The engine's floors, lowest first: a part of experiments/ imports only from the floors below it (and itself).
-EXPERIMENTS_FLOORS = (("config",), ("plan", "cluster"), ("measure",), ("results",), ("report",), ("run",))
+EXPERIMENTS_FLOORS = (("config",), ("plan", "cluster", "prices"), ("measure",), ("results",), ("report",), ("run",))
 # What serving/ holds beside the backend packages (shared by them, or by the engine).
 SHARED_SERVING = ("clients", "oip", "pytorch")
 

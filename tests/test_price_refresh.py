@@ -242,7 +242,8 @@ def test_a_catalog_zip_a_version_in_the_path_the_file_date_and_seen(
 @pytest.mark.parametrize("args,message", [
     (["--catalog", "/no/such/aws.csv"], "--catalog='/no/such/aws.csv': no such file or folder; give one provider's "
                                         "CSV"),
-    (["--tiers", "l4,h100x"], "--tiers=l4,h100x: no tier ['h100x'] in the conf dir (its tiers: a100, a100_40gb"),
+    (["--tiers", "l4,h100x"], "--tiers=l4,h100x: no tier ['h100x'] in the conf dir (its tiers: a100, a100_1g10gb, "
+                              "a100_40gb"),
     (["--provider", "awz"], "--provider=awz: the catalog has no offers of ['awz'] (its providers: aws, lambdalabs, "
                             "runpod)"),
     (["--region", "us-east-9"], "--region=us-east-9: no offer is in ['us-east-9'] (the offers' regions: CA, CZ"),

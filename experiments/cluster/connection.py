@@ -92,7 +92,8 @@ def local_node_tiers() -> list[str]:
     from serving.node import nvml_gpus
 
     gpus = nvml_gpus()
-    return ["local", *tiers_for_gpu(gpus.names, gpus.memory_mib), *cpu_tiers_for(os.cpu_count() or 1, gpus.names)]
+    return ["local", *tiers_for_gpu(gpus.names, gpus.memory_mib, mig=gpus.mig),
+            *cpu_tiers_for(os.cpu_count() or 1, gpus.names)]
 
 
 def require_local_tiers(requested: list[str], declared: list[str]) -> None:
@@ -105,7 +106,8 @@ def require_local_tiers(requested: list[str], declared: list[str]) -> None:
     tiers = known_tiers()
     gpus = nvml_gpus()
     why = f" ({gpus.problem})" if gpus.problem else ""
-    problems = {tier: tier_gpu_problem(tiers[tier], gpus.names, gpus.memory_mib, cpu_count=os.cpu_count())
+    problems = {tier: tier_gpu_problem(tiers[tier], gpus.names, gpus.memory_mib, cpu_count=os.cpu_count(),
+                                       mig=gpus.mig)
                 for tier in missing}
     lines = [f"gpu={tier} with cluster=local: {problems[tier] or 'not this machine'}"
              f"{why}; cluster=local declares only this machine's tiers {declared}" for tier in missing]

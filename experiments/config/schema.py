@@ -64,6 +64,16 @@ class GpuTierConfig:
     gpu_names: list[str] = field(default_factory=list)
     # ... and its total memory in GiB as NVML reports it, [low, high] inclusive (checked where known); []: any
     gpu_memory_gib: list[float] = field(default_factory=list)
+    # A MIG slice of a card (docs/gpu-nodes.md, "MIG slices"): its profile as `nvidia-smi -L` names it, e.g.
+    # "1g.10gb"; its gpu_names are then the MIG devices' NVML names ("<the card's name> MIG 1g.10gb") and
+    # gpu_memory_gib the slice's memory. null: a whole card (refused on a card in MIG mode)
+    mig_profile: str | None = None
+    # The share of one card the tier is, in (0, 1]: 1 for a whole card, 1/7 (0.14285714) for a 1g.10gb slice of an
+    # H100 (one of its 7 compute slices); logged with the trials (param gpu_share)
+    gpu_share: float = 1.0
+    # The tier of the whole card it is a share of (e.g. h100_sxm): its price x gpu_share is this tier's price, and
+    # the report sets the two side by side; null for a whole card
+    share_of: str | None = None
     # A CPU tier's identity (requires_gpu: false): the node's logical CPUs, and no GPU (its GPU variants would be
     # priced as a CPU node); null: any machine (`local`)
     cpus: int | None = None

@@ -25,6 +25,7 @@ from experiments.config.schema import (
     TierbenchConfig,
 )
 from experiments.config.search import check_search
+from experiments.config.shares import validate_share
 from experiments.config.stacks import Stack
 from experiments.config.trace import check_trace
 from serving.protocols import PROTOCOLS, InputFormat, parse_protocol
@@ -53,7 +54,8 @@ def _check_positive_ints(key: str, values: Any, upper: int | None = None, upper_
 
 
 def _check_identity(tier: Any) -> None:
-    """A GPU tier names its GPU exactly; its memory bounds, where given, are a range."""
+    """A GPU tier names its GPU exactly; its memory bounds, where given, are a range; a share of a card (a MIG slice)
+    says its share and its card's tier."""
     if tier.requires_gpu and not tier.gpu_names:
         _fail("gpu.gpu_names", [], "a GPU tier names its GPU: its NVML names as nvidia-smi --query-gpu=name prints "
                                    "them (or requires_gpu=false for a CPU tier)")
@@ -62,6 +64,7 @@ def _check_identity(tier: Any) -> None:
     memory = list(tier.gpu_memory_gib)
     if memory and (len(memory) != 2 or not 0 < memory[0] <= memory[1]):
         _fail("gpu.gpu_memory_gib", memory, "give [low, high] in GiB with 0 < low <= high, or [] for any")
+    validate_share(tier)
 
 
 def validate(cfg: TierbenchConfig) -> None:

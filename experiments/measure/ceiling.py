@@ -117,7 +117,7 @@ def measure_here(model: ModelConfig, runtimes: list[dict[str, Any]], needed: lis
     import os
 
     started = time.time()
-    gpus = list(nvml_gpus().names)
+    gpus = list(nvml_gpus().device_names)  # a MIG slice is timed, and cached, as itself
     result = NodeCeiling(hostname=socket.gethostname(), gpu_names=gpus, cpu_model=cpu_model(),
                          cpu_count=os.cpu_count() or 1, measured_at=started)
     timing_budget = TimingBudget(**budget)

@@ -314,6 +314,11 @@ def start_node_telemetry(telemetry_cfg: TelemetryConfig, handle: ServerHandle, n
     gpus = bool(telemetry_cfg.gpu) and node.has_gpu
     if telemetry_cfg.gpu and not node.has_gpu:
         log.info("no GPU telemetry: node %s has no NVIDIA GPU (NVML finds none)", node.hostname)
+    if gpus and ((node.mig.devices and node.mig.pinned) or any(isinstance(i, str) for i in handle.gpu_ids)):
+        # NVML reports no utilisation for a MIG device, and power and energy only for the whole card
+        log.info("no GPU telemetry: the server runs on a MIG slice of node %s (NVML reports no utilisation for a "
+                 "slice, and power only for the whole card); its CPU is still sampled", node.hostname)
+        gpus = False
     if not gpus and not telemetry_cfg.cpu:
         return None
     if handle.node_id:
@@ -323,7 +328,7 @@ def start_node_telemetry(telemetry_cfg: TelemetryConfig, handle: ServerHandle, n
     else:
         placement = dict(ray_options)
     actor = ray.remote(NodeSampler).options(num_cpus=0.01, max_concurrency=4, **placement).remote(
-        list(handle.gpu_ids) or None, float(telemetry_cfg.sample_hz), gpus,
+        [i for i in handle.gpu_ids if isinstance(i, int)] or None, float(telemetry_cfg.sample_hz), gpus,
         tuple(handle.processes) if telemetry_cfg.cpu else ())
     try:
         description = ray.get(actor.describe.remote(), timeout=timeout_s)

@@ -120,6 +120,10 @@ def match_tier(tier: Any, offers: Sequence[Offer]) -> Match:
     type the tier names."""
     if not tier.requires_gpu:
         return _match_cpu_tier(tier, offers)
+    if getattr(tier, "share_of", None):  # a MIG slice: no catalog lists one; its price follows its card's
+        return Match(left=f"a share of a card ({tier.gpu_share:g} of tier {tier.share_of}): its price is that share "
+                          f"of tier {tier.share_of}'s; refresh that tier, then set this one's price_per_hour_usd, "
+                          "price_source and price_seen from it")
     cards = [c for c in (card_of(n) for n in tier.gpu_names) if c is not None]
     unmapped = [n for n in tier.gpu_names if card_of(n) is None]
     if not cards:
@@ -144,14 +148,14 @@ def match_tier(tier: Any, offers: Sequence[Offer]) -> Match:
             siblings = [c.nvml for c in CARDS if (c.gpuhunt, c.memory_gb) == (card.gpuhunt, card.memory_gb)]
             found.left = (f"ambiguous card: gpuhunt names {' and '.join(repr(s) for s in siblings)} alike "
                           f"({card.gpuhunt} {card.memory_gb:g} GB), and the instance types of its offers do not say "
-                          f"{card.form} ({_examples(found.undecided)}); not priced as the other card")
+                          f"{card.form} ({examples(found.undecided)}); not priced as the other card")
         else:
             found.left = "no match: the catalog has no offer of " + " or ".join(
                 f"{c.gpuhunt} {c.memory_gb:g} GB" + (f" {c.form}" if c.form else "") for c in cards)
     return found
 
 
-def _examples(offers: Sequence[Offer], most: int = 3) -> str:
+def examples(offers: Sequence[Offer], most: int = 3) -> str:
     seen: list[str] = []
     for o in offers:
         text = f"{o.provider} {o.instance_name}"
@@ -172,7 +176,7 @@ def _match_cpu_tier(tier: Any, offers: Sequence[Offer]) -> Match:
     if not sized:
         return Match(left=f"no match: the catalog has no offer with {tier.cpus} vCPUs and no GPU")
     return Match(left=f"a CPU tier: the catalog has {len(sized)} offers of {tier.cpus} vCPUs and no GPU, and its "
-                      f"display_name and price_source name none of their instance types ({_examples(sized)}); name "
+                      f"display_name and price_source name none of their instance types ({examples(sized)}); name "
                       f"the instance type there")
 
 

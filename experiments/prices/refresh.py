@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.config.prices import NAME_RE, PRIMARY
-from experiments.prices.cards import Match, _examples, card_of, cheapest, match_tier
+from experiments.prices.cards import Match, card_of, cheapest, examples, match_tier
 from experiments.prices.catalog import Catalog, Offer, split_list
 from experiments.prices.errors import PriceRefreshError
 from experiments.prices.tier_files import DAY_RE, EditError, TierFile, edit_tier_text
@@ -219,7 +219,7 @@ def render_plan(plan: TierPlan) -> str:
     if plan.match.undecided:
         n = len(plan.match.undecided)
         out.append(f"  left out: {n} offer{'s' if n != 1 else ''} whose instance type does not say which card "
-                   f"({_examples(plan.match.undecided)})")
+                   f"({examples(plan.match.undecided)})")
     if plan.match.note:
         out.append(f"  note: {plan.match.note}")
     return "\n".join(out)

@@ -27,6 +27,7 @@ from experiments.report.owned_section import rent_or_own_section
 from experiments.report.prices_section import benchmark_cost_section, prices_section, stale_prices_note
 from experiments.report.render import Document
 from experiments.report.served import overloaded_section
+from experiments.report.slices_section import slices_section
 from experiments.report.slo_search_section import slo_search_section
 from experiments.report.studies import studies_section
 from experiments.report.tier_section import tier_section
@@ -94,6 +95,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     overloaded_section(doc, data, labels)
     prices_section(doc, data)
     report.summary += rent_or_own_section(doc, data, labels)
+    report.summary += slices_section(doc, data, labels, options.slo_p99_ms)
     report.summary += audit_section(doc, data, labels)
     report.summary += accuracy_section(doc, data, labels)
     if options.capacity is not None:

@@ -15,6 +15,7 @@ from experiments.config.choices import LoadMode
 from experiments.config.owned import PARAM_PREFIX as OWNED_PREFIX
 from experiments.config.owned import Owned, owned_from_params
 from experiments.config.prices import NODES_PARAM, Price, node_count, prices_from_params
+from experiments.config.shares import SHARE_PARAMS
 from experiments.measure.efficiency import VERDICT_TAGS
 from experiments.report.marks import other_engine, trial_marks
 from experiments.results.records import Status
@@ -56,6 +57,11 @@ class TierInfo:
     # What running the benchmark cost on this tier (`experiments.results.node_time`); None when not logged.
     node_uptime_s: float | None = None
     sweep_cost_usd: float | None = None
+    # A share of a card (a MIG slice, `experiments.config.shares`): the share, its profile and the whole card's tier;
+    # 1.0, '' and '' for a whole card.
+    gpu_share: float = 1.0
+    mig_profile: str = ""
+    share_of: str = ""
 
     @property
     def label(self) -> str:
@@ -250,7 +256,7 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         "trial_key": _column(runs, "tags.trial_key").fillna(runs["run_id"]),
         NODES: _node_counts(runs),
     })
-    for key in (*KEY_PARAMS[1:], *LOAD_PARAMS, *INFO_PARAMS):
+    for key in (*KEY_PARAMS[1:], *LOAD_PARAMS, *INFO_PARAMS, *SHARE_PARAMS):
         out[key] = _column(runs, f"params.{key}")
     out["variant"] = out.pop("backend_variant").fillna(out["backend"])
     for key in CEILING_PARAMS:
@@ -337,6 +343,7 @@ def tier_infos(tier_runs: pd.DataFrame, trials: pd.DataFrame) -> dict[str, TierI
             info.emulated = info.emulated or str(row.get("tags.emulated", "false")).lower() == "true"
             info.prices = prices_from_params(params)
             info.owned = owned_from_params(params)
+            _read_share(info, params)
             for metric in ("node_uptime_s", "sweep_cost_usd"):
                 value = row.get(f"metrics.{metric}")
                 if value is not None and pd.notna(value):
@@ -347,9 +354,22 @@ def tier_infos(tier_runs: pd.DataFrame, trials: pd.DataFrame) -> dict[str, TierI
             first = rows.iloc[0]
             info.owned = owned_from_params({c: first[c] for c in rows.columns
                                             if c.startswith(OWNED_PREFIX) and pd.notna(first[c])})
+        if not info.share_of:  # no tier run (or one logged before shares): the trials carry the share too
+            first = rows.iloc[0]
+            _read_share(info, {key: first[key] for key in SHARE_PARAMS if key in rows and pd.notna(first[key])})
         if not info.prices:  # no tier run: the trial params still carry every price, without sources
             first = rows.iloc[0]
             info.prices = prices_from_params({c: first[c] for c in rows.columns
                                               if c.startswith("price_") and pd.notna(first[c])})
         infos[str(tier)] = info
     return infos
+
+
+def _read_share(info: TierInfo, params: dict[str, Any]) -> None:
+    """A share of a card from its params (as logged, or MLflow's text); a whole card's stay as they are."""
+    value = params.get("gpu_share")
+    share = pd.to_numeric(value, errors="coerce") if value not in (None, "") else None
+    if share is not None and pd.notna(share) and 0 < float(share) <= 1:
+        info.gpu_share = float(share)
+    info.mig_profile = str(params.get("mig_profile") or info.mig_profile or "")
+    info.share_of = str(params.get("share_of") or info.share_of or "")

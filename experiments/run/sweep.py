@@ -26,6 +26,7 @@ from experiments.config.owned import owned_params
 from experiments.config.prices import tier_price_params
 from experiments.config.schema import GpuTierConfig, TierbenchConfig
 from experiments.config.search import space_of
+from experiments.config.shares import share_params
 from experiments.config.typed import typed
 from experiments.config.validation import clients_only, validate
 from experiments.measure.client_actor import ClientPool
@@ -317,7 +318,8 @@ class TierSweep:
                 "price_per_hour_usd": gpu.price_per_hour_usd, "price_source": gpu.price_source,
                 "price_seen": gpu.price_seen, "model": self.cfg.model.name, "experiment": self.cfg.experiment.name,
                 "node_hostname": node.hostname, "driver_version": node.driver_version or "",
-                "cuda_version": node.cuda_version or "", **tier_price_params(gpu), **owned_params(gpu.owned)}
+                "cuda_version": node.cuda_version or "", **tier_price_params(gpu), **share_params(gpu),
+                **owned_params(gpu.owned)}
 
     def _save_server_file(self, variant: str, name: str, text: str) -> None:
         """Server logs and rendered configs: into the run folder, then onto the tier run."""
@@ -372,7 +374,7 @@ def refuse_wrong_gpu(tier_cfg: GpuTierConfig, node: NodeInfo, emulated: bool) ->
     """A node that declares a GPU tier without its GPU would file its figures under the tier's name: refuse it
     (an emulated cluster's nodes stand in for tiers on purpose; their results are tagged emulated)."""
     problem = None if emulated else tier_gpu_problem(tier_cfg, node.gpu_names, node.gpu_memory_mib,
-                                                         cpu_count=node.cpu_count)
+                                                         cpu_count=node.cpu_count, mig=node.mig)
     if problem:
         nvml = f" ({node.gpu_problem})" if node.gpu_problem else ""
         raise TierMismatchError(

@@ -17,6 +17,7 @@ from experiments.config.prices import (
     trial_price_params,
 )
 from experiments.config.schema import ExperimentConfig, TierbenchConfig
+from experiments.config.shares import share_params
 from experiments.config.trace import trace_settings
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.metrics import (
@@ -87,6 +88,7 @@ def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: Serve
         "gpu_name": node.gpu_name,
         "price_per_hour_usd": cfg.gpu.price_per_hour_usd,
         **trial_price_params(cfg.gpu),
+        **share_params(cfg.gpu),
         **owned_params(cfg.gpu.owned),
         "server_mode": handle.server_mode if handle else settings.server_mode_hint,
         "node_hostname": node.hostname,

@@ -14,6 +14,7 @@ from typing import Any
 
 from serving.fastapi.app import CONFIG_VARIABLE, READY_DIR_VARIABLE
 from serving.node import current_location
+from serving.node import gpu_ids as node_gpu_ids
 from serving.paths import REPO_ROOT
 from serving.process import free_ports, start_process, stop_process_group, tail, wait_until
 
@@ -60,7 +61,7 @@ class FastApiHost:
         runner = json.loads(next(ready_dir.iterdir()).read_text())
         import ray
 
-        gpu_ids = ([int(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+        gpu_ids = (node_gpu_ids(ray.get_runtime_context().get_accelerator_ids().get("GPU", []))
                    if ray.is_initialized() else [])
         return {"port": self.port, "startup_s": time.monotonic() - started, "runner": runner, "gpu_ids": gpu_ids,
                 "pid": self.process.pid, **current_location()}

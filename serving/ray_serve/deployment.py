@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from serving.clients import json_images
+from serving.node import gpu_ids as node_gpu_ids
 from serving.oip import protocol as oip
 from serving.oip.protocol import OipError
 from serving.ray_serve.clients import (
@@ -99,7 +100,7 @@ class TorchImageClassifier:
         import ray
 
         context = ray.get_runtime_context()
-        gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
+        gpu_ids = node_gpu_ids(context.get_accelerator_ids().get("GPU", []))
         return {**self.service.runner.info, "node_id": context.get_node_id(), "gpu_ids": gpu_ids, "pid": os.getpid()}
 
     def where(self) -> dict[str, str]:

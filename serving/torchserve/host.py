@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.node import current_location
+from serving.node import gpu_ids as node_gpu_ids
 from serving.torchserve import config as ts_config
 from serving.torchserve.config import Ports, TorchServeVariant
 from serving.torchserve.server import TorchServeServer
@@ -82,11 +83,11 @@ class TorchServeHost:
         import ray
 
         started = time.monotonic()
-        gpu_ids: list[int] = []
+        gpu_ids: list[int | str] = []
         node_id = None
         if ray.is_initialized():  # outside Ray (a test hosting the server) there is no placement to ask about
             context = ray.get_runtime_context()
-            gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
+            gpu_ids = node_gpu_ids(context.get_accelerator_ids().get("GPU", []))
             node_id = context.get_node_id()
         ports = Ports.free(self.host)
         files = self.render(ports)

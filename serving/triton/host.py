@@ -28,6 +28,7 @@ from serving.export import ExportReport, ensure_onnx
 from serving.model_config import ModelConfig
 from serving.models import model_file, output_dims, preprocessing
 from serving.node import current_location
+from serving.node import gpu_ids as node_gpu_ids
 from serving.paths import node_model_repository
 from serving.triton.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.triton.ensemble import render_jpeg_ensemble
@@ -51,15 +52,21 @@ def _cache_lock(cache_dir: Path | None) -> Iterator[None]:
         yield
 
 
-def _gpu_name(gpu_ids: list[int]) -> str:
-    """The name of the GPU this actor was given (the node's first GPU when Ray gave none)."""
+def _gpu_name(gpu_ids: list[int | str]) -> str:
+    """The name of the GPU this actor was given (the node's first GPU when Ray gave none; the MIG slice's where Ray
+    gave a slice's UUID)."""
     from serving.node import nvml_gpus
 
-    names = nvml_gpus().names
+    gpus = nvml_gpus()
+    names = gpus.names
     if not names:
         return "cpu"
-    index = gpu_ids[0] if gpu_ids and gpu_ids[0] < len(names) else 0
-    return names[index]
+    first = gpu_ids[0] if gpu_ids else None
+    if isinstance(first, str):
+        return next((d.name for d in gpus.mig_devices if d.uuid and d.uuid.startswith(first)), gpus.device_names[0])
+    if first is None:
+        return gpus.device_names[0]
+    return names[first] if first < len(names) else names[0]
 
 
 class TritonServerHost:
@@ -82,7 +89,7 @@ class TritonServerHost:
         self.onnx_path: Path | None = None  # what the classifier serves: the export, or its INT8 quantisation
         self.installation: TritonInstallation | None = None
         self.canonical: mc.ModelConfig | None = None
-        self.gpu_ids: list[int] = []
+        self.gpu_ids: list[int | str] = []
         self.node_id: str | None = None
 
     def where(self) -> dict[str, str]:
@@ -100,7 +107,7 @@ class TritonServerHost:
         # start a Ray.
         if ray.is_initialized():
             context = ray.get_runtime_context()
-            self.gpu_ids = [int(i) for i in context.get_accelerator_ids().get("GPU", [])]
+            self.gpu_ids = node_gpu_ids(context.get_accelerator_ids().get("GPU", []))
             self.node_id = context.get_node_id()
         self.canonical = classifier_config(self.model.name, self.onnx_path, self.model.max_batch_size,
                                            list(self.model.input_shape), list(output_dims(self.model)))
