@@ -7,15 +7,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from serving.fastapi.app import CONFIG_VARIABLE, READY_DIR_VARIABLE
 from serving.node import current_location
 from serving.node import gpu_ids as node_gpu_ids
-from serving.paths import REPO_ROOT
+from serving.paths import REPO_ROOT, scratch_dir
 from serving.process import free_ports, start_process, stop_process_group, tail, wait_until
 
 LOG_FILE = "uvicorn.log"
@@ -32,7 +30,7 @@ class FastApiHost:
         self.config = config
         self.host = host
         self.workers = workers
-        self.work_dir = Path(tempfile.mkdtemp(prefix=f"tierbench-fastapi-{config['model']['name']}-"))
+        self.work_dir = scratch_dir(f"fastapi-{config['model']['name']}")
         self.process = None
         self.port: int | None = None
 

@@ -14,15 +14,14 @@ import json
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from dataclasses import asdict
 from importlib.metadata import version
-from pathlib import Path
 from typing import Any
 
 from serving.node import current_location
 from serving.node import gpu_ids as node_gpu_ids
+from serving.paths import scratch_dir
 from serving.torchserve import config as ts_config
 from serving.torchserve.config import Ports, TorchServeVariant
 from serving.torchserve.server import TorchServeServer
@@ -37,7 +36,7 @@ class TorchServeHost:
         self.name = str(model["name"])
         self.variant = variant
         self.host = host
-        self.work_dir = Path(tempfile.mkdtemp(prefix=f"tierbench-torchserve-{self.name}-"))
+        self.work_dir = scratch_dir(f"torchserve-{self.name}")
         self.server: TorchServeServer | None = None
 
     def where(self) -> dict[str, str]:

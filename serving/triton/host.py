@@ -13,7 +13,6 @@ import logging
 import os
 import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from serving.model_config import ModelConfig
 from serving.models import model_file, output_dims, preprocessing
 from serving.node import current_location
 from serving.node import gpu_ids as node_gpu_ids
-from serving.paths import node_model_repository
+from serving.paths import node_model_repository, scratch_dir
 from serving.triton.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import TritonInstallation, find_installation
@@ -82,7 +81,7 @@ class TritonServerHost:
         self.preference = preference
         self.host = host
         self.model_repository = model_repository
-        self.work_dir = Path(tempfile.mkdtemp(prefix=f"tierbench-triton-{self.model.name}-"))
+        self.work_dir = scratch_dir(f"triton-{self.model.name}")
         self.server: TritonServer | None = None
         # Set by `start`, kept for `reload`: what the server serves and where.
         self.export: ExportReport | None = None
