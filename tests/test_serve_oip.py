@@ -334,3 +334,34 @@ def test_the_compiled_engine_measures_serve(serve_app, protocol) -> None:
         assert record.params["load_engine"] == "compiled", record.params
         assert record.metrics["throughput_img_s"] > 0
         assert record.metrics["server_batch_avg"] == pytest.approx(1.0)  # the replica's Server-Timing came back
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["compiled", "python"])
+def test_an_endpoint_measures_the_serve_app_over_grpc_with_its_application_metadata(serve_app, engine) -> None:
+    """Serve's gRPC proxy routes by `application` (with one app deployed, as here, it takes any: Ray's proxy
+    router): an endpoint naming the app in `grpc_metadata` is measured over gRPC by either engine, the metadata
+    among the call's headers."""
+    from experiments.cluster.tiers import placement_options
+    from experiments.measure.client_actor import ClientPool
+    from experiments.plan import planned_trial
+    from experiments.run.server_group import build_backend
+    from experiments.run.trial import run_trial
+
+    cfg = load_config(["model=tiny", "experiment.backends=[endpoint]", f"backends.endpoint.url={serve_app['http']}",
+                       f"backends.endpoint.grpc_url={serve_app['grpc']}",
+                       f"+backends.endpoint.grpc_metadata.application={serve_app['app']}",
+                       "experiment.batch_sizes=[1]", "experiment.window_s=0.5", "experiment.warmup_s=0.2",
+                       "experiment.stability.windows=1", f"experiment.load_engine={engine}"])
+    options = placement_options("local")
+    backend = build_backend(cfg, "endpoint", serve_app["node"], options)
+    handle = backend.start()
+    assert backend.client_spec(handle, "grpc", "tensor", 1).grpc_metadata == (("application", serve_app["app"]),)
+    clients = ClientPool(cfg.experiment, options, 120).start()
+    try:
+        record = run_trial(cfg, planned_trial(cfg, "endpoint", "grpc", "tensor", 1, 1), backend, handle,
+                           serve_app["node"], clients)
+    finally:
+        clients.close()
+    assert record.status == "ok", record.reason
+    assert record.params["load_engine"] == engine and record.metrics["throughput_img_s"] > 0
