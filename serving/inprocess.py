@@ -224,19 +224,18 @@ class _OnnxCaller(_Caller):
         if self.runtime.threads:
             options.intra_op_num_threads = self.runtime.threads
         path = ensure_onnx(self.model_cfg, node_model_repository()).onnx_path
-        tensorrt = accelerator is Accelerator.TENSORRT
-        # The file a Triton variant of this precision serves (INT8 calibrated on the built-in corpus)
-        if self.runtime.precision == "int8":
+        if self.runtime.precision in ("int8", "fp16"):  # the file a Triton variant serves (INT8: the built-in corpus)
+            import onnx
+
             from serving.corpus import InputSource
             from serving.models import preprocessing
-            from serving.triton.quantize import int8_qdq
+            from serving.triton.quantize import served_onnx
 
-            path = str(int8_qdq(Path(path), ort.InferenceSession(path).get_inputs()[0].name,
-                                preprocessing(self.model_cfg), InputSource(), symmetric=tensorrt))
-        elif self.runtime.precision == "fp16" and not tensorrt:
-            from serving.triton.quantize import fp16_onnx
-
-            path = str(fp16_onnx(Path(path)))
+            graph = onnx.load(path, load_external_data=False).graph  # its input's name, without a session
+            weights = {w.name for w in graph.initializer}
+            input_name = next(i.name for i in graph.input if i.name not in weights)
+            path = str(served_onnx(Path(path), self.runtime.precision, accelerator is Accelerator.TENSORRT,
+                                   input_name, preprocessing(self.model_cfg), InputSource()))
         providers = [(name, self._provider_options(name)) for name in chain]
         self.session = ort.InferenceSession(path, options, providers=providers)
         got = self.session.get_providers()

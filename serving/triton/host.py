@@ -32,7 +32,7 @@ from serving.paths import node_model_repository, scratch_dir
 from serving.triton.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import TritonInstallation, find_installation
-from serving.triton.quantize import fp16_onnx, int8_qdq
+from serving.triton.quantize import served_onnx
 from serving.triton.repository import TritonVariant, classifier_config, read_config, render_repository
 from serving.triton.server import TritonServer
 
@@ -110,14 +110,9 @@ class TritonServerHost:
             self.node_id = context.get_node_id()
         self.canonical = classifier_config(self.model.name, self.onnx_path, self.model.max_batch_size,
                                            list(self.model.input_shape), list(output_dims(self.model)))
-        # A lower precision keeps the export's tensor names, inputs and outputs: the same config serves it.
-        tensorrt = self.variant.accelerator == "tensorrt"
-        if self.variant.int8:
-            self.onnx_path = int8_qdq(self.onnx_path, self.canonical.input[0].name, preprocessing(self.model),
-                                      self.variant.calibration or InputSource(), self.variant.calibration_images,
-                                      symmetric=tensorrt)
-        elif self.variant.fp16 and not tensorrt:  # TensorRT builds its FP16 engine from the FP32 model itself
-            self.onnx_path = fp16_onnx(self.onnx_path)
+        self.onnx_path = served_onnx(self.onnx_path, self.variant.precision, self.variant.accelerator == "tensorrt",
+                                     self.canonical.input[0].name, preprocessing(self.model),
+                                     self.variant.calibration or InputSource(), self.variant.calibration_images)
         cache_dir = self._render()
         repository = self.work_dir / "repository"
         models = [self.model.name]

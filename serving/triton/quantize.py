@@ -100,3 +100,15 @@ def int8_qdq(onnx_path: Path, input_name: str, preprocessing: Preprocessing, cal
             prepared.unlink(missing_ok=True)
 
     return _staged(out, build)
+
+
+def served_onnx(onnx_path: Path, precision: str, tensorrt: bool, input_name: str, preprocessing: Preprocessing,
+                calibration: InputSource, images: int = CALIBRATION_IMAGES) -> Path:
+    """The file a Triton variant of `precision` serves, and the ceiling times: the INT8 QDQ file (symmetric for
+    TensorRT), the FP16 file on ONNX Runtime's own providers (TensorRT builds its FP16 engine from the FP32 file),
+    else the export. Each keeps the export's tensor names, inputs and outputs: the same config serves it."""
+    if precision == "int8":
+        return int8_qdq(onnx_path, input_name, preprocessing, calibration, images, symmetric=tensorrt)
+    if precision == "fp16" and not tensorrt:
+        return fp16_onnx(onnx_path)
+    return onnx_path
