@@ -103,8 +103,8 @@ def test_a_triton_with_a_queue_limit_sheds_past_its_capacity_and_each_rejection_
     premigrated_store(tmp_path)
     args = ["model=tiny", "gpu=local", "experiment.backends=[triton_onnx_dynbatch]",
             "backends.triton_onnx_dynbatch.max_queue_size=2", "experiment.load_mode=poisson",
-            "experiment.request_rates=[3000]", "experiment.protocols=[http,grpc]", "experiment.input_formats=[tensor]",
-            "experiment.batch_sizes=[1]", "experiment.window_s=0.5", "experiment.stability.windows=1",
+            "experiment.request_rates=[1000]", "experiment.protocols=[http,grpc]", "experiment.input_formats=[tensor]",
+            "experiment.batch_sizes=[1]", "experiment.window_s=1.0", "experiment.stability.windows=1",
             "experiment.stability.max_windows=1", "experiment.max_error_rate=1", "report=false",
             f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp_path)}", "sweep_id=shed"]
     proc, _ = run_sweep_command(args, timeout=300)
@@ -117,3 +117,5 @@ def test_a_triton_with_a_queue_limit_sheds_past_its_capacity_and_each_rejection_
         assert metrics["error_rate"] > 0.05 and metrics[shed_class] == metrics["error_rate"], (protocol, metrics)
         assert "Exceeds maximum queue size" in records[protocol]["params"]["first_errors"]
         assert metrics["throughput_img_s"] > 0 and records[protocol]["params"]["server_max_queue_size"] == 2
+        # the refused requests were offered too: the rate is the schedule's, not what was answered
+        assert metrics["offered_rate_rps"] == pytest.approx(1000, rel=0.2), (protocol, metrics)

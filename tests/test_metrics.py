@@ -54,6 +54,23 @@ def test_throughput_counts_what_completed_in_the_window_not_what_was_scheduled()
     assert o["backlog_growth_requests"] == 40 and o["overloaded"] == 1
 
 
+def test_a_load_the_server_sheds_was_offered_in_full_and_its_rejections_end_requests() -> None:
+    """100 arrivals in 10 s, 90 refused at once (HTTP 503) and 10 answered: 10 req/s were offered and sent, 1 req/s
+    served, and no backlog grew: a server that sheds what it cannot serve keeps up, it is not overloaded."""
+    from experiments.measure.samples import Failures
+
+    answered = _samples([5.0] * 10, sent=100)
+    refused_at = np.linspace(100.0, 109.0, 90)
+    answered.failures = Failures(refused_at, refused_at, refused_at + 0.001, np.ones(90, dtype=np.int64),
+                                 np.full(90, 503, dtype=np.int64), ended=90)
+    o = open_loop_metrics(answered, target_rate=10.0)
+    assert (o["offered_rate_rps"], o["achieved_rate_rps"]) == pytest.approx((10.0, 10.0))
+    assert o["backlog_growth_requests"] == 0 and o["overloaded"] == 0
+    assert window_metrics(answered, price_per_hour_usd=3.6)["requests_s"] == pytest.approx(1.0)
+    answered.failures.ended = 0  # the refusals still pending at the end: a backlog after all
+    assert open_loop_metrics(answered, target_rate=10.0)["overloaded"] == 1
+
+
 def test_overload_needs_a_backlog_beyond_a_steady_queues_jitter() -> None:
     """400 arrivals: the backlog may grow by max(5 % of them, 2 sqrt(400)) = 40 before it means overload."""
     assert open_loop_metrics(_samples([1.0] * 400, completed=360), 40.0)["overloaded"] == 0

@@ -85,9 +85,10 @@ METRICS: tuple[Metric, ...] = (
                                                             "x 1000: what an image answered well in time costs"),
     # Open loop: the rates side by side, and what coordinated omission would hide.
     Metric("target_rate_rps", "req/s", Pool.MEAN, "the configured arrival rate"),
-    Metric("offered_rate_rps", "req/s", Pool.MEAN, "arrivals scheduled inside the windows per second"),
-    Metric("achieved_rate_rps", "req/s", Pool.MEAN, "requests sent inside the windows per second"),
-    Metric("backlog_growth_requests", "count", Pool.SUM, "arrivals minus completions over the windows"),
+    Metric("offered_rate_rps", "req/s", Pool.MEAN, "arrivals scheduled in the windows per second, answered or failed"),
+    Metric("achieved_rate_rps", "req/s", Pool.MEAN, "requests sent in the windows per second, answered or failed"),
+    Metric("backlog_growth_requests", "count", Pool.SUM,
+           "arrivals minus requests ended (answered or failed) over the windows"),
     Metric("overloaded", "flag", Pool.MAX, "1 when the backlog grew beyond a steady queue's jitter"),
     Metric("late_requests", "count", Pool.SUM, "arrivals sent late (experiment.max_in_flight reached)"),
     Metric("late_fraction", "share", Pool.MEAN, "share of arrivals sent late"),

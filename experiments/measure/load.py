@@ -226,7 +226,9 @@ class LoadGenerator(ABC):
             server_batch=np.asarray(self._server_batch[:n])[inside],
             actor=np.full(int(inside.sum()), self.actor_index, dtype=np.int32),
             completed=(completed := int(np.count_nonzero((done >= window_start) & (done < window_end)))),
-            sent=int(np.count_nonzero((sent >= window_start) & (sent < window_end))),
+            # every request sent inside it, answered or failed: the achieved rate is the load the server was offered
+            sent=int(np.count_nonzero((sent >= window_start) & (sent < window_end))
+                     + np.count_nonzero((failed["send_s"] >= window_start) & (failed["send_s"] < window_end))),
             clients=[self._health(window_start, window_end, completed)],
             failures=Failures(**{key: values[in_window] for key, values in failed.items()},
                               ended=int(np.count_nonzero((failed["done_s"] >= window_start)

@@ -83,21 +83,24 @@ def windows_stable(windows: list[WindowSamples], percent: float, latency_percent
 
 
 def is_overloaded(samples: WindowSamples) -> bool:
-    """Completions fell behind arrivals: the backlog grew over the windows beyond what a steady queue jitters."""
-    growth = samples.requests - samples.completed
-    return growth > max(OVERLOAD_FRACTION * samples.requests, 2.0 * math.sqrt(samples.requests))
+    """Completions fell behind arrivals: the backlog grew over the windows beyond what a steady queue jitters.
+    A rejection ends a request as surely as an answer: a server that sheds what it cannot serve keeps up."""
+    growth = samples.arrivals - samples.ended
+    return growth > max(OVERLOAD_FRACTION * samples.arrivals, 2.0 * math.sqrt(samples.arrivals))
 
 
 def open_loop_metrics(samples: WindowSamples, target_rate: float) -> dict[str, float]:
     """The rates side by side: target (configured), offered (arrivals scheduled in the windows), achieved
-    (requests sent in them); the backlog's growth (arrivals - completions) and whether it means overload; late
-    sends, and the send-time latencies that coordinated omission would show."""
+    (requests sent in them); the backlog's growth (arrivals - requests ended) and whether it means overload; late
+    sends, and the send-time latencies that coordinated omission would show. Failed requests count in every rate:
+    a load that is half rejected was still offered in full."""
     late = sum(c.late_sends for c in samples.clients)
-    out = {"target_rate_rps": target_rate, "offered_rate_rps": samples.requests / samples.duration_s,
+    arrivals = samples.arrivals
+    out = {"target_rate_rps": target_rate, "offered_rate_rps": arrivals / samples.duration_s,
            "achieved_rate_rps": samples.sent / samples.duration_s,
-           "backlog_growth_requests": float(samples.requests - samples.completed),
+           "backlog_growth_requests": float(arrivals - samples.ended),
            "overloaded": float(is_overloaded(samples)),
-           "late_requests": float(late), "late_fraction": late / samples.requests if samples.requests else 0.0}
+           "late_requests": float(late), "late_fraction": late / arrivals if arrivals else 0.0}
     if samples.requests:
         out.update(percentile_metrics("send_latency", samples.send_latency_s))
     return out

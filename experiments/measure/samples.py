@@ -77,7 +77,7 @@ class WindowSamples:
     server_ms: np.ndarray  # server-reported processing time per request (NaN when the server says nothing)
     actor: np.ndarray  # index of the client actor that sent it
     completed: int  # requests that completed inside the window (whenever scheduled)
-    sent: int  # requests sent inside the window (whenever scheduled)
+    sent: int  # requests sent inside the window (whenever scheduled), answered or failed
     # images of the forward pass the request rode in, as the server reported it (NaN when it says nothing)
     server_batch: np.ndarray | None = None
     errors: list[str] = field(default_factory=list)
@@ -94,6 +94,16 @@ class WindowSamples:
     def requests(self) -> int:
         """Requests scheduled inside the window: the latency samples (an open loop's arrivals)."""
         return int(self.done_s.size)
+
+    @property
+    def arrivals(self) -> int:
+        """Every request scheduled inside the window, answered or failed: the load an open loop offered."""
+        return self.requests + self.failures.count
+
+    @property
+    def ended(self) -> int:
+        """Every request that ended inside the window, answered or failed (whenever scheduled)."""
+        return self.completed + self.failures.ended
 
     @property
     def latency_s(self) -> np.ndarray:

@@ -47,8 +47,8 @@ def overloaded_section(doc: Document, data: SweepData, labels: dict[str, str]) -
     if rows.empty:
         return
     doc.h(1, "Overloaded trials")
-    doc.p(f"Open-loop trials whose server fell behind ({marks.OVERLOADED}): fewer requests completed than arrived, so "
-          f"the backlog of unserved requests grew across the measurement windows (by more than "
+    doc.p(f"Open-loop trials whose server fell behind ({marks.OVERLOADED}): fewer requests ended (answered or "
+          f"refused) than arrived, so the backlog of unserved requests grew across the windows (by more than "
           f"{OVERLOAD_FRACTION:.0%} of the arrivals, and more than twice their Poisson noise). Their throughput is "
           "what the server served flat out, its capacity; their latency only grows with the length of the trial. "
           "So they are left out of the answer, the Pareto frontier and every cost figure.")
