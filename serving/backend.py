@@ -62,6 +62,13 @@ class BackendContext:
     # CPU is skipped or failed instead of falling back, so no CPU figure is filed under a GPU tier's name.
     requires_gpu: bool = False
     inputs: InputSource = field(default_factory=InputSource)  # what the clients' requests carry (serving.corpus)
+    # Which of the servers sharing one card this is (a shared card's tier runs several copies at once): 0 the first
+    tenant: int = 0
+
+    @property
+    def server_name(self) -> str:
+        """The name that tells this server from its copies on a shared card (Serve apps and routes are cluster-wide)."""
+        return f"{self.name}-tenant{self.tenant}" if self.tenant else self.name
 
     @property
     def client_host(self) -> str:

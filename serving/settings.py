@@ -46,6 +46,11 @@ class BackendSettings(ABC):
         """The contract's backend these settings measure (pytorch | triton_onnx | triton_trt): the trial param
         `backend`, derived from the class and its settings rather than stated beside them."""
 
+    def gpu_ask(self) -> tuple[str, float] | None:
+        """The key of these settings and the share of a GPU one server asks Ray for on a node where Ray schedules
+        GPUs, all its replicas together (servers sharing a card must fit on it); None where it asks for none."""
+        return None
+
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         """What is wrong with `backends.<name>`: one message per problem, naming the key, the value and the fix."""
         if self.start_timeout_s is not None and self.start_timeout_s <= 0:

@@ -108,7 +108,7 @@ def test_runners_node_checks_an_emulated_node_with_the_doctor_then_declares_it(c
     assert node_cli.main(["--address", "127.0.0.1:9", "--tier", "rtx4090", "--emulated", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "on tier rtx4090:" in out and "OK: this node can serve tier rtx4090" in out, "the doctor ran first"
-    assert '--resources={"tier_rtx4090":1.0,"tierbench_emulated":1.0}' in out
+    assert '--resources={"tier_rtx4090":1.0,"tierbench_node":1.0,"tierbench_emulated":1.0}' in out
 
 
 def test_supported_pythons_are_pyprojects_requires_python() -> None:

@@ -243,12 +243,13 @@ def test_the_triton_engine_cache_is_named_after_the_slice(monkeypatch: pytest.Mo
 
 
 SLICES = ("h100_sxm_1g10gb", "h100_sxm_3g40gb", "a100_1g10gb")
+SHARED_CARDS = ("h100_sxm_shared2", "local_shared2")  # cards shared by two servers at once (test_shared_cards)
 
 
 def test_each_slice_tier_is_priced_at_its_share_of_its_cards_price() -> None:
     tiers = known_tiers()
     shipped = sorted(name for name, tier in tiers.items() if tier.share_of)
-    assert shipped == sorted(SLICES)
+    assert shipped == sorted(SLICES + SHARED_CARDS)
     for name in shipped:
         tier = tiers[name]
         card = tiers[tier.share_of]
@@ -326,7 +327,7 @@ def test_the_report_sets_each_slice_against_its_whole_card() -> None:
     doc = Document("t")
     lines = slices_section(doc, _sweep(), {"h100_sxm": "h100_sxm", "h100_sxm_1g10gb": "h100_sxm_1g10gb"})
     text = doc.to_markdown()
-    assert "# MIG slices" in text and "h100_sxm_1g10gb (1g.10gb, 1/7)" in text
+    assert "# Slices and shared cards" in text and "h100_sxm_1g10gb (1g.10gb, 1/7)" in text
     assert "h100_sxm_1g10gb · triton_trt/grpc/tensor · b8 · c8" in text and "$0.57 (1/7 of $3.99)" in text
     slice_cost, card_cost = cost_per_1k_images(0.57, 500.0), cost_per_1k_images(3.99, 2800.0)
     assert lines == [f"MIG slice h100_sxm_1g10gb: ${slice_cost:.3g} per 1k images against ${card_cost:.3g} on the "
@@ -350,7 +351,7 @@ def test_a_sweep_without_a_slice_and_its_card_has_no_such_section() -> None:
     data.tiers = {"h100_sxm_1g10gb": data.tiers["h100_sxm_1g10gb"]}
     data.trials = data.trials[data.trials["tier"] == "h100_sxm_1g10gb"]
     doc = Document("t")
-    assert slices_section(doc, data, {}) == [] and "MIG slices" not in doc.to_markdown()
+    assert slices_section(doc, data, {}) == [] and "Slices and shared cards" not in doc.to_markdown()
 
 
 def test_the_report_reads_a_tiers_share_from_its_params() -> None:

@@ -110,7 +110,7 @@ def test_parallel_launcher_jobs_take_no_cpu_never_retry_and_run_on_the_head() ->
 def test_node_declares_the_tier_it_is_given() -> None:
     cmd = node_cli.ray_start_command(node_cli.parse_args(["--address", "10.0.0.5:6379", "--tier", "a100"]), "a100")
     assert cmd[:2] == ["ray", "start"] and "--address=10.0.0.5:6379" in cmd
-    assert '--resources={"tier_a100":1.0}' in cmd and "--labels=gpu-tier=a100" in cmd
+    assert '--resources={"tier_a100":1.0,"tierbench_node":1.0}' in cmd and "--labels=gpu-tier=a100" in cmd
     assert "--disable-usage-stats" in cmd
     assert "--node-manager-port=6380" in cmd and "--max-worker-port=10999" in cmd, "fixed ports to open"
     pool = node_cli.ray_start_command(node_cli.parse_args(["--address", "h:1", "--client-pool"]), None)

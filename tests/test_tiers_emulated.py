@@ -195,5 +195,5 @@ def test_a_tier_node_held_by_another_sweep_times_out_with_a_clear_error(joined_c
         ray.shutdown()
     output = proc.stderr + proc.stdout
     assert proc.returncode == 2, output[-3000:]
-    assert "all 1 node(s) of the tier were held by other sweeps" in output and "cluster.lease_timeout_s=3" in output
+    assert "all 1 node(s) of the tier were held by other tier jobs" in output and "cluster.lease_timeout_s=3" in output
     assert seconds < 30

@@ -28,6 +28,7 @@ from experiments.cluster.tiers import (
     cpu_tiers_for,
     known_tiers,
     node_declaration,
+    shared_tiers_of,
     tier_gpu_problem,
     tiers_for_gpu,
     tiers_of_nodes,
@@ -88,12 +89,14 @@ class TierMismatchError(TierUnavailableError):
 
 
 def local_node_tiers() -> list[str]:
-    """Tiers this machine declares when the sweep starts Ray itself: `local`, plus its GPU's tier if known."""
+    """Tiers this machine declares when the sweep starts Ray itself: `local`, plus its GPU's tier if known, and the
+    tiers that share one of those cards among servers (`local_shared2`)."""
     from serving.node import nvml_gpus
 
     gpus = nvml_gpus()
-    return ["local", *tiers_for_gpu(gpus.names, gpus.memory_mib, mig=gpus.mig),
-            *cpu_tiers_for(os.cpu_count() or 1, gpus.names)]
+    whole = ["local", *tiers_for_gpu(gpus.names, gpus.memory_mib, mig=gpus.mig),
+             *cpu_tiers_for(os.cpu_count() or 1, gpus.names)]
+    return list(dict.fromkeys([*whole, *shared_tiers_of(whole)]))
 
 
 def require_local_tiers(requested: list[str], declared: list[str]) -> None:

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from experiments.cluster.connection import ClusterView, TierUnavailableError
 from experiments.cluster.node_loss import NodeLoss, probe_node
-from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, SLIVER, placement_options, tier_resource
+from experiments.cluster.tiers import (
+    CLIENT_POOL_RESOURCE,
+    NODE_LOCK_RESOURCE,
+    SLIVER,
+    placement_options,
+    tier_resource,
+)
 from experiments.cluster.waiting import PROGRESS_EVERY_S, NodeWaitTimeout, minutes
 from experiments.config.choices import ClientPlacement
 from serving.node import current_location
@@ -109,7 +115,10 @@ def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) ->
     scale_up = not nodes
     timeout_s = cluster_cfg.scale_up_timeout_s if scale_up else cluster_cfg.lease_timeout_s
     node_time = NodeTime(asked_at=time.time(), scaled_up=scale_up)
-    lease = ray.remote(NodeLease).options(num_cpus=0, resources={tier_resource(tier): LEASE_SHARE}).remote()
+    resources = {tier_resource(tier): LEASE_SHARE}
+    if nodes and all(view.node(n)["Resources"].get(NODE_LOCK_RESOURCE, 0) >= 1 for n in nodes):
+        resources[NODE_LOCK_RESOURCE] = 1.0  # the node whole: no other tier's job measures on it meanwhile
+    lease = ray.remote(NodeLease).options(num_cpus=0, resources=resources).remote()
     ref = lease.where.remote()
     started = time.monotonic()
     if scale_up:
@@ -134,7 +143,8 @@ def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) ->
                     f"(cluster.scale_up_timeout_s={timeout_s:g}); the tier's demand is withdrawn. `ray status` on "
                     "the head and the autoscaler's log (logs/monitor.* in the head's Ray session folder) say why: "
                     "cloud quota or capacity, or the cluster's max_workers reached")
-            raise PlacementError(f"gpu={tier}: all {len(nodes)} node(s) of the tier were held by other sweeps for "
+            raise PlacementError(f"gpu={tier}: all {len(nodes)} node(s) of the tier were held by other tier "
+                                 "jobs (another sweep's, or this sweep's other tiers of the same node) for "
                                  f"{waited:.0f} s (cluster.lease_timeout_s={timeout_s:g}); add a node of the tier "
                                  "or try again later")
         if scale_up:

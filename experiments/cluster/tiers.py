@@ -21,6 +21,9 @@ TIER_LABEL = "gpu-tier"
 CLIENT_POOL_RESOURCE = "client_pool"
 # Declared by every node of an emulated cluster (several nodes on one machine): results get emulated=true.
 EMULATED_RESOURCE = "tierbench_emulated"
+# One per node that declares tiers: a tier job's lease takes it whole, so two tiers of one node (a card and the card
+# shared by servers, `local` and the machine's GPU tier) are measured one after the other, never over each other.
+NODE_LOCK_RESOURCE = "tierbench_node"
 NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label on every node (Ray >= 2.49)
 # Enough for every actor and replica a tier job places: each asks for this much of its tier's resource.
 SLIVER = 0.001
@@ -42,8 +45,11 @@ def placement_options(tier: str, node_id: str | None = None) -> dict[str, Any]:
 
 
 def node_declaration(tiers: list[str], client_pool: bool = False, emulated: bool = False) -> dict[str, float]:
-    """The custom resources a node starts with to declare its tiers (and its other roles)."""
-    resources = {tier_resource(t): 1.0 for t in tiers}
+    """The custom resources a node starts with to declare its tiers (and its other roles): a card's node declares the
+    tiers that share its card among servers too."""
+    resources = {tier_resource(t): 1.0 for t in [*tiers, *shared_tiers_of(tiers)]}
+    if tiers:
+        resources[NODE_LOCK_RESOURCE] = 1.0
     if client_pool:
         resources[CLIENT_POOL_RESOURCE] = 1.0
     if emulated:
@@ -103,9 +109,21 @@ def gpu_matches_tier(tier_cfg: GpuTierConfig, gpu_names: Sequence[str], memory_m
 
 def tiers_for_gpu(gpu_names: Sequence[str], memory_mib: Sequence[int | None] = (),
                   conf_dir: Path = CONF_GPU_DIR, mig: MigState | None = None) -> list[str]:
-    """Tiers one of this node's GPUs (or the MIG slices its processes see) is exactly."""
+    """Tiers one of this node's GPUs (or the MIG slices its processes see) is exactly; a node that is a card is also
+    the tiers that share it among servers (`shared_tiers_of`), which are not listed here."""
     return [name for name, tier in known_tiers(conf_dir).items()
-            if gpu_matches_tier(tier, gpu_names, memory_mib, mig)]
+            if not _shared_card(tier) and gpu_matches_tier(tier, gpu_names, memory_mib, mig)]
+
+
+def shared_tiers_of(cards: Sequence[str], conf_dir: Path = CONF_GPU_DIR) -> list[str]:
+    """The tiers that are one of these cards shared by servers at once (`share_of` one of them, no MIG profile): a
+    node that is the card is those tiers too."""
+    return [name for name, tier in known_tiers(conf_dir).items() if _shared_card(tier) and tier.share_of in cards]
+
+
+def _shared_card(tier: GpuTierConfig) -> bool:
+    """A card shared by servers at once: a share of a card that is not a MIG slice."""
+    return bool(tier.share_of) and not tier.mig_profile
 
 
 def identity(tier_cfg: GpuTierConfig) -> str:

@@ -69,7 +69,9 @@ class GpuTierConfig:
     # gpu_memory_gib the slice's memory. null: a whole card (refused on a card in MIG mode)
     mig_profile: str | None = None
     # The share of one card the tier is, in (0, 1]: 1 for a whole card, 1/7 (0.14285714) for a 1g.10gb slice of an
-    # H100 (one of its 7 compute slices); logged with the trials (param gpu_share)
+    # H100 (one of its 7 compute slices); logged with the trials (param gpu_share). Without a mig_profile, 1/N is a
+    # card shared by N servers at once: each trial runs N copies of its server on the card, each under the trial's
+    # load, and is priced at this share (docs/gpu-nodes.md, "Shared cards")
     gpu_share: float = 1.0
     # The tier of the whole card it is a share of (e.g. h100_sxm): its price x gpu_share is this tier's price, and
     # the report sets the two side by side; null for a whole card

@@ -1,6 +1,7 @@
-"""A tier that is a share of a card: a MIG slice (`gpu.mig_profile`), `gpu.gpu_share` of the card whose tier is
-`gpu.share_of`, priced at that share of the card's price. Its checks (one clear error naming the key, the value and
-the fix), the params its trials log, and the card's NVML names its slice's names are made of."""
+"""A tier that is a share of a card: a MIG slice (`gpu.mig_profile`), or a card shared by servers running on it at
+once (`gpu.gpu_share` 1/N without a profile: N tenants), `gpu.gpu_share` of the card whose tier is `gpu.share_of`,
+priced at that share of the card's price. Its checks (one clear error naming the key, the value and the fix), the
+params its trials log, and the card's NVML names its slice's names are made of."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ MIG_PROFILE_RE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb(\+[a-z]+)?$")
 # What NVML puts between a card's name and its slice's profile: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".
 MIG_INFIX = " MIG "
 # The trial and tier params of a share of a card (logged only where the tier is one).
-SHARE_PARAMS = ("gpu_share", "mig_profile", "share_of")
+SHARE_PARAMS = ("gpu_share", "mig_profile", "share_of", "tenants")
+# The most servers a shared card's tier runs on it at once (each one's load, clients and server on the node).
+MAX_TENANTS = 8
 
 
 def is_share(gpu: GpuTierConfig) -> bool:
@@ -28,12 +31,22 @@ def is_share(gpu: GpuTierConfig) -> bool:
     return bool(gpu.mig_profile) or float(gpu.gpu_share) < 1.0 or bool(gpu.share_of)
 
 
+def tenants(gpu: GpuTierConfig) -> int:
+    """How many servers share the card at once: N on a shared card's tier (`gpu_share` 1/N, no MIG profile), each
+    under the trial's load, so each is measured beside the others and priced at its share; 1 for a whole card or a
+    MIG slice (a slice's compute is its own)."""
+    if gpu.mig_profile or float(gpu.gpu_share) >= 1.0:
+        return 1
+    return max(1, round(1.0 / float(gpu.gpu_share)))
+
+
 def share_params(gpu: GpuTierConfig) -> dict[str, Any]:
-    """`gpu_share`, `mig_profile`, `share_of` for a share of a card; nothing for a whole card (its params stay as
-    they were)."""
+    """`gpu_share`, `mig_profile`, `share_of`, `tenants` for a share of a card; nothing for a whole card (its params
+    stay as they were)."""
     if not is_share(gpu):
         return {}
-    return {"gpu_share": float(gpu.gpu_share), "mig_profile": gpu.mig_profile or "", "share_of": gpu.share_of or ""}
+    return {"gpu_share": float(gpu.gpu_share), "mig_profile": gpu.mig_profile or "", "share_of": gpu.share_of or "",
+            "tenants": tenants(gpu)}
 
 
 def slices_per_card(share: float) -> int:
@@ -101,6 +114,11 @@ def validate_share(gpu: GpuTierConfig, conf_dir: Path | None = None) -> None:
             raise not_allowed("gpu.mig_profile", None, f"gpu.gpu_names name MIG devices ({mig_names}): set "
                                                        "gpu.mig_profile to their profile (e.g. 1g.10gb), gpu.gpu_share "
                                                        "to its share of the card and gpu.share_of to the card's tier")
+        count = tenants(gpu)
+        if share < 1 and (count < 2 or count > MAX_TENANTS or abs(share * count - 1) > 1e-3):
+            raise not_allowed("gpu.gpu_share", share, f"a card shared by N servers at once is 1/N of it, N from 2 to "
+                                                      f"{MAX_TENANTS} (0.5, 0.33333333, 0.25, ...); a MIG slice sets "
+                                                      "gpu.mig_profile too")
     else:
         if not MIG_PROFILE_RE.match(str(profile)):
             raise not_allowed("gpu.mig_profile", profile, "a MIG profile as `nvidia-smi -L` names the slice, e.g. "

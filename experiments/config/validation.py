@@ -25,7 +25,7 @@ from experiments.config.schema import (
     TierbenchConfig,
 )
 from experiments.config.search import check_search
-from experiments.config.shares import validate_share
+from experiments.config.shares import tenants, validate_share
 from experiments.config.stacks import Stack
 from experiments.config.trace import check_trace
 from serving.protocols import PROTOCOLS, InputFormat, parse_protocol
@@ -65,6 +65,29 @@ def _check_identity(tier: Any) -> None:
     if memory and (len(memory) != 2 or not 0 < memory[0] <= memory[1]):
         _fail("gpu.gpu_memory_gib", memory, "give [low, high] in GiB with 0 < low <= high, or [] for any")
     validate_share(tier)
+
+
+def _check_tenancy(cfg: TierbenchConfig) -> None:
+    """A shared card's tier starts its servers side by side on the card: each one tierbench's, each fitting its share
+    of the GPU Ray schedules."""
+    count = tenants(cfg.gpu)
+    if count == 1:
+        return
+    names = [n for n in cfg.experiment.backends if n in cfg.backends]
+    foreign = [n for n in names if not cfg.backends[n].launches_server]
+    if foreign:
+        _fail("experiment.backends", foreign, f"tier {cfg.gpu.name} is a card shared by {count} servers tierbench "
+                                              "starts on it, and an endpoint is a server it does not start: measure "
+                                              "the endpoint on a whole card's tier, or drop it here")
+    if not cfg.gpu.requires_gpu:
+        return
+    for name in names:
+        ask = cfg.backends[name].gpu_ask()
+        if ask is not None and ask[1] * count > 1 + 1e-9:
+            _fail(f"backends.{name}.{ask[0]}", ask[1], f"each of the {count} servers sharing the card on tier "
+                                                       f"{cfg.gpu.name} asks Ray for this share of it (all its "
+                                                       f"replicas together): at most "
+                                                       f"1/{count} (e.g. backends.{name}.{ask[0]}={1 / count:.4g})")
 
 
 def validate(cfg: TierbenchConfig) -> None:
@@ -133,6 +156,7 @@ def validate(cfg: TierbenchConfig) -> None:
     _settle_cluster_switches(cfg)
     for name in exp.backends:
         _check_backend(cfg, name)
+    _check_tenancy(cfg)
     check_search(cfg)
     _check_cluster(cfg.cluster)
     _check_crosscheck(cfg.crosscheck)

@@ -98,6 +98,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("client_cpu_util_max", "share", Pool.MAX, "the busiest client actor's CPU, in cores"),
     Metric("client_loop_lag_p99_ms_max", "ms", Pool.MAX, "the busiest client actor's event-loop lag, p99"),
     Metric("client_cpu_us_per_request", "us", Pool.MEAN, "the clients' CPU per completed request"),
+    # A shared card's other servers (gpu.gpu_share 1/N without a MIG profile), measured at once with the trial's.
+    Metric("tenants_measured", "count", Pool.MIN, "servers measured sharing the card at once, the trial's included"),
+    Metric("card_throughput_img_s", "img/s", Pool.GEOMETRIC, "what every server sharing the card served together"),
+    Metric("neighbour_throughput_img_s", "img/s", Pool.GEOMETRIC, "what one of the other servers served, on average"),
+    Metric("tenant_fairness", "share", Pool.MIN, "the least served tenant's throughput over the most served's"),
+    Metric("neighbour_latency_p50_ms", "ms", Pool.MEAN, "the other servers' p50 latency, their samples pooled"),
+    Metric("neighbour_latency_p99_ms", "ms", Pool.MEAN, "the other servers' p99 latency, their samples pooled"),
     # The server: what it says of itself, its start, its own count of images.
     Metric("server_replica_ms", "ms", Pool.MEAN, "the replica's own time per request (Ray Serve)"),
     Metric("server_replica_p50_ms", "ms", Pool.MEAN, "the replica's own time per request, p50"),

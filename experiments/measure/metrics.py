@@ -106,6 +106,22 @@ def open_loop_metrics(samples: WindowSamples, target_rate: float) -> dict[str, f
     return out
 
 
+def tenancy_metrics(samples: WindowSamples, neighbours: list[WindowSamples]) -> dict[str, float]:
+    """A shared card's other servers over the same windows, each under the same load as the trial's own: what the
+    whole card served, what a neighbour served and answered in, and how evenly the card was shared (the least
+    served tenant over the most served)."""
+    if not neighbours:
+        return {}
+    rates = [throughput_metrics(s)["throughput_img_s"] for s in (samples, *neighbours)]
+    out = {"tenants_measured": float(len(rates)), "card_throughput_img_s": float(sum(rates)),
+           "neighbour_throughput_img_s": float(np.mean(rates[1:])),
+           "tenant_fairness": min(rates) / max(rates) if max(rates) > 0 else 0.0}
+    latency = np.concatenate([s.latency_s for s in neighbours])
+    if latency.size:
+        out.update({f"neighbour_latency_p{p}_ms": float(np.percentile(latency, p) * 1e3) for p in (50, 99)})
+    return out
+
+
 def server_count_metrics(server_images: float, server_span_s: float, throughput_img_s: float) -> dict[str, float]:
     """The server's own count of images it served (e.g. Triton's `nv_inference_count`) over `server_span_s`,
     as a rate beside the clients' throughput: `server_count_ratio` far from 1 means one of them is wrong."""

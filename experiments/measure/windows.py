@@ -92,6 +92,8 @@ class Measurement:
     counters_span_s: float = 0.0  # seconds between the two reads (the windows' length, give or take a read)
     client_niceness: int | None = None  # the scheduling priority the clients sent at (the highest of the actors')
     series: list[dict[str, float]] | None = None  # every window over time (experiments.measure.metrics.time_series)
+    # A shared card's other tenants (`neighbours` of `measure`): each one's merged samples over the same final windows
+    neighbours: list[WindowSamples] | None = None
 
 
 def split_load(trial: Trial, actors: int, shape: Shape | None = None) -> list[LoadPoint]:
@@ -106,14 +108,25 @@ def actors_needed(trial: Trial, exp: ExperimentConfig) -> int:
 
 
 def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentConfig,
-            probe: CounterProbe | None = None, engine: str = "python") -> Measurement:
+            probe: CounterProbe | None = None, engine: str = "python",
+            neighbours: tuple[ClientSpec, ...] = ()) -> Measurement:
     """Run one trial's load with `engine` (LoadEngine); raises on a client error or when it overruns
-    `experiment.trial_timeout_s`."""
+    `experiment.trial_timeout_s`.
+
+    With `neighbours` (the other servers of a shared card), the actors are split evenly between `spec` and each of
+    them, every one under the trial's full load at once: the trial's samples, its stability and the counters are the
+    first server's; each neighbour's samples over the same final windows come beside them."""
     import ray
 
-    points = split_load(trial, len(actors), shape_of(exp, trial.load_mode))
-    shares = [(a, point) for a, point in zip(actors, points, strict=True) if point.load > 0]
-    used = [actor for actor, _ in shares]
+    specs = (spec, *neighbours)
+    per_tenant = len(actors) // len(specs)
+    if per_tenant < 1:
+        raise ValueError(f"{len(actors)} client actors for {len(specs)} servers sharing a card: one each at least")
+    shape = shape_of(exp, trial.load_mode)
+    shares = [(actors[tenant * per_tenant + i], point, tenant) for tenant in range(len(specs))
+              for i, point in enumerate(split_load(trial, per_tenant, shape)) if point.load > 0]
+    used = [actor for actor, _, _ in shares]
+    tenant_of = [tenant for _, _, tenant in shares]
     deadline = time.monotonic() + exp.trial_timeout_s
     stability = exp.stability
     ramp = int(exp.arrivals.ramp_steps) if trial.load_mode is LoadMode.RAMP else 0
@@ -125,8 +138,8 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         return left
 
     try:
-        started = ray.get([a.start.remote(spec, load, exp.max_in_flight, engine, exp.trial_timeout_s)
-                           for a, load in shares], timeout=min(exp.request_timeout_s, remaining()))
+        started = ray.get([a.start.remote(specs[tenant], load, exp.max_in_flight, engine, exp.trial_timeout_s)
+                           for a, load, tenant in shares], timeout=min(exp.request_timeout_s, remaining()))
         per_actor_warmup = -(-exp.warmup_requests // len(used))
         warm_timeout = remaining(reserve=exp.window_s * stability.windows)
         warmup = ray.get([a.wait_warm.remote(per_actor_warmup, exp.warmup_s, warm_timeout) for a in used],
@@ -134,10 +147,13 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         start = time.time() + WINDOW_LEAD_S
         counters = BoundaryCounters(probe, start, exp.window_s)
         windows: list[WindowSamples] = []
+        beside: list[list[WindowSamples]] = [[] for _ in neighbours]  # each neighbour's windows
         while True:
             end = start + exp.window_s
             parts = counters.gather([a.collect.remote(start, end) for a in used], remaining)
-            windows.append(WindowSamples.merge(parts))
+            windows.append(WindowSamples.merge([p for p, t in zip(parts, tenant_of, strict=True) if t == 0]))
+            for tenant, own in enumerate(beside, start=1):
+                own.append(WindowSamples.merge([p for p, t in zip(parts, tenant_of, strict=True) if t == tenant]))
             if ramp:  # one window per step, all of them the trial's: rising loads are never stable
                 stable = False
                 if len(windows) >= ramp:
@@ -158,11 +174,14 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
             ray.get([a.stop.remote() for a in used], timeout=exp.request_timeout_s + 5)
         except Exception:  # noqa: BLE001 - the pool is restarted after a failed trial anyway
             pass
+    first = len(windows) - len(final)
     return Measurement(
-        samples=WindowSamples.merge(final), warmup=warmup, payloads=started[0][0], actors_used=len(used),
+        samples=WindowSamples.merge(final), warmup=warmup, payloads=started[0][0],
+        actors_used=tenant_of.count(0),
         client_niceness=max(niceness for _, niceness in started),
         windows=len(windows), stable=stable,
         window_stats=[window_stats(w, stability.latency_percentile) for w in windows],
         counters_before=before, counters_after=after, counters_span_s=span_s,
         series=time_series(windows, SERIES_BINS_PER_WINDOW, good_deadline_ms(exp.slo)),
+        neighbours=[WindowSamples.merge(own[first:]) for own in beside] if neighbours else None,
     )

@@ -62,6 +62,7 @@ class TierInfo:
     gpu_share: float = 1.0
     mig_profile: str = ""
     share_of: str = ""
+    tenants: int = 1  # servers sharing the card at once (a shared card's tier); 1: a slice or card of its own
 
     @property
     def label(self) -> str:
@@ -373,3 +374,6 @@ def _read_share(info: TierInfo, params: dict[str, Any]) -> None:
         info.gpu_share = float(share)
     info.mig_profile = str(params.get("mig_profile") or info.mig_profile or "")
     info.share_of = str(params.get("share_of") or info.share_of or "")
+    count = pd.to_numeric(params.get("tenants"), errors="coerce") if params.get("tenants") not in (None, "") else None
+    if count is not None and pd.notna(count) and count >= 1:
+        info.tenants = int(count)

@@ -1,6 +1,7 @@
-"""The report's "MIG slices": where a sweep measured a slice tier (a share of a card, `gpu.share_of`) and the whole
-card's tier, each one's cheapest point at its primary price (within the SLO where one is given), what 1k images cost
-on each, and how many slices it takes to serve the card's throughput."""
+"""The report's "Slices and shared cards": where a sweep measured a share of a card (`gpu.share_of`: a MIG slice, or
+the card shared by servers at once) and the whole card's tier, each one's cheapest point at its primary price (within
+the SLO where one is given), what 1k images cost on each, and how many shares it takes to serve the card's
+throughput."""
 
 from __future__ import annotations
 
@@ -65,27 +66,32 @@ def slices_section(doc: Document, data: SweepData, labels: dict[str, str],
             continue
         needed = float(whole[THROUGHPUT]) / float(pick[THROUGHPUT])
         fit = slices_per_card(info.gpu_share)
-        rows.append({"slice": f"{name} ({info.mig_profile or 'share'}, {share_text(info.gpu_share)})",
+        what = info.mig_profile or f"{info.tenants} servers at once"
+        rows.append({"slice": f"{name} ({what}, {share_text(info.gpu_share)})",
                      "slice's cheapest point": point_name(pick, labels).strip("*"),
                      "slice img/s": float(pick[THROUGHPUT]), "slice $/1k": float(pick[COST]),
                      "card's cheapest point": point_name(whole, labels).strip("*"),
                      "card img/s": float(whole[THROUGHPUT]), "card $/1k": float(whole[COST]),
                      "slices for the card's img/s": f"{needed:.1f} (a card holds {fit})",
                      "slice $/h": _hourly(info, data.tiers[card])})
-        cheaper = "the slice is cheaper" if pick[COST] < whole[COST] else "the whole card is cheaper"
-        reach = ("more than a card holds: the whole card serves more than its slices together" if needed > fit else
-                 f"the card's {fit} slices together would serve {fit / needed:.1f}x the whole card's")
-        lines.append(f"MIG slice {name}: {usd(float(pick[COST]))} per 1k images against {usd(float(whole[COST]))} on "
-                     f"the whole card ({labels.get(card, card)}), {cheaper}; {needed:.1f} slices serve the card's "
-                     f"throughput ({reach})")
+        cheaper = (f"the {'slice' if info.mig_profile else 'share'} is cheaper" if pick[COST] < whole[COST] else
+                   "the whole card is cheaper")
+        shares = "slices" if info.mig_profile else "servers"
+        reach = (f"more than a card holds: the whole card serves more than its {shares} together" if needed > fit else
+                 f"the card's {fit} {shares} together would serve {fit / needed:.1f}x the whole card's")
+        lines.append(f"{'MIG slice' if info.mig_profile else 'Shared card'} {name}: {usd(float(pick[COST]))} per 1k "
+                     f"images against {usd(float(whole[COST]))} on the whole card ({labels.get(card, card)}), "
+                     f"{cheaper}; {needed:.1f} {shares} serve the card's throughput ({reach})")
     if not rows and not missing:
         return []
-    doc.h(1, "MIG slices")
-    doc.p(f"A slice tier is a share of its card (`gpu.gpu_share`: 1/7 for a 1g.10gb slice, one of the card's 7 "
-          "compute slices), priced at that share of the card's tier's price. Each slice against its whole card, both "
-          f"at their cheapest point at their primary price{within}: what 1k images cost on each, and how many such "
-          "slices it takes to serve the card's throughput, each serving as the one measured (MIG gives every slice "
-          "its own compute, cache and memory paths), beside how many the card holds.")
+    doc.h(1, "Slices and shared cards")
+    doc.p(f"A share tier is a share of its card (`gpu.gpu_share`: 1/7 for a 1g.10gb MIG slice, one of the card's 7 "
+          "compute slices; 1/2 for a card two servers share), priced at that share of the card's tier's price. Each "
+          f"share against its whole card, both at their cheapest point at their primary price{within}: what 1k "
+          "images cost on each, and how many such shares it takes to serve the card's throughput, beside how many "
+          "the card holds. A MIG slice has its own compute, cache and memory paths, so each would serve as the one "
+          "measured; a shared card's server was measured while its neighbours, copies of it, took the same load on "
+          "the same card, so its figures include their contention (`card_throughput_img_s`, `tenant_fairness`).")
     if rows:
         frame = format_frame(pd.DataFrame(rows), {"slice img/s": rate, "slice $/1k": usd, "card img/s": rate,
                                                   "card $/1k": usd})

@@ -23,6 +23,7 @@ from hydra.utils import get_class
 
 from experiments.config.inputs import input_source
 from experiments.config.schema import TierbenchConfig
+from experiments.config.shares import tenants
 from experiments.config.stacks import input_formats_of
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.efficiency import VERDICT_TAGS
@@ -47,10 +48,11 @@ Finish = Callable[[TrialRecord, dict[str, str]], None]
 
 
 def build_backend(cfg: TierbenchConfig, name: str, node: NodeInfo, ray_options: dict[str, Any],
-                  emulated: bool = False, model: ModelConfig | None = None) -> Backend:
+                  emulated: bool = False, model: ModelConfig | None = None, tenant: int = 0) -> Backend:
     """The `_target_` class of `backends.<name>`, built with its typed settings, serving `model` (default
     `cfg.model`; the sweep passes the config reading the file staged on the node). A GPU tier (`gpu.requires_gpu`)
-    holds its servers to the GPU, except in an emulated cluster (CPU nodes standing in for tiers, results tagged)."""
+    holds its servers to the GPU, except in an emulated cluster (CPU nodes standing in for tiers, results tagged).
+    `tenant`: which copy of the server this is on a shared card."""
     serving = cfg.serving
     context = BackendContext(
         name=name, model=cfg.model if model is None else model, node=node, ray_options=ray_options, host=serving.host,
@@ -60,6 +62,7 @@ def build_backend(cfg: TierbenchConfig, name: str, node: NodeInfo, ray_options: 
         input_formats=input_formats_of(cfg.experiment, name),
         requires_gpu=bool(cfg.gpu.requires_gpu) and not emulated,
         inputs=input_source(cfg.experiment.inputs),
+        tenant=tenant,
     )
     settings = cfg.backends[name]
     return get_class(settings._target_)(context, settings)
@@ -107,6 +110,10 @@ class ServerRelay:
 
 
 class ServerGroup:
+    """One backend's trials on the tier's node. On a shared card's tier (`gpu.gpu_share` 1/N, no MIG profile) the
+    group starts N copies of its server on the card: the first is the one measured, cross-checked and logged; the
+    others, its neighbours, are loaded alike through every trial's windows, and all of them stop together."""
+
     def __init__(self, cfg: TierbenchConfig, group: TrialGroup, node: NodeInfo, ray_options: dict[str, Any],
                  clients: ClientPool, finish: Finish, save_server_file: Callable[[str, str], None],
                  done_keys: set[str] | None = None, emulated: bool = False, model: StagedModel | None = None,
@@ -121,11 +128,16 @@ class ServerGroup:
         self.done_keys = done_keys or set()
         self.ray_options = ray_options
         self.backend = build_backend(cfg, group.variant, node, ray_options, emulated, self.model.on_node)
+        self.neighbours = [build_backend(cfg, group.variant, node, ray_options, emulated, self.model.on_node, tenant)
+                           for tenant in range(1, tenants(cfg.gpu))]
+        self.neighbour_handles: list[ServerHandle] = []
         self.handle: ServerHandle | None = None
         self.telemetry: NodeTelemetry | None = None
         self.check: CrosscheckResult | None = None
         self.measured: dict[Trial, TrialRecord] = {}
-        self.relay = relay  # takes the running server over at the end, for the next group; None: stopped
+        # takes the running server over at the end, for the next group; None: stopped (always on a shared card: its
+        # neighbours go with it)
+        self.relay = relay if not self.neighbours else None
 
     def run(self, trials: list[Trial]) -> None:
         """Skip what the node can't run, start the server, measure the rest; every trial gets a record."""
@@ -189,7 +201,8 @@ class ServerGroup:
             record = new_record(self.cfg, trial, self.node, self.handle, status=Status.FAILED,
                                 reason=self.check.reason())
         else:
-            record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients, self.telemetry)
+            record = run_trial(self.cfg, trial, self.backend, self.handle, self.node, self.clients, self.telemetry,
+                               list(zip(self.neighbours, self.neighbour_handles, strict=True)))
         record.metrics.update(self.check.metrics_for(trial.protocol, trial.input_format)
                               if self.check is not None else {})
         if phase != "grid":
@@ -305,7 +318,7 @@ class ServerGroup:
                 self.handle.params["server_start"] = "reload" if reloaded else "process"
                 for name, text in self.handle.artifacts.items():
                     self.save_server_file(name, text)
-                off_gpu = self.backend.gpu_mismatch(self.handle)
+                off_gpu = self.backend.gpu_mismatch(self.handle) or self._start_neighbours()
                 if off_gpu:  # nothing to retry: the same server would land on the CPU again
                     log.error("%s", off_gpu)
                     self._fail(pending, off_gpu, self.stop(), finish)
@@ -323,6 +336,20 @@ class ServerGroup:
                                finish)
         return False
 
+    def _start_neighbours(self) -> str | None:
+        """Start the shared card's other servers beside the first; why one breaks the GPU tier's promise, if it does."""
+        for neighbour in self.neighbours:
+            log.info("starting %s on %s beside it (the card is shared by %d servers)", neighbour.context.server_name,
+                     self.node.hostname, len(self.neighbours) + 1)
+            handle = neighbour.start()
+            self.neighbour_handles.append(handle)
+            for name, text in handle.artifacts.items():
+                self.save_server_file(f"{neighbour.context.server_name}.{name}", text)
+            off_gpu = neighbour.gpu_mismatch(handle)
+            if off_gpu:
+                return off_gpu
+        return None
+
     def stop_telemetry(self) -> None:
         if self.telemetry is not None:
             self.telemetry.stop()
@@ -332,11 +359,14 @@ class ServerGroup:
         """Stop the server (idempotent); its logs are saved with the group and returned."""
         self.handle = None
         self.stop_telemetry()
-        try:
-            logs = self.backend.stop()
-        except Exception as exc:  # noqa: BLE001 - a crashed server may not stop cleanly; its owner is gone
-            log.warning("stopping %s: %s", self.group.variant, error_reason(exc))
-            return {}
+        logs: dict[str, str] = {}
+        self.neighbour_handles = []
+        for backend in (self.backend, *self.neighbours):
+            prefix = f"{backend.context.server_name}." if backend.context.tenant else ""
+            try:
+                logs.update({prefix + name: text for name, text in backend.stop().items()})
+            except Exception as exc:  # noqa: BLE001 - a crashed server may not stop cleanly; its owner is gone
+                log.warning("stopping %s: %s", backend.context.server_name, error_reason(exc))
         for name, text in logs.items():
             self.save_server_file(name, text)
         return logs

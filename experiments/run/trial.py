@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from experiments.config.choices import LoadMode
@@ -29,6 +30,7 @@ from experiments.measure.metrics import (
     over_error_budget,
     server_count_metrics,
     server_reported_metrics,
+    tenancy_metrics,
     window_metrics,
 )
 from experiments.measure.samples import WindowSamples
@@ -37,6 +39,7 @@ from experiments.measure.windows import Measurement, actors_needed, measure
 from experiments.plan import Trial, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
 from serving.backend import Backend, ServerHandle
+from serving.clients.base import ClientSpec
 from serving.model_files import model_identity
 from serving.models import output_dims
 from serving.node import NodeInfo
@@ -111,14 +114,22 @@ def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: Serve
     return TrialRecord(trial=trial, key=key, status=status, reason=reason, params=params)
 
 
-def _measure_with_enough_clients(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: ServerHandle,
-                                 clients: ClientPool, record: TrialRecord) -> Measurement:
-    """Measure with the trial's engine (recorded: param `load_engine`, and `load_engine_note` when it is not the one
-    asked for); in automatic mode, add client actors while the busiest one is near a full core."""
-    exp = cfg.experiment
+def _client_spec(trial: Trial, backend: Backend, handle: ServerHandle) -> ClientSpec:
     spec = backend.client_spec(handle, trial.protocol, trial.input_format, trial.batch_size)
     if trial.repeated_input:
         spec = dataclasses.replace(spec, inputs=dataclasses.replace(spec.inputs, repeated=True))
+    return spec
+
+
+def _measure_with_enough_clients(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: ServerHandle,
+                                 clients: ClientPool, record: TrialRecord,
+                                 neighbours: Sequence[tuple[Backend, ServerHandle]] = ()) -> Measurement:
+    """Measure with the trial's engine (recorded: param `load_engine`, and `load_engine_note` when it is not the one
+    asked for); in automatic mode, add client actors while the busiest one is near a full core. A shared card's
+    other servers (`neighbours`) get as many actors each, under the same load, at the same time."""
+    exp = cfg.experiment
+    spec = _client_spec(trial, backend, handle)
+    beside = tuple(_client_spec(trial, b, h) for b, h in neighbours)
     engine, note = clients.engine_for(spec, trial.protocol)
     record.params.update(load_engine=str(engine), load_engine_requested=str(exp.load_engine))
     if note:
@@ -127,8 +138,8 @@ def _measure_with_enough_clients(cfg: TierbenchConfig, trial: Trial, backend: Ba
         record.params["load_engine_version"] = clients.engine.version
     actors = actors_needed(trial, exp)
     while True:
-        result = measure(clients.ensure(actors, trial.protocol), spec, trial, exp,
-                         probe=lambda: backend.server_counters(handle), engine=engine)
+        result = measure(clients.ensure(actors * (1 + len(beside)), trial.protocol), spec, trial, exp,
+                         probe=lambda: backend.server_counters(handle), engine=engine, neighbours=beside)
         busiest = max((c.cpu_util for c in result.samples.clients), default=0.0)
         if exp.client_actors or busiest <= exp.client_cpu_limit or actors >= exp.max_client_actors:
             return result
@@ -138,15 +149,17 @@ def _measure_with_enough_clients(cfg: TierbenchConfig, trial: Trial, backend: Ba
 
 
 def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: ServerHandle, node: NodeInfo,
-              clients: ClientPool, telemetry: NodeTelemetry | None = None) -> TrialRecord:
+              clients: ClientPool, telemetry: NodeTelemetry | None = None,
+              neighbours: Sequence[tuple[Backend, ServerHandle]] = ()) -> TrialRecord:
     """Measure `trial`; a client error fails this trial only (status and reason on the record).
 
     With `telemetry`, the node's CPU and (GPU nodes) the GPU's utilisation, memory, power and energy over the same
-    window join the metrics."""
+    window join the metrics (the energy per image over every image the card served). With `neighbours`, the other
+    servers of a shared card are loaded alike at the same time, and their figures join the trial's."""
     record = new_record(cfg, trial, node, handle)
     exp = cfg.experiment
     try:
-        result = _measure_with_enough_clients(cfg, trial, backend, handle, clients, record)
+        result = _measure_with_enough_clients(cfg, trial, backend, handle, clients, record, neighbours)
     except Exception as exc:  # noqa: BLE001 - any failure of the measurement fails the trial, with why
         record.status, record.reason = Status.FAILED, f"measurement failed: {error_reason(exc)}"
         return record
@@ -180,9 +193,10 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     if trial.load_mode.open_loop:
         record.metrics.update(open_loop_metrics(samples, trial.request_rate))
         record.tags["overloaded"] = str(record.metrics["overloaded"] == 1).lower()
+    record.metrics.update(tenancy_metrics(samples, result.neighbours or []))
     if telemetry is not None:
-        record.metrics.update(telemetry.window_metrics(samples.window_start, samples.window_end,
-                                                       samples.completed * samples.images_per_request))
+        card_images = sum(s.completed for s in (samples, *(result.neighbours or []))) * samples.images_per_request
+        record.metrics.update(telemetry.window_metrics(samples.window_start, samples.window_end, card_images))
         if "server_thread_cpu_max" in record.metrics:
             busiest = telemetry.busiest_thread(samples.window_start, samples.window_end)
             if busiest:

@@ -29,6 +29,9 @@ class FastApiSettings(TorchSettings):
     def family(self) -> str:
         return "fastapi"
 
+    def gpu_ask(self) -> tuple[str, float] | None:
+        return "num_gpus", float(self.num_gpus)
+
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         if not is_positive_int(self.workers):

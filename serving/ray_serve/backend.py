@@ -78,10 +78,12 @@ class RayServeTorchBackend(TorchBackend):
     def __init__(self, context: BackendContext, settings: RayServeTorchSettings) -> None:
         super().__init__(context, settings)
         s = settings
-        # Serve is shared by every tier job on the cluster: one app and route per job (tier, node, variant).
+        # Serve is shared by every tier job on the cluster: one app and route per job (tier, node, variant) and per
+        # server of a shared card.
         node = context.node.ray_node_id[:8]
-        self.app_name = "-".join(p for p in ("tierbench", context.tier, node, context.name, context.model.name) if p)
-        self.route = "/" + "/".join(p for p in (context.tier, node, context.name, context.model.name) if p)
+        parts = (context.tier, node, context.server_name, context.model.name)
+        self.app_name = "-".join(p for p in ("tierbench", *parts) if p)
+        self.route = "/" + "/".join(p for p in parts if p)
         # Images per server batch; null: the model's max_batch_size (what Triton's dynamic batcher fills up to).
         self.max_batch_size = s.max_batch_size or int(context.model.max_batch_size)
         self._running = False

@@ -44,6 +44,9 @@ class RayServeTorchSettings(TorchSettings):
     def cluster_needs(self) -> dict[str, bool]:
         return {"serve_direct_ingress": True} if self.direct_ingress else {}
 
+    def gpu_ask(self) -> tuple[str, float] | None:
+        return "replica_num_gpus", float(self.replica_num_gpus) * int(self.num_replicas)
+
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         for key in ("num_replicas", "max_ongoing_requests"):

@@ -38,6 +38,9 @@ class TorchServeSettings(TorchSettings):
         """Its own family, not `pytorch` (Ray Serve's): the server in front of the same model is what differs."""
         return "torchserve"
 
+    def gpu_ask(self) -> tuple[str, float] | None:
+        return "num_gpus", float(self.num_gpus)
+
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         for key in ("workers", "batch_size", "job_queue_size", "response_timeout_s"):

@@ -121,6 +121,9 @@ class TritonSettings(BackendSettings):
     def family(self) -> str:
         return "triton_trt" if self.accelerator == Accelerator.TENSORRT else "triton_onnx"
 
+    def gpu_ask(self) -> tuple[str, float] | None:
+        return "num_gpus", float(self.num_gpus)
+
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
         if self.server not in TRITON_SERVER_CHOICES:
