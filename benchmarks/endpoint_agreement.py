@@ -10,7 +10,8 @@ Servers, each started outside as its user would start it, at the niceness a laun
 - TorchServe: the model archived with tierbench's handler and served with the launched settings (`TorchServeHost`,
   outside Ray); `kind=torchserve`, REST and gRPC, its metrics read both times;
 - a Ray Serve application: the deployment of the `pytorch` entry with the options its `serve_config.yaml` holds, on
-  a Ray of its own (`serve.run` in a process of its own); OIP over HTTP at its route prefix.
+  a Ray of its own (`serve.run` in a process of its own, Serve's gRPC proxy with the config's servicers); OIP over
+  HTTP at its route prefix, and over gRPC with the application named in the request metadata (`grpc_metadata`).
 
 With `--noise`, each server is launched twice: how far two launched runs of the same server differ (the machine's own
 run-to-run spread) is set beside how far the endpoint run differs, point by point.
@@ -54,7 +55,7 @@ def renice_tree(pid: int, niceness: int) -> None:
         for task in os.listdir(f"/proc/{process.pid}/task"):
             os.setpriority(os.PRIO_PROCESS, int(task), niceness)
 SERVERS = {"fastapi": ("fastapi", ["http"]), "triton": ("triton_onnx", ["http", "grpc"]),
-           "torchserve": ("torchserve", ["http", "grpc"]), "ray_serve": ("pytorch", ["http"])}
+           "torchserve": ("torchserve", ["http", "grpc"]), "ray_serve": ("pytorch", ["http", "grpc"])}
 
 
 def sweep(work: Path, sweep_id: str, overrides: list[str]) -> dict[tuple[str, int, int], dict[str, float]]:
@@ -193,7 +194,8 @@ config = yaml.safe_load(open(config_path))
 (app,) = config["applications"]
 (deployment,) = app["deployments"]
 ray.init(address="local", include_dashboard=False)
-serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[3])})
+serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[3])},
+            grpc_options={**config["grpc_options"], "port": int(sys.argv[4])})
 options = {k: v for k, v in deployment.items() if k != "name"}
 serve.run(TorchImageClassifier.options(**options).bind(**app["args"]), name=app["name"],
           route_prefix=app["route_prefix"])
@@ -210,15 +212,17 @@ ray.shutdown()
 def ray_serve_outside(cfg: Any, work: Path) -> Any:
     """The `pytorch` entry's Serve application, from the `serve_config.yaml` its deploy files hold, run by
     `serve.run` on a Ray of its own in a process of its own."""
+    import yaml
+
     from serving.process import free_ports
 
     (config,) = local_backend(cfg, "pytorch").deploy_files({}).values()
     (work / "serve_config.yaml").write_text(config)
-    (port,) = free_ports(1, "127.0.0.1")
+    port, grpc_port = free_ports(2, "127.0.0.1")
     port_file = work / "ray_serve_port"
     log = open(work / "ray_serve_outside.log", "wb")  # noqa: SIM115 - closed below
     process = subprocess.Popen([sys.executable, "-c", RAY_SERVE_LAUNCHER, str(work / "serve_config.yaml"),
-                                str(port_file), str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                str(port_file), str(port), str(grpc_port)], stdout=log, stderr=subprocess.STDOUT,
                                env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     try:
         url = f"http://127.0.0.1:{port}/{cfg.model.name}"
@@ -228,7 +232,9 @@ def ray_serve_outside(cfg: Any, work: Path) -> Any:
                 raise RuntimeError(f"the Ray Serve app did not start: see {work / 'ray_serve_outside.log'}")
             time.sleep(0.5)
         wait_ready(url)
-        yield [f"backends.endpoint.url={url}"]
+        (app,) = yaml.safe_load(config)["applications"]
+        yield [f"backends.endpoint.url={url}", f"backends.endpoint.grpc_url=127.0.0.1:{grpc_port}",
+               f"+backends.endpoint.grpc_metadata.application={app['name']}"]
     finally:
         stop(process, log, 60)
 

@@ -19,7 +19,8 @@
 #   --steps LIST      the steps to run, comma-separated (default: all): imports, doctor, ceiling (runners.ceiling),
 #                     check (benchmarks/ceiling_check.py), first-light (the sweep and its report), search
 #                     (experiment=cheapest_gpu and its report), precisions (experiment=precisions and its report,
-#                     per model in $PRECISION_MODELS, default resnet18), served (benchmarks/ceiling_vs_served.py),
+#                     per model in $PRECISION_MODELS, default resnet18), shared (the card beside the card shared
+#                     by two servers, e.g. h100_sxm and h100_sxm_shared2), served (benchmarks/ceiling_vs_served.py),
 #                     batcher, tests;
 #                     later commands can run more steps with the same --venv (the install is done once, with --parts)
 #   --dry-run         everything but what needs a GPU: the sweeps run on tier `local` (their GPU variants are
@@ -34,7 +35,7 @@ PARTS=""
 WHEELHOUSE=""
 VENV=""
 TIER=""
-STEPS=imports,doctor,ceiling,check,first-light,search,precisions,served,batcher,tests
+STEPS=imports,doctor,ceiling,check,first-light,search,precisions,shared,served,batcher,tests
 STEP_LIMIT=600
 SWEEP_OVERRIDES=()
 while [ $# -gt 0 ]; do
@@ -166,6 +167,22 @@ if wanted precisions; then  # every precision on the GPU, held to the accuracy b
       env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
       "$PYTHON" -m runners.report "$PRECISIONS_ID" --results-dir "$OUT/runs"
   done
+fi
+
+if wanted shared; then  # two servers on the card at once, each priced at half, beside the card alone
+  SHARED=$("$PYTHON" -c "from experiments.cluster.tiers import shared_tiers_of; print(','.join(shared_tiers_of(['$TIER'])))")
+  if [ -z "$SHARED" ]; then
+    echo "shared: no tier in conf/gpu/ shares tier $TIER's card (docs/gpu-nodes.md#shared-cards)" | tee -a "$OUT/SUMMARY.txt"
+  else
+    SHARED_ID=shared-$(date -u +%Y%m%d-%H%M%S)
+    step shared "$OUT/shared.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+      "$PYTHON" -m runners.sweep "gpu=$TIER,$SHARED" -m experiment=first_light "sweep_id=$SHARED_ID" \
+      "results_dir=$OUT/runs" quiet=true report=false \
+      'experiment.backends=[triton_onnx_dynbatch,pytorch_direct_batched]' 'experiment.protocols=[grpc]' \
+      'experiment.batch_sizes=[8]' 'experiment.concurrency=[8]'
+    step shared-report "$OUT/shared_report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+      "$PYTHON" -m runners.report "$SHARED_ID" --results-dir "$OUT/runs"
+  fi
 fi
 
 if wanted first-light; then

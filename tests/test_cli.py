@@ -18,6 +18,7 @@ def test_missing_tiers_fail_fast_and_are_named(tmp_path) -> None:
     assert "unrecognized arguments" not in output
     for tier, name in (("a100", "'NVIDIA A100-SXM4-80GB'"), ("rtx4090", "'NVIDIA GeForce RTX 4090'")):
         assert f"gpu={tier} with cluster=local: tier {tier}" in output and f"needs a GPU named {name}" in output
-    assert "this node has no NVIDIA GPU" in output and "declares only this machine's tiers ['local']" in output
+    assert "this node has no NVIDIA GPU" in output
+    assert "declares only this machine's tiers ['local', 'local_shared2']" in output
     assert not (tmp_path / "mlflow.db").exists(), "refused before the MLflow sweep run"
     assert not server_processes() - before

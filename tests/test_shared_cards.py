@@ -5,6 +5,7 @@ and a real sweep on this machine shared by two servers, priced as halves."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +110,29 @@ def test_this_machine_shared_by_two_servers_is_measured_with_both_loaded_and_pri
     served = {p.name for p in (folder / "servers" / "triton_onnx").iterdir()}
     assert {"config.pbtxt", "triton_onnx-tenant1.config.pbtxt", "tritonserver.log",
             "triton_onnx-tenant1.tritonserver.log"} <= served, served
+
+
+def _held(log: str) -> tuple[str, str]:
+    """When a tier job held its node and released it, from its sweep.log (timestamps sort as text)."""
+    stamp = re.compile(r"^\[([\d\- :,]+)\]")
+    held = next(stamp.match(line)[1] for line in log.splitlines() if "holding node" in line)
+    released = next(stamp.match(line)[1] for line in log.splitlines() if "released node" in line)
+    return held, released
+
+
+@pytest.mark.slow
+def test_a_card_and_its_shared_tier_take_turns_on_one_emulated_node_and_the_report_compares_them(
+        tmp_path: Path, no_leftover_processes: None) -> None:
+    """One emulated H100 SXM node is both tiers: the two tier jobs hold it one after the other, never at once, and
+    the report sets the shared card beside the whole card."""
+    proc, _ = run_sweep_command([*TINY_SWEEP, "cluster=emulated", "cluster.nodes=[{tier: h100_sxm, num_cpus: 2}]",
+                                 "gpu=h100_sxm,h100_sxm_shared2", "experiment.backends=[triton_onnx]",
+                                 *store_overrides(tmp_path, "turns", premigrated=True), "report=true", "-m"],
+                                timeout=540)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    spans = sorted(_held((TierFolder.of(tmp_path / "runs", "turns", tier).path / "sweep.log").read_text())
+                   for tier in ("h100_sxm", "h100_sxm_shared2"))
+    assert spans[0][1] <= spans[1][0], f"the two tier jobs held the node at once: {spans}"
+    (report,) = (tmp_path / "runs").rglob("report.md")
+    text = report.read_text()
+    assert "# Slices and shared cards" in text and "h100_sxm_shared2 (emulated) (2 servers at once, 1/2)" in text

@@ -125,8 +125,9 @@ def declared_tiers(cluster_cfg: ClusterConfig, client_tiers: tuple[str, ...] = (
     so cluster=local declares them too."""
     if cluster_cfg.address:
         return None
-    if cluster_cfg.emulated:
-        return [node.tier for node in cluster_cfg.nodes if node.tier]
+    if cluster_cfg.emulated:  # each node declares its tier and the tiers sharing its card (`node_declaration`)
+        tiers = [node.tier for node in cluster_cfg.nodes if node.tier]
+        return list(dict.fromkeys([*tiers, *shared_tiers_of(tiers)]))
     return list(dict.fromkeys([*local_node_tiers(), *client_tiers]))
 
 
