@@ -67,15 +67,18 @@ def slices_section(doc: Document, data: SweepData, labels: dict[str, str],
         needed = float(whole[THROUGHPUT]) / float(pick[THROUGHPUT])
         fit = slices_per_card(info.gpu_share)
         what = info.mig_profile or f"{info.tenants} servers at once"
-        rows.append({"slice": f"{name} ({what}, {share_text(info.gpu_share)})",
-                     "slice's cheapest point": point_name(pick, labels).strip("*"),
-                     "slice img/s": float(pick[THROUGHPUT]), "slice $/1k": float(pick[COST]),
+        rows.append({"share": f"{name} ({what}, {share_text(info.gpu_share)})",
+                     "share's cheapest point": point_name(pick, labels).strip("*"),
+                     "share img/s": float(pick[THROUGHPUT]), "share $/1k": float(pick[COST]),
                      "card's cheapest point": point_name(whole, labels).strip("*"),
                      "card img/s": float(whole[THROUGHPUT]), "card $/1k": float(whole[COST]),
-                     "slices for the card's img/s": f"{needed:.1f} (a card holds {fit})",
-                     "slice $/h": _hourly(info, data.tiers[card])})
-        cheaper = (f"the {'slice' if info.mig_profile else 'share'} is cheaper" if pick[COST] < whole[COST] else
-                   "the whole card is cheaper")
+                     "shares for the card's img/s": f"{needed:.1f} (a card holds {fit})",
+                     "share $/h": _hourly(info, data.tiers[card])})
+        if abs(float(pick[COST]) - float(whole[COST])) <= 0.01 * float(whole[COST]):
+            cheaper = "the same within 1 %"
+        else:
+            cheaper = (f"the {'slice' if info.mig_profile else 'share'} is cheaper" if pick[COST] < whole[COST] else
+                       "the whole card is cheaper")
         shares = "slices" if info.mig_profile else "servers"
         reach = (f"more than a card holds: the whole card serves more than its {shares} together" if needed > fit else
                  f"the card's {fit} {shares} together would serve {fit / needed:.1f}x the whole card's")
@@ -93,7 +96,7 @@ def slices_section(doc: Document, data: SweepData, labels: dict[str, str],
           "measured; a shared card's server was measured while its neighbours, copies of it, took the same load on "
           "the same card, so its figures include their contention (`card_throughput_img_s`, `tenant_fairness`).")
     if rows:
-        frame = format_frame(pd.DataFrame(rows), {"slice img/s": rate, "slice $/1k": usd, "card img/s": rate,
+        frame = format_frame(pd.DataFrame(rows), {"share img/s": rate, "share $/1k": usd, "card img/s": rate,
                                                   "card $/1k": usd})
         doc.table(frame, [False, False, True, True, False, True, True, False, False])
     if missing:
