@@ -28,10 +28,10 @@ from experiments.cluster.tiers import (
     cpu_tiers_for,
     known_tiers,
     node_declaration,
-    shared_tiers_of,
     tier_gpu_problem,
     tiers_for_gpu,
     tiers_of_nodes,
+    with_shared_tiers,
 )
 from experiments.config.autoscaling import Autoscaling
 from serving.process import unreachable
@@ -96,7 +96,7 @@ def local_node_tiers() -> list[str]:
     gpus = nvml_gpus()
     whole = ["local", *tiers_for_gpu(gpus.names, gpus.memory_mib, mig=gpus.mig),
              *cpu_tiers_for(os.cpu_count() or 1, gpus.names)]
-    return list(dict.fromkeys([*whole, *shared_tiers_of(whole)]))
+    return with_shared_tiers(whole)
 
 
 def require_local_tiers(requested: list[str], declared: list[str]) -> None:
@@ -126,8 +126,7 @@ def declared_tiers(cluster_cfg: ClusterConfig, client_tiers: tuple[str, ...] = (
     if cluster_cfg.address:
         return None
     if cluster_cfg.emulated:  # each node declares its tier and the tiers sharing its card (`node_declaration`)
-        tiers = [node.tier for node in cluster_cfg.nodes if node.tier]
-        return list(dict.fromkeys([*tiers, *shared_tiers_of(tiers)]))
+        return with_shared_tiers([node.tier for node in cluster_cfg.nodes if node.tier])
     return list(dict.fromkeys([*local_node_tiers(), *client_tiers]))
 
 

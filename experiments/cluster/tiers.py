@@ -47,7 +47,7 @@ def placement_options(tier: str, node_id: str | None = None) -> dict[str, Any]:
 def node_declaration(tiers: list[str], client_pool: bool = False, emulated: bool = False) -> dict[str, float]:
     """The custom resources a node starts with to declare its tiers (and its other roles): a card's node declares the
     tiers that share its card among servers too."""
-    resources = {tier_resource(t): 1.0 for t in [*tiers, *shared_tiers_of(tiers)]}
+    resources = {tier_resource(t): 1.0 for t in with_shared_tiers(tiers)}
     if tiers:
         resources[NODE_LOCK_RESOURCE] = 1.0
     if client_pool:
@@ -119,6 +119,11 @@ def shared_tiers_of(cards: Sequence[str], conf_dir: Path = CONF_GPU_DIR) -> list
     """The tiers that are one of these cards shared by servers at once (`share_of` one of them, no MIG profile): a
     node that is the card is those tiers too."""
     return [name for name, tier in known_tiers(conf_dir).items() if _shared_card(tier) and tier.share_of in cards]
+
+
+def with_shared_tiers(tiers: Sequence[str]) -> list[str]:
+    """These tiers and the tiers sharing their cards, each once: what a node of these tiers declares."""
+    return list(dict.fromkeys([*tiers, *shared_tiers_of(tiers)]))
 
 
 def _shared_card(tier: GpuTierConfig) -> bool:

@@ -92,7 +92,7 @@ class WindowSamples:
 
     @property
     def requests(self) -> int:
-        """Requests scheduled inside the window: the latency samples (an open loop's arrivals)."""
+        """Requests scheduled inside the window and answered well: the latency samples (`arrivals` adds the failed)."""
         return int(self.done_s.size)
 
     @property
