@@ -29,11 +29,12 @@ def test_counters_are_read_at_each_boundary_while_a_window_comes_back_late(monke
     assert len(times) >= 10  # every boundary that passed meanwhile was read ...
     assert all(t >= first + k * 0.05 for k, t in enumerate(times))  # ... never before it
     assert times[1] < ready_at  # the first window's end was read when it ended, not when it came back
-    before, after, span_s = counters.around(1, 3)
+    before, after, span_s, read_s = counters.around(1, 3)
     assert after["nv_inference_count"] - before["nv_inference_count"] == 20
     assert span_s == pytest.approx(times[3] - times[1])
+    assert read_s == pytest.approx(counters.readings[1][1] + counters.readings[3][1]) and 0 <= read_s < 0.05
 
 
 def test_without_server_counters_there_is_nothing_to_compare() -> None:
     counters = BoundaryCounters(None, time.time(), 0.01)
-    assert counters.around(0, 2) == (None, None, 0.0)
+    assert counters.around(0, 2) == (None, None, 0.0, 0.0)

@@ -96,6 +96,19 @@ def test_the_servers_own_count_is_compared_as_a_rate() -> None:
     assert server_count_metrics(10.0, 0.0, 5.0) == {}
 
 
+def test_a_slow_read_of_the_servers_counters_widens_what_counts_as_agreement() -> None:
+    """The server took its snapshot somewhere inside a read that lasted 100 ms, at 70 img/s over a 0.5 s window:
+    7 images either way are the read's, not a miscount (measured: a loaded TorchServe answered its metrics that late
+    while it counted 25 of the clients' 35 requests)."""
+    window = _samples([1.0] * 35, end=100.5, batch=1)
+    assert counts_disagree(server_count_metrics(25.0, 0.45, throughput_img_s=70.0), window)  # reads of no length
+    slow = server_count_metrics(25.0, 0.45, throughput_img_s=70.0, read_s=0.105)
+    assert slow["server_count_read_ms"] == pytest.approx(105.0)
+    assert slow["server_count_ratio"] == pytest.approx(0.794, abs=1e-3)
+    assert not counts_disagree(slow, window)  # 21 % off, within 5.7 % (two requests) + 21 % (the reads)
+    assert counts_disagree(server_count_metrics(15.0, 0.45, throughput_img_s=70.0, read_s=0.105), window)  # 52 % off
+
+
 def test_free_machine_has_zero_cost_and_no_images_per_dollar() -> None:
     assert cost_metrics(0.0, 10.0) == {"cost_per_1k_images_usd": 0.0}
 

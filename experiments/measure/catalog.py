@@ -118,6 +118,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("server_compute_output_ms", "ms", Pool.MEAN, "Triton: copying a request's outputs out"),
     Metric("server_throughput_img_s", "img/s", Pool.GEOMETRIC, "images the server itself counts as served, per second"),
     Metric("server_count_ratio", "ratio", Pool.MEAN, "the server's count over the clients' (far from 1: one is wrong)"),
+    Metric("server_count_read_ms", "ms", Pool.MEAN, "how long the two reads of the server's counters took (the "
+           "server's span is known to within it)"),
     Metric("server_startup_s", "s", Pool.MEAN, "seconds from start to the model answering"),
     Metric("server_ready_s", "s", Pool.MEAN, "seconds until the server said ready"),
     Metric("server_archive_s", "s", Pool.MEAN, "TorchServe: seconds to archive the model"),

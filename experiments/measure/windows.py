@@ -38,8 +38,10 @@ class BoundaryCounters:
         self.probe = probe
         self.first = first
         self.window_s = window_s
-        # Per boundary (first + k * window_s): (epoch time of the read, counters), or None without counters.
-        self.readings: list[tuple[float, dict[str, float]] | None] = []
+        # Per boundary (first + k * window_s): (epoch time of the read's middle, the read's seconds, counters), or
+        # None without counters. The server took its snapshot somewhere inside the read, which under load can take
+        # 100 ms: the read's length is how far the snapshot may be from the boundary.
+        self.readings: list[tuple[float, float, dict[str, float]] | None] = []
 
     def _due(self) -> float:
         return self.first + len(self.readings) * self.window_s
@@ -47,7 +49,8 @@ class BoundaryCounters:
     def _read(self) -> None:
         before = time.time()
         values = self.probe() if self.probe else None
-        self.readings.append(None if values is None else ((before + time.time()) / 2, values))
+        after = time.time()
+        self.readings.append(None if values is None else ((before + after) / 2, after - before, values))
 
     def read_through(self, boundary: int) -> None:
         """Read every boundary up to `boundary`, waiting for those still ahead."""
@@ -69,13 +72,14 @@ class BoundaryCounters:
                     self._read()
                 return ray.get(refs)
 
-    def around(self, first: int, last: int) -> tuple[dict[str, float] | None, dict[str, float] | None, float]:
-        """Counters at boundaries `first` and `last`, and the seconds between the two reads."""
+    def around(self, first: int, last: int) -> tuple[dict[str, float] | None, dict[str, float] | None, float, float]:
+        """Counters at boundaries `first` and `last`, the seconds between the two reads' middles and the two reads'
+        seconds together (how far the span between the server's two snapshots may be from it)."""
         self.read_through(last)
         before, after = self.readings[first], self.readings[last]
         if before is None or after is None:
-            return None, None, 0.0
-        return before[1], after[1], after[0] - before[0]
+            return None, None, 0.0, 0.0
+        return before[2], after[2], after[0] - before[0], before[1] + after[1]
 
 
 @dataclass
@@ -90,6 +94,7 @@ class Measurement:
     counters_before: dict[str, float] | None = None  # server counters at the final windows' boundaries
     counters_after: dict[str, float] | None = None
     counters_span_s: float = 0.0  # seconds between the two reads (the windows' length, give or take a read)
+    counters_read_s: float = 0.0  # the two reads' seconds together: the span's uncertainty
     client_niceness: int | None = None  # the scheduling priority the clients sent at (the highest of the actors')
     series: list[dict[str, float]] | None = None  # every window over time (experiments.measure.metrics.time_series)
     # A shared card's other tenants (`neighbours` of `measure`): each one's merged samples over the same final windows
@@ -168,7 +173,7 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
             start = end
         final = windows if ramp else windows[-stability.windows:]
         # Read while the load still runs: a server keeps serving its backlog after the clients stop.
-        before, after, span_s = counters.around(len(windows) - len(final), len(windows))
+        before, after, span_s, read_s = counters.around(len(windows) - len(final), len(windows))
     finally:
         try:
             ray.get([a.stop.remote() for a in used], timeout=exp.request_timeout_s + 5)
@@ -181,7 +186,7 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         client_niceness=max(niceness for _, niceness in started),
         windows=len(windows), stable=stable,
         window_stats=[window_stats(w, stability.latency_percentile) for w in windows],
-        counters_before=before, counters_after=after, counters_span_s=span_s,
+        counters_before=before, counters_after=after, counters_span_s=span_s, counters_read_s=read_s,
         series=time_series(windows, SERIES_BINS_PER_WINDOW, good_deadline_ms(exp.slo)),
         neighbours=[WindowSamples.merge(own[first:]) for own in beside] if neighbours else None,
     )

@@ -100,4 +100,5 @@ def server_count_note(doc: Document, ok: pd.DataFrame) -> None:
         return
     names = ", ".join(f"{r.stack}/b{r.batch_size}/{r.load} ({r.server_count_ratio:.3f})" for r in off.itertuples())
     doc.note(f"**Server and clients disagree** on the images served (by more than {SERVER_COUNT_TOLERANCE:.0%}) "
-             f"in {len(off)} trial(s), server/client: {names}. Their throughput is in doubt.")
+             f"in {len(off)} trial(s), server/client: {names}, more than the reads of its counters can move. Their "
+             "throughput is in doubt.")

@@ -204,7 +204,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     if result.counters_before and result.counters_after:
         record.metrics.update(backend.server_breakdown(result.counters_before, result.counters_after))
         _check_server_count(record, backend.served_images(result.counters_before, result.counters_after),
-                            result.counters_span_s, samples)
+                            result.counters_span_s, result.counters_read_s, samples)
     record.series = result.series or []
     record.params["client_actors_used"] = result.actors_used
     record.params["client_niceness"] = result.client_niceness
@@ -223,13 +223,13 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     return record
 
 
-def _check_server_count(record: TrialRecord, served_images: float | None, span_s: float,
+def _check_server_count(record: TrialRecord, served_images: float | None, span_s: float, read_s: float,
                         samples: WindowSamples) -> None:
     """The server's own count of served images beside the clients' throughput; a trial where they disagree
     by more than a few percent is tagged `server_count_mismatch=true` (and says so in the log)."""
     if served_images is None:
         return
-    record.metrics.update(server_count_metrics(served_images, span_s, record.metrics["throughput_img_s"]))
+    record.metrics.update(server_count_metrics(served_images, span_s, record.metrics["throughput_img_s"], read_s))
     if counts_disagree(record.metrics, samples):
         record.tags["server_count_mismatch"] = "true"
         log.warning("%s: the server served %.1f img/s, the clients counted %.1f img/s (ratio %.3f)",
