@@ -16,8 +16,12 @@ Servers, each started outside as its user would start it, at the niceness a laun
 With `--noise`, each server is launched twice: how far two launched runs of the same server differ (the machine's own
 run-to-run spread) is set beside how far the endpoint run differs, point by point.
 
+With `--rounds N`, launched and endpoint runs alternate N times (launched, endpoint, launched, ...: a drift of the
+machine falls on both alike) and each point compares the medians of its N figures; each round's ratios and the
+launched runs' own spread (slowest over fastest) come beside them.
+
     python benchmarks/endpoint_agreement.py [--model resnet18] [--window-s 2] [--servers fastapi triton torchserve
-        ray_serve] [--noise] [--keep]
+        ray_serve] [--batches 1 8] [--concurrency 1 4] [--noise | --rounds N] [--keep]
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -245,6 +250,40 @@ OUTSIDE = {"fastapi": lambda cfg, work, launched_id: fastapi_outside(cfg, work),
            "ray_serve": lambda cfg, work, launched_id: ray_serve_outside(cfg, work)}
 
 
+def _median(runs: list[dict], key: tuple[str, int, int], metric: str) -> float:
+    return statistics.median(run[key][metric] for run in runs)
+
+
+def compare(server: str, launched_runs: list[dict], endpoint_runs: list[dict], again: dict) -> list[dict[str, Any]]:
+    """One row per point measured both ways in every round: the medians' ratios (one round: the figures'), each
+    round's ratios, the launched runs' spread and, with a second launched run (`again`), the machine's own spread."""
+    rows = []
+    common = set.intersection(*(set(run) for run in (*launched_runs, *endpoint_runs)))
+    for key in sorted(common):
+        protocol, batch, concurrency = key
+        a = {m: _median(launched_runs, key, m) for m in ("p50_ms", "img_s")}
+        b = {m: _median(endpoint_runs, key, m) for m in ("p50_ms", "img_s")}
+        p50_ratio, img_s_ratio = b["p50_ms"] / a["p50_ms"], b["img_s"] / a["img_s"]
+        engines = {run[key]["engine"] for run in (*launched_runs, *endpoint_runs)}
+        row = {"server": server, "protocol": protocol, "batch": batch, "concurrency": concurrency,
+               "launched_p50_ms": a["p50_ms"], "endpoint_p50_ms": b["p50_ms"], "p50_ratio": p50_ratio,
+               "launched_img_s": a["img_s"], "endpoint_img_s": b["img_s"], "img_s_ratio": img_s_ratio,
+               "engine": "/".join(sorted(engines)),
+               "within_goal": abs(p50_ratio - 1) <= GOAL and abs(img_s_ratio - 1) <= GOAL}
+        if len(launched_runs) > 1:
+            row["round_img_s_ratios"] = " ".join(f"{e[key]['img_s'] / la[key]['img_s']:.2f}"
+                                                 for la, e in zip(launched_runs, endpoint_runs, strict=True))
+            img_s = [run[key]["img_s"] for run in launched_runs]
+            row["launched_img_s_spread"] = max(img_s) / min(img_s)
+        if key in again:  # the same server launched again: the spread the endpoint's is set beside
+            c = again[key]
+            row.update(again_p50_ratio=c["p50_ms"] / a["p50_ms"], again_img_s_ratio=c["img_s"] / a["img_s"])
+            row["within_noise"] = all(abs(row[f"{m}_ratio"] - 1) <= max(GOAL, abs(row[f"again_{m}_ratio"] - 1))
+                                      for m in ("p50", "img_s"))
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet18")
@@ -255,7 +294,11 @@ def main() -> None:
     parser.add_argument("--name", default="endpoint_agreement")
     parser.add_argument("--keep", action="store_true", help="keep the sweeps' logs, runs and MLflow store")
     parser.add_argument("--noise", action="store_true", help="launch each server twice: its run-to-run spread")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate launched and endpoint runs this many times and compare their medians")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds={args.rounds}: give 1 or more")
 
     from experiments.config.compose import load_config
 
@@ -270,40 +313,31 @@ def main() -> None:
         for server in args.servers:
             variant, protocols = SERVERS[server]
             chosen = f"experiment.protocols=[{','.join(protocols)}]"
-            launched_id, endpoint_id = f"{server}-launched", f"{server}-endpoint"
-            print(f"{server}: launched ...", flush=True)
-            launched = sweep(work, launched_id, [*common, chosen, f"experiment.backends=[{variant}]"])
-            again = (sweep(work, f"{launched_id}-again", [*common, chosen, f"experiment.backends=[{variant}]"])
+            launched_runs: list[dict] = []
+            endpoint_runs: list[dict] = []
+            for round_ in range(args.rounds):
+                tag = f"-r{round_ + 1}" if args.rounds > 1 else ""
+                launched_id = f"{server}-launched{tag}"
+                print(f"{server}{tag}: launched ...", flush=True)
+                launched_runs.append(sweep(work, launched_id, [*common, chosen, f"experiment.backends=[{variant}]"]))
+                with OUTSIDE[server](cfg, work, launched_id) as endpoint:
+                    print(f"{server}{tag}: as an endpoint ...", flush=True)
+                    endpoint_runs.append(sweep(work, f"{server}-endpoint{tag}",
+                                               [*common, chosen, "experiment=endpoint", *endpoint]))
+            again = (sweep(work, f"{server}-launched-again", [*common, chosen, f"experiment.backends=[{variant}]"])
                      if args.noise else {})
-            with OUTSIDE[server](cfg, work, launched_id) as endpoint:
-                print(f"{server}: as an endpoint ...", flush=True)
-                measured = sweep(work, endpoint_id, [*common, chosen, "experiment=endpoint", *endpoint])
-            for key in sorted(launched):
-                if key not in measured:
-                    continue
-                a, b = launched[key], measured[key]
-                protocol, batch, concurrency = key
-                p50_ratio, img_s_ratio = b["p50_ms"] / a["p50_ms"], b["img_s"] / a["img_s"]
-                row = {"server": server, "protocol": protocol, "batch": batch, "concurrency": concurrency,
-                       "launched_p50_ms": a["p50_ms"], "endpoint_p50_ms": b["p50_ms"], "p50_ratio": p50_ratio,
-                       "launched_img_s": a["img_s"], "endpoint_img_s": b["img_s"], "img_s_ratio": img_s_ratio,
-                       "engine": a["engine"] if a["engine"] == b["engine"] else f"{a['engine']}/{b['engine']}",
-                       "within_goal": abs(p50_ratio - 1) <= GOAL and abs(img_s_ratio - 1) <= GOAL}
-                if key in again:  # the same server launched again: the spread the endpoint's is set beside
-                    c = again[key]
-                    row.update(again_p50_ratio=c["p50_ms"] / a["p50_ms"], again_img_s_ratio=c["img_s"] / a["img_s"])
-                    row["within_noise"] = all(abs(row[f"{m}_ratio"] - 1) <= max(GOAL, abs(row[f"again_{m}_ratio"] - 1))
-                                              for m in ("p50", "img_s"))
-                rows.append(row)
+            rows.extend(compare(server, launched_runs, endpoint_runs, again))
     finally:
         if args.keep:
             print(f"logs and runs: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
     noise = ["again_p50_ratio", "again_img_s_ratio", "within_noise"] if args.noise else []
+    if args.rounds > 1:
+        noise += ["round_img_s_ratios", "launched_img_s_spread"]
     report(args.name, ["server", "protocol", "batch", "concurrency", "launched_p50_ms", "endpoint_p50_ms",
                        "p50_ratio", "launched_img_s", "endpoint_img_s", "img_s_ratio", "engine", "within_goal", *noise],
-           rows, {"model": args.model, "window_s": args.window_s, "goal": GOAL,
+           rows, {"model": args.model, "window_s": args.window_s, "goal": GOAL, "rounds": args.rounds,
                   "within_goal": sum(r["within_goal"] for r in rows), "points": len(rows),
                   **({"within_noise": sum(r.get("within_noise", False) for r in rows)} if args.noise else {})})
 
