@@ -63,7 +63,7 @@ def outside_ray(env: Mapping[str, str]) -> dict[str, str]:
     """`env` less what Ray put into its worker's environment alone: `OMP_NUM_THREADS` (1 with fractional CPUs),
     which Ray sets in a worker when its node was started without one. A server a host actor starts would inherit
     it, and the same server deployed outside Ray would not: measured on two cores, the FastAPI service served b8
-    about 10 % slower with it. A value the node itself was started with (the raylet's) is the user's, and stays."""
+    requests one at a time about 10 % slower with it. A value the node itself was started with (the raylet's) is the user's, and stays."""
     out = dict(env)
     raylet = out.get("RAY_RAYLET_PID")
     if "OMP_NUM_THREADS" not in out or not raylet:
