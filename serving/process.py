@@ -63,16 +63,17 @@ def outside_ray(env: Mapping[str, str]) -> dict[str, str]:
     """`env` less what Ray put into its worker's environment alone: `OMP_NUM_THREADS` (1 with fractional CPUs),
     which Ray sets in a worker when its node was started without one. A server a host actor starts would inherit
     it, and the same server deployed outside Ray would not: measured on two cores, the FastAPI service served b8
-    requests one at a time about 10 % slower with it. A value the node itself was started with (the raylet's) is the user's, and stays."""
+    requests one at a time about 10 % slower with it. A value the node itself was started with (the raylet's) is
+    the user's, and stays; so does the worker's when the raylet's environment cannot be read."""
     out = dict(env)
     raylet = out.get("RAY_RAYLET_PID")
     if "OMP_NUM_THREADS" not in out or not raylet:
         return out
     try:
-        node_env = Path(f"/proc/{raylet}/environ").read_bytes().split(b"\0")
+        node_env = Path(f"/proc/{raylet}/environ").read_bytes()
     except OSError:  # the raylet is another user's, or gone: keep what we have
         return out
-    if not any(item.startswith(b"OMP_NUM_THREADS=") for item in node_env):
+    if node_env and not any(item.startswith(b"OMP_NUM_THREADS=") for item in node_env.split(b"\0")):
         del out["OMP_NUM_THREADS"]
     return out
 

@@ -18,9 +18,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @contextmanager
 def stand_in_raylet(env: dict[str, str]) -> Iterator[int]:
-    """A process started with `env`, standing in for the raylet whose environment a worker's is compared with."""
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    """A process started with `env`, standing in for the raylet whose environment a worker's is compared with; it
+    says when it runs (just after exec, /proc/<pid>/environ can still read empty)."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                               env=env, stdout=subprocess.PIPE, text=True)
     try:
+        assert process.stdout is not None and process.stdout.readline() == "up\n"
         yield process.pid
     finally:
         process.kill()
