@@ -11,9 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from serving.paths import REPO_ROOT
 from serving.process import outside_ray
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @contextmanager
@@ -49,9 +48,10 @@ from serving.process import start_process
 @ray.remote(num_cpus=0)
 def child_sees():
     import os
-    log = Path(tempfile.mkdtemp()) / "child.log"
-    start_process([sys.executable, "-c", "import os; print(os.environ.get('OMP_NUM_THREADS'))"], log).wait(30)
-    return os.environ.get("OMP_NUM_THREADS"), log.read_text().strip()
+    with tempfile.TemporaryDirectory() as work:
+        log = Path(work) / "child.log"
+        start_process([sys.executable, "-c", "import os; print(os.environ.get('OMP_NUM_THREADS'))"], log).wait(30)
+        return os.environ.get("OMP_NUM_THREADS"), log.read_text().strip()
 
 ray.init(address="local", num_cpus=2, include_dashboard=False)
 try:
@@ -64,7 +64,7 @@ finally:
 @pytest.mark.slow
 def test_a_server_started_by_a_ray_worker_does_not_inherit_rays_thread_count() -> None:
     env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
-    env.update(PYTHONPATH=REPO, RAY_AUTH_MODE="disabled")
+    env.update(PYTHONPATH=str(REPO_ROOT), RAY_AUTH_MODE="disabled")
     done = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("WORKER")]
