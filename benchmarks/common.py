@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +31,21 @@ def local_tier(cfg: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
         options = placement_options("local")
         node = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote())
         yield node, options
+
+
+def run_sweep(work: Path, sweep_id: str, overrides: list[str], timeout_s: float = 1800) -> tuple[int, list[dict]]:
+    """One real sweep (`python -m runners.sweep`, its own local Ray, stopped after) with its results and MLflow
+    under `work` and its log in `work/<sweep_id>.log`: its exit status and its trials' records, each with the
+    folder it was read from (`trial_dir`: latencies.csv beside it)."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "RAY_AUTH_MODE": "disabled"}
+    command = [sys.executable, "-m", "runners.sweep", f"results_dir={work / 'runs'}", f"sweep_id={sweep_id}",
+               "quiet=true", "report=false", *overrides]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT)
+    (work / f"{sweep_id}.log").write_text(done.stdout + done.stderr)
+    records = []
+    for path in sorted((work / "runs" / sweep_id).glob("*/trials/*/record.json")):
+        records.append({**json.loads(path.read_text()), "trial_dir": str(path.parent)})
+    return done.returncode, records
 
 
 def machine() -> dict[str, Any]:

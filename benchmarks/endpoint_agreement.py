@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import report  # noqa: E402
+from benchmarks.common import report, run_sweep  # noqa: E402
 
 GOAL = 0.10
 # A launched server runs at the niceness of the Ray worker (its host actor) that starts it, Ray's default 15 (`ps`
@@ -65,16 +65,11 @@ SERVERS = {"fastapi": ("fastapi", ["http"]), "triton": ("triton_onnx", ["http", 
 
 def sweep(work: Path, sweep_id: str, overrides: list[str]) -> dict[tuple[str, int, int], dict[str, float]]:
     """Run one sweep (its own local Ray, stopped after); its ok trials' p50 and throughput by (protocol, b, c)."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "RAY_AUTH_MODE": "disabled"}
-    command = [sys.executable, "-m", "runners.sweep", f"results_dir={work / 'runs'}", f"sweep_id={sweep_id}",
-               "quiet=true", "report=false", *overrides]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
-    (work / f"{sweep_id}.log").write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        raise RuntimeError(f"{sweep_id} exited {done.returncode}: see {work / f'{sweep_id}.log'}")
+    status, records = run_sweep(work, sweep_id, overrides)
+    if status != 0:
+        raise RuntimeError(f"{sweep_id} exited {status}: see {work / f'{sweep_id}.log'}")
     out = {}
-    for path in (work / "runs" / sweep_id).glob("*/trials/*/record.json"):
-        record = json.loads(path.read_text())
+    for record in records:
         if record["status"] != "ok":
             continue
         p, m = record["params"], record["metrics"]

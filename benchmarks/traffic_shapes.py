@@ -10,31 +10,23 @@ Poisson's at the same mean rate; the engine's sent-late share at most 1 %.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import report  # noqa: E402
+from benchmarks.common import report, run_sweep  # noqa: E402
 
 LATE_GOAL = 0.01
 
 
 def sweep(work: Path, sweep_id: str, overrides: list[str]) -> dict:
-    """One sweep (its own local Ray); its one trial's record."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "RAY_AUTH_MODE": "disabled"}
-    command = [sys.executable, "-m", "runners.sweep", f"results_dir={work / 'runs'}", f"sweep_id={sweep_id}",
-               "quiet=true", "report=false", *overrides]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
-    (work / f"{sweep_id}.log").write_text(done.stdout + done.stderr)
-    records = [json.loads(p.read_text()) for p in (work / "runs" / sweep_id).glob("*/trials/*/record.json")]
+    """One sweep's one trial's record."""
+    status, records = run_sweep(work, sweep_id, overrides)
     if len(records) != 1:
-        raise RuntimeError(f"{sweep_id}: {len(records)} trial records (exit {done.returncode}): see {work}")
+        raise RuntimeError(f"{sweep_id}: {len(records)} trial records (exit {status}): see {work}")
     return records[0]
 
 

@@ -118,5 +118,21 @@ class BackendSettings(ABC):
         return {"backend": self.family, **asdict(self)}
 
 
+@dataclass
+class OneGpuServerSettings(BackendSettings):
+    """A server Ray places as one process (Triton, FastAPI, TorchServe): the share of a GPU it asks for."""
+
+    num_gpus: float = 0.5  # asked of Ray on nodes where it schedules GPUs (pins the server to one GPU)
+
+    def gpu_ask(self) -> tuple[str, float] | None:
+        return "num_gpus", float(self.num_gpus)
+
+    def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
+        problems = super().check(name, model, cluster)
+        if self.num_gpus < 0:
+            problems.append(self.refuse(name, "num_gpus", "a share of a GPU >= 0 (0: ask Ray for none)"))
+        return problems
+
+
 def is_positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1

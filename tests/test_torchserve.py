@@ -83,7 +83,7 @@ def test_default_settings_pass_and_describe_the_server() -> None:
     ("batch_size", 0, "a positive integer"),
     ("job_queue_size", 0, "a positive integer"),
     ("response_timeout_s", -1, "a positive integer"),
-    ("num_gpus", -0.5, "a share >= 0"),
+    ("num_gpus", -0.5, "a share of a GPU >= 0"),
     ("torch_threads", 0, "a positive integer, or null"),
 ])
 def test_bad_settings_are_refused_with_key_value_and_fix(key: str, value: Any, says: str) -> None:

@@ -22,10 +22,11 @@ OVERLOAD_FRACTION = 0.05
 SERVER_COUNT_TOLERANCE = 0.05
 
 
-def percentile_metrics(prefix: str, latency_s: np.ndarray) -> dict[str, float]:
+def percentile_metrics(prefix: str, latency_s: np.ndarray,
+                       percentiles: tuple[int, ...] = PERCENTILES) -> dict[str, float]:
     """`<prefix>_p50_ms` ... `<prefix>_p99_ms` of latencies in seconds."""
-    values = np.percentile(latency_s * 1e3, PERCENTILES)
-    return {f"{prefix}_p{p}_ms": float(v) for p, v in zip(PERCENTILES, values, strict=True)}
+    values = np.percentile(latency_s * 1e3, percentiles)
+    return {f"{prefix}_p{p}_ms": float(v) for p, v in zip(percentiles, values, strict=True)}
 
 
 def latency_metrics(latency_s: np.ndarray) -> dict[str, float]:
@@ -118,7 +119,7 @@ def tenancy_metrics(samples: WindowSamples, neighbours: list[WindowSamples]) -> 
            "tenant_fairness": min(rates) / max(rates) if max(rates) > 0 else 0.0}
     latency = np.concatenate([s.latency_s for s in neighbours])
     if latency.size:
-        out.update({f"neighbour_latency_p{p}_ms": float(np.percentile(latency, p) * 1e3) for p in (50, 99)})
+        out.update(percentile_metrics("neighbour_latency", latency, (50, 99)))
     return out
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from serving.pytorch.settings import TorchSettings
-from serving.settings import is_positive_int
+from serving.settings import OneGpuServerSettings, is_positive_int
 
 if TYPE_CHECKING:
     from serving.model_config import ModelConfig
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class TorchServeSettings(TorchSettings):
+class TorchServeSettings(TorchSettings, OneGpuServerSettings):
     """PyTorch in TorchServe's model workers, each a Python process holding the model."""
 
     _target_: str = "serving.torchserve.backend.TorchServeBackend"
@@ -27,7 +27,6 @@ class TorchServeSettings(TorchSettings):
     max_batch_delay_ms: int = 5
     job_queue_size: int = 100  # requests queued per model before TorchServe answers 503
     response_timeout_s: int = 120  # a worker that answers no request for this long is restarted
-    num_gpus: float = 0.5  # asked of Ray on nodes where it schedules GPUs (pins the server to one GPU)
 
     server_mode_hint: ClassVar[str] = "torchserve"
     searchable: ClassVar[tuple[str, ...]] = ("workers", "batch_size", "max_batch_delay_ms", "job_queue_size",
@@ -37,9 +36,6 @@ class TorchServeSettings(TorchSettings):
     def family(self) -> str:
         """Its own family, not `pytorch` (Ray Serve's): the server in front of the same model is what differs."""
         return "torchserve"
-
-    def gpu_ask(self) -> tuple[str, float] | None:
-        return "num_gpus", float(self.num_gpus)
 
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
@@ -52,6 +48,4 @@ class TorchServeSettings(TorchSettings):
                                                                     "waits its default 100 ms; use 1 or more"))
         elif not is_positive_int(delay):
             problems.append(self.refuse(name, "max_batch_delay_ms", "a whole number of milliseconds >= 1"))
-        if self.num_gpus < 0:
-            problems.append(self.refuse(name, "num_gpus", "a share >= 0"))
         return problems

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
 
-from serving.settings import BackendSettings, is_positive_int
+from serving.settings import OneGpuServerSettings, is_positive_int
 
 if TYPE_CHECKING:
     from serving.model_config import ModelConfig
@@ -52,7 +52,7 @@ class Accelerator(StrEnum):
 
 
 @dataclass
-class TritonSettings(BackendSettings):
+class TritonSettings(OneGpuServerSettings):
     """Triton serving the ONNX export through ONNX Runtime: `cuda` (CUDA EP; the CPU EP where a node has no GPU)
     or `tensorrt` (TensorRT EP, a GPU only)."""
 
@@ -76,7 +76,6 @@ class TritonSettings(BackendSettings):
     engine_cache_dir: str | None = None  # null: ~/.cache/tierbench/trt on the server's node (then <model>/<gpu>/<key>/)
     trt_opt_batch_size: int | None = None  # TensorRT profile: batch 1..model.max_batch_size tuned for this;
     #                                        null: the largest batch measured
-    num_gpus: float = 0.5  # asked of Ray on nodes where it schedules GPUs (pins the server to one GPU)
     warmup: bool = True  # Triton model_warmup: one request per experiment batch size before "ready"
     dynamic_batching: bool = False  # Triton's dynamic batcher, up to max_batch_size images
     max_batch_size: int | None = None  # config.pbtxt's max_batch_size: the largest batch the batcher forms (and a
@@ -120,9 +119,6 @@ class TritonSettings(BackendSettings):
     @property
     def family(self) -> str:
         return "triton_trt" if self.accelerator == Accelerator.TENSORRT else "triton_onnx"
-
-    def gpu_ask(self) -> tuple[str, float] | None:
-        return "num_gpus", float(self.num_gpus)
 
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         problems = super().check(name, model, cluster)
@@ -169,8 +165,6 @@ class TritonSettings(BackendSettings):
             problems.append(self.refuse(name, "cuda_options", "they reach the bundled server's Python backend; "
                                                               "NVIDIA's native ONNX Runtime backend takes its own "
                                                               "model parameters (server: bundled, or {})"))
-        if self.num_gpus < 0:
-            problems.append(self.refuse(name, "num_gpus", "a share of a GPU >= 0 (0: ask Ray for none)"))
         for key, unit in (("max_queue_delay_us", "microseconds"), ("max_queue_size", "requests queued; 0: no limit"),
                           ("queue_timeout_us", "microseconds a request may wait queued; 0: no limit")):
             if not (isinstance(getattr(self, key), int) and getattr(self, key) >= 0):
