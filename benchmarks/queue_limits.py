@@ -97,10 +97,10 @@ def main() -> None:
                      "p99 ms": statistics.median(r["p99_ms"] for r in measured),
                      "max ms": max(r["max_ms"] for r in measured),
                      "stalls": len(found),
-                     "requests per stall": float(np.mean([s["requests"] for s in found])) if found else None,
+                     "requests per stall": float(np.mean([s["requests"] for s in found])) if found else "",
                      "stalled latency ms": (f"{min(s['min_ms'] for s in found):.0f}-"
                                             f"{max(s['max_ms'] for s in found):.0f}") if found else ""})
-    report("queue_limits", list(rows[0]), rows,
+    report(f"queue_limits_r{args.rate:g}_q{args.small_limit}", list(rows[0]), rows,
            {"rate_rps": args.rate, "rounds": args.rounds, "window_s": args.window_s, "stall_ms": args.stall_ms,
             "variant": VARIANT, "runs": runs})
 

@@ -82,7 +82,9 @@ class TritonSettings(OneGpuServerSettings):
     #                                    request may send); null: model.max_batch_size
     max_queue_delay_us: int = 0  # how long the batcher waits for a batch to fill
     # Load shedding (the batcher's default queue policy): requests beyond max_queue_size queued are rejected at once
-    # (HTTP 503 / gRPC UNAVAILABLE), and a request queued longer than queue_timeout_us is rejected; 0: no limit
+    # (HTTP 503 / gRPC UNAVAILABLE), and a request queued longer than queue_timeout_us is rejected; 0: no limit.
+    # A max_queue_size the queue reaches can stall the batcher for 500 ms while it refuses every arrival: shed with
+    # queue_timeout_us (docs/traffic.md)
     max_queue_size: int = 0
     queue_timeout_us: int = 0
     preferred_batch_sizes: list[int] = field(default_factory=list)  # e.g. [8, 16]: sizes the batcher aims for
