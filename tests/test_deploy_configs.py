@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from experiments.cluster.tiers import CLIENT_POOL_RESOURCE, RESOURCE_PREFIX, TIER_LABEL, known_tiers
+from experiments.cluster.tiers import (
+    CLIENT_POOL_RESOURCE,
+    RESOURCE_PREFIX,
+    TIER_LABEL,
+    known_tiers,
+    node_declaration,
+)
 from serving.paths import REPO_ROOT
 
 DEPLOY = REPO_ROOT / "deploy"
@@ -56,6 +62,10 @@ def assert_tier_node_types(node_types: dict[str, dict[str, Any]], head: str) -> 
         assert tiers[tier].requires_gpu and node_type["resources"]["GPU"] >= 1, name
         assert node_type["min_workers"] == 0, f"{name}: min_workers must be 0 (started on demand, stopped when idle)"
         assert node_type["max_workers"] >= 1, f"{name}: max_workers 0 offers no node, the tier check would refuse it"
+        # What `runners.node --tier` declares (the node lock included: one tier job on the node at a time)
+        custom = {k: float(v) for k, v in node_type["resources"].items() if k not in ("CPU", "GPU", "memory")}
+        expected = node_declaration([tier])
+        assert custom == expected, f"{name}: declares {custom}, where runners.node declares {expected}"
     assert sum(CLIENT_POOL_RESOURCE in t["resources"] for t in node_types.values()) == 1
     return offered
 
