@@ -111,6 +111,15 @@ def test_the_error_budget_names_the_classes_and_keeps_the_figures() -> None:
     reason = over_error_budget({"error_rate": 0.2, "error_rate_http_503": 0.15, "error_rate_timeout": 0.05}, 0.01)
     assert reason and "20.0% of the requests failed (http_503 15.0%, timeout 5.0%)" in reason
     assert "experiment.max_error_rate=0.01" in reason and "figures are kept" in reason
+    assert "open loop" not in reason  # an open loop's refusals are what it offered
+
+
+def test_a_closed_loop_refused_by_a_shedding_server_is_told_to_measure_with_an_open_loop() -> None:
+    refused = {"error_rate": 0.6, "error_rate_grpc_14": 0.55, "error_rate_timeout": 0.05}
+    reason = over_error_budget(refused, 0.01, closed_loop=True)
+    assert reason and "counts its own resends" in reason and "experiment.load_mode=poisson" in reason
+    timeouts = {"error_rate": 0.6, "error_rate_timeout": 0.5, "error_rate_http_503": 0.1}
+    assert "open loop" not in over_error_budget(timeouts, 0.01, closed_loop=True)  # not a shedding server
 
 
 async def _http_window(url: str, seconds: float) -> WindowSamples:

@@ -10,6 +10,7 @@ import numpy as np
 from experiments.config.prices import cost_per_1k_images, images_per_usd
 from experiments.measure.catalog import PERCENTILES
 from experiments.measure.samples import WindowSamples
+from serving.clients.outcomes import SHED_CLASSES
 
 if TYPE_CHECKING:
     from experiments.config.schema import SloConfig
@@ -208,15 +209,22 @@ def outcome_metrics(samples: WindowSamples, deadline_ms: float | None) -> dict[s
     return out
 
 
-def over_error_budget(metrics: dict[str, float], max_error_rate: float) -> str | None:
-    """Why a trial's errors fail it (its share above `max_error_rate`, experiment.max_error_rate); None within it."""
+def over_error_budget(metrics: dict[str, float], max_error_rate: float, closed_loop: bool = False) -> str | None:
+    """Why a trial's errors fail it (its share above `max_error_rate`, experiment.max_error_rate); None within it.
+    A closed loop whose errors are mostly refusals resends each at once, so its share counts its own resends: the
+    reason says to measure shedding with an open loop."""
     rate = metrics.get("error_rate", 0.0)
     if rate <= max_error_rate:
         return None
-    classes = ", ".join(f"{k.removeprefix('error_rate_')} {v:.1%}" for k, v in sorted(metrics.items())
-                        if k.startswith("error_rate_"))
-    return (f"{rate:.1%} of the requests failed ({classes}), above experiment.max_error_rate={max_error_rate:g}: "
-            "its figures are kept (latency of the requests answered well, errors by class)")
+    by_class = {k.removeprefix("error_rate_"): v for k, v in sorted(metrics.items()) if k.startswith("error_rate_")}
+    classes = ", ".join(f"{name} {share:.1%}" for name, share in by_class.items())
+    reason = (f"{rate:.1%} of the requests failed ({classes}), above experiment.max_error_rate={max_error_rate:g}: "
+              "its figures are kept (latency of the requests answered well, errors by class)")
+    if closed_loop and sum(v for k, v in by_class.items() if k in SHED_CLASSES) > rate / 2:
+        reason += ("; most are what a server that sheds load answers, and a closed loop sends a refused request's "
+                   "successor at once, so this share counts its own resends: measure a server that sheds with an "
+                   "open loop (experiment.load_mode=poisson and experiment.request_rates)")
+    return reason
 
 
 def time_series(windows: list[WindowSamples], bins_per_window: int,

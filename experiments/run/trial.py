@@ -216,7 +216,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
                                                                            record.metrics["goodput_img_s"])
     if samples.failures.count:
         record.params["first_errors"] = "; ".join(f"{k}: {v}" for k, v in samples.error_messages.items())[:500]
-    over = over_error_budget(record.metrics, exp.max_error_rate)
+    over = over_error_budget(record.metrics, exp.max_error_rate, closed_loop=not trial.load_mode.open_loop)
     if over:  # the server answered: nothing to restart it for
         record.status, record.reason = Status.FAILED, over
         record.tags["over_error_budget"] = "true"

@@ -17,6 +17,10 @@ from __future__ import annotations
 import asyncio
 from enum import IntEnum
 
+# What a server that sheds load answers a request it refuses (Triton's queue limit, Ray Serve's max_queued_requests,
+# TorchServe's job queue, a load balancer): 503 or 429, gRPC RESOURCE_EXHAUSTED or UNAVAILABLE.
+SHED_CLASSES = frozenset({"http_503", "http_429", "grpc_8", "grpc_14"})
+
 
 class Outcome(IntEnum):
     OK = 0
