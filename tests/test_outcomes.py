@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 
 import numpy as np
 import pytest
@@ -35,6 +36,28 @@ def test_every_failure_has_its_class() -> None:
     assert classify(late) == (Outcome.TIMEOUT, 0)
     assert [error_class(*c) for c in [(1, 503), (2, 8), (3, 0), (5, 0)]] == ["http_503", "grpc_8", "timeout",
                                                                              "refused"]
+
+
+def test_a_grpc_call_with_no_server_to_connect_to_is_refused_and_a_servers_unavailable_is_its_status() -> None:
+    """A real call to a closed loopback port fails UNAVAILABLE with gRPC's own wording: `refused`, so a load on a
+    server gone stops; Triton answering UNAVAILABLE ("Exceeds maximum queue size") stays a status, a refusal."""
+    import grpc
+
+    async def call_closed_port() -> BaseException:
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            try:
+                await channel.unary_unary("/inference.GRPCInferenceService/ServerLive")(b"", timeout=5)
+            except grpc.aio.AioRpcError as exc:
+                return exc
+        raise AssertionError("a call to a closed port succeeded")
+
+    assert classify(asyncio.run(call_closed_port())) == (Outcome.REFUSED, 0)
+    shed = grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                details="Exceeds maximum queue size")
+    assert classify(shed) == (Outcome.GRPC_STATUS, 14)
 
 
 class FailingServer:

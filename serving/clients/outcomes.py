@@ -7,7 +7,7 @@ trial (its rate by class, the goodput) rather than the end of it.
     grpc_<code>  a gRPC status other than OK (8 RESOURCE_EXHAUSTED, 14 UNAVAILABLE, ...)
     timeout      no answer within the per-request deadline (experiment.request_timeout_s)
     reset        the connection was reset or closed with the request in flight
-    refused      no connection could be opened
+    refused      no connection could be opened (gRPC: UNAVAILABLE because no address could be connected to)
     invalid      an answer whose outputs do not check out (wrong size or shape)
     other        anything else (the message is kept)
 """
@@ -20,6 +20,9 @@ from enum import IntEnum
 # What a server that sheds load answers a request it refuses (Triton's queue limit, Ray Serve's max_queued_requests,
 # TorchServe's job queue, a load balancer): 503 or 429, gRPC RESOURCE_EXHAUSTED or UNAVAILABLE.
 SHED_CLASSES = frozenset({"http_503", "http_429", "grpc_8", "grpc_14"})
+# How gRPC words UNAVAILABLE when it found no server to connect to (a refused or unreachable address), as opposed to a
+# server answering UNAVAILABLE ("Exceeds maximum queue size"): the first counts as `refused`, like a refused socket.
+GRPC_NO_CONNECTION = "failed to connect to all addresses"
 
 
 class Outcome(IntEnum):
@@ -70,6 +73,8 @@ def classify(exc: BaseException) -> tuple[Outcome, int]:
             code = exc.code()
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 return Outcome.TIMEOUT, 0
+            if code == grpc.StatusCode.UNAVAILABLE and GRPC_NO_CONNECTION in (exc.details() or ""):
+                return Outcome.REFUSED, 0  # no server to answer, not a server refusing: the load stops on it
             return Outcome.GRPC_STATUS, int(code.value[0])
     except ImportError:  # pragma: no cover - grpc is a dependency
         pass
