@@ -6,16 +6,18 @@ import numpy as np
 import pytest
 
 from experiments.measure.metrics import (
+    answer_gap_metrics,
     cost_metrics,
     counts_disagree,
     is_stable,
+    is_stalled,
     open_loop_metrics,
     server_count_metrics,
     server_reported_metrics,
     window_metrics,
     windows_stable,
 )
-from experiments.measure.samples import WindowSamples
+from experiments.measure.samples import Failures, WindowSamples
 from serving.clients.base import parse_server_timing
 
 
@@ -164,3 +166,42 @@ def test_the_replica_report_is_parsed_and_batches_average_as_triton_counts_them(
     m = server_reported_metrics(s)
     assert m["server_replica_ms"] == pytest.approx(5.0)
     assert m["server_batch_avg"] == pytest.approx(10 / 3)
+
+
+def _answered(send_s: list[float], done_s: list[float], failed: tuple[list[float], list[float]] = ([], [])
+              ) -> WindowSamples:
+    """Requests sent and answered at the given times (s), and failed ones (sent, ended) beside them."""
+    send, done = np.asarray(send_s), np.asarray(done_s)
+    failures = Failures(np.asarray(failed[0]), np.asarray(failed[0]), np.asarray(failed[1]),
+                        np.full(len(failed[0]), 2), np.full(len(failed[0]), 14))
+    return WindowSamples(0.0, 10.0, 1, intended_s=send, send_s=send, done_s=done, server_ms=np.full(send.size, np.nan),
+                         actor=np.zeros(send.size), completed=send.size, sent=send.size, failures=failures)
+
+
+def test_a_server_that_froze_with_requests_queued_stalled_and_refusals_meanwhile_do_not_end_the_gap() -> None:
+    """The shape of Triton's batcher asleep with a full queue: answers every 4 ms, then two queued requests answered
+    together 500 ms later while everything arriving meanwhile was refused at once."""
+    send = [i * 0.004 for i in range(50)] + [0.199, 0.1995]
+    done = [t + 0.004 for t in send[:50]] + [0.7, 0.7]
+    refused = [0.2 + i * 0.003 for i in range(150)]
+    m = answer_gap_metrics(_answered(send, done, (refused, [t + 0.0002 for t in refused])))
+    assert m["answer_gap_max_ms"] == pytest.approx(500.0)
+    assert is_stalled({**m, "latency_p50_ms": 4.0})
+    assert not is_stalled({**m, "latency_p50_ms": 60.0})  # a server that slow: 500 ms is under ten of its p50s
+
+
+def test_gaps_without_a_request_waiting_are_idle_not_stalled() -> None:
+    """An open loop at a low rate: each request answered in 5 ms, the next sent a second later. The gaps between
+    answers are the server idle, not holding anything."""
+    send = [float(i) for i in range(8)]
+    m = answer_gap_metrics(_answered(send, [t + 0.005 for t in send]))
+    assert m["answer_gap_max_ms"] == 0.0 and not is_stalled({**m, "latency_p50_ms": 5.0})
+
+
+def test_a_busy_serial_servers_gaps_are_its_service_time() -> None:
+    """Four requests in flight on a server that answers one per 160 ms: each gap is one service, its p50 four."""
+    done = [0.16 * (i + 1) for i in range(40)]
+    send = [0.0, 0.0, 0.0, 0.0] + done[:-4]  # each loop sends its next request when its last is answered
+    m = answer_gap_metrics(_answered(send, done))
+    assert m["answer_gap_max_ms"] == pytest.approx(160.0)
+    assert not is_stalled({**m, "latency_p50_ms": 640.0})

@@ -333,6 +333,19 @@ def test_an_overloaded_trial_is_never_the_answer_nor_on_the_frontier(flagged) ->
     assert run.data.metrics["trials_overloaded"] == 1 and run.data.metrics["trials_unstable"] == 2
 
 
+def test_a_stalled_trial_is_listed_with_its_longest_gap_and_named_in_the_summary(flagged) -> None:
+    """Only the trial whose gap is ten times its p50 (500 ms against 9 ms) is a stall; the others logged none."""
+    published = flagged[2]
+    md = published.markdown.read_text()
+    start = md.index("## Stalls")
+    stalls = md[start:md.index("\n#", start + 3)]
+    assert "| a100 | triton_onnx/grpc/tensor | 1 | poisson-r100 | ok | 500.0 | 9.00 | 30.0 | 506.0 |" in stalls
+    assert stalls.count("| a100 |") == 1
+    assert ("1 trial(s) stalled: their server answered nothing for up to 500.0 ms while requests waited"
+            in "\n".join(published.report.summary))
+    assert "Stalls" in published.html.read_text()
+
+
 def test_the_answer_prefers_stable_trials_and_says_when_the_pick_is_unstable(flagged) -> None:
     data = flagged[2].data
     # p99 <= 45 ms: b1/c4 is cheaper ($0.0005) but unstable; the stable b1/c1 ($0.0008) is the answer.

@@ -45,6 +45,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("latency_mean_ms", "ms", Pool.SAMPLES, "mean request latency"),
     Metric("latency_min_ms", "ms", Pool.SAMPLES, "fastest request"),
     Metric("latency_max_ms", "ms", Pool.SAMPLES, "slowest request"),
+    Metric("answer_gap_max_ms", "ms", Pool.MAX, "the longest time between two answers while a request was in flight "
+                                                "all along: about the service time when busy; far longer (tag "
+                                                "`stalled`) when the server froze"),
     Metric("throughput_img_s", "img/s", Pool.GEOMETRIC, "images answered inside the windows per second"),
     Metric("requests_s", "req/s", Pool.GEOMETRIC, "requests answered inside the windows per second"),
     Metric("request_count", "count", Pool.SUM, "requests scheduled inside the windows"),

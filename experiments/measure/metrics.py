@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 # windows by more than this share of the arrivals, and by more than twice their Poisson noise (sqrt of the
 # count): a queue that merely fluctuates near capacity does not trip it, one that falls behind does.
 OVERLOAD_FRACTION = 0.05
+# A trial stalled when its server answered nothing for this many times its p50, and at least STALL_MIN_MS, while
+# requests waited: a freeze (a batcher asleep, a pause) that a p99 over thousands of requests can hide.
+STALL_FACTOR = 10.0
+STALL_MIN_MS = 100.0
 # The client's and the server's count of served images may differ by this share before a trial is flagged.
 SERVER_COUNT_TOLERANCE = 0.05
 
@@ -61,6 +65,29 @@ def window_metrics(samples: WindowSamples, price_per_hour_usd: float) -> dict[st
                "request_count": float(samples.requests), "completed_requests": float(samples.completed)}
     metrics.update(cost_metrics(price_per_hour_usd, metrics["throughput_img_s"]))
     return metrics
+
+
+def answer_gap_metrics(samples: WindowSamples) -> dict[str, float]:
+    """`answer_gap_max_ms`: the longest time between two answers while a request was in flight all along (sent by
+    the first answer, ended, answered or failed, no earlier than the second). A busy server's gaps are about its
+    service time; a stalled one's far longer, with refusals meanwhile not ending the gap."""
+    answered = np.sort(samples.done_s)
+    if answered.size < 2:
+        return {}
+    sent = np.concatenate([samples.send_s, samples.failures.send_s])
+    ended = np.concatenate([samples.done_s, samples.failures.done_s])
+    order = np.argsort(sent, kind="stable")
+    latest_end = np.maximum.accumulate(ended[order])  # of the requests sent so far, the latest to end
+    sent_by = np.searchsorted(sent[order], answered[:-1], side="right")  # requests sent by each answer
+    waited = (sent_by > 0) & (latest_end[np.maximum(sent_by - 1, 0)] >= answered[1:])
+    gaps = np.diff(answered)[waited]
+    return {"answer_gap_max_ms": float(gaps.max() * 1e3) if gaps.size else 0.0}
+
+
+def is_stalled(metrics: dict[str, float]) -> bool:
+    """The server answered nothing for STALL_FACTOR times the trial's p50 (and STALL_MIN_MS) while requests waited."""
+    gap, p50 = metrics.get("answer_gap_max_ms", 0.0), metrics.get("latency_p50_ms", math.inf)
+    return gap >= STALL_MIN_MS and gap >= STALL_FACTOR * p50
 
 
 def is_stable(values: list[float], percent: float) -> bool:

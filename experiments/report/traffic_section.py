@@ -1,10 +1,12 @@
 """The report's "Errors and traffic over time": which trials had requests fail and how (error rate by class, the
-goodput left), and for each trial whose load changes with time (a ramp, bursts, a trace replay) its course bin by bin:
-the rate offered against what was served and served well, and the latency, so it shows *when* the target broke.
-A ramp's knee is the offered rate where goodput leaves the offered line. How to read it: docs/traffic.md."""
+goodput left), which stalled (their server answered nothing for long while requests waited), and for each trial
+whose load changes with time (a ramp, bursts, a trace replay) its course bin by bin: the rate offered against what
+was served and served well, and the latency, so it shows *when* the target broke. A ramp's knee is the offered rate
+where goodput leaves the offered line. How to read it: docs/traffic.md."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.config.choices import LoadMode
+from experiments.measure.metrics import STALL_FACTOR, STALL_MIN_MS, is_stalled
 from experiments.report.data import SweepData
 from experiments.report.render import Document, count, format_frame, ms, rate
 
@@ -51,6 +54,36 @@ def _errors(doc: Document, data: SweepData, labels: dict[str, str]) -> list[str]
     doc.table(frame, [False, False, True, False, False, True, False, True, True, True])
     return [f"{len(failing)} trial(s) had requests fail (up to {_share(float(failing['error_rate'].max()))}): "
             "see “Requests that failed”"]
+
+
+def stalled_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials whose server answered nothing for long while requests waited (`is_stalled`)."""
+    if "answer_gap_max_ms" not in trials.columns:
+        return trials.iloc[:0]
+    return trials[[is_stalled({"answer_gap_max_ms": float(r["answer_gap_max_ms"]),
+                               "latency_p50_ms": float(r.get("latency_p50_ms", math.inf))})
+                   if pd.notna(r["answer_gap_max_ms"]) and pd.notna(r.get("latency_p50_ms")) else False
+                   for _, r in trials.iterrows()]]
+
+
+def _stalls(doc: Document, stalled: pd.DataFrame, labels: dict[str, str]) -> list[str]:
+    if stalled.empty:
+        return []
+    doc.h(2, "Stalls")
+    doc.p(f"Trials whose server answered nothing for at least {STALL_FACTOR:g} times their p50 (and "
+          f"{STALL_MIN_MS:g} ms) while requests waited (`answer_gap_max_ms`, tag `stalled`): a freeze that their "
+          "p99 hides when it holds few of their requests, and that their slowest request and refusals show. Triton's "
+          f"dynamic batcher with a `max_queue_size` the queue reaches stalls this way ({DOCS}).")
+    rows = [{"tier": labels.get(r["tier"], r["tier"]), "stack": r["stack"], "b": int(r["batch_size"]),
+             "load": r["load"], "status": r["status"], "longest gap ms": float(r["answer_gap_max_ms"]),
+             "p50 ms": float(r["latency_p50_ms"]), "p99 ms": float(r.get("latency_p99_ms", np.nan)),
+             "slowest ms": float(r.get("latency_max_ms", np.nan))}
+            for _, r in stalled.iterrows()]
+    frame = format_frame(pd.DataFrame(rows), {c: ms for c in ("longest gap ms", "p50 ms", "p99 ms", "slowest ms")},
+                         default=count)
+    doc.table(frame, [False, False, True, False, False, True, True, True, True])
+    return [f"{len(stalled)} trial(s) stalled: their server answered nothing for up to "
+            f"{ms(float(stalled['answer_gap_max_ms'].max()))} ms while requests waited (see “Stalls”)"]
 
 
 def knee(series: pd.DataFrame, images_per_request: int) -> pd.Series | None:
@@ -122,10 +155,11 @@ def traffic_section(doc: Document, images: dict[str, Path], folder: Path, data: 
     """The section (nothing when no request failed and no trial's load changed with time); its summary lines."""
     shown = [(run_id, frame) for run_id, frame in data.series.items() if not frame.empty and "t_s" in frame]
     failing = "error_rate" in data.trials.columns and (data.trials["error_rate"].fillna(0) > 0).any()
-    if not shown and not failing:
+    stalled = stalled_trials(data.trials)
+    if not shown and not failing and stalled.empty:
         return []
     doc.h(1, "Errors and traffic over time")
-    summary = _errors(doc, data, labels)
+    summary = _errors(doc, data, labels) + _stalls(doc, stalled, labels)
     if not shown:
         return summary
     doc.p(f"Each trial whose load changes with time, bin by bin (a fifth of a window; {DOCS}): the rate offered "

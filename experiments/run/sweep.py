@@ -30,6 +30,7 @@ from experiments.config.shares import share_params
 from experiments.config.typed import typed
 from experiments.config.validation import clients_only, validate
 from experiments.measure.client_actor import ClientPool
+from experiments.measure.metrics import is_stalled
 from experiments.plan import Trial, TrialGroup, plan_trials
 from experiments.results.layout import CEILING_FILE, CLUSTER_FILE, INPUTS_FILE, SERVER_LOGS_DIR, TierFolder
 from experiments.results.node_time import record_node_time
@@ -397,6 +398,8 @@ def _summary(record: TrialRecord) -> str:
     if m.get("overloaded"):
         flags += (f"  (OVERLOADED: {m['offered_rate_rps']:.1f} req/s offered, backlog grew by "
                   f"{m['backlog_growth_requests']:.0f})")
+    if is_stalled(m):
+        flags += f"  (STALLED: nothing answered for {m['answer_gap_max_ms']:.0f} ms while requests waited)"
     if "server_count_ratio" in m:
         flags += f"  server/client count {m['server_count_ratio']:.3f}"
     if "latency_p99_ms_ci_low" in m and "throughput_img_s_ci_low" in m:

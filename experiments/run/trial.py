@@ -22,9 +22,11 @@ from experiments.config.shares import share_params
 from experiments.config.trace import trace_settings
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.metrics import (
+    answer_gap_metrics,
     client_metrics,
     counts_disagree,
     good_deadline_ms,
+    is_stalled,
     open_loop_metrics,
     outcome_metrics,
     over_error_budget,
@@ -189,6 +191,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         **client_metrics(samples),
         **server_reported_metrics(samples),
         **outcome_metrics(samples, good_deadline_ms(exp.slo)),
+        **answer_gap_metrics(samples),
     }
     if trial.load_mode.open_loop:
         record.metrics.update(open_loop_metrics(samples, trial.request_rate))
@@ -209,6 +212,8 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     record.params["client_actors_used"] = result.actors_used
     record.params["client_niceness"] = result.client_niceness
     record.tags["stable"] = str(result.stable).lower()
+    if is_stalled(record.metrics):  # the server answered nothing for long while requests waited: p99 may hide it
+        record.tags["stalled"] = "true"
     if record.metrics.get("client_cpu_util_max", 0.0) > exp.client_cpu_limit:
         record.tags["client_bound"] = "true"  # even the most client actors allowed were busy: a lower bound
     if record.metrics.get("goodput_img_s", 0.0) > 0:  # what an image answered well within the deadline costs
