@@ -78,6 +78,7 @@ BAD_VALUES = [
     ("triton_onnx.max_queue_delay_us=100", "max_queue_delay_us=100", "only applies with dynamic_batching=true"),
     ("pytorch.num_replicas=0", "num_replicas=0", "a positive integer"),
     ("pytorch.max_ongoing_requests=0", "max_ongoing_requests=0", "a positive integer"),
+    ("pytorch.router_max_backoff_s=0", "router_max_backoff_s=0.0", "seconds > 0, or null"),
     ("pytorch.torch_threads=0", "torch_threads=0", "or null"),
     ("pytorch.replica_num_cpus=-1", "replica_num_cpus=-1.0", ">= 0"),
     ("pytorch.replica_num_gpus=-1", "replica_num_gpus=-1.0", ">= 0"),

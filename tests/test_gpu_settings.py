@@ -317,3 +317,18 @@ def test_gpu_only_variants_on_a_cpu_node_are_skipped_with_reasons_before_any_ser
         "the TensorRT execution provider needs an NVIDIA GPU; node cpu-box has none (CPU: Some CPU) "
         "(docs/troubleshooting.md#skipped-no-gpu)")
     assert all("driver_version" not in r.params for r in records)
+
+
+def test_the_routers_backoff_reaches_the_deployment_and_its_serve_config() -> None:
+    """`router_max_backoff_s` is Serve's `request_router_config.max_backoff_s`, in the options the sweep deploys with
+    and in the serve_config.yaml it exports (which Ray's own schema accepts); unset, Serve keeps its default."""
+    import yaml
+    from ray.serve.config import RequestRouterConfig
+    from ray.serve.schema import ServeDeploySchema
+
+    backend = _torch(CPU_NODE, router_max_backoff_s=0.05)
+    assert backend._deployment_options({})["request_router_config"] == {"max_backoff_s": 0.05}
+    assert "request_router_config" not in _torch(CPU_NODE)._deployment_options({})
+    config = yaml.safe_load(backend.deploy_files({})["serve_config.yaml"])
+    (deployment,) = ServeDeploySchema.model_validate(config).applications[0].deployments
+    assert RequestRouterConfig(**deployment.request_router_config).max_backoff_s == 0.05

@@ -169,8 +169,12 @@ class RayServeTorchBackend(TorchBackend):
         return sizes
 
     def _deployment_options(self, ray_actor_options: dict[str, Any]) -> dict[str, Any]:
-        return {"num_replicas": self.settings.num_replicas, "max_ongoing_requests": self.settings.max_ongoing_requests,
-                "max_queued_requests": self.settings.max_queued_requests, "ray_actor_options": ray_actor_options}
+        options = {"num_replicas": self.settings.num_replicas,
+                   "max_ongoing_requests": self.settings.max_ongoing_requests,
+                   "max_queued_requests": self.settings.max_queued_requests, "ray_actor_options": ray_actor_options}
+        if self.settings.router_max_backoff_s is not None:
+            options["request_router_config"] = {"max_backoff_s": float(self.settings.router_max_backoff_s)}
+        return options
 
     def deploy_files(self, rendered: dict[str, str]) -> dict[str, str]:
         """`serve_config.yaml`: one application as `serve deploy` / `serve run` take it, running this deployment

@@ -25,6 +25,10 @@ class RayServeTorchSettings(TorchSettings):
     # Load shedding: requests waiting for a replica beyond this many are answered 503 (gRPC RESOURCE_EXHAUSTED) at
     # once by Serve's proxy; -1: no limit
     max_queued_requests: int = -1
+    # The longest Serve's router waits before trying again to place a request when every replica already has
+    # max_ongoing_requests (its backoff doubles from 25 ms up to this); nothing wakes it sooner when a replica frees
+    # up, so past capacity a replica idles while requests wait (docs/traffic.md). null: Serve's default, 0.5 s
+    router_max_backoff_s: float | None = None
     batching: bool = False  # @serve.batch: merge concurrent requests into one forward pass
     max_batch_size: int | None = None  # images per forward pass; null: model.max_batch_size
     batch_wait_timeout_s: float = 0.0  # how long a batch waits for more requests after its first
@@ -34,7 +38,8 @@ class RayServeTorchSettings(TorchSettings):
 
     server_mode_hint: ClassVar[str] = "ray_serve"
     searchable: ClassVar[tuple[str, ...]] = ("num_replicas", "batching", "max_batch_size", "batch_wait_timeout_s",
-                                             "max_ongoing_requests", "max_queued_requests", "torch_threads")
+                                             "max_ongoing_requests", "max_queued_requests", "router_max_backoff_s",
+                                             "torch_threads")
     switched_by: ClassVar[dict[str, str]] = {"max_batch_size": "batching", "batch_wait_timeout_s": "batching"}
 
     @property
@@ -56,6 +61,10 @@ class RayServeTorchSettings(TorchSettings):
                                                                or self.max_queued_requests > 0)):
             problems.append(self.refuse(name, "max_queued_requests", "a positive number of requests, or -1 (no "
                                                                      "limit)"))
+        backoff = self.router_max_backoff_s
+        if backoff is not None and not (isinstance(backoff, int | float) and not isinstance(backoff, bool)
+                                        and backoff > 0):
+            problems.append(self.refuse(name, "router_max_backoff_s", "seconds > 0, or null (Serve's default, 0.5)"))
         for key in ("replica_num_cpus", "replica_num_gpus"):
             if getattr(self, key) < 0:
                 problems.append(self.refuse(name, key, "a share >= 0"))
