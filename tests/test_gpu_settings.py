@@ -332,3 +332,6 @@ def test_the_routers_backoff_reaches_the_deployment_and_its_serve_config() -> No
     config = yaml.safe_load(backend.deploy_files({})["serve_config.yaml"])
     (deployment,) = ServeDeploySchema.model_validate(config).applications[0].deployments
     assert RequestRouterConfig(**deployment.request_router_config).max_backoff_s == 0.05
+    facts = {"dtype": "float32", "torch_compile": False}
+    assert backend._start_facts(facts)[0]["router_max_backoff_s"] == 0.05  # the trial says which ran
+    assert "router_max_backoff_s" not in _torch(CPU_NODE)._start_facts(facts)[0]

@@ -207,6 +207,8 @@ class RayServeTorchBackend(TorchBackend):
                                   **self.torch_params(info.get("model_file"), info.get("gpu_ids"))}
         if "num_gpus" in self.actor_options():
             params["replica_num_gpus"] = self.settings.replica_num_gpus
+        if self.settings.router_max_backoff_s is not None:
+            params["router_max_backoff_s"] = self.settings.router_max_backoff_s
         metrics = {f"server_{k}" if k.startswith("warmup") else k: float(info[k])
                    for k in ("warmup_s", "warmup_first_call_s", "torch_compile_s") if k in info}
         return params, metrics
