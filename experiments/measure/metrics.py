@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -84,10 +84,11 @@ def answer_gap_metrics(samples: WindowSamples) -> dict[str, float]:
     return {"answer_gap_max_ms": float(gaps.max() * 1e3) if gaps.size else 0.0}
 
 
-def is_stalled(metrics: dict[str, float]) -> bool:
-    """The server answered nothing for STALL_FACTOR times the trial's p50 (and STALL_MIN_MS) while requests waited."""
+def is_stalled(metrics: Any) -> Any:
+    """The server answered nothing for STALL_FACTOR times the trial's p50 (and STALL_MIN_MS) while requests waited.
+    `metrics`: one trial's (a dict: a bool), or a frame of trials (a boolean Series; a missing figure is no stall)."""
     gap, p50 = metrics.get("answer_gap_max_ms", 0.0), metrics.get("latency_p50_ms", math.inf)
-    return gap >= STALL_MIN_MS and gap >= STALL_FACTOR * p50
+    return (gap >= STALL_MIN_MS) & (gap >= STALL_FACTOR * p50)
 
 
 def is_stable(values: list[float], percent: float) -> bool:

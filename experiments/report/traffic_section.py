@@ -6,7 +6,6 @@ where goodput leaves the offered line. How to read it: docs/traffic.md."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +59,7 @@ def stalled_trials(trials: pd.DataFrame) -> pd.DataFrame:
     """The trials whose server answered nothing for long while requests waited (`is_stalled`)."""
     if "answer_gap_max_ms" not in trials.columns:
         return trials.iloc[:0]
-    return trials[[is_stalled({"answer_gap_max_ms": float(r["answer_gap_max_ms"]),
-                               "latency_p50_ms": float(r.get("latency_p50_ms", math.inf))})
-                   if pd.notna(r["answer_gap_max_ms"]) and pd.notna(r.get("latency_p50_ms")) else False
-                   for _, r in trials.iterrows()]]
+    return trials[is_stalled(trials)]
 
 
 def _stalls(doc: Document, stalled: pd.DataFrame, labels: dict[str, str]) -> list[str]:
