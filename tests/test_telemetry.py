@@ -190,6 +190,45 @@ def test_sampler_combines_gpus_and_summarizes_a_window(monkeypatch: pytest.Monke
     assert metrics["gpu_telemetry_samples"] >= 10
 
 
+class _StallingNvml(_FakeNvml):
+    """The fake NVML whose energy read stalls once, the first time it is read after `stall_at`: what the sampling
+    thread sees when a busy node deschedules it between stamping a sample and reading the counter."""
+
+    def __init__(self, stall_at: float, stall_s: float) -> None:
+        super().__init__()
+        self.stall_at, self.stall_s, self.stalled = stall_at, stall_s, False
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:  # noqa: N802
+        import time
+
+        if not self.stalled and self.time() >= self.stall_at:
+            self.stalled = True
+            time.sleep(self.stall_s)
+        return super().nvmlDeviceGetTotalEnergyConsumption(handle)
+
+
+def test_a_sample_whose_reads_stalled_is_dropped_not_stamped_with_the_wrong_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import time
+
+    from experiments.measure.telemetry import MAX_READ_S, NodeSampler
+
+    fake = _StallingNvml(stall_at=float("inf"), stall_s=4 * MAX_READ_S)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = NodeSampler(None, 50.0)
+    try:
+        start = time.time()  # the sampler took its first sample when it started
+        end = start + 0.5
+        fake.stall_at = end - 0.01
+        metrics = sampler.window(start, end)
+    finally:
+        sampler.stop()
+    assert fake.stalled
+    # Stamped before the stall, the sample near `end` would carry 0.4 s more of 200 W: about 180 J, not 100.
+    assert metrics["gpu_energy_j"] == pytest.approx(100.0, rel=0.1)  # 2 x 100 W x 0.5 s
+
+
 def _process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of one process, read from /proc here (not through the sampler's code)."""
     stat = Path(f"/proc/{pid}/stat").read_text()

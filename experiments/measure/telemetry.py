@@ -44,6 +44,10 @@ MAX_SAMPLES = 200_000  # ~2.8 h at 20 Hz: a server group's lifetime, memory boun
 COVERAGE_SLACK_S = 0.5  # a window counts as covered when samples reach this close to both of its ends
 THREAD_EVERY = 5  # the server's threads are read every this many samples (a /proc walk each time)
 MAX_THREAD_SNAPSHOTS = 20_000  # ~1.4 h at 20 Hz / 5
+# A sample is stamped with the middle of its reads; one whose reads took longer than this (the sampling thread
+# descheduled on a busy node) is dropped, since its counters were read at an unknown moment within that span: a
+# 1 s stall between the stamp and the energy read added 1 s of the card's power to the window.
+MAX_READ_S = 0.1
 
 
 def nvml_unavailable_reason() -> str | None:
@@ -165,23 +169,40 @@ class NodeSampler:
         energy = sum(self._energy_mj(h) or 0.0 for h in self._handles) if self._energy_supported else nan
         return float(np.mean(util)), sum(mem) / 2**20, sum(power) / 1e3, energy / 1e3
 
-    def _sample(self) -> tuple[float, ...]:
+    def _sample(self) -> tuple[float, ...] | None:
+        """One row stamped with the middle of its reads; None when the reads spread over more than MAX_READ_S."""
+        before = time.time()
+        gpus = self._sample_gpus()
         cpu = cpu_times() or (float("nan"), float("nan"))
-        return (time.time(), *self._sample_gpus(), *cpu)
+        after = time.time()
+        return None if after - before > MAX_READ_S else ((before + after) / 2, *gpus, *cpu)
+
+    def _snapshot_threads(self) -> tuple[float, dict[tuple[int, int], int]] | None:
+        """CPU ticks of every thread of the server's processes, stamped as `_sample` stamps its rows."""
+        before = time.time()
+        ticks = thread_cpu_ticks(process_tree(self.processes))
+        after = time.time()
+        return None if after - before > MAX_READ_S else ((before + after) / 2, ticks)
 
     def _run(self) -> None:
         errors = (self._nvml.NVMLError,) if self._nvml is not None else ()
-        count = 0
+        count = dropped = 0
         while not self._stop.is_set():
             try:
                 row = self._sample()
             except errors as exc:  # e.g. the GPU fell off the bus: stop, windows come back empty
                 log.warning("NVML sampling stopped: %s", exc)
                 return
-            threads = (time.time(), thread_cpu_ticks(process_tree(self.processes))) if (
-                self.processes and count % THREAD_EVERY == 0) else None
+            threads = self._snapshot_threads() if self.processes and count % THREAD_EVERY == 0 else None
+            if row is None:
+                dropped += 1
+                if dropped in (1, 100, 10_000):  # a node too busy to sample on time is worth knowing, not flooding
+                    log.warning("telemetry: %d sample(s) dropped so far, their reads took over %.0f ms (a busy "
+                                "node); windows they leave uncovered come back without these metrics", dropped,
+                                MAX_READ_S * 1e3)
             with self._lock:
-                self._rows.append(row)
+                if row is not None:
+                    self._rows.append(row)
                 if threads is not None:
                     self._threads.append(threads)
             count += 1
