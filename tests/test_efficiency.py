@@ -64,6 +64,15 @@ def test_each_breakdown_gets_its_verdict_with_its_numbers(expected: Bottleneck) 
     assert tags["bottleneck"] == str(expected) and tags["bottleneck_fix"] == expected.fix
 
 
+def test_a_serve_replica_that_says_how_long_requests_waited_for_their_pass_is_queue_bound() -> None:
+    """Ray Serve's replica reports its queue in its Server-Timing: 7 of its 8 ms waiting for the inference thread
+    outweigh the 1 ms through the proxy."""
+    metrics = {**BASE, "gpu_util_pct": 25.0, "server_replica_ms": 9.0, "server_queue_ms": 7.0}
+    judged = verdict(metrics, {**PARAMS, "server_ingress": "proxy"}, True, client_cpu_limit=0.8, node_cpus=16)
+    assert judged.bottleneck is Bottleneck.QUEUE and "7.00 ms of a 10.00 ms" in judged.evidence
+    assert "num_replicas" in judged.tags()["bottleneck_fix"]
+
+
 def test_a_cpu_node_shared_with_its_clients_is_cpu_bound_and_says_how_many_cores_they_took() -> None:
     """Two cores, the clients on the same node using 0.9 of them: the server could not have reached its
     in-process throughput, whatever its settings."""

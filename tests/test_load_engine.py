@@ -153,7 +153,8 @@ int main(void) {
 
 
 def test_closed_loop_over_http_records_every_request() -> None:
-    with http_server(HttpBehaviour(body=BODY, server_timing="preprocess;dur=1.5, infer;dur=2.5, batch;desc=4")) as srv:
+    timing = "preprocess;dur=1.5, queue;dur=0.75, infer;dur=2.5, batch;desc=4"
+    with http_server(HttpBehaviour(body=BODY, server_timing=timing)) as srv:
         batch, code, err, folder = run_engine(http_wire(srv.port), ["--closed", "3"], 1.5)
     assert code == 0, err
     d = done(batch)
@@ -162,7 +163,8 @@ def test_closed_loop_over_http_records_every_request() -> None:
     assert np.all(d["intended_ns"] == d["sent_ns"])  # closed loop: a loop is free when it sends
     assert np.all(d["done_ns"] > d["sent_ns"])
     assert np.all(d["bytes"] == len(BODY)) and np.all(d["code"] == 200)
-    assert np.allclose(d["server_ms"], 4.0) and np.all(d["server_batch"] == 4)
+    assert np.allclose(d["server_ms"], 4.75) and np.all(d["server_batch"] == 4)
+    assert np.allclose(d["server_queue_ms"], 0.75)  # the wait for its forward pass, apart
     assert np.all(np.diff(d["done_ns"]) >= 0)  # written as they complete: windows are cut from the front
     beats = batch[batch["kind"] == records.Kind.HEARTBEAT]
     assert beats.size > 100 and np.all(np.diff(beats["intended_ns"]) >= 0)  # the watermark never goes back
@@ -215,6 +217,7 @@ def test_grpc_calls_carry_metadata_and_read_trailers() -> None:
     assert d.size > 50 and np.all(d["code"] == 200)
     assert np.all(d["bytes"] == len(reply) + 5)  # the DATA: length prefix and message
     assert np.allclose(d["server_ms"], 3.25) and np.all(d["server_batch"] == 2)
+    assert np.all(np.isnan(d["server_queue_ms"]))  # a server that says nothing of its queue
     assert srv["metadata"]["application"] == "app1"
     assert grpc_message((folder / "first.bin").read_bytes()) == reply
 

@@ -19,6 +19,7 @@ from experiments.measure.metrics import (
 )
 from experiments.measure.samples import Failures, WindowSamples
 from serving.clients.base import parse_server_timing
+from serving.pytorch.service import timing
 
 
 def _samples(latencies_ms: list[float], start: float = 100.0, end: float = 110.0, batch: int = 4,
@@ -157,8 +158,10 @@ def test_windows_are_stable_only_when_throughput_and_latency_agree() -> None:
 
 def test_the_replica_report_is_parsed_and_batches_average_as_triton_counts_them() -> None:
     report = parse_server_timing("preprocess;dur=1.5, infer;dur=8.25, batch;desc=8")
-    assert report.ms == pytest.approx(9.75) and report.executed_images == 8
+    assert report.ms == pytest.approx(9.75) and report.executed_images == 8 and report.queue_ms is None
     assert parse_server_timing(None) is None
+    waited = parse_server_timing(timing(10.0, 10.0015, 10.0120, 8, computing=10.0040))  # the replica's own header
+    assert waited.ms == pytest.approx(12.0) and waited.queue_ms == pytest.approx(2.5) and waited.executed_images == 8
     # Requests of 1 image: 8 rode in one pass of 8, 2 ran alone -> 10 images in 3 passes.
     s = _samples([10.0] * 10, batch=1)
     s.server_ms = np.full(10, 5.0)
@@ -166,6 +169,9 @@ def test_the_replica_report_is_parsed_and_batches_average_as_triton_counts_them(
     m = server_reported_metrics(s)
     assert m["server_replica_ms"] == pytest.approx(5.0)
     assert m["server_batch_avg"] == pytest.approx(10 / 3)
+    assert "server_queue_ms" not in m  # nothing said of the queue: nothing made up
+    s.server_queue_ms = np.array([3.0] * 8 + [np.nan, 0.0])
+    assert server_reported_metrics(s)["server_queue_ms"] == pytest.approx(24 / 9)
 
 
 def _answered(send_s: list[float], done_s: list[float], failed: tuple[list[float], list[float]] = ([], [])

@@ -1,10 +1,10 @@
 """Ray Serve's `@serve.batch` variant really merges concurrent requests into one forward pass (the replica
-reports the images of the pass each request rode in), and the plain variant never does."""
+reports the images of the pass each request rode in, and how long each waited for it), and the plain variant never
+does."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 
 import pytest
 
@@ -12,22 +12,22 @@ from experiments.cluster.connection import ray_cluster
 from experiments.cluster.tiers import placement_options
 from experiments.config.compose import load_config
 from experiments.run.server_group import build_backend
-from serving.clients.base import ClientSpec
+from serving.clients.base import ClientSpec, ServerReport, parse_server_timing
 from serving.probe import describe_node
 from serving.ray_serve.clients import TIMING_HEADER, encode_request
 
 pytestmark = pytest.mark.slow
 
 
-async def _executed_batches(url: str, spec: ClientSpec, requests: int) -> list[int]:
+async def _reports(url: str, spec: ClientSpec, requests: int) -> list[ServerReport]:
     import aiohttp
 
     body, headers = encode_request(spec)
     async with aiohttp.ClientSession() as session:
-        async def one() -> int:
+        async def one() -> ServerReport:
             async with session.post(url, data=body, headers=headers) as response:
                 assert response.status == 200
-                return int(re.search(r"batch;desc=(\d+)", response.headers[TIMING_HEADER]).group(1))
+                return parse_server_timing(response.headers[TIMING_HEADER])
 
         return list(await asyncio.gather(*(one() for _ in range(requests))))
 
@@ -40,14 +40,20 @@ def test_serve_batch_merges_concurrent_requests_and_the_plain_replica_does_not()
     with ray_cluster(cfg.cluster, "local"):
         options = placement_options("local")
         node = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote())
-        executed = {}
+        reports = {}
         for variant in ("pytorch_batched", "pytorch"):
             backend = build_backend(cfg, variant, node, options)
             handle = backend.start()
             try:
                 spec = backend.client_spec(handle, "http", "tensor", 1)
-                executed[variant] = asyncio.run(_executed_batches(handle.urls["http"], spec, 8))
+                reports[variant] = asyncio.run(_reports(handle.urls["http"], spec, 8))
             finally:
                 backend.stop()
+    executed = {variant: [r.executed_images for r in said] for variant, said in reports.items()}
     assert max(executed["pytorch_batched"]) > 1, executed  # 8 requests at once, 50 ms to gather: merged
     assert set(executed["pytorch"]) == {1}, executed
+    # Every answer says how long it waited for its pass, within the replica's own time; merged requests waited
+    # for the batch to gather (up to 50 ms), so some wait is seen there.
+    for said in reports.values():
+        assert all(r.queue_ms is not None and 0 <= r.queue_ms <= r.ms for r in said), said
+    assert max(r.queue_ms for r in reports["pytorch_batched"]) > 1.0, reports["pytorch_batched"]

@@ -115,7 +115,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("server_batch_avg", "batch", Pool.MEAN, "images per forward pass the server formed"),
     Metric("server_requests", "count", Pool.SUM, "requests the server counted between the window's snapshots"),
     Metric("server_request_ms", "ms", Pool.MEAN, "the server's time per request, end to end"),
-    Metric("server_queue_ms", "ms", Pool.MEAN, "time a request waited in the server's queue"),
+    Metric("server_queue_ms", "ms", Pool.MEAN, "time a request waited in the server for its forward pass (Triton, "
+           "TorchServe: their statistics; Ray Serve, FastAPI: each answer's Server-Timing)"),
     Metric("server_compute_input_ms", "ms", Pool.MEAN, "Triton: copying a request's inputs in"),
     Metric("server_compute_infer_ms", "ms", Pool.MEAN, "Triton: running the model"),
     Metric("server_compute_output_ms", "ms", Pool.MEAN, "Triton: copying a request's outputs out"),

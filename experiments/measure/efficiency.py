@@ -68,7 +68,8 @@ class Bottleneck(StrEnum):
                             "batching); for a busy node, more or faster cores or clients on their own node "
                             "(clients.placement=separate); on a CPU tier, a GPU",
             Bottleneck.QUEUE: "more model instances (Triton instance_count, Serve num_replicas) or server-side "
-                              "batching (dynamic_batching / batching)",
+                              "batching (dynamic_batching / batching); where the server batches already, a shorter "
+                              "wait to gather a batch (max_queue_delay_us / batch_wait_timeout_s)",
             Bottleneck.PROXY: "Serve's direct ingress to the replica (direct_ingress: true, e.g. pytorch_direct)",
             Bottleneck.TRANSPORT: "fewer bytes per image or fewer requests: shared memory (http_shm/grpc_shm), JPEG "
                                   "input, larger batches",

@@ -105,6 +105,7 @@ class LoadGenerator(ABC):
         self._done: list[float] = []
         self._server_ms: list[float] = []
         self._server_batch: list[float] = []  # images of the forward pass each request rode in
+        self._server_queue_ms: list[float] = []  # its wait in the server for that pass, where the server says
         # failed requests (serving.clients.outcomes), in the order they ended
         self._failed: dict[str, list[float]] = {key: [] for key in Failures.FIELDS}
         self._recent_gone: list[bool] = []  # whether each of the last GONE_AFTER outcomes was refused / reset
@@ -138,6 +139,7 @@ class LoadGenerator(ABC):
         self._server_ms.append(math.nan if report is None else float(report.ms))
         self._server_batch.append(math.nan if report is None or report.executed_images is None
                                   else float(report.executed_images))
+        self._server_queue_ms.append(math.nan if report is None or report.queue_ms is None else report.queue_ms)
         if self._recent_gone:
             self._note_outcome(Outcome.OK)
 
@@ -224,6 +226,7 @@ class LoadGenerator(ABC):
             done_s=done[inside],
             server_ms=np.asarray(self._server_ms[:n])[inside],
             server_batch=np.asarray(self._server_batch[:n])[inside],
+            server_queue_ms=np.asarray(self._server_queue_ms[:n])[inside],
             actor=np.full(int(inside.sum()), self.actor_index, dtype=np.int32),
             completed=(completed := int(np.count_nonzero((done >= window_start) & (done < window_end)))),
             # every request sent inside it, answered or failed: the achieved rate is the load the server was offered
@@ -251,7 +254,8 @@ class LoadGenerator(ABC):
         trial doesn't grow without bound. Records are appended as requests complete, so they are in completion
         order; a request scheduled earlier that completes in a later window is kept, to be counted there."""
         keep = bisect.bisect_left(self._done, t)
-        for records in (self._intended, self._sent, self._done, self._server_ms, self._server_batch):
+        for records in (self._intended, self._sent, self._done, self._server_ms, self._server_batch,
+                        self._server_queue_ms):
             del records[:keep]
         keep_failed = bisect.bisect_left(self._failed["done_s"], t)
         for records in self._failed.values():

@@ -195,10 +195,11 @@ def client_metrics(samples: WindowSamples) -> dict[str, float]:
 
 
 def server_reported_metrics(samples: WindowSamples) -> dict[str, float]:
-    """Per-request figures the server itself reported (Ray Serve's replica): its processing time, and
-    `server_batch_avg`, images per forward pass as Triton's statistics count them (inference count over
-    execution count). A request of b images in a pass of E is b/E of an execution, so over the window the
-    average is the harmonic mean of E over requests."""
+    """Per-request figures the server itself reported (Ray Serve's replica, the FastAPI service): its processing
+    time; `server_queue_ms`, how long a request waited for its forward pass (in the batcher, then for the inference
+    thread: what Triton's statistics call queue time); and `server_batch_avg`, images per forward pass as Triton's
+    statistics count them (inference count over execution count). A request of b images in a pass of E is b/E of an
+    execution, so over the window the average is the harmonic mean of E over requests."""
     reported = samples.server_ms[~np.isnan(samples.server_ms)]
     if reported.size == 0:
         return {}
@@ -208,6 +209,10 @@ def server_reported_metrics(samples: WindowSamples) -> dict[str, float]:
         executed = samples.server_batch[~np.isnan(samples.server_batch)]
         if executed.size:
             out["server_batch_avg"] = float(executed.size / np.sum(1.0 / executed))
+    if samples.server_queue_ms is not None:
+        waited = samples.server_queue_ms[~np.isnan(samples.server_queue_ms)]
+        if waited.size:
+            out["server_queue_ms"] = float(waited.mean())
     return out
 
 

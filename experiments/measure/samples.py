@@ -80,6 +80,8 @@ class WindowSamples:
     sent: int  # requests sent inside the window (whenever scheduled), answered or failed
     # images of the forward pass the request rode in, as the server reported it (NaN when it says nothing)
     server_batch: np.ndarray | None = None
+    # how long the request waited in the server for its forward pass, as the server reported it (NaN: it says nothing)
+    server_queue_ms: np.ndarray | None = None
     errors: list[str] = field(default_factory=list)
     clients: list[ClientHealth] = field(default_factory=list)
     # The requests scheduled inside the window that failed: everything above is of those answered well.
@@ -142,6 +144,7 @@ class WindowSamples:
             done_s=cat("done_s"),
             server_ms=cat("server_ms"),
             server_batch=None if any(p.server_batch is None for p in parts) else cat("server_batch"),
+            server_queue_ms=None if any(p.server_queue_ms is None for p in parts) else cat("server_queue_ms"),
             actor=cat("actor"),
             completed=sum(p.completed for p in parts),
             sent=sum(p.sent for p in parts),

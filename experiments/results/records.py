@@ -98,15 +98,18 @@ def write_record(record: TrialRecord, trial_dir: Path) -> Path:
         with open(trial_dir / LATENCIES_FILE, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["intended_epoch_s", "send_epoch_s", "latency_ms", "send_latency_ms", "server_ms",
-                             "server_batch", "client_actor"])
+                             "server_batch", "client_actor", "server_queue_ms"])
             s = record.samples
-            batches = s.server_batch if s.server_batch is not None else np.full(s.requests, np.nan)
+            unsaid = np.full(s.requests, np.nan)
+            batches = s.server_batch if s.server_batch is not None else unsaid
+            waits = s.server_queue_ms if s.server_queue_ms is not None else unsaid
             for row in zip(s.intended_s, s.send_s, s.latency_s, s.send_latency_s, s.server_ms, batches, s.actor,
-                           strict=True):
-                intended, sent, latency, send_latency, server_ms, batch, actor = row
+                           waits, strict=True):
+                intended, sent, latency, send_latency, server_ms, batch, actor, waited = row
                 writer.writerow([f"{intended:.6f}", f"{sent:.6f}", f"{latency * 1e3:.4f}",
                                  f"{send_latency * 1e3:.4f}", "" if server_ms != server_ms else f"{server_ms:.4f}",
-                                 "" if batch != batch else int(batch), int(actor)])
+                                 "" if batch != batch else int(batch), int(actor),
+                                 "" if waited != waited else f"{waited:.4f}"])
     tmp = trial_dir / (RECORD_FILE + ".tmp")
     tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True, default=str))
     tmp.replace(trial_dir / RECORD_FILE)

@@ -123,29 +123,33 @@ TIMING_HEADER = "Server-Timing"
 
 
 class ServerReport(NamedTuple):
-    """What a server said about one request: its own processing time, and the images of the forward pass the
-    request rode in (more than the request's own when a server-side batcher merged it with others)."""
+    """What a server said about one request: its own processing time, the images of the forward pass the request
+    rode in (more than the request's own when a server-side batcher merged it with others), and of its time, how
+    long it waited for that pass (None where the server does not say)."""
 
     ms: float
     executed_images: int | None = None
+    queue_ms: float | None = None
 
 
 def parse_server_timing(header: str | None) -> ServerReport | None:
-    """The server's own time (ms: the total of the `dur`s) and executed batch (`batch;desc=N`) from a
-    `Server-Timing: preprocess;dur=1.2, infer;dur=8.5, batch;desc=8` header (Ray Serve's replica sends it, over
-    gRPC as trailing metadata); None without one."""
+    """The server's own time (ms: the total of the `dur`s), its wait (`queue;dur`) and executed batch
+    (`batch;desc=N`) from a `Server-Timing: preprocess;dur=1.2, queue;dur=3.0, infer;dur=8.5, batch;desc=8` header
+    (Ray Serve's replica sends it, over gRPC as trailing metadata); None without one."""
     if not header:
         return None
-    total, executed = 0.0, None
+    total, executed, queue = 0.0, None, None
     for metric in header.split(","):
         name, *params = (part.strip() for part in metric.split(";"))
         for param in params:
             key, _, value = param.partition("=")
             if key == "dur":
                 total += float(value)
+                if name == "queue":
+                    queue = float(value)
             elif key == "desc" and name == "batch":
                 executed = int(value)
-    return ServerReport(total, executed)
+    return ServerReport(total, executed, queue)
 
 
 class PoolStats(NamedTuple):

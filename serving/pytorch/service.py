@@ -6,8 +6,10 @@ Inference runs on one worker thread, like one Triton model instance; decoding ru
 A server-side batcher (Ray Serve's `@serve.batch`) is plugged in as `batcher`: it merges concurrent requests and
 calls `forward` once for all of them, counting images (not requests) as Triton's dynamic batcher does.
 
-Server-Timing (`timing`): the service's own time per request (preprocessing and inference, ms) and the images of the
-forward pass the request rode in (`batch;desc=N`: more than its own when a batcher merged it with others).
+Server-Timing (`timing`): the service's own time per request (ms): its preprocessing, its wait for its forward pass
+(`queue`: in the batcher, then for the inference thread, as a Triton request waits in its queue for an instance) and
+that pass (`infer`); and the images of the pass it rode in (`batch;desc=N`: more than its own when a batcher merged
+it with others).
 """
 
 from __future__ import annotations
@@ -17,14 +19,24 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from serving.oip import protocol as oip
 
-# Merges a request's batch with others' and returns its rows and the images of the forward pass.
-Batcher = Callable[[np.ndarray], Awaitable[tuple[np.ndarray, int]]]
+
+class Pass(NamedTuple):
+    """A request's rows of a forward pass, the images that pass ran and when the inference thread started it
+    (`time.perf_counter`): what its Server-Timing splits into queue and inference."""
+
+    logits: np.ndarray
+    images: int
+    started: float
+
+
+# Merges a request's batch with others' and returns its part of the forward pass.
+Batcher = Callable[[np.ndarray], Awaitable[Pass]]
 
 
 class ImageService:
@@ -52,16 +64,20 @@ class ImageService:
         self.batcher: Batcher | None = None
         self.max_batch_size = 0  # the batcher's, in images
 
-    async def forward(self, batch: np.ndarray) -> np.ndarray:
+    async def forward(self, batch: np.ndarray) -> Pass:
         """One forward pass on the inference thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._infer_thread, self.runner.infer, batch)
+        return await asyncio.get_running_loop().run_in_executor(self._infer_thread, self._infer, batch)
 
-    async def logits(self, batch: np.ndarray) -> tuple[np.ndarray, int]:
-        """The request's logits and the images of the forward pass that computed them."""
+    def _infer(self, batch: np.ndarray) -> Pass:
+        started = time.perf_counter()
+        return Pass(self.runner.infer(batch), len(batch), started)
+
+    async def logits(self, batch: np.ndarray) -> Pass:
+        """The request's logits, the images of the forward pass that computed them and when it started."""
         # A request already larger than a server batch runs alone, as Triton runs an oversized request.
         if self.batcher is not None and len(batch) <= self.max_batch_size:
             return await self.batcher(batch)
-        return await self.forward(batch), len(batch)
+        return await self.forward(batch)
 
     async def preprocessed(self, jpegs: list[bytes]) -> np.ndarray:
         from serving.images import decode_and_preprocess
@@ -74,14 +90,14 @@ class ImageService:
         started = time.perf_counter()
         batch = await self.preprocessed(jpegs)
         preprocessed = time.perf_counter()
-        logits, executed = await self.logits(batch)
-        return logits, timing(started, preprocessed, time.perf_counter(), executed)
+        ran = await self.logits(batch)
+        return ran.logits, timing(started, preprocessed, time.perf_counter(), ran.images, ran.started)
 
     async def tensor(self, batch: np.ndarray) -> tuple[np.ndarray, str]:
         """A float32 batch's logits, and the Server-Timing."""
         started = time.perf_counter()
-        logits, executed = await self.logits(batch)
-        return logits, timing(started, started, time.perf_counter(), executed)
+        ran = await self.logits(batch)
+        return ran.logits, timing(started, started, time.perf_counter(), ran.images, ran.started)
 
     async def oip_infer(self, model: oip.ModelSignature, request: oip.InferRequest) -> tuple[np.ndarray, str]:
         """An OIP request's logits and its Server-Timing; OipError for a request the protocol refuses."""
@@ -94,7 +110,10 @@ class ImageService:
             raise oip.OipError(f"input '{model.input_name}': cannot decode an image: {exc}") from None
 
 
-def timing(started: float, preprocessed: float, done: float, executed: int) -> str:
-    """Server-Timing: the service's own time (ms), and the images of the forward pass the request rode in."""
-    return (f"preprocess;dur={(preprocessed - started) * 1e3:.3f}, infer;dur={(done - preprocessed) * 1e3:.3f}, "
+def timing(started: float, preprocessed: float, done: float, executed: int, computing: float | None = None) -> str:
+    """Server-Timing: the service's own time (ms) and the images of the forward pass the request rode in; with
+    `computing` (when that pass started), the wait before it (`queue`) apart from the pass (`infer`)."""
+    waited = "" if computing is None else f"queue;dur={(computing - preprocessed) * 1e3:.3f}, "
+    return (f"preprocess;dur={(preprocessed - started) * 1e3:.3f}, {waited}"
+            f"infer;dur={(done - (preprocessed if computing is None else computing)) * 1e3:.3f}, "
             f"batch;desc={executed}")

@@ -12,7 +12,7 @@ ModelConfig, ModelInfer. Serve's gRPC proxy routes a call to the application nam
 or to the only application when exactly one is deployed on the cluster: clients that send none (perf_analyzer)
 reach it only then.
 
-Server-Timing (the replica's own time and the images of the forward pass a request rode in,
+Server-Timing (the replica's own time, its wait for its forward pass and the images of that pass,
 `serving.pytorch.service.timing`): the HTTP
 `Server-Timing` header; over gRPC the `server-timing` trailing metadata (a deployment method taking `grpc_context`
 gets Serve's `RayServegRPCContext`, whose trailing metadata the proxy, or direct ingress, sets on the call).
@@ -28,7 +28,7 @@ Serve's `@serve.batch` merges concurrent requests into one forward pass, countin
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from ray import serve
@@ -47,6 +47,9 @@ from serving.ray_serve.clients import (
     TIMING_METADATA,
 )
 from serving.ray_serve.proto.oip_service import service_pb2 as pb  # (and its requests picklable)
+
+if TYPE_CHECKING:
+    from serving.pytorch.service import Pass
 
 
 def split_jpegs(body: bytes, lengths_header: str) -> list[bytes]:
@@ -109,12 +112,12 @@ class TorchImageClassifier:
 
         return current_location()
 
-    async def _infer_many(self, batches: list[np.ndarray]) -> list[tuple[np.ndarray, int]]:
-        """One forward pass for the requests `@serve.batch` queued together; each gets its rows back, and the
-        number of images that pass ran (what Triton's statistics call an execution's batch)."""
+    async def _infer_many(self, batches: list[np.ndarray]) -> list[Pass]:
+        """One forward pass for the requests `@serve.batch` queued together; each gets its rows back, with the
+        number of images that pass ran (what Triton's statistics call an execution's batch) and when it started."""
         merged = batches[0] if len(batches) == 1 else np.concatenate(batches)
-        logits = await self.service.forward(merged)
-        return [(part, len(merged)) for part in np.split(logits, np.cumsum([len(b) for b in batches])[:-1])]
+        ran = await self.service.forward(merged)
+        return [ran._replace(logits=part) for part in np.split(ran.logits, np.cumsum([len(b) for b in batches])[:-1])]
 
     async def __call__(self, request: Request) -> Response:
         path = subpath(request.scope)

@@ -13,7 +13,7 @@
  * pre-built body without a copy (NGHTTP2_DATA_FLAG_NO_COPY). Every body is a slice of the one buffer --request was
  * read into: none is copied, on either protocol.
  *
- * Records (struct record, 48 bytes, little-endian) go to stdout: kind 1 a completed request (times on
+ * Records (struct record, 56 bytes, little-endian) go to stdout: kind 1 a completed request (times on
  * CLOCK_MONOTONIC, nanoseconds: the clock of Python's time.perf_counter), kind 2 a heartbeat every few ms (the
  * watermark: every request scheduled before it has ended, answered or failed; the timer's lateness), kind 3 an
  * error (the message on stderr; the engine then exits 2), kind 4 ready (connections open, load starting), kind 5 a
@@ -111,8 +111,16 @@ struct record {
     float server_ms;      /* Server-Timing: the sum of its dur= values (NaN: none) */
     float server_batch;   /* Server-Timing: batch;desc=N (NaN: none) */
     int64_t bytes;        /* done, failed: response body bytes; heartbeat: requests in flight */
+    float server_queue_ms; /* Server-Timing: queue;dur=Q, the wait for its forward pass (NaN: none) */
+    uint32_t unused;      /* keeps records a multiple of 8 bytes */
 };
-_Static_assert(sizeof(struct record) == 48, "record layout is read by experiments/measure/engine/records.py");
+_Static_assert(sizeof(struct record) == 56, "record layout is read by experiments/measure/engine/records.py");
+
+/* What a server said of a request in its Server-Timing (NaN where it said nothing). */
+struct timing {
+    float ms, batch, queue_ms;
+};
+static const struct timing NO_TIMING = {NAN, NAN, NAN};
 
 /* ------------------------------------------------------------------------------------------------ utilities */
 
@@ -205,9 +213,9 @@ static void out_flush(int blocking) {
     }
 }
 
-static void emit(uint32_t kind, uint32_t code, int64_t a, int64_t b, int64_t c, float server_ms, float batch,
+static void emit(uint32_t kind, uint32_t code, int64_t a, int64_t b, int64_t c, struct timing server,
                  int64_t bytes) {
-    struct record r = {kind, code, a, b, c, server_ms, batch, bytes};
+    struct record r = {kind, code, a, b, c, server.ms, server.batch, bytes, server.queue_ms, 0};
     buf_append(&out, &r, sizeof r);
 }
 
@@ -218,15 +226,16 @@ static void die(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    emit(KIND_ERROR, 0, now_ns(), 0, 0, NAN, NAN, 0);
+    emit(KIND_ERROR, 0, now_ns(), 0, 0, NO_TIMING, 0);
     int flags = fcntl(out_fd, F_GETFL);
     if (flags >= 0) fcntl(out_fd, F_SETFL, flags & ~O_NONBLOCK);
     out_flush(1);
     exit(2);
 }
 
-/* `preprocess;dur=1.2, infer;dur=8.5, batch;desc=8` -> 9.7 ms, batch 8 (NaN where absent). */
-static void parse_server_timing(const char *v, size_t n, float *ms, float *batch) {
+/* `preprocess;dur=1.2, queue;dur=3, infer;dur=8.5, batch;desc=8` -> 12.7 ms, batch 8, queue 3 ms (NaN where
+ * absent). */
+static void parse_server_timing(const char *v, size_t n, struct timing *t) {
     char text[512];
     if (n >= sizeof text) n = sizeof text - 1;
     memcpy(text, v, n);
@@ -237,18 +246,21 @@ static void parse_server_timing(const char *v, size_t n, float *ms, float *batch
     for (char *metric = strtok_r(text, ",", &save); metric; metric = strtok_r(NULL, ",", &save)) {
         while (*metric == ' ') metric++;
         int is_batch = strncmp(metric, "batch", 5) == 0 && (metric[5] == ';' || metric[5] == 0);
+        int is_queue = strncmp(metric, "queue", 5) == 0 && (metric[5] == ';' || metric[5] == 0);
         for (char *p = strchr(metric, ';'); p; p = strchr(p + 1, ';')) {
             char *param = p + 1;
             while (*param == ' ') param++;
             if (strncmp(param, "dur=", 4) == 0) {
-                total += strtod(param + 4, NULL);
+                double dur = strtod(param + 4, NULL);
+                total += dur;
                 any = 1;
+                if (is_queue) t->queue_ms = (float)dur;
             } else if (is_batch && strncmp(param, "desc=", 5) == 0) {
-                *batch = (float)strtod(param + 5, NULL);
+                t->batch = (float)strtod(param + 5, NULL);
             }
         }
     }
-    if (any) *ms = (float)total;
+    if (any) t->ms = (float)total;
 }
 
 /* ------------------------------------------------------------------------------------------ configuration */
@@ -345,7 +357,7 @@ struct req {
     int64_t intended, sent;
     int status;        /* HTTP status (h2: :status) */
     int grpc_status;   /* -1: none seen */
-    float server_ms, server_batch;
+    struct timing server;  /* its Server-Timing */
     int64_t bytes;     /* response body bytes received */
     const uint8_t *request;          /* its body (HTTP/1.1: the whole request; h2: the DATA), in cfg.request */
     size_t request_len;
@@ -384,8 +396,7 @@ static struct req *req_new(int64_t intended) {
     memset(r, 0, sizeof *r);
     r->intended = intended;
     r->grpc_status = -1;
-    r->server_ms = NAN;
-    r->server_batch = NAN;
+    r->server = NO_TIMING;
     /* Not only the first request sent: under concurrency (or several Serve replicas) another may end first, and
      * the caller checks the file as soon as it has warm-up responses. */
     r->capture = !captured && cfg.first_response_path;
@@ -445,7 +456,7 @@ static void req_fail(struct req *r, int outcome, int status, const char *fmt, ..
     va_start(ap, fmt);
     say_once(code, fmt, ap);
     va_end(ap);
-    emit(KIND_FAILED, code, r->intended, r->sent, now_ns(), r->server_ms, r->server_batch, r->bytes);
+    emit(KIND_FAILED, code, r->intended, r->sent, now_ns(), r->server, r->bytes);
     req_end(r);
 }
 
@@ -507,7 +518,7 @@ static void finished(struct req *r) {
         die("response of %lld bytes where the first was %lld: the server answered something else",
             (long long)r->bytes, (long long)expected_bytes);
     if (r->capture && !captured) save_capture(&r->body);
-    emit(KIND_DONE, (uint32_t)r->status, r->intended, r->sent, done, r->server_ms, r->server_batch, r->bytes);
+    emit(KIND_DONE, (uint32_t)r->status, r->intended, r->sent, done, r->server, r->bytes);
     req_release(r);
 }
 
@@ -900,7 +911,7 @@ static int h1_parse_head(struct conn *c) {
             else if (namelen == 10 && strncasecmp(line, "connection", 10) == 0)
                 c->close_after = vlen >= 5 && strncasecmp(value, "close", 5) == 0;
             else if (namelen == 13 && strncasecmp(line, "server-timing", 13) == 0)
-                parse_server_timing(value, vlen, &r->server_ms, &r->server_batch);
+                parse_server_timing(value, vlen, &r->server);
         }
         line = end;
     }
@@ -1225,7 +1236,7 @@ static int h2_header_cb(nghttp2_session *s, const nghttp2_frame *frame, const ui
     else if (namelen == 12 && memcmp(name, "grpc-message", 12) == 0)
         snprintf(r->message, sizeof r->message, "%.*s", (int)valuelen, value);
     else if (namelen == 13 && memcmp(name, "server-timing", 13) == 0)
-        parse_server_timing((const char *)value, valuelen, &r->server_ms, &r->server_batch);
+        parse_server_timing((const char *)value, valuelen, &r->server);
     return 0;
 }
 
@@ -1662,7 +1673,7 @@ int main(int argc, char **argv) {
         }
 
     start_ns = now_ns();
-    emit(KIND_READY, (uint32_t)(niceness + 20), start_ns, start_ns, 0, NAN, NAN, 0);
+    emit(KIND_READY, (uint32_t)(niceness + 20), start_ns, start_ns, 0, NO_TIMING, 0);
     if (cfg.closed) {
         for (int i = 0; i < cfg.closed; i++) dispatch(NULL, now_ns());
         pump_all();
@@ -1715,14 +1726,14 @@ int main(int argc, char **argv) {
         if (t >= next_beat) expire(t);  /* at the heartbeat's pace: the scan is of every request in flight */
         top_up();
         if (t >= next_beat) {
-            emit(KIND_HEARTBEAT, 0, watermark(t), t, worst_lag, NAN, NAN, in_flight);
+            emit(KIND_HEARTBEAT, 0, watermark(t), t, worst_lag, NO_TIMING, in_flight);
             worst_lag = 0;
             next_beat += cfg.heartbeat_ns;
             if (next_beat < t) next_beat = t + cfg.heartbeat_ns;
             out_flush(0);
         }
     }
-    emit(KIND_HEARTBEAT, 0, watermark(now_ns()), now_ns(), worst_lag, NAN, NAN, in_flight);
+    emit(KIND_HEARTBEAT, 0, watermark(now_ns()), now_ns(), worst_lag, NO_TIMING, in_flight);
     fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) & ~O_NONBLOCK);
     out_flush(1);
     return 0;

@@ -1,4 +1,4 @@
-"""What the compiled engine writes on stdout: fixed 48-byte records (`struct record` in loadgen.c), one per
+"""What the compiled engine writes on stdout: fixed 56-byte records (`struct record` in loadgen.c), one per
 request (answered or failed), plus heartbeats, an error marker and a ready marker. Times are CLOCK_MONOTONIC
 nanoseconds, the clock of `time.perf_counter` on Linux, so they join the Python engine's records after the same
 epoch shift."""
@@ -10,8 +10,9 @@ from enum import IntEnum
 import numpy as np
 
 RECORD = np.dtype([("kind", "<u4"), ("code", "<u4"), ("intended_ns", "<i8"), ("sent_ns", "<i8"), ("done_ns", "<i8"),
-                   ("server_ms", "<f4"), ("server_batch", "<f4"), ("bytes", "<i8")])
-assert RECORD.itemsize == 48
+                   ("server_ms", "<f4"), ("server_batch", "<f4"), ("bytes", "<i8"), ("server_queue_ms", "<f4"),
+                   ("unused", "<u4")])
+assert RECORD.itemsize == 56
 
 
 class Kind(IntEnum):
