@@ -49,7 +49,8 @@ def _args(onnx_path: Path, providers: list[str], options: dict | None = None, de
         "ort_threads": {"string_value": "1"}}}
     if buckets is not None:
         config["parameters"]["batch_buckets"] = {"string_value": json.dumps(buckets)}
-    return {"model_config": json.dumps(config), "model_instance_device_id": device}
+    return {"model_config": json.dumps(config), "model_instance_device_id": device, "model_name": "double",
+            "model_version": "1", "model_instance_name": "double_0_0"}
 
 
 def test_cpu_provider_serves_the_onnx_model(model_module: types.ModuleType, doubling_onnx: Path) -> None:
@@ -107,3 +108,27 @@ def test_without_buckets_merged_requests_run_as_one_batch_and_split_back(model_m
     one, two = model.execute([{"input": first}, {"input": second}])
     np.testing.assert_array_equal(one.output_tensors[0].as_numpy(), first * 2)
     np.testing.assert_array_equal(two.output_tensors[0].as_numpy(), second * 2)
+
+
+def test_each_execute_counts_its_parts_per_request_in_triton_custom_metrics(
+        model_module: types.ModuleType, doubling_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass of 2 requests counts 2 requests and each part's time twice (Triton counts its own durations per
+    request), labelled with the model; the sums reach Triton at most every FLUSH_EVERY_S, all parts together."""
+    counters = sys.modules["triton_python_backend_utils"].counters
+    model = model_module.TritonPythonModel()
+    model.initialize(_args(doubling_onnx, ["CPUExecutionProvider"]))
+    labels = (("instance", "double_0_0"), ("model", "double"), ("version", "1"))
+    value = {part: (lambda part=part: counters[(f"tierbench_backend_{part}", labels)]) for part in model.times.PARTS}
+    two = [{"input": np.ones((2, 3), dtype=np.float32)}, {"input": np.ones((1, 3), dtype=np.float32)}]
+    model.times.flushed = 0.0  # the last flush long ago: this pass is sent at once
+    model.execute(two)
+    assert value["requests"]() == 2
+    assert all(value[part]() > 0 for part in ("input_us", "run_us", "output_us"))
+    monkeypatch.setattr(model_module, "FLUSH_EVERY_S", 3600.0)
+    sent = {part: read() for part, read in value.items()}
+    model.execute(two)
+    assert {part: read() for part, read in value.items()} == sent  # summed here, not sent yet
+    monkeypatch.setattr(model_module, "FLUSH_EVERY_S", 0.0)
+    model.execute(two[:1])
+    assert value["requests"]() == 5 and value["run_us"]() > sent["run_us"]
+    model.finalize()

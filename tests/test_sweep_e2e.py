@@ -108,9 +108,12 @@ def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
             if run.data.tags.get("server_count_mismatch") != "true":
                 assert m["server_request_ms"] <= 2 * m["latency_p99_ms"], seen
             assert m["server_queue_ms"] >= 0 and m["server_batch_avg"] == pytest.approx(int(params["batch_size"]))
+            # the Python model's own counters, beside Triton's: its ONNX Runtime run and the stub's exchange
+            assert m["server_backend_run_ms"] > 0 and m["server_backend_stub_ms"] >= 0, seen
         else:  # the replica's own time and forward-pass size, reported per request (no batcher: the request's)
             assert 0 < m["server_replica_p50_ms"] < m["latency_p99_ms"]
             assert m["server_batch_avg"] == pytest.approx(int(params["batch_size"]))
+            assert 0 <= m["server_queue_ms"] <= m["server_replica_ms"]  # its wait for the inference thread
 
 
 def test_tensorrt_is_skipped_with_a_reason_without_a_gpu(finished_sweep) -> None:

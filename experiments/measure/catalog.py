@@ -120,6 +120,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("server_compute_input_ms", "ms", Pool.MEAN, "Triton: copying a request's inputs in"),
     Metric("server_compute_infer_ms", "ms", Pool.MEAN, "Triton: running the model"),
     Metric("server_compute_output_ms", "ms", Pool.MEAN, "Triton: copying a request's outputs out"),
+    Metric("server_backend_input_ms", "ms", Pool.MEAN, "Triton's Python model (bundled server): gathering a pass's "
+           "inputs into one batch, per request"),
+    Metric("server_backend_run_ms", "ms", Pool.MEAN, "Triton's Python model: the ONNX Runtime run, per request"),
+    Metric("server_backend_output_ms", "ms", Pool.MEAN, "Triton's Python model: building the responses, per request"),
+    Metric("server_backend_stub_ms", "ms", Pool.MEAN, "Triton's infer time beyond its Python model's own: the server "
+           "handing requests to the stub process and taking the responses back"),
     Metric("server_throughput_img_s", "img/s", Pool.GEOMETRIC, "images the server itself counts as served, per second"),
     Metric("server_count_ratio", "ratio", Pool.MEAN, "the server's count over the clients' (far from 1: one is wrong)"),
     Metric("server_count_read_ms", "ms", Pool.MEAN, "how long the two reads of the server's counters took (the "

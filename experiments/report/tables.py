@@ -28,7 +28,8 @@ OPEN_LOOP_METRICS = ("target_rate_rps", "offered_rate_rps", "achieved_rate_rps",
                      "server_queue_ms", "backlog_growth_requests", "server_count_ratio")
 # Server-side breakdown and SLO-search metrics: shown when the trials carry them.
 SERVER_METRICS = ("server_queue_ms", "server_compute_input_ms", "server_compute_infer_ms",
-                  "server_compute_output_ms", "server_request_ms")
+                  "server_compute_output_ms", "server_request_ms", "server_backend_run_ms", "server_backend_stub_ms",
+                  "server_replica_ms")
 SLO_SEARCH_METRICS = ("slo_max_throughput_img_s", "cost_per_1k_images_at_slo_usd")
 # The clients' own cost: CPU per completed request over all actors, and the busiest actor's CPU.
 CLIENT_METRICS = ("client_cpu_us_per_request", "client_cpu_util_max", P50)

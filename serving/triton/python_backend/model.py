@@ -12,6 +12,11 @@ session fed the dynamic batcher's changing sizes spends more time changing shape
 On a GPU node (onnxruntime-gpu) each instance runs on the device Triton gave it (KIND_GPU), and loading
 fails loudly when the first provider asked for is not the one the session got: ONNX Runtime would otherwise
 fall back to the CUDA or CPU provider with a warning, and a `triton_trt` trial would measure something else.
+
+Where an execute's time goes (`PassTimes`): gathering the requests' inputs into one batch, the ONNX Runtime run and
+building the responses, counted per request as Triton counts its own durations, in the Python backend's custom
+metrics beside Triton's (`tierbench_backend_*` on /metrics, labelled with the model); what Triton counts as infer
+time beyond them is the server's exchange with this stub process.
 """
 
 import ctypes
@@ -19,12 +24,55 @@ import glob
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+# Each increment of a custom metric is a message from this stub to the server: the parts are summed here and sent
+# at most this often (a window's counters then lag by up to this much, the same for every part and the requests).
+FLUSH_EVERY_S = 0.05
+
+
+class PassTimes:
+    """Per-request time of an execute's parts, added to Triton counters (the Python backend's custom metrics)."""
+
+    PARTS = {"requests": "requests executed by the Python model",
+             "input_us": "microseconds gathering requests' inputs into a batch, per request",
+             "run_us": "microseconds of the ONNX Runtime run, per request",
+             "output_us": "microseconds building the responses, per request"}
+
+    def __init__(self, labels: dict) -> None:
+        self.pending = dict.fromkeys(self.PARTS, 0.0)
+        self.flushed = time.monotonic()
+        self.families, self.metrics = {}, {}
+        if hasattr(pb_utils, "MetricFamily"):  # Triton 23.01 and later
+            for part, description in self.PARTS.items():
+                family = pb_utils.MetricFamily(name=f"tierbench_backend_{part}", description=description,
+                                               kind=pb_utils.MetricFamily.COUNTER)
+                self.families[part] = family
+                self.metrics[part] = family.Metric(labels=labels)
+
+    def add(self, requests: int, input_s: float, run_s: float, output_s: float) -> None:
+        """One execute of `requests` requests: each rode the whole pass, as Triton counts its own durations."""
+        if not self.metrics:
+            return
+        for part, seconds in (("input_us", input_s), ("run_us", run_s), ("output_us", output_s)):
+            self.pending[part] += seconds * 1e6 * requests
+        self.pending["requests"] += requests
+        now = time.monotonic()
+        if now - self.flushed >= FLUSH_EVERY_S:
+            for part, value in self.pending.items():
+                self.metrics[part].increment(value)
+            self.pending = dict.fromkeys(self.PARTS, 0.0)
+            self.flushed = now
+
+    def close(self) -> None:
+        """Metrics go before their families, as the Python backend requires."""
+        self.metrics.clear()
+        self.families.clear()
 
 
 def _param(model_config: dict, key: str, default: str = "") -> str:
@@ -82,6 +130,8 @@ class TritonPythonModel:
         self.buckets = buckets
         self.padded: dict = {}
         self.providers = self.session.get_providers()
+        self.times = PassTimes({"model": args["model_name"], "version": args["model_version"],
+                                "instance": args["model_instance_name"]})
         if self.providers[0] != names[0]:
             raise RuntimeError(
                 f"ONNX Runtime {ort.__version__} could not use {names[0]} (session got {self.providers}; "
@@ -91,19 +141,28 @@ class TritonPythonModel:
 
     def execute(self, requests: list) -> list:
         # With the dynamic batcher on, several requests arrive at once: one ONNX Runtime run for all of them.
+        started = time.perf_counter()
         batches = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
-        logits = np.ascontiguousarray(self.run(batches), dtype=np.float32)
+        session, feed, size = self.gather(batches)
+        gathered = time.perf_counter()
+        (logits,) = session.run([self.output_name], {self.input_name: feed})
+        ran = time.perf_counter()
+        logits = np.ascontiguousarray(logits[:size], dtype=np.float32)
         responses, start = [], 0
         for batch in batches:
             out = pb_utils.Tensor(self.output_name, logits[start:start + len(batch)])
             responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
             start += len(batch)
+        self.times.add(len(requests), gathered - started, ran - gathered, time.perf_counter() - ran)
         return responses
 
-    def run(self, batches: list) -> np.ndarray:
-        """The logits of the requests' batches, in order: by the session of the smallest bucket that holds them all,
-        their inputs copied once into that bucket's buffer (rows past them keep what they held: computed and
-        dropped), else by the one session."""
+    def finalize(self) -> None:
+        self.times.close()
+
+    def gather(self, batches: list) -> tuple:
+        """The session for the requests' batches, its input and the rows that are theirs: the session of the smallest
+        bucket that holds them all, their inputs copied once into that bucket's buffer (rows past them keep what
+        they held: computed and dropped), else the one session."""
         size = sum(len(b) for b in batches)
         bucket = next((b for b in self.buckets if b >= size), None)
         if len(batches) == 1 and bucket in (None, size):
@@ -119,6 +178,4 @@ class TritonPythonModel:
             for batch in batches:
                 feed[offset:offset + len(batch)] = batch
                 offset += len(batch)
-        session = self.session if bucket is None else self.sessions[bucket]
-        (logits,) = session.run([self.output_name], {self.input_name: feed})
-        return logits[:size]
+        return (self.session if bucket is None else self.sessions[bucket]), feed, size
