@@ -132,3 +132,20 @@ def test_each_execute_counts_its_parts_per_request_in_triton_custom_metrics(
     model.execute(two[:1])
     assert value["requests"]() == 5 and value["run_us"]() > sent["run_us"]
     model.finalize()
+
+
+def test_a_counter_that_fails_stops_the_counting_never_the_requests(
+        model_module: types.ModuleType, doubling_onnx: Path) -> None:
+    model = model_module.TritonPythonModel()
+    model.initialize(_args(doubling_onnx, ["CPUExecutionProvider"]))
+
+    class Broken:
+        def increment(self, value: float) -> None:
+            raise RuntimeError("the server went away")
+
+    model.times.metrics = dict.fromkeys(model.times.PARTS, Broken())
+    model.times.flushed = 0.0
+    (response,) = model.execute([{"input": np.ones((1, 3), dtype=np.float32)}])
+    np.testing.assert_array_equal(response.output_tensors[0].as_numpy(), np.full((1, 3), 2.0, dtype=np.float32))
+    assert model.times.metrics == {}  # counting stopped
+    model.execute([{"input": np.ones((1, 3), dtype=np.float32)}])  # and the next request is served as before

@@ -48,12 +48,17 @@ class PassTimes:
         self.pending = dict.fromkeys(self.PARTS, 0.0)
         self.flushed = time.monotonic()
         self.families, self.metrics = {}, {}
-        if hasattr(pb_utils, "MetricFamily"):  # Triton 23.01 and later
+        if not hasattr(pb_utils, "MetricFamily"):  # before Triton 23.01
+            return
+        try:
             for part, description in self.PARTS.items():
                 family = pb_utils.MetricFamily(name=f"tierbench_backend_{part}", description=description,
                                                kind=pb_utils.MetricFamily.COUNTER)
                 self.families[part] = family
                 self.metrics[part] = family.Metric(labels=labels)
+        except Exception as exc:  # noqa: BLE001 - e.g. a server with metrics off: serve without these counters
+            self.close()
+            print(f"tierbench: no custom metrics ({exc}); serving without them", file=sys.stderr)
 
     def add(self, requests: int, input_s: float, run_s: float, output_s: float) -> None:
         """One execute of `requests` requests: each rode the whole pass, as Triton counts its own durations."""
@@ -64,8 +69,12 @@ class PassTimes:
         self.pending["requests"] += requests
         now = time.monotonic()
         if now - self.flushed >= FLUSH_EVERY_S:
-            for part, value in self.pending.items():
-                self.metrics[part].increment(value)
+            try:
+                for part, value in self.pending.items():
+                    self.metrics[part].increment(value)
+            except Exception as exc:  # noqa: BLE001 - counting must never fail a request: stop counting
+                self.close()
+                print(f"tierbench: custom metrics stopped ({exc})", file=sys.stderr)
             self.pending = dict.fromkeys(self.PARTS, 0.0)
             self.flushed = now
 
