@@ -43,7 +43,7 @@ GROUPS = {"ray_serve": ("pytorch", "pytorch_batched", "pytorch_batched_20ms"),
           "triton": ("triton_onnx", "triton_onnx_dynbatch")}
 # What each row carries to say why a point is slow (experiments/measure/catalog.py)
 WHY = ("server_queue_ms", "server_compute_infer_ms", "server_request_ms", "gpu_util_pct", "server_cpu_cores",
-       "server_thread_cpu_max")
+       "server_thread_cpu_max", "server_backend_input_ms", "server_backend_run_ms", "server_backend_stub_ms")
 
 
 def parse_args() -> argparse.Namespace:
@@ -176,7 +176,7 @@ def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], no
                           f"{m['throughput_img_s']:7.1f} img/s  p50 {m['latency_p50_ms']:7.1f} ms  "
                           f"images/pass {m.get('server_batch_avg') or 0:5.2f}  "
                           f"queue {m.get('server_queue_ms') or 0:.1f} ms  "
-                          f"infer {m.get('server_compute_infer_ms') or 0:.1f} ms  "
+                          f"infer {m.get('server_compute_infer_ms') or 0:.1f} ms{_inside(m)}  "
                           f"GPU busy {_pct(m.get('gpu_util_pct'))}  server CPU {m.get('server_cpu_cores') or 0:.2f}"
                           f" cores, busiest thread {m.get('server_thread_cpu_max') or 0:.2f} "
                           f"({record.params.get('server_busiest_thread')})  verdict {judged.bottleneck}: "
@@ -188,6 +188,14 @@ def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], no
         for backend in backends.values():
             backend.stop()
     return rows
+
+
+def _inside(m: dict[str, float]) -> str:
+    """Where the bundled Triton's Python model spent its infer time, when it says."""
+    if "server_backend_run_ms" not in m:
+        return ""
+    return (f" (gather {m['server_backend_input_ms']:.2f}, run {m['server_backend_run_ms']:.1f}, "
+            f"stub {m['server_backend_stub_ms']:.2f})")
 
 
 def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
