@@ -91,28 +91,8 @@ def fake_triton_utils() -> types.ModuleType:
         def __init__(self, output_tensors: list, error: object = None) -> None:
             self.output_tensors, self.error = output_tensors, error
 
-    class MetricFamily:
-        """Custom metrics: each counter's value by (name, labels) lands in `pb.counters`, as /metrics would show it."""
-
-        COUNTER, GAUGE = "counter", "gauge"
-
-        def __init__(self, name: str, description: str, kind: str) -> None:
-            self.name = name
-
-        def Metric(self, labels: dict) -> object:  # noqa: N802 - Triton's name
-            key = (self.name, tuple(sorted(labels.items())))
-            pb.counters.setdefault(key, 0.0)
-
-            class Metric:
-                def increment(self, value: float) -> None:
-                    pb.counters[key] += value
-
-            return Metric()
-
     pb.Tensor = Tensor
     pb.InferenceResponse = InferenceResponse
-    pb.MetricFamily = MetricFamily
-    pb.counters = {}
     pb.TritonError = RuntimeError
     pb.get_input_tensor_by_name = lambda request, name: Tensor(name, request[name])
     return pb

@@ -110,42 +110,43 @@ def test_without_buckets_merged_requests_run_as_one_batch_and_split_back(model_m
     np.testing.assert_array_equal(two.output_tensors[0].as_numpy(), second * 2)
 
 
-def test_each_execute_counts_its_parts_per_request_in_triton_custom_metrics(
-        model_module: types.ModuleType, doubling_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_execute_counts_its_parts_per_request_where_the_host_reads_them(
+        model_module: types.ModuleType, doubling_onnx: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A pass of 2 requests counts 2 requests and each part's time twice (Triton counts its own durations per
-    request), labelled with the model; the sums reach Triton at most every FLUSH_EVERY_S, all parts together."""
-    counters = sys.modules["triton_python_backend_utils"].counters
+    request); the totals reach the file at most every FLUSH_EVERY_S, all parts together, and the host's reader sums
+    them for the model."""
+    from serving.triton import backend_counters
+
+    assert model_module.COUNTERS_ENV == backend_counters.ENV  # the two ends of one protocol
+    monkeypatch.setenv(backend_counters.ENV, str(tmp_path))
     model = model_module.TritonPythonModel()
     model.initialize(_args(doubling_onnx, ["CPUExecutionProvider"]))
-    labels = (("instance", "double_0_0"), ("model", "double"), ("version", "1"))
-    value = {part: (lambda part=part: counters[(f"tierbench_backend_{part}", labels)]) for part in model.times.PARTS}
+    assert backend_counters.read(tmp_path, "double")[backend_counters.REQUESTS] == 0  # there from the start
     two = [{"input": np.ones((2, 3), dtype=np.float32)}, {"input": np.ones((1, 3), dtype=np.float32)}]
-    model.times.flushed = 0.0  # the last flush long ago: this pass is sent at once
+    model.times.flushed = 0.0  # the last write long ago: this pass is written at once
     model.execute(two)
-    assert value["requests"]() == 2
-    assert all(value[part]() > 0 for part in ("input_us", "run_us", "output_us"))
+    read = backend_counters.read(tmp_path, "double")
+    assert read[backend_counters.REQUESTS] == 2 and all(read[c] > 0 for c in backend_counters.BREAKDOWN.values())
     monkeypatch.setattr(model_module, "FLUSH_EVERY_S", 3600.0)
-    sent = {part: read() for part, read in value.items()}
     model.execute(two)
-    assert {part: read() for part, read in value.items()} == sent  # summed here, not sent yet
+    assert backend_counters.read(tmp_path, "double") == read  # summed here, not written yet
     monkeypatch.setattr(model_module, "FLUSH_EVERY_S", 0.0)
     model.execute(two[:1])
-    assert value["requests"]() == 5 and value["run_us"]() > sent["run_us"]
-    model.finalize()
+    assert backend_counters.read(tmp_path, "double")[backend_counters.REQUESTS] == 5
+    assert backend_counters.read(tmp_path, "another_model") == {}
 
 
-def test_a_counter_that_fails_stops_the_counting_never_the_requests(
-        model_module: types.ModuleType, doubling_onnx: Path) -> None:
+def test_without_the_folder_nothing_is_written_and_a_failed_write_stops_the_counting_never_the_requests(
+        model_module: types.ModuleType, doubling_onnx: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from serving.triton import backend_counters
+
+    monkeypatch.delenv(backend_counters.ENV, raising=False)
     model = model_module.TritonPythonModel()
     model.initialize(_args(doubling_onnx, ["CPUExecutionProvider"]))
-
-    class Broken:
-        def increment(self, value: float) -> None:
-            raise RuntimeError("the server went away")
-
-    model.times.metrics = dict.fromkeys(model.times.PARTS, Broken())
-    model.times.flushed = 0.0
+    assert model.times.path is None
+    monkeypatch.setenv(backend_counters.ENV, str(tmp_path / "gone"))  # a folder that is not there
+    model = model_module.TritonPythonModel()
+    model.initialize(_args(doubling_onnx, ["CPUExecutionProvider"]))
+    assert model.times.path is None  # its first write failed: counting stopped
     (response,) = model.execute([{"input": np.ones((1, 3), dtype=np.float32)}])
     np.testing.assert_array_equal(response.output_tensors[0].as_numpy(), np.full((1, 3), 2.0, dtype=np.float32))
-    assert model.times.metrics == {}  # counting stopped
-    model.execute([{"input": np.ones((1, 3), dtype=np.float32)}])  # and the next request is served as before

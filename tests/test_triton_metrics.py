@@ -22,14 +22,11 @@ nv_gpu_utilization{gpu_uuid="GPU-1"} 0.5
 """
 
 
-def _filled(text: str, **values: float) -> str:
+def _scrape(**values: float) -> dict[str, float]:
+    text = SCRAPE
     for key, value in values.items():
         text = text.replace("{" + key + "}", str(value))
-    return text
-
-
-def _scrape(**values: float) -> dict[str, float]:
-    return parse_counters(_filled(SCRAPE, **values), "resnet18")
+    return parse_counters(text, "resnet18")
 
 
 def test_breakdown_is_per_request_between_snapshots() -> None:
@@ -46,37 +43,37 @@ def test_breakdown_is_per_request_between_snapshots() -> None:
     assert b["server_compute_infer_ms"] == pytest.approx(7.5)
     assert b["server_compute_output_ms"] == pytest.approx(0.1)
     assert b["server_batch_avg"] == pytest.approx(16.0)  # 800 images in 50 executions: dynamic batching
-    assert not any(name.startswith("server_backend_") for name in b)  # a native backend: nothing of ours
-
-
-BACKEND = """tierbench_backend_requests{instance="resnet18_0_0",model="resnet18",version="1"} {done}
-tierbench_backend_requests{instance="resnet18_0_1",model="resnet18",version="1"} {done}
-tierbench_backend_input_us{instance="resnet18_0_0",model="resnet18",version="1"} {input_us}
-tierbench_backend_run_us{instance="resnet18_0_0",model="resnet18",version="1"} {run_us}
-tierbench_backend_output_us{instance="resnet18_0_0",model="resnet18",version="1"} {output_us}
-tierbench_backend_requests{instance="other_0_0",model="other",version="1"} 999
-"""
-
-
-def test_the_python_models_own_counters_split_tritons_infer_time() -> None:
-    """Two instances' counters add up; what Triton counts as infer time beyond the model's parts is the stub's."""
-    def scrape(done: int, input_us: int, run_us: int, output_us: int, infer_us: int) -> dict[str, float]:
-        triton = _filled(SCRAPE, requests=2 * done, images=2 * done, executions=2 * done, request_us=0, queue_us=0,
-                         input_us=0, infer_us=infer_us, output_us=0)
-        ours = _filled(BACKEND, done=done, input_us=input_us, run_us=run_us, output_us=output_us)
-        return parse_counters(triton + ours, "resnet18")
-
-    before = scrape(done=10, input_us=1_000, run_us=50_000, output_us=500, infer_us=60_000)
-    after = scrape(done=60, input_us=11_000, run_us=550_000, output_us=10_500, infer_us=760_000)
-    b = breakdown(before, after)  # 100 requests: 2 x 50 in the model's counters, 100 in Triton's
-    assert b["server_backend_input_ms"] == pytest.approx(0.1)
-    assert b["server_backend_run_ms"] == pytest.approx(5.0)
-    assert b["server_backend_output_ms"] == pytest.approx(0.1)
-    assert b["server_compute_infer_ms"] == pytest.approx(7.0)
-    assert b["server_backend_stub_ms"] == pytest.approx(1.8)
 
 
 def test_no_request_in_between_gives_no_breakdown() -> None:
     same = _scrape(requests=5, images=5, executions=5, request_us=1, queue_us=1, input_us=1, infer_us=1,
                    output_us=1)
     assert breakdown(same, same) == {}
+
+
+def test_the_python_models_own_counters_split_tritons_infer_time(tmp_path) -> None:
+    """Two stub processes' totals add up (another model's are not counted); what Triton counts as infer time beyond
+    the model's parts is the stub's exchange with the server."""
+    import json
+
+    from serving.triton import backend_counters
+
+    def snapshot(done: int, run_us: int, infer_us: int) -> dict[str, float]:
+        for pid in (100, 101):
+            (tmp_path / f"{pid}.json").write_text(json.dumps({
+                "model": "resnet18", "tierbench_backend_requests": done, "tierbench_backend_input_us": done * 100,
+                "tierbench_backend_run_us": run_us, "tierbench_backend_output_us": done * 100}))
+        (tmp_path / "102.json").write_text(json.dumps({"model": "other", "tierbench_backend_requests": 999}))
+        return {**_scrape(requests=2 * done, images=2 * done, executions=2 * done, request_us=0, queue_us=0,
+                          input_us=0, infer_us=infer_us, output_us=0),
+                **backend_counters.read(tmp_path, "resnet18")}
+
+    before = snapshot(done=10, run_us=50_000, infer_us=60_000)
+    after = snapshot(done=60, run_us=300_000, infer_us=760_000)
+    b = backend_counters.breakdown(before, after)  # 100 requests in both counts
+    assert b["server_backend_input_ms"] == pytest.approx(0.1) and b["server_backend_output_ms"] == pytest.approx(0.1)
+    assert b["server_backend_run_ms"] == pytest.approx(5.0)
+    assert b["server_backend_stub_ms"] == pytest.approx(7.0 - 5.2)
+    native = _scrape(requests=10, images=10, executions=10, request_us=0, queue_us=0, input_us=0, infer_us=1,
+                     output_us=0)
+    assert backend_counters.breakdown(native, {**native, "nv_inference_request_success": 20}) == {}  # none of ours

@@ -275,8 +275,10 @@ class TritonBackend(Backend):
 
     def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
         from serving.oip.triton_metrics import breakdown
+        from serving.triton import backend_counters
 
-        return breakdown(before, after)
+        out = breakdown(before, after)
+        return {**out, **backend_counters.breakdown(before, after)} if out else out
 
     def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
         from serving.oip.triton_metrics import served_images

@@ -29,6 +29,7 @@ from serving.models import model_file, output_dims, preprocessing
 from serving.node import current_location
 from serving.node import gpu_ids as node_gpu_ids
 from serving.paths import node_model_repository, scratch_dir
+from serving.triton import backend_counters
 from serving.triton.accelerators import cache_status, engine_cache_dir, engine_cache_key, engine_files
 from serving.triton.ensemble import render_jpeg_ensemble
 from serving.triton.installation import TritonInstallation, find_installation
@@ -82,6 +83,7 @@ class TritonServerHost:
         self.host = host
         self.model_repository = model_repository
         self.work_dir = scratch_dir(f"triton-{self.model.name}")
+        self.counters_dir = self.work_dir / "backend_counters"  # the Python model's (serving.triton.backend_counters)
         self.server: TritonServer | None = None
         # Set by `start`, kept for `reload`: what the server serves and where.
         self.export: ExportReport | None = None
@@ -120,8 +122,10 @@ class TritonServerHost:
             classifier = read_config(repository / self.model.name / "config.pbtxt")
             models += render_jpeg_ensemble(classifier, repository, self.preprocess_instances,
                                            preprocessing(self.model))
+        self.counters_dir.mkdir(parents=True, exist_ok=True)
         self.server = TritonServer(self.installation, repository, models, self.work_dir / "tritonserver.log",
-                                   host=self.host, python_shm_mib=self.variant.python_shm_mib)
+                                   host=self.host, python_shm_mib=self.variant.python_shm_mib,
+                                   env={backend_counters.ENV: str(self.counters_dir)})
         with _cache_lock(cache_dir):  # one engine build per cache folder at a time (several tiers, one node)
             before = engine_files(cache_dir) if cache_dir else {}
             server_started = time.monotonic()
@@ -205,7 +209,8 @@ class TritonServerHost:
         from serving.oip.triton_metrics import scrape
 
         assert self.server is not None and self.server.endpoints is not None
-        return scrape(self.server.endpoints.metrics_url, self.model.name)
+        return {**scrape(self.server.endpoints.metrics_url, self.model.name),
+                **backend_counters.read(self.counters_dir, self.model.name)}
 
     def alive(self) -> bool:
         return self.server is not None and self.server.alive()

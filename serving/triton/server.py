@@ -63,7 +63,8 @@ class TritonServer:
     ensemble)."""
 
     def __init__(self, installation: TritonInstallation, repository: Path, model_names: str | Sequence[str],
-                 log_path: Path, host: str = "127.0.0.1", python_shm_mib: int | None = None) -> None:
+                 log_path: Path, host: str = "127.0.0.1", python_shm_mib: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.installation = installation
         self.repository = repository
         self.model_names = [model_names] if isinstance(model_names, str) else list(model_names)
@@ -76,6 +77,7 @@ class TritonServer:
         # exit; a known prefix lets `stop` remove them when the exit timeout cut the unload short.
         self.shm_prefix = f"{SHM_PREFIX}{uuid.uuid4().hex[:12]}_"
         self.python_shm_mib = python_shm_mib
+        self.env = {**installation.env, **(env or {})}  # the server's, which its Python stubs inherit
 
     def python_backend_flags(self) -> list[str]:
         """The Python backend's settings, one flag each: its regions' prefix (so `stop` can find them) and, when
@@ -113,7 +115,7 @@ class TritonServer:
         endpoints = TritonEndpoints(self.host, *free_ports(3, self.host))
         cmd = self.command(endpoints)
         log.info("starting %s", " ".join(cmd))
-        self.process = start_process(cmd, self.log_path, env=self.installation.env)
+        self.process = start_process(cmd, self.log_path, env=self.env)
         self.endpoints = endpoints
         try:
             seconds = wait_until(self._model_ready, timeout_s, self.alive, f"tritonserver ({self.model_name})")

@@ -14,9 +14,9 @@ fails loudly when the first provider asked for is not the one the session got: O
 fall back to the CUDA or CPU provider with a warning, and a `triton_trt` trial would measure something else.
 
 Where an execute's time goes (`PassTimes`): gathering the requests' inputs into one batch, the ONNX Runtime run and
-building the responses, counted per request as Triton counts its own durations, in the Python backend's custom
-metrics beside Triton's (`tierbench_backend_*` on /metrics, labelled with the model); what Triton counts as infer
-time beyond them is the server's exchange with this stub process.
+building the responses, counted per request as Triton counts its own durations, in a file the server's host reads
+(serving/triton/backend_counters.py); what Triton counts as infer time beyond them is the server's exchange with
+this stub process.
 """
 
 import ctypes
@@ -31,57 +31,49 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
-# Each increment of a custom metric is a message from this stub to the server: the parts are summed here and sent
-# at most this often (a window's counters then lag by up to this much, the same for every part and the requests).
+# The model's counters (serving/triton/backend_counters.py reads them): this process's running totals, written at
+# most this often to `<pid>.json` in the folder this environment variable names (a window's totals then lag by up to
+# this much, the same for every part and the requests).
+COUNTERS_ENV = "TIERBENCH_BACKEND_COUNTERS"
 FLUSH_EVERY_S = 0.05
 
 
 class PassTimes:
-    """Per-request time of an execute's parts, added to Triton counters (the Python backend's custom metrics)."""
+    """Per-request time of an execute's parts, summed as Triton sums its own durations (a pass of N requests counts
+    N times), and written where the server's host reads them; nothing without the folder."""
 
-    PARTS = {"requests": "requests executed by the Python model",
-             "input_us": "microseconds gathering requests' inputs into a batch, per request",
-             "run_us": "microseconds of the ONNX Runtime run, per request",
-             "output_us": "microseconds building the responses, per request"}
+    PARTS = ("requests", "input_us", "run_us", "output_us")
 
-    def __init__(self, labels: dict) -> None:
-        self.pending = dict.fromkeys(self.PARTS, 0.0)
+    def __init__(self, model: str, folder: str | None) -> None:
+        self.model = model
+        self.path = os.path.join(folder, f"{os.getpid()}.json") if folder else None
+        self.totals = dict.fromkeys(self.PARTS, 0.0)
         self.flushed = time.monotonic()
-        self.families, self.metrics = {}, {}
-        if not hasattr(pb_utils, "MetricFamily"):  # before Triton 23.01
-            return
-        try:
-            for part, description in self.PARTS.items():
-                family = pb_utils.MetricFamily(name=f"tierbench_backend_{part}", description=description,
-                                               kind=pb_utils.MetricFamily.COUNTER)
-                self.families[part] = family
-                self.metrics[part] = family.Metric(labels=labels)
-        except Exception as exc:  # noqa: BLE001 - e.g. a server with metrics off: serve without these counters
-            self.close()
-            print(f"tierbench: no custom metrics ({exc}); serving without them", file=sys.stderr)
+        if self.path:
+            self.write()  # zeros: the file is there from the instance's start
 
     def add(self, requests: int, input_s: float, run_s: float, output_s: float) -> None:
-        """One execute of `requests` requests: each rode the whole pass, as Triton counts its own durations."""
-        if not self.metrics:
+        """One execute of `requests` requests: each rode the whole pass."""
+        if self.path is None:
             return
         for part, seconds in (("input_us", input_s), ("run_us", run_s), ("output_us", output_s)):
-            self.pending[part] += seconds * 1e6 * requests
-        self.pending["requests"] += requests
+            self.totals[part] += seconds * 1e6 * requests
+        self.totals["requests"] += requests
         now = time.monotonic()
         if now - self.flushed >= FLUSH_EVERY_S:
-            try:
-                for part, value in self.pending.items():
-                    self.metrics[part].increment(value)
-            except Exception as exc:  # noqa: BLE001 - counting must never fail a request: stop counting
-                self.close()
-                print(f"tierbench: custom metrics stopped ({exc})", file=sys.stderr)
-            self.pending = dict.fromkeys(self.PARTS, 0.0)
             self.flushed = now
+            self.write()
 
-    def close(self) -> None:
-        """Metrics go before their families, as the Python backend requires."""
-        self.metrics.clear()
-        self.families.clear()
+    def write(self) -> None:
+        """Replace the file whole, so a reader sees one version or the next; counting never fails a request."""
+        try:
+            tmp = f"{self.path}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"model": self.model, **{f"tierbench_backend_{p}": v for p, v in self.totals.items()}}, f)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            print(f"tierbench: the model's counters stopped ({exc})", file=sys.stderr)
+            self.path = None
 
 
 def _param(model_config: dict, key: str, default: str = "") -> str:
@@ -139,8 +131,7 @@ class TritonPythonModel:
         self.buckets = buckets
         self.padded: dict = {}
         self.providers = self.session.get_providers()
-        self.times = PassTimes({"model": args["model_name"], "version": args["model_version"],
-                                "instance": args["model_instance_name"]})
+        self.times = PassTimes(args["model_name"], os.environ.get(COUNTERS_ENV))
         if self.providers[0] != names[0]:
             raise RuntimeError(
                 f"ONNX Runtime {ort.__version__} could not use {names[0]} (session got {self.providers}; "
@@ -164,9 +155,6 @@ class TritonPythonModel:
             start += len(batch)
         self.times.add(len(requests), gathered - started, ran - gathered, time.perf_counter() - ran)
         return responses
-
-    def finalize(self) -> None:
-        self.times.close()
 
     def gather(self, batches: list) -> tuple:
         """The session for the requests' batches, its input and the rows that are theirs: the session of the smallest
