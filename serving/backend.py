@@ -154,6 +154,12 @@ class Backend(ABC):
     def stop(self) -> dict[str, str]:
         """Stop everything started (idempotent); returns server logs by file name."""
 
+    def broke_under(self, first_errors: str) -> bool:
+        """Whether a trial's errors (its param `first_errors`: the first message of each class) say a part of the
+        server broke under it, rather than that it answered the load with errors (shedding, timeouts). Such a trial,
+        over its error budget, is measured again on a fresh server, as one whose server stopped answering is."""
+        return False
+
     def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
         """Cumulative server-side counters now (e.g. Triton's metrics endpoint); None when there are none."""
         return None

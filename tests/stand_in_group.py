@@ -47,10 +47,12 @@ def _samples(rng: np.random.Generator, n: int = 200) -> WindowSamples:
 
 
 def run_stand_in_group(monkeypatch, overrides: list[str], failing: set[int] = frozenset(),
-                       clients: StandInClients | None = None,
-                       handle_params: dict[str, Any] | None = None) -> tuple[StandInSweep, dict]:
-    """A triton_onnx group on the CPU, one trial; measurement number i (from 1) fails when i is in `failing`. The
-    server's handle contributes `handle_params` to its records (e.g. an endpoint's `endpoint_nodes`)."""
+                       clients: StandInClients | None = None, handle_params: dict[str, Any] | None = None,
+                       answered_errors: str | None = None) -> tuple[StandInSweep, dict]:
+    """A triton_onnx group on the CPU, one trial; measurement number i (from 1) fails when i is in `failing`: the
+    measurement fails, or with `answered_errors` the server answered it with those errors (the trial's
+    `first_errors`), over its error budget. The server's handle contributes `handle_params` to its records (e.g. an
+    endpoint's `endpoint_nodes`)."""
     import experiments.run.server_group as server_group
 
     cfg = load_config(["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
@@ -67,8 +69,14 @@ def run_stand_in_group(monkeypatch, overrides: list[str], failing: set[int] = fr
 
     def measure(cfg: Any, trial: Any, *args: Any) -> TrialRecord:
         calls["measure"] += 1
-        if calls["measure"] in failing:
+        if calls["measure"] in failing and answered_errors is None:
             return server_group.new_record(cfg, trial, CPU_NODE, status=Status.FAILED, reason=UNHEALTHY)
+        if calls["measure"] in failing:
+            record = server_group.new_record(cfg, trial, CPU_NODE, status=Status.FAILED,
+                                             reason="50.0% of the requests failed, above experiment.max_error_rate")
+            record.params["first_errors"] = answered_errors
+            record.tags["over_error_budget"] = "true"
+            return record
         record = server_group.new_record(cfg, trial, CPU_NODE)
         record.samples = _samples(rng)
         record.metrics = {"throughput_img_s": 100.0 + calls["measure"], "latency_p99_ms": 30.0, "stable": 1.0}

@@ -8,6 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from experiments.config.compose import load_config
 from experiments.plan import plan_trials
 from experiments.results.records import Status, TrialRecord
@@ -137,6 +139,24 @@ def test_a_server_that_starts_on_the_cpu_under_a_gpu_tier_fails_its_trials_once_
     assert "reports running on the CPU (CPUExecutionProvider)" in reason and "tier a100 is a GPU tier" in reason
     assert not any(r.metrics for r in finished.records), "nothing measured"
     assert Status.SKIPPED not in {r.status for r in finished.records}
+
+
+@pytest.mark.parametrize(("errors", "measured_again"), [
+    ("other: InferenceServerException: [500] in ensemble 'resnet18_jpeg', Stub process 'resnet18_preprocess_0_1' is "
+     "not healthy.", True),
+    ("http_503: HTTP 503 from the server: Exceeds maximum queue size", False)])
+def test_a_trial_answered_with_errors_is_measured_again_only_when_they_say_the_server_broke(
+        monkeypatch, errors: str, measured_again: bool) -> None:
+    """A Python-backend stub that missed its health check broke a part of the server: measured again on a fresh one.
+    A server that shed the load answered it: that is its result."""
+    finished, calls = run_stand_in_group(monkeypatch, [], failing={1}, answered_errors=errors)
+    if measured_again:
+        failed, retried = finished.records
+        assert failed.tags["retried"] == "true" and retried.status == Status.OK and calls["start"] == 2
+        assert retried.tags["earlier_failure"].startswith("50.0% of the requests failed")
+    else:
+        (kept,) = finished.records
+        assert kept.status == Status.FAILED and "retried" not in kept.tags and calls["start"] == 1
 
 
 def test_a_trial_whose_server_failed_under_it_is_measured_again_on_a_fresh_server(monkeypatch) -> None:

@@ -195,7 +195,8 @@ class ExperimentConfig:
     # Longest a trial may take from load start to the end of its window; beyond it the trial fails.
     trial_timeout_s: float = 600.0
     # A trial whose server failed under it (a crashed or unhealthy process: the Python backend's stub declares
-    # itself unhealthy when starved of CPU for a second) is measured again this many times on a fresh server. The
+    # itself unhealthy when starved of CPU for a second, also when the server answered the trial's other requests)
+    # is measured again this many times on a fresh server. The
     # failed attempt stays logged, tagged `retried`; the new one carries `attempt` and the earlier reason.
     trial_retries: int = 1
     # Measure each trial this many times (1: once). With more, the trial's figures pool its repeats and each gets a

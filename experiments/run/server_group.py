@@ -210,7 +210,9 @@ class ServerGroup:
         if attempt > 1:
             record.tags["attempt"] = str(attempt)
             record.tags["earlier_failure"] = earlier or ""
-        server_failed = record.tags.get("over_error_budget") != "true"  # over budget: it answered, with errors
+        # Over its error budget the server answered, with errors: its result, unless they say a part of it broke.
+        server_failed = record.tags.get("over_error_budget") != "true" \
+            or self.backend.broke_under(str(record.params.get("first_errors", "")))
         if record.status == Status.FAILED and server_failed and (self.check is None or self.check.passed):
             retry = attempt <= self.cfg.experiment.trial_retries
             if retry:

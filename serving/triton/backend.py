@@ -270,6 +270,11 @@ class TritonBackend(Backend):
         actor, self._actor = self._actor, None
         return stop_host(actor, self.context, "Triton")
 
+    def broke_under(self, first_errors: str) -> bool:
+        # The Python backend answers 500 "Stub process '<instance>' is not healthy" while a stub process misses its
+        # fixed 1 s health check (a starved CPU), then restarts that stub: a part of the server broke.
+        return "Stub process" in first_errors and "is not healthy" in first_errors
+
     def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
         return host_counters(self._actor)
 
