@@ -451,3 +451,14 @@ def test_a_runner_up_clear_of_the_picks_interval_is_not_called_noise(repeated) -
 def test_trials_measured_once_have_no_intervals_and_no_noise_verdict(published) -> None:
     md = published.markdown.read_text()
     assert "95 % interval" not in md and "noise" not in md.lower() and "`experiment.repeats`" not in md
+
+
+def test_a_point_that_completed_nothing_in_its_window_has_no_cost_bar_and_breaks_nothing(data, tmp_path) -> None:
+    """On a starved node a 1 s window can end before its only request does: an ok trial at 0 img/s, no cost. Its
+    stack gets no bar; the others keep theirs."""
+    from experiments.report import plots
+
+    starved = data.ok.iloc[[0]].assign(stack="torchserve/http/jpeg", throughput_img_s=0.0,
+                                       cost_per_1k_images_usd=float("nan"))
+    path = plots.cost_bars(pd.concat([data.ok, starved]), _prices(data), {}, tmp_path / "cost_per_1k.png")
+    assert path.stat().st_size > 0

@@ -203,7 +203,9 @@ def cost_bars(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]], labels: 
     plt = _pyplot()
     from matplotlib.patches import Patch
 
-    best = ok.loc[ok.groupby(["stack", "tier"])["cost_per_1k_images_usd"].idxmin()]
+    # A point that completed nothing inside its window (a starved node) has no cost: it has no bar either.
+    priced = ok[ok["cost_per_1k_images_usd"].notna()]
+    best = priced.loc[priced.groupby(["stack", "tier"])["cost_per_1k_images_usd"].idxmin()]
     stacks = sorted(best["stack"].unique())
     tiers = sorted(best["tier"].unique())
     width = 0.8 / max(len(tiers), 1)
