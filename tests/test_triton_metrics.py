@@ -70,10 +70,10 @@ def test_the_python_models_own_counters_split_tritons_infer_time(tmp_path) -> No
 
     before = snapshot(done=10, run_us=50_000, infer_us=60_000)
     after = snapshot(done=60, run_us=300_000, infer_us=760_000)
-    b = backend_counters.breakdown(before, after)  # 100 requests in both counts
+    b = backend_counters.breakdown(before, after, breakdown(before, after)["server_compute_infer_ms"])  # 100 in both
     assert b["server_backend_input_ms"] == pytest.approx(0.1) and b["server_backend_output_ms"] == pytest.approx(0.1)
     assert b["server_backend_run_ms"] == pytest.approx(5.0)
     assert b["server_backend_stub_ms"] == pytest.approx(7.0 - 5.2)
     native = _scrape(requests=10, images=10, executions=10, request_us=0, queue_us=0, input_us=0, infer_us=1,
                      output_us=0)
-    assert backend_counters.breakdown(native, {**native, "nv_inference_request_success": 20}) == {}  # none of ours
+    assert backend_counters.breakdown(native, {**native, "nv_inference_request_success": 20}, 1.0) == {}  # none ours

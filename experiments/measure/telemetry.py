@@ -28,7 +28,8 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from experiments.config.schema import TelemetryConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_SAMPLES = 200_000  # ~2.8 h at 20 Hz: a server group's lifetime, memory bounded
 COVERAGE_SLACK_S = 0.5  # a window counts as covered when samples reach this close to both of its ends
@@ -73,6 +75,14 @@ def gpu_params(node: NodeInfo) -> dict[str, str]:
     if not node.has_gpu:
         return {}
     return {"driver_version": node.driver_version or "unknown", "cuda_version": node.cuda_version or "unknown"}
+
+
+def stamped(read: Callable[[], T]) -> tuple[float, T] | None:
+    """What `read` returns, stamped with the middle of the read; None when it took over MAX_READ_S."""
+    before = time.time()
+    value = read()
+    after = time.time()
+    return None if after - before > MAX_READ_S else ((before + after) / 2, value)
 
 
 def covers(times: np.ndarray, start: float, end: float) -> bool:
@@ -170,19 +180,9 @@ class NodeSampler:
         return float(np.mean(util)), sum(mem) / 2**20, sum(power) / 1e3, energy / 1e3
 
     def _sample(self) -> tuple[float, ...] | None:
-        """One row stamped with the middle of its reads; None when the reads spread over more than MAX_READ_S."""
-        before = time.time()
-        gpus = self._sample_gpus()
-        cpu = cpu_times() or (float("nan"), float("nan"))
-        after = time.time()
-        return None if after - before > MAX_READ_S else ((before + after) / 2, *gpus, *cpu)
-
-    def _snapshot_threads(self) -> tuple[float, dict[tuple[int, int], int]] | None:
-        """CPU ticks of every thread of the server's processes, stamped as `_sample` stamps its rows."""
-        before = time.time()
-        ticks = thread_cpu_ticks(process_tree(self.processes))
-        after = time.time()
-        return None if after - before > MAX_READ_S else ((before + after) / 2, ticks)
+        """One row: the time, the GPUs' figures and the node's CPU times; None when its reads were too slow."""
+        read = stamped(lambda: (*self._sample_gpus(), *(cpu_times() or (float("nan"), float("nan")))))
+        return None if read is None else (read[0], *read[1])
 
     def _run(self) -> None:
         errors = (self._nvml.NVMLError,) if self._nvml is not None else ()
@@ -193,7 +193,8 @@ class NodeSampler:
             except errors as exc:  # e.g. the GPU fell off the bus: stop, windows come back empty
                 log.warning("NVML sampling stopped: %s", exc)
                 return
-            threads = self._snapshot_threads() if self.processes and count % THREAD_EVERY == 0 else None
+            threads = stamped(lambda: thread_cpu_ticks(process_tree(self.processes))) if (
+                self.processes and count % THREAD_EVERY == 0) else None
             if row is None:
                 dropped += 1
                 if dropped in (1, 100, 10_000):  # a node too busy to sample on time is worth knowing, not flooding

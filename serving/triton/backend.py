@@ -283,7 +283,7 @@ class TritonBackend(Backend):
         from serving.triton import backend_counters
 
         out = breakdown(before, after)
-        return {**out, **backend_counters.breakdown(before, after)} if out else out
+        return {**out, **backend_counters.breakdown(before, after, out["server_compute_infer_ms"])} if out else out
 
     def served_images(self, before: dict[str, float], after: dict[str, float]) -> float | None:
         from serving.oip.triton_metrics import served_images

@@ -43,16 +43,14 @@ def read(folder: Path, model: str) -> dict[str, float]:
     return totals if found else {}
 
 
-def breakdown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """The model's own time per request between two snapshots, and the rest of Triton's infer time
-    (`server_backend_stub_ms`: the server handing requests to the stub process and taking its responses back);
-    empty without the model's counters (NVIDIA's native backends) or a request between the snapshots."""
+def breakdown(before: dict[str, float], after: dict[str, float], infer_ms: float) -> dict[str, float]:
+    """The model's own time per request between two snapshots, and the rest of Triton's infer time per request over
+    them (`infer_ms`, its `server_compute_infer_ms`): `server_backend_stub_ms`, the server handing requests to the
+    stub process and taking its responses back. Empty without the model's counters (NVIDIA's native backends) or a
+    request between the snapshots."""
     executed = after.get(REQUESTS, 0.0) - before.get(REQUESTS, 0.0)
-    triton = after.get("nv_inference_request_success", 0.0) - before.get("nv_inference_request_success", 0.0)
-    if executed <= 0 or triton <= 0:
+    if executed <= 0:
         return {}
     out = {name: (after[c] - before.get(c, 0.0)) / executed / 1000.0 for name, c in BREAKDOWN.items()}
-    infer_ms = (after["nv_inference_compute_infer_duration_us"] - before["nv_inference_compute_infer_duration_us"]) \
-        / triton / 1000.0
     out["server_backend_stub_ms"] = max(0.0, infer_ms - sum(out.values()))
     return out
