@@ -7,10 +7,14 @@
 # batcher with and without its sessions per batch bucket: benchmarks/ort_batch_shapes.py, server_batching.py) and the
 # `gpu`-marked tests, one bundle under --out: doctor.txt, ceiling.txt (+ JSON),
 # the sweeps' logs, reports and raw records (runs/), pytest.txt (+ junit XML), SUMMARY.txt with each step's exit code
-# and seconds. A failed step does not stop the next; each has a time limit (--step-limit S, default 600).
+# and seconds. A failed step does not stop the next; each has a time limit (--step-limit S, default 600), and the
+# whole command one too (--budget S): a lent GPU's time is counted from outside, and a command killed there from
+# outside keeps only what its steps had finished, so the steps share the budget instead and a step that cannot get
+# MIN_STEP_S seconds of it is skipped, saying so.
 #
 # usage: benchmarks/gpu_first_light.sh [--dry-run] [--out DIR] [--parts DIR | --wheelhouse DIR] [--venv DIR]
-#                                      [--tier T] [--steps LIST] [--step-limit S] [-- first_light overrides ...]
+#                                      [--tier T] [--steps LIST] [--step-limit S] [--budget S]
+#                                      [-- first_light overrides ...]
 #   --parts DIR       wheelhouse parts (python -m runners.wheelhouse --split-mib N): checked, joined, installed
 #   --wheelhouse DIR  a wheelhouse folder (its wheels/): installed offline into --venv first
 #   --venv DIR        the environment to install into / run from (default .venv-first-light); created with
@@ -23,6 +27,8 @@
 #                     by two servers, e.g. h100_sxm and h100_sxm_shared2), served (benchmarks/ceiling_vs_served.py),
 #                     batcher, tests;
 #                     later commands can run more steps with the same --venv (the install is done once, with --parts)
+#   --budget S        seconds for the whole command, install included (default: none); each step's limit is the
+#                     smaller of --step-limit and what is left, and steps are skipped once under MIN_STEP_S (60) is left
 #   --dry-run         everything but what needs a GPU: the sweeps run on tier `local` (their GPU variants are
 #                     skipped by the product, with the reason), the gpu tests skip, saying why
 # docs/offline-nodes.md and docs/gpu.md say how it is used on an air-gapped GPU node.
@@ -37,6 +43,9 @@ VENV=""
 TIER=""
 STEPS=imports,doctor,ceiling,check,first-light,search,precisions,shared,served,batcher,tests
 STEP_LIMIT=600
+BUDGET=""
+MIN_STEP_S=${MIN_STEP_S:-60}
+KILL_AFTER_S=20
 SWEEP_OVERRIDES=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,10 +57,14 @@ while [ $# -gt 0 ]; do
     --tier) TIER=$2; shift ;;
     --steps) STEPS=$2; shift ;;
     --step-limit) STEP_LIMIT=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
     --) shift; SWEEP_OVERRIDES=("$@"); break ;;
     *) echo "error: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
   shift
+done
+for NUMBER in "$STEP_LIMIT" ${BUDGET:+"$BUDGET"}; do
+  [[ "$NUMBER" =~ ^[1-9][0-9]*$ ]] || { echo "error: --step-limit and --budget take whole seconds, got '$NUMBER'" >&2; exit 2; }
 done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -60,12 +73,27 @@ FAILED=0
 
 wanted() { [[ ",$STEPS," == *",$1,"* ]]; }  # wanted STEP: is it in --steps?
 
-step() {  # step NAME LOGFILE COMMAND...: run it (at most STEP_LIMIT s), log it, record exit code and seconds
+step_limit() {  # the seconds the next step may take: --step-limit, or less where the --budget has less left
+  local limit=$STEP_LIMIT
+  if [ -n "$BUDGET" ]; then
+    local left=$((BUDGET - SECONDS - KILL_AFTER_S))  # a step that ignores its INT is killed KILL_AFTER_S later
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
+  echo "$limit"
+}
+
+step() {  # step NAME LOGFILE COMMAND...: run it (at most step_limit s), log it, record exit code and seconds
   local name=$1 log=$2; shift 2
-  local start=$SECONDS
+  local start=$SECONDS limit
+  limit=$(step_limit)
+  if [ "$limit" -lt "$MIN_STEP_S" ]; then
+    echo "== $name: skipped, ${limit}s of the ${BUDGET}s budget left (a step needs ${MIN_STEP_S}s)" | tee -a "$OUT/SUMMARY.txt"
+    FAILED=1
+    return 124
+  fi
   echo "== $name: $*" | tee -a "$OUT/SUMMARY.txt"
   if declare -F "$1" > /dev/null; then "$@" > "$log" 2>&1  # a function of this script (the install): no limit
-  else timeout --signal=INT --kill-after=30 "$STEP_LIMIT" "$@" > "$log" 2>&1; fi
+  else timeout --signal=INT --kill-after="$KILL_AFTER_S" "$limit" "$@" > "$log" 2>&1; fi
   local rc=$?
   printf '   exit %s after %ss (log: %s)\n' "$rc" "$((SECONDS - start))" "$(basename "$log")" | tee -a "$OUT/SUMMARY.txt"
   [ "$rc" = 0 ] || FAILED=1

@@ -5,7 +5,7 @@ The same timing a sweep makes on each tier node before its first server starts (
 printed as one table per runtime: batch-1 latency, and throughput over batch sizes up to `model.max_batch_size`, with
 the host round trip a server pays (NumPy in, NumPy out) and, on a GPU, device-resident (input and output stay on the
 GPU). Overrides are the sweep's (`model=resnet50`, `experiment=first_light`, `experiment.backends=[pytorch_fp16]`,
-`ceiling.min_time_s=1`, `ceiling.cache=false` to time again what the node's cache already holds).
+`ceiling.min_time_s=1`, `ceiling.cache=false` to time again what the node's cache already holds, replacing it).
 """
 
 from __future__ import annotations

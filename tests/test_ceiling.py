@@ -19,11 +19,13 @@ from serving.inprocess import (
     RESIDENT,
     ROUND_TRIP,
     InProcessPoint,
+    OthersCpu,
     RuntimeTiming,
     TimingBudget,
     batch_plan,
     time_calls,
     time_runtime,
+    time_undisturbed,
 )
 from serving.runtime import Engine, Runtime
 
@@ -64,6 +66,37 @@ def test_time_calls_reports_the_median_call_and_its_throughput() -> None:
     assert point.p50_ms >= 2.0  # a call sleeps 2 ms: it cannot take less
     assert point.img_s == pytest.approx(4 / point.p50_ms * 1e3)
     assert 0 < point.span_img_s <= point.calls * 4 / (point.calls * 0.002)
+
+
+def test_others_share_is_the_machines_busy_time_less_this_processs_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 busy ticks of 400 on the machine, 100 of them this process's own (1 s at 100 ticks a second): others
+    used a quarter of it."""
+    machine = iter([(100.0, 1000.0), (300.0, 1400.0)])
+    own = iter([5.0, 6.0])
+    monkeypatch.setattr(inprocess, "cpu_times", lambda: next(machine))
+    monkeypatch.setattr(inprocess.time, "process_time", lambda: next(own))
+    monkeypatch.setattr(inprocess.os, "sysconf", lambda name: 100)
+    assert OthersCpu().share() == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(("shares", "calls", "kept"), [
+    ([0.05], 1, 0.05),  # quiet: timed once
+    ([0.6, 0.1], 2, 0.1),  # disturbed, then quiet: the quiet one is kept
+    ([0.6, 0.7, 0.4, 0.0], 3, 0.4),  # disturbed three times: the least disturbed is kept, no fourth try
+    ([None], 1, None),  # unknown (not Linux): timed once
+])
+def test_a_disturbed_point_is_timed_again_and_the_least_disturbed_kept(
+        monkeypatch: pytest.MonkeyPatch, shares: list[float | None], calls: int, kept: float | None) -> None:
+    made = iter(shares)
+    timed: list[float | None] = []
+
+    def fake(call, batch_size, mode, budget):  # noqa: ANN001, ANN202 - time_calls' signature
+        timed.append(next(made))
+        return InProcessPoint(batch_size, mode, 1.0, 1.0, batch_size * 1e3, 5, others_busy=timed[-1])
+
+    monkeypatch.setattr(inprocess, "time_calls", fake)
+    point = time_undisturbed(lambda: None, 2, ROUND_TRIP, QUICK)
+    assert len(timed) == calls and point.others_busy == kept
 
 
 def test_the_climb_stops_after_two_flat_batches_but_times_the_needed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,4 +212,25 @@ def test_a_timing_taken_on_a_busy_node_is_timed_again_once_the_node_is_quiet(tmp
     busy_share["now"] = 0.1
     quiet = measure()
     assert quiet.cached == [] and quiet.timings[TORCH_CPU.key].cpu_busy_before == 0.1  # quiet now: timed again
+    assert measure().cached == [TORCH_CPU.key]
+
+
+def test_a_timing_disturbed_while_it_ran_is_timed_again_once_the_node_is_quiet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Quiet just before, but a neighbour kept the machine busy through every try of a point: cached as busy, so
+    the next sweep on a quiet node times it again instead of reading a low ceiling from the cache."""
+    during = {"share": 0.6}
+    monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: 0.0)
+    monkeypatch.setattr(inprocess.OthersCpu, "share", lambda self: during["share"])
+    model = load_config(["model=tiny"]).model
+    budget = {"min_time_s": 0.05, "min_calls": 3}
+
+    def measure() -> NodeCeiling:
+        return NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1], budget, True, str(tmp_path)))
+
+    disturbed = measure()
+    assert disturbed.timings[TORCH_CPU.key].cpu_busy_during == 0.6 and disturbed.cached == []
+    during["share"] = 0.0
+    again = measure()
+    assert again.cached == [] and again.timings[TORCH_CPU.key].cpu_busy_during == 0.0
     assert measure().cached == [TORCH_CPU.key]

@@ -19,8 +19,9 @@ from experiments.plan import Trial
 from experiments.report import plots, tables
 from experiments.report.answer import answer_lines
 from experiments.report.build import ReportOptions
-from experiments.report.ceiling_section import EMPTY, percent, tier_floors
+from experiments.report.ceiling_section import EMPTY, ceiling_section, outran, percent, share_sentence, tier_floors
 from experiments.report.publish import make_report
+from experiments.report.render import Document
 from experiments.run.trial import new_record
 from serving.inprocess import RESIDENT, ROUND_TRIP, InProcessPoint, RuntimeTiming
 from serving.runtime import Runtime
@@ -183,6 +184,31 @@ def test_the_answer_says_how_close_its_pick_came_to_the_ceiling(published) -> No
     assert pick.endswith(f"price primary). It reaches {round(200 / 400 * 100)} % of its runtime's in-process "
                          "throughput at batch 1 (`torch/cuda/fp16+channels_last`; bottleneck: proxy).")
     assert percent(1 / 3) == "33 %" and percent(0.045) == "4.5 %" and percent(float("nan")) == "—"
+
+
+def test_a_point_that_outran_its_in_process_timing_is_called_a_low_timing_not_the_closest(published) -> None:
+    """The local Triton point at 178 % of its runtime's round trip (a timing taken while the node was busy): the
+    section says the timing reads low there, the summary names another point, the answer's sentence says so too. On a
+    GPU only the device-resident best bounds a point (several instances overlap copies with compute)."""
+    trials = published.data.trials.copy()
+    local = (trials["tier"] == "local") & (trials["stack"] == "triton_onnx/http/tensor")
+    trials.loc[local, "ceiling_share"] = 1.78
+    data = replace(published.data, trials=trials)
+    doc = Document("t")
+    (summary,) = ceiling_section(doc, data, {t: t for t in data.tiers}, {})
+    md = doc.to_markdown()
+    local_md = _section(md, "### Tier local\n")
+    assert "| 178 % (b1), reads low |" in local_md
+    assert "1 served point(s) here outran their runtime in-process by more than 15 %" in local_md
+    assert "python -m runners.ceiling ceiling.cache=false" in local_md
+    assert "outran" not in _section(md, "### Tier a100\n", "\n### ")
+    assert summary.startswith("closest to the ceiling: a100 · "), "a point that outran its timing is not the closest"
+    row = data.ok[local].iloc[0]
+    assert share_sentence(row).endswith("(`onnxruntime/CPUExecutionProvider/fp32`; bottleneck: cpu): more than a "
+                                        "server can, so that in-process timing reads low (see its section).")
+    gpu = pd.Series({"ceiling_share": 1.6, "ceiling_share_resident": 0.7})
+    assert not outran(gpu), "1.6x the round trip with several instances, within the device-resident best"
+    assert outran(gpu.replace(0.7, 1.2)) and not outran(pd.Series({"ceiling_share": 1.1}))
 
 
 def test_each_tiers_floor_is_its_cost_at_its_best_in_process_throughput(published) -> None:

@@ -339,7 +339,7 @@ class CeilingConfig:
     enabled: bool = True  # off: no in-process timing, no efficiency figures or verdicts
     min_time_s: float = 0.5  # each batch size and mode is timed for at least this long ...
     min_calls: int = 5  # ... and at least this many calls
-    cache: bool = True  # reuse a timing made on the same node for the same model, runtime and versions
+    cache: bool = True  # reuse the node's timing of the same model, runtime and versions (false: retime, replacing it)
     cache_dir: str | None = None  # null: ~/.cache/tierbench/ceiling on the node
     timeout_s: float = 900.0  # the whole timing on a node (torch.compile and TensorRT builds happen inside it)
 

@@ -37,9 +37,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-METHOD_VERSION = 1  # part of the cache key: a change of how the ceiling is measured invalidates old entries
-# A timing taken while others kept more than this share of the node's CPU busy is cached as such: a later sweep that
-# finds the node quieter times it again rather than inherit a low ceiling; one that finds it busy too reuses it.
+# Part of the cache key: a change of how the ceiling is measured invalidates old entries (2: each point notes, and
+# retimes, what other processes did to it while it was timed).
+METHOD_VERSION = 2
+# A timing taken while others kept more than this share of the node's CPU busy (just before it), or disturbed a point
+# beyond `inprocess.DISTURBED` even when timed again, is cached as such: a later sweep that finds the node quieter
+# times it again rather than inherit a low ceiling; one that finds it busy too reuses it.
 BUSY_NODE = 0.5
 
 
@@ -125,7 +128,7 @@ def measure_here(model: ModelConfig, runtimes: list[dict[str, Any]], needed: lis
     for data in runtimes:
         runtime = Runtime.from_json(data)
         path = folder / f"{cache_key(model, runtime, timing_budget, gpus)}.json"
-        cached = _cached(path, needed) if cache else None
+        cached = _cached(path, needed) if cache else None  # not read when off, but written: a later sweep uses it
         if cached is not None and not (_busy(cached) and _quiet_now()):
             result.timings[runtime.key] = cached
             result.cached.append(runtime.key)
@@ -137,13 +140,16 @@ def measure_here(model: ModelConfig, runtimes: list[dict[str, Any]], needed: lis
             continue
         result.timings[runtime.key] = timing
         if _busy(timing):
-            log.warning("ceiling of %s timed while %.0f %% of the node's CPU was busy with other work: a sweep on a "
-                        "quieter node times it again", runtime.key, timing.cpu_busy_before * 100)
-        if cache:
+            log.warning("ceiling of %s timed while other work kept the node's CPU busy (%.0f %% just before, up to "
+                        "%.0f %% during a point): a sweep on a quieter node times it again", runtime.key,
+                        (timing.cpu_busy_before or 0) * 100, (timing.cpu_busy_during or 0) * 100)
+        try:
             folder.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(timing.to_json(), indent=1))
             tmp.replace(path)
+        except OSError as exc:
+            log.warning("ceiling of %s not cached (%s): the next sweep on this node times it again", runtime.key, exc)
     result.seconds = time.time() - started
     return result.to_json()
 
@@ -161,7 +167,8 @@ def _cached(path: Path, needed: list[int]) -> RuntimeTiming | None:
 
 
 def _busy(timing: RuntimeTiming) -> bool:
-    return timing.cpu_busy_before is not None and timing.cpu_busy_before > BUSY_NODE
+    before, during = timing.cpu_busy_before, timing.cpu_busy_during
+    return (before is not None and before > BUSY_NODE) or (during is not None and during > inprocess.DISTURBED)
 
 
 def _quiet_now() -> bool:

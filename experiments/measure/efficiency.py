@@ -14,6 +14,10 @@ Efficiency (metrics of the trial):
 - `ceiling_p50_ms`, `served_p50_over_inprocess`: the in-process p50 at the request's batch, and the served p50 over it;
   `ceiling_b1_p50_ms`: the in-process p50 at batch 1.
 
+A server cannot outrun its own runtime by much: a share above `ABOVE_CEILING` (the ceiling check's 15 % agreement)
+says the in-process timing reads low there, and the report says so wherever it shows that share. On a GPU several
+instances overlap copies with compute, so there only the device-resident best bounds a served point.
+
 The verdict (tags `bottleneck`, `bottleneck_evidence`, `bottleneck_fix`), first that applies:
 
 1. client: a client actor used more than `experiment.client_cpu_limit` of a core: the figure is the client's;
@@ -45,6 +49,14 @@ SATURATED_THREAD = 0.9
 AT_CEILING = 0.7
 CLIENT_CORE_SHARE = 0.25
 DOMINANT_SHARE = 0.3
+ABOVE_CEILING = 1.15
+
+
+def above_ceiling(share: float | None, resident_share: float | None = None) -> bool:
+    """Whether a served point outran its runtime in-process (`ceiling_share`, or `ceiling_share_resident` where the
+    runtime has a device-resident best): then the timing reads low there, not the server fast."""
+    bound = resident_share if resident_share is not None and resident_share == resident_share else share
+    return bound is not None and bound == bound and bound > ABOVE_CEILING
 
 
 class Bottleneck(StrEnum):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from experiments.config.prices import Price, cost_per_1k_images
-from experiments.measure.efficiency import Bottleneck
+from experiments.measure.efficiency import ABOVE_CEILING, Bottleneck, above_ceiling
 from experiments.report.data import SweepData
 from experiments.report.marks import suffix
 from experiments.report.render import MISSING_CELL, Document, ms, rate, usd, usd_per_hour
@@ -72,6 +72,26 @@ def on_gpu(runtime: str) -> bool:
     return len(parts) > 1 and parts[1] not in CPU_PLACES
 
 
+def outran(row: pd.Series) -> bool:
+    """Whether a served point is above its runtime's in-process timing by more than it can be (it reads low there)."""
+    def value(name: str) -> float | None:
+        figure = row.get(name)
+        return None if figure is None or pd.isna(figure) else float(figure)
+    return above_ceiling(value(SHARE), value("ceiling_share_resident"))
+
+
+def _outran(rows: pd.DataFrame) -> pd.Series:
+    return rows.apply(outran, axis=1) if not rows.empty else pd.Series(False, index=rows.index, dtype=bool)
+
+
+OUTRAN_TEXT = (f"{{n}} served point(s) here outran their runtime in-process by more than "
+               f"{(ABOVE_CEILING - 1) * 100:.0f} %: "
+               "a server cannot, so the in-process timing reads low there (timed while other work slowed the node, "
+               "or a noisy point), and those shares are not the hardware's limit. Time the runtime again on a quiet "
+               "node, `python -m runners.ceiling ceiling.cache=false` with the sweep's overrides: later sweeps on "
+               "the node use that timing.")
+
+
 def with_ceiling(rows: pd.DataFrame) -> pd.DataFrame:
     """Trials set against a ceiling: their runtime named and its round-trip figures logged."""
     return rows[(_text(rows, RUNTIME) != "") & _figure(rows, "ceiling_best_img_s").notna()]
@@ -96,11 +116,14 @@ def tier_floors(rows: pd.DataFrame, prices: dict[str, list[Price]]) -> dict[str,
 
 
 def closest(sustained: pd.DataFrame) -> pd.Series | None:
-    """The served point nearest its runtime's ceiling at its batch (stable trials first)."""
+    """The served point nearest its runtime's ceiling at its batch (stable trials first, and points that did not
+    outrun their ceiling)."""
     rows = sustained[_figure(sustained, SHARE).notna()]
     if rows.empty:
         return None
     rows = _first_stable(rows)
+    believable = rows[~_outran(rows)]
+    rows = believable if not believable.empty else rows
     return rows.loc[_figure(rows, SHARE).idxmax()]
 
 
@@ -115,8 +138,11 @@ def share_sentence(row: pd.Series) -> str:
     details = [f"`{row[RUNTIME]}`"] if row.get(RUNTIME) else []
     if row.get("bottleneck"):
         details.append(f"bottleneck: {row['bottleneck']}")
-    return (f" It reaches {percent(share)} of its runtime's in-process throughput{at}"
-            + (f" ({'; '.join(details)})" if details else "") + ".")
+    sentence = (f" It reaches {percent(share)} of its runtime's in-process throughput{at}"
+                + (f" ({'; '.join(details)})" if details else ""))
+    if outran(row):
+        return sentence + ": more than a server can, so that in-process timing reads low (see its section)."
+    return sentence + "."
 
 
 def _point(row: pd.Series) -> str:
@@ -144,7 +170,7 @@ def _runtime_row(runtime: str, trials: pd.DataFrame, sustained: pd.DataFrame) ->
     share, busy = pick.get(SHARE), pick.get("gpu_util_pct")
     return row | {"best served point": _point(pick), "served img/s": rate(pick[THROUGHPUT]),
                   "of round trip at its batch": MISSING_CELL if pd.isna(share) else
-                  f"{percent(share)} (b{float(pick['ceiling_batch']):.3g})",
+                  f"{percent(share)} (b{float(pick['ceiling_batch']):.3g})" + (", reads low" if outran(pick) else ""),
                   "of runtime's best": percent(pick.get("ceiling_share_best")),
                   "GPU busy %": MISSING_CELL if busy is None or pd.isna(busy) else f"{float(busy):.0f}",
                   "verdict": pick.get("bottleneck") or MISSING_CELL}
@@ -207,6 +233,8 @@ def _tier(doc: Document, data: SweepData, tier: str, label: str, floor: Floor | 
         doc.p(text)
         sustained = data.sustained[data.sustained["tier"] == tier]
         _runtime_table(doc, timed, with_ceiling(sustained), gpu)
+        if count := int(_outran(timed).sum()):
+            doc.p(OUTRAN_TEXT.format(n=count))
     _verdicts(doc, ok)
 
 
@@ -217,7 +245,8 @@ def summary_line(sustained: pd.DataFrame, labels: dict[str, str]) -> str | None:
         return None
     line = (f"closest to the ceiling: {labels.get(row['tier'], row['tier'])} · {_point(row)}: {percent(row[SHARE])} "
             f"of {row.get(RUNTIME) or 'its runtime'}'s in-process throughput at b{float(row['ceiling_batch']):.3g}")
-    return line + (f" (bottleneck: {row['bottleneck']})" if row.get("bottleneck") else "")
+    line += f" (bottleneck: {row['bottleneck']})" if row.get("bottleneck") else ""
+    return line + (", more than a server can: that in-process timing reads low" if outran(row) else "")
 
 
 def ceiling_section(doc: Document, data: SweepData, labels: dict[str, str], floors: dict[str, Floor]) -> list[str]:
