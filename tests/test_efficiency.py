@@ -71,6 +71,11 @@ def test_a_serve_replica_that_says_how_long_requests_waited_for_their_pass_is_qu
     judged = verdict(metrics, {**PARAMS, "server_ingress": "proxy"}, True, client_cpu_limit=0.8, node_cpus=16)
     assert judged.bottleneck is Bottleneck.QUEUE and "7.00 ms of a 10.00 ms" in judged.evidence
     assert "num_replicas" in judged.tags()["bottleneck_fix"]
+    merged = verdict({**metrics, "server_batch_avg": 1.0}, {**PARAMS, "server_ingress": "proxy"}, True,
+                     client_cpu_limit=0.8, node_cpus=16)
+    assert merged.evidence.endswith("waited in the server's queue (its passes ran 1.0 images each)"), \
+        "a batcher that merged nothing shows in the evidence"
+    assert "on Serve one about a forward pass long (batch_wait_timeout_s" in merged.tags()["bottleneck_fix"]
 
 
 def test_a_cpu_node_shared_with_its_clients_is_cpu_bound_and_says_how_many_cores_they_took() -> None:

@@ -81,7 +81,9 @@ class Bottleneck(StrEnum):
                             "(clients.placement=separate); on a CPU tier, a GPU",
             Bottleneck.QUEUE: "more model instances (Triton instance_count, Serve num_replicas) or server-side "
                               "batching (dynamic_batching / batching); where the server batches already, a shorter "
-                              "wait to gather a batch (max_queue_delay_us / batch_wait_timeout_s)",
+                              "wait to gather a batch on Triton (max_queue_delay_us) but on Serve one about a forward "
+                              "pass long (batch_wait_timeout_s: @serve.batch closes a batch when its wait ends, even "
+                              "while a pass runs, so only requests that arrive within it merge)",
             Bottleneck.PROXY: "Serve's direct ingress to the replica (direct_ingress: true, e.g. pytorch_direct)",
             Bottleneck.TRANSPORT: "fewer bytes per image or fewer requests: shared memory (http_shm/grpc_shm), JPEG "
                                   "input, larger batches",
@@ -176,8 +178,10 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
     server = m.get("server_request_ms", m.get("server_replica_ms"))
     parts: dict[Bottleneck, tuple[float, str]] = {}
     if latency and m.get("server_queue_ms") is not None:
+        merged = m.get("server_batch_avg")
+        passes = f" (its passes ran {merged:.1f} images each)" if merged else ""
         parts[Bottleneck.QUEUE] = (m["server_queue_ms"], f"{m['server_queue_ms']:.2f} ms of a {latency:.2f} ms "
-                                                         "request waited in the server's queue")
+                                                         f"request waited in the server's queue{passes}")
     if latency and server is not None:
         outside = max(0.0, latency - server)
         proxied = str(params.get("server_ingress", "")) == "proxy"
