@@ -1,14 +1,14 @@
 """Does server-side batching change throughput? Batching on vs off, on both servers, at concurrency >= 8.
 
-Per server, batching off and on: Ray Serve's pytorch vs pytorch_batched (`@serve.batch`, 2 ms wait, matched
-to Triton's) and pytorch_batched_20ms (a wait long enough for batches to fill while a CPU forward pass runs),
-Triton's triton_onnx vs triton_onnx_dynbatch (dynamic batcher, 2 ms queue delay). A server's variants are
-started side by side on this machine (`gpu=local`) and measured with the sweep's own machinery (client actors,
-warm-up, common window) on one protocol, tensor input, batch size 1 unless told (many small requests, where a
-server-side batcher can help). Windows alternate between the variants (forward, then reverse order) for several rounds,
-so
-load that other processes put on the machine hits all alike; the table gives each round's on/off throughput
-ratio, their median, and the images per forward pass each server reported (`server_batch_avg`). Writes JSON.
+Per server, batching off and on: Ray Serve's pytorch vs pytorch_batched (`@serve.batch`, 2 ms wait, matched to
+Triton's), pytorch_batched_20ms (a wait long enough for batches to fill while a CPU forward pass runs) and
+pytorch_batched_when_free (2 ms, but each pass takes what queued during the last, as Triton's batcher does),
+Triton's triton_onnx vs triton_onnx_dynbatch (dynamic batcher, 2 ms queue delay). A server's variants are started
+side by side on this machine (`gpu=local`) and measured with the sweep's own machinery (client actors, warm-up,
+common window) on one protocol, tensor input, batch size 1 unless told (many small requests, where a server-side
+batcher can help). Windows alternate between the variants (forward, then reverse order) for several rounds, so load
+that other processes put on the machine hits all alike; the table gives each round's on/off throughput ratio, their
+median, and the images per forward pass each server reported (`server_batch_avg`). Writes JSON.
 
     python -m benchmarks.server_batching [--protocol grpc] [--concurrency 8 16] [--rounds 3] [--window 3]
         [--servers triton] [--variant NAME=BASE:key=value;key=value ...]
@@ -39,7 +39,7 @@ from experiments.config.compose import compose
 from serving.paths import REPO_ROOT
 
 # Per server: the variant without batching first, then the variants with it.
-GROUPS = {"ray_serve": ("pytorch", "pytorch_batched", "pytorch_batched_20ms"),
+GROUPS = {"ray_serve": ("pytorch", "pytorch_batched", "pytorch_batched_20ms", "pytorch_batched_when_free"),
           "triton": ("triton_onnx", "triton_onnx_dynbatch")}
 # What each row carries to say why a point is slow (experiments/measure/catalog.py)
 WHY = ("server_queue_ms", "server_compute_infer_ms", "server_request_ms", "gpu_util_pct", "server_cpu_cores",

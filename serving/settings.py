@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, Field, asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 # The cluster-wide switches (`cluster.<key>` by key, each settled on or off before anything starts) a backend's
 # settings are checked against.
 ClusterSwitches = Mapping[str, bool]
+
+
+def default_of(setting: Field[Any]) -> Any:
+    """A settings field's default value (a fresh one where it has a factory)."""
+    return setting.default_factory() if setting.default_factory is not MISSING else setting.default
 
 
 @dataclass
@@ -98,11 +103,13 @@ class BackendSettings(ABC):
                 for key in keys]
 
     def refuse_switched_off(self, name: str) -> list[str]:
-        """`refuse_unless` for every switch of `switched_by`: the settings given values while their switch is off."""
+        """`refuse_unless` for every switch of `switched_by`: the settings given values other than their defaults
+        while their switch is off."""
+        defaults = {f.name: default_of(f) for f in fields(self)}
         problems = []
         for switch in dict.fromkeys(self.switched_by.values()):
             problems += self.refuse_unless(name, switch, [k for k, s in self.switched_by.items()
-                                                          if s == switch and getattr(self, k)])
+                                                          if s == switch and getattr(self, k) != defaults[k]])
         return problems
 
     def reloadable_from(self, running: BackendSettings) -> bool:

@@ -23,7 +23,8 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
     validate(cfg)
     families = {name: cfg.backends[name].family for name in cfg.backends}
     assert families == {"pytorch": "pytorch", "pytorch_fp16": "pytorch", "pytorch_compile": "pytorch",
-                        "pytorch_batched": "pytorch", "pytorch_batched_20ms": "pytorch", "pytorch_direct": "pytorch",
+                        "pytorch_batched": "pytorch", "pytorch_batched_20ms": "pytorch",
+                        "pytorch_batched_when_free": "pytorch", "pytorch_direct": "pytorch",
                         "pytorch_direct_batched": "pytorch", "pytorch_bf16": "pytorch",
                         "pytorch_fp16_direct_batched": "pytorch",
                         "triton_onnx": "triton_onnx", "triton_onnx_dynbatch": "triton_onnx", "triton_trt": "triton_trt",
@@ -41,6 +42,8 @@ def test_variants_differ_from_their_class_defaults_only_where_they_say() -> None
     assert differs["torchserve_batched"] == {"batch_size": 8, "max_batch_delay_ms": 2}
     assert differs["pytorch_batched_20ms"] == {"batching": True, "batch_wait_timeout_s": 0.02,
                                                "max_ongoing_requests": 64}
+    assert differs["pytorch_batched_when_free"] == {"batching": True, "batcher": "when_free",
+                                                    "batch_wait_timeout_s": 0.002, "max_ongoing_requests": 64}
     assert differs["triton_trt_fp16"] == {"accelerator": "tensorrt", "fp16": True, "start_timeout_s": 900.0}
     gpu_serve = {"direct_ingress": True, "batching": True, "batch_wait_timeout_s": 0.002, "max_ongoing_requests": 64,
                  "channels_last": True}

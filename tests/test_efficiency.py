@@ -75,7 +75,7 @@ def test_a_serve_replica_that_says_how_long_requests_waited_for_their_pass_is_qu
                      client_cpu_limit=0.8, node_cpus=16)
     assert merged.evidence.endswith("waited in the server's queue (its passes ran 1.0 images each)"), \
         "a batcher that merged nothing shows in the evidence"
-    assert "on Serve one about a forward pass long (batch_wait_timeout_s" in merged.tags()["bottleneck_fix"]
+    assert "batcher: when_free or a wait about a forward pass long" in merged.tags()["bottleneck_fix"]
 
 
 def test_a_cpu_node_shared_with_its_clients_is_cpu_bound_and_says_how_many_cores_they_took() -> None:

@@ -35,13 +35,14 @@ async def _reports(url: str, spec: ClientSpec, requests: int) -> list[ServerRepo
 def test_serve_batch_merges_concurrent_requests_and_the_plain_replica_does_not() -> None:
     import ray
 
-    cfg = load_config(["model=tiny", "experiment.backends=[pytorch,pytorch_batched]", "experiment.batch_sizes=[1]",
-                          "backends.pytorch_batched.batch_wait_timeout_s=0.05"])
+    cfg = load_config(["model=tiny", "experiment.backends=[pytorch,pytorch_batched,pytorch_batched_when_free]",
+                       "experiment.batch_sizes=[1]", "backends.pytorch_batched.batch_wait_timeout_s=0.05",
+                       "backends.pytorch_batched_when_free.batch_wait_timeout_s=0.05"])
     with ray_cluster(cfg.cluster, "local"):
         options = placement_options("local")
         node = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote())
         reports = {}
-        for variant in ("pytorch_batched", "pytorch"):
+        for variant in ("pytorch_batched", "pytorch_batched_when_free", "pytorch"):
             backend = build_backend(cfg, variant, node, options)
             handle = backend.start()
             try:
@@ -51,12 +52,14 @@ def test_serve_batch_merges_concurrent_requests_and_the_plain_replica_does_not()
                 backend.stop()
     executed = {variant: [r.executed_images for r in said] for variant, said in reports.items()}
     assert max(executed["pytorch_batched"]) > 1, executed  # 8 requests at once, 50 ms to gather: merged
+    assert max(executed["pytorch_batched_when_free"]) > 1, executed  # Triton's way: merged too
     assert set(executed["pytorch"]) == {1}, executed
     # Every answer says how long it waited for its pass, within the replica's own time; merged requests waited
     # for the batch to gather (up to 50 ms), so some wait is seen there.
     for said in reports.values():
         assert all(r.queue_ms is not None and 0 <= r.queue_ms <= r.ms for r in said), said
-    assert max(r.queue_ms for r in reports["pytorch_batched"]) > 1.0, reports["pytorch_batched"]
+    for variant in ("pytorch_batched", "pytorch_batched_when_free"):
+        assert max(r.queue_ms for r in reports[variant]) > 1.0, reports[variant]
 
 
 def test_serve_batch_closes_a_batch_when_its_wait_ends_even_while_a_pass_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from experiments.config.choices import SearchStrategy
 from experiments.config.errors import ConfigError
 from experiments.config.schema import BACKEND_SCHEMAS
-from serving.settings import BackendSettings
+from serving.settings import BackendSettings, default_of
 
 if TYPE_CHECKING:
     from experiments.config.schema import TierbenchConfig
@@ -48,9 +48,7 @@ def candidate_settings(base: BackendSettings, values: dict[str, Any]) -> Backend
     defaults = {f.name: f for f in dataclasses.fields(candidate)}
     for key, switch in candidate.switched_by.items():
         if not getattr(candidate, switch):
-            field = defaults[key]
-            default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-            setattr(candidate, key, default)
+            setattr(candidate, key, default_of(defaults[key]))
     return candidate
 
 

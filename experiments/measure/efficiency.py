@@ -81,9 +81,10 @@ class Bottleneck(StrEnum):
                             "(clients.placement=separate); on a CPU tier, a GPU",
             Bottleneck.QUEUE: "more model instances (Triton instance_count, Serve num_replicas) or server-side "
                               "batching (dynamic_batching / batching); where the server batches already, a shorter "
-                              "wait to gather a batch on Triton (max_queue_delay_us) but on Serve one about a forward "
-                              "pass long (batch_wait_timeout_s: @serve.batch closes a batch when its wait ends, even "
-                              "while a pass runs, so only requests that arrive within it merge)",
+                              "wait to gather a batch on Triton (max_queue_delay_us); on Serve, whose @serve.batch "
+                              "closes a batch when its wait ends even while a pass runs (so only requests that arrive "
+                              "within it merge), batcher: when_free or a wait about a forward pass long "
+                              "(batch_wait_timeout_s)",
             Bottleneck.PROXY: "Serve's direct ingress to the replica (direct_ingress: true, e.g. pytorch_direct)",
             Bottleneck.TRANSPORT: "fewer bytes per image or fewer requests: shared memory (http_shm/grpc_shm), JPEG "
                                   "input, larger batches",

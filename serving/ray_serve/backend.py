@@ -139,7 +139,8 @@ class RayServeTorchBackend(TorchBackend):
         where = self._replica_locations(ctx.start_timeout_s)
         params.update(server_node_id=",".join(sorted({w["node_id"] for w in where})),
                       server_hostname=",".join(sorted({w["hostname"] for w in where})), **self.batching_params(),
-                      server_ingress="direct" if self.settings.direct_ingress else "proxy")
+                      server_ingress="direct" if self.settings.direct_ingress else "proxy",
+                      server_batcher=self.settings.batcher if self.settings.batching else "")
         return ServerHandle(
             server_mode="ray_serve",
             urls=urls,
@@ -154,8 +155,8 @@ class RayServeTorchBackend(TorchBackend):
 
     def _app_args(self) -> dict[str, Any]:
         """The replica's constructor arguments: what `start` binds and the exported Serve config's `args` say."""
-        batching = ({"max_batch_size": self.max_batch_size, "batch_wait_timeout_s": self.settings.batch_wait_timeout_s}
-                    if self.settings.batching else None)
+        batching = ({"max_batch_size": self.max_batch_size, "batch_wait_timeout_s": self.settings.batch_wait_timeout_s,
+                     "batcher": self.settings.batcher} if self.settings.batching else None)
         return {"model": self.context.model.to_dict(), "device": self.device,
                 "torch_threads": self.settings.torch_threads, "options": asdict(self.options),
                 "warmup_batch_sizes": list(self.warmup_batch_sizes()), "batching": batching}

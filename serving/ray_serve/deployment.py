@@ -22,7 +22,8 @@ lengths in `X-Image-Lengths`, or a raw float32 tensor; the float32 logits back; 
 and gRPC `tierbench.ImageClassifier/Classify` (serving/ray_serve/proto/classifier.proto).
 Inference runs on one worker thread, like one Triton model instance; decoding runs beside it. With `batching`,
 Serve's `@serve.batch` merges concurrent requests into one forward pass, counting images (not requests) against
-`max_batch_size` as Triton's dynamic batcher does.
+`max_batch_size` as Triton's dynamic batcher does; with `batcher: when_free`, `serving.pytorch.when_free` does, taking
+every request that queued while a pass ran (`@serve.batch` merges only those that arrive within its wait).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from serving.clients import json_images
 from serving.node import gpu_ids as node_gpu_ids
 from serving.oip import protocol as oip
 from serving.oip.protocol import OipError
+from serving.pytorch.when_free import WhenFreeBatcher
 from serving.ray_serve.clients import (
     JPEG_CONTENT_TYPE,
     LENGTHS_HEADER,
@@ -94,9 +96,13 @@ class TorchImageClassifier:
         self.input_shape = self.service.input_shape
         if batching:
             self.service.max_batch_size = int(batching["max_batch_size"])
-            self.service.batcher = serve.batch(max_batch_size=self.service.max_batch_size,
-                                               batch_wait_timeout_s=float(batching["batch_wait_timeout_s"]),
-                                               batch_size_fn=images_in)(self._infer_many)
+            wait_s = float(batching["batch_wait_timeout_s"])
+            if batching.get("batcher", "serve") == "when_free":
+                self.service.batcher = WhenFreeBatcher(self.service.forward, self.service.max_batch_size, wait_s)
+            else:
+                self.service.batcher = serve.batch(max_batch_size=self.service.max_batch_size,
+                                                   batch_wait_timeout_s=wait_s, batch_size_fn=images_in)(
+                    self._infer_many)
 
     def info(self) -> dict[str, Any]:
         """How this replica runs (device, dtype, compile) and what its warm-up cost; where it runs."""

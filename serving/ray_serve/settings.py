@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from serving.settings import ClusterSwitches
 
 
+BATCHERS = ("serve", "when_free")
+
+
 @dataclass
 class RayServeTorchSettings(TorchSettings):
     """PyTorch behind Ray Serve: replicas and `@serve.batch` server-side batching (how the model runs: the base)."""
@@ -32,15 +35,19 @@ class RayServeTorchSettings(TorchSettings):
     batching: bool = False  # @serve.batch: merge concurrent requests into one forward pass
     max_batch_size: int | None = None  # images per forward pass; null: model.max_batch_size
     batch_wait_timeout_s: float = 0.0  # how long a batch waits for more requests after its first
+    # serve: Ray Serve's @serve.batch, which closes a batch when its wait ends even while a pass runs; when_free: a
+    # pass takes every request that queued while the model was busy, as Triton's batcher (serving/pytorch/when_free.py)
+    batcher: str = "serve"
     # Clients reach the replica's own HTTP/gRPC ports (Serve's direct ingress) instead of Serve's proxies; turns
     # cluster.serve_direct_ingress on when that is null (the Serve instance the sweep starts is switched as a whole).
     direct_ingress: bool = False
 
     server_mode_hint: ClassVar[str] = "ray_serve"
     searchable: ClassVar[tuple[str, ...]] = ("num_replicas", "batching", "max_batch_size", "batch_wait_timeout_s",
-                                             "max_ongoing_requests", "max_queued_requests", "router_max_backoff_s",
-                                             "torch_threads")
-    switched_by: ClassVar[dict[str, str]] = {"max_batch_size": "batching", "batch_wait_timeout_s": "batching"}
+                                             "batcher", "max_ongoing_requests", "max_queued_requests",
+                                             "router_max_backoff_s", "torch_threads")
+    switched_by: ClassVar[dict[str, str]] = {"max_batch_size": "batching", "batch_wait_timeout_s": "batching",
+                                             "batcher": "batching"}
 
     @property
     def family(self) -> str:
@@ -71,6 +78,8 @@ class RayServeTorchSettings(TorchSettings):
         problems += self.refuse_max_batch_size(name, model, "(images per server batch), or null for the model's")
         if self.batch_wait_timeout_s < 0:
             problems.append(self.refuse(name, "batch_wait_timeout_s", "a number of seconds >= 0"))
+        if self.batcher not in BATCHERS:
+            problems.append(self.refuse(name, "batcher", f"one of {list(BATCHERS)}"))
         problems += self.refuse_switched_off(name)
         if self.direct_ingress and self.num_replicas != 1:
             problems.append(self.refuse(name, "num_replicas", "direct_ingress sends every request to one replica's "
