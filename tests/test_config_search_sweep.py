@@ -30,7 +30,8 @@ SEARCH = ["experiment=cheapest", "model=tiny", "experiment.protocols=[http]", "e
           "experiment.search.space.triton.instance_count=[1,2]",
           "experiment.search.space.triton.max_queue_delay_us=[0,2000]",
           "experiment.search.space.ray_serve.num_replicas=[1,2]",
-          "experiment.search.space.ray_serve.batch_wait_timeout_s=[0.005]", "quiet=true"]
+          "experiment.search.space.ray_serve.batch_wait_timeout_s=[0.005]",
+          "experiment.search.space.ray_serve.batcher=[serve]", "quiet=true"]
 GRID_SIZE = {"triton_onnx_dynbatch": 4, "pytorch_batched": 2}  # Serve's candidates start slowest: one setting
 
 
