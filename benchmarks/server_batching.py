@@ -174,11 +174,11 @@ def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], no
                                  "busiest_thread": record.params.get("server_busiest_thread")})
                     print(f"  {name:<22} b{batch:<3} c{conc:<3} round {round_index}: "
                           f"{m['throughput_img_s']:7.1f} img/s  p50 {m['latency_p50_ms']:7.1f} ms  "
-                          f"images/pass {m.get('server_batch_avg') or 0:5.2f}  "
-                          f"queue {m.get('server_queue_ms') or 0:.1f} ms  "
-                          f"infer {m.get('server_compute_infer_ms') or 0:.1f} ms{_inside(m)}  "
-                          f"GPU busy {_pct(m.get('gpu_util_pct'))}  server CPU {m.get('server_cpu_cores') or 0:.2f}"
-                          f" cores, busiest thread {m.get('server_thread_cpu_max') or 0:.2f} "
+                          f"images/pass {_figure(m, 'server_batch_avg', '5.2f')}  "
+                          f"queue {_figure(m, 'server_queue_ms', '.1f')} ms  "
+                          f"infer {_figure(m, 'server_compute_infer_ms', '.1f')} ms{_inside(m)}  "
+                          f"GPU busy {_pct(m.get('gpu_util_pct'))}  server CPU {_figure(m, 'server_cpu_cores', '.2f')}"
+                          f" cores, busiest thread {_figure(m, 'server_thread_cpu_max', '.2f')} "
                           f"({record.params.get('server_busiest_thread')})  verdict {judged.bottleneck}: "
                           f"{judged.evidence}", flush=True)
     finally:
@@ -188,6 +188,12 @@ def measure_group(cfg: Any, args: argparse.Namespace, group: tuple[str, ...], no
         for backend in backends.values():
             backend.stop()
     return rows
+
+
+def _figure(m: dict[str, float], key: str, spec: str) -> str:
+    """A metric as `spec` formats it; '-' where the server did not report it (Serve has no infer time of Triton's)."""
+    value = m.get(key)
+    return "-" if value is None or value != value else format(value, spec)
 
 
 def _inside(m: dict[str, float]) -> str:
