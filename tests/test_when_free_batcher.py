@@ -111,3 +111,17 @@ def test_a_lone_request_waits_at_most_wait_s_for_company(wait_s: float) -> None:
     started = time.perf_counter()
     asyncio.run(batcher(_request(0)))
     assert passes == [1] and time.perf_counter() - started >= wait_s
+
+
+def test_a_pass_that_answers_the_wrong_number_of_rows_fails_its_requests_instead_of_hanging_them() -> None:
+    async def short(batch: np.ndarray) -> Pass:
+        return Pass(batch[:-1], len(batch), time.perf_counter())
+
+    batcher = WhenFreeBatcher(short, max_batch_size=16, wait_s=0.01)
+
+    async def main() -> list[object]:
+        return list(await asyncio.wait_for(asyncio.gather(batcher(_request(0)), batcher(_request(1)),
+                                                          return_exceptions=True), 10.0))
+
+    assert all(isinstance(e, RuntimeError) and "answered 1 rows for 2 requests' 2 images" in str(e)
+               for e in asyncio.run(main()))

@@ -85,12 +85,15 @@ class WhenFreeBatcher:
         batches = [q.batch for q in taken]
         try:
             ran = await self.forward(batches[0] if len(batches) == 1 else np.concatenate(batches))
+            parts = np.split(ran.logits, np.cumsum([len(b) for b in batches])[:-1])
+            if len(ran.logits) != sum(len(b) for b in batches):
+                raise RuntimeError(f"the model answered {len(ran.logits)} rows for {len(parts)} requests' "
+                                   f"{sum(len(b) for b in batches)} images")
         except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error, the batcher goes on
             for q in taken:
                 if not q.future.done():
                     q.future.set_exception(exc)
             return
-        parts = np.split(ran.logits, np.cumsum([len(b) for b in batches])[:-1])
         for q, part in zip(taken, parts, strict=True):
             if not q.future.done():
                 q.future.set_result(ran._replace(logits=part))
