@@ -11,8 +11,9 @@ Two ways of calling the runtime, at each batch size:
 Each point is the p50 of single calls, one call at a time (one stream: a server runs one forward pass per model
 instance at a time too), and its throughput, batch / p50, which a noisy neighbour's hiccups do not move (the
 throughput over the whole timed span is kept beside it). A neighbour that stays busy through a point does move it,
-so each point also records the share of the machine's CPU other processes used while it was timed, and a point they
-kept over `DISTURBED` busy is timed again (at most `RETIMES` more times; the least disturbed one is kept).
+so each point also records the share of the machine's CPU other processes took while it was timed (counted while
+the machine had no idle CPU left), and a point they kept over `DISTURBED` busy is timed again (at most `RETIMES`
+more times; the least disturbed one is kept).
 
 Batch sizes are measured smallest first; once the throughput stops growing (`PLATEAU_GAIN`, twice in a row), larger
 batches are measured only where the caller needs them (the experiment's own batch sizes), so a CPU, which plateaus
@@ -136,8 +137,12 @@ def cpu_busy_share(seconds: float = 0.5) -> float | None:
 
 
 class OthersCpu:
-    """The share of the machine's CPU time that other processes used since it was made (Linux; None elsewhere): the
-    machine's busy time less this process's own, over the machine's time on all its cores."""
+    """The share of the machine's CPU time that other processes took from this one since it was made (Linux; None
+    elsewhere): the machine's busy time less this process's own, over the machine's time on all its cores, counted
+    only when the machine had less than `IDLE_LEFT` of it idle (while cores sat idle, others took nothing this
+    process wanted: a GPU runtime on a node of many cores)."""
+
+    IDLE_LEFT = 0.1
 
     def __init__(self) -> None:
         self.machine = cpu_times()
@@ -147,8 +152,12 @@ class OthersCpu:
         now = cpu_times()
         if self.machine is None or now is None or now[1] <= self.machine[1]:
             return None
+        total = now[1] - self.machine[1]
+        busy = now[0] - self.machine[0]
+        if 1 - busy / total >= self.IDLE_LEFT:
+            return 0.0
         own_ticks = (time.process_time() - self.own) * os.sysconf("SC_CLK_TCK")
-        return min(1.0, max(0.0, (now[0] - self.machine[0] - own_ticks) / (now[1] - self.machine[1])))
+        return min(1.0, max(0.0, (busy - own_ticks) / total))
 
 
 def time_calls(call: Callable[[], Any], batch_size: int, mode: str, budget: TimingBudget) -> InProcessPoint:

@@ -68,15 +68,18 @@ def test_time_calls_reports_the_median_call_and_its_throughput() -> None:
     assert 0 < point.span_img_s <= point.calls * 4 / (point.calls * 0.002)
 
 
-def test_others_share_is_the_machines_busy_time_less_this_processs_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    """200 busy ticks of 400 on the machine, 100 of them this process's own (1 s at 100 ticks a second): others
-    used a quarter of it."""
-    machine = iter([(100.0, 1000.0), (300.0, 1400.0)])
+@pytest.mark.parametrize(("busy_after", "share"), [
+    (490.0, 290 / 400),  # 390 busy ticks of 400, 100 of them this process's own (1 s at 100 a second): others 72.5 %
+    (300.0, 0.0),  # half the machine idle: others took nothing this process wanted
+])
+def test_others_share_is_the_machines_busy_time_less_this_processs_own_while_nothing_idled(
+        monkeypatch: pytest.MonkeyPatch, busy_after: float, share: float) -> None:
+    machine = iter([(100.0, 1000.0), (busy_after, 1400.0)])
     own = iter([5.0, 6.0])
     monkeypatch.setattr(inprocess, "cpu_times", lambda: next(machine))
     monkeypatch.setattr(inprocess.time, "process_time", lambda: next(own))
     monkeypatch.setattr(inprocess.os, "sysconf", lambda name: 100)
-    assert OthersCpu().share() == pytest.approx(0.25)
+    assert OthersCpu().share() == pytest.approx(share)
 
 
 @pytest.mark.parametrize(("shares", "calls", "kept"), [
