@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,7 @@ def test_a_provider_that_does_not_load_is_refused_not_fallen_back_from() -> None
 def test_the_node_cache_serves_a_timing_that_covers_the_batches(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: 0.0)  # a quiet node: timings are cached
+    monkeypatch.setattr(inprocess.OthersCpu, "share", lambda self: 0.0)  # ... and nothing disturbed them
     model = load_config(["model=tiny"]).model
     budget = {"min_time_s": 0.05, "min_calls": 3}
     first = NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1, 2], budget, True, str(tmp_path)))
@@ -199,16 +201,19 @@ def test_runners_ceiling_refuses_a_bad_setting_before_timing(capsys: pytest.Capt
     assert "ceiling.min_time_s=0" in capsys.readouterr().err
 
 
+def _tiny_on_the_cpu(cache: Path) -> Callable[[], NodeCeiling]:
+    """The node's ceiling of the tiny model in PyTorch on the CPU, at batch 1, quickly, cached in `cache`."""
+    model = load_config(["model=tiny"]).model
+    budget = {"min_time_s": 0.05, "min_calls": 3}
+    return lambda: NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1], budget, True, str(cache)))
+
+
 def test_a_timing_taken_on_a_busy_node_is_timed_again_once_the_node_is_quiet(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     busy_share = {"now": 0.9}
     monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: busy_share["now"])
-    model = load_config(["model=tiny"]).model
-    budget = {"min_time_s": 0.05, "min_calls": 3}
-
-    def measure() -> NodeCeiling:
-        return NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1], budget, True, str(tmp_path)))
-
+    monkeypatch.setattr(inprocess.OthersCpu, "share", lambda self: 0.0)  # busy before, never during
+    measure = _tiny_on_the_cpu(tmp_path)
     busy = measure()
     assert busy.timings[TORCH_CPU.key].cpu_busy_before == 0.9 and busy.cached == []
     assert measure().cached == [TORCH_CPU.key]  # still busy: the busy timing is reused, not taken again
@@ -225,12 +230,7 @@ def test_a_timing_disturbed_while_it_ran_is_timed_again_once_the_node_is_quiet(
     during = {"share": 0.6}
     monkeypatch.setattr(inprocess, "cpu_busy_share", lambda seconds=0.5: 0.0)
     monkeypatch.setattr(inprocess.OthersCpu, "share", lambda self: during["share"])
-    model = load_config(["model=tiny"]).model
-    budget = {"min_time_s": 0.05, "min_calls": 3}
-
-    def measure() -> NodeCeiling:
-        return NodeCeiling.from_json(measure_here(model, [TORCH_CPU.to_json()], [1], budget, True, str(tmp_path)))
-
+    measure = _tiny_on_the_cpu(tmp_path)
     disturbed = measure()
     assert disturbed.timings[TORCH_CPU.key].cpu_busy_during == 0.6 and disturbed.cached == []
     during["share"] = 0.0
