@@ -42,7 +42,7 @@ def _kill_during_second_trial(tmp_path: Path, backend: str, victim: str, sweep_i
     statuses = {}
     for record_file in (tmp_path / "runs" / sweep_id / "local" / "trials").glob("*/record.json"):
         record = json.loads(record_file.read_text())
-        statuses[record["trial"]["concurrency"]] = (record["status"], record_file.parent)
+        statuses[record["trial"]["concurrency"]] = (record["status"], record_file.parent, record.get("reason"))
     return sweep, {"code": code, "statuses": statuses}
 
 
@@ -50,7 +50,8 @@ def _check_one_failed_then_ok(sweep: SweepProcess, result: dict, server_logs: se
     """The second trial failed, with the reason and the server logs the backend keeps (in the run folder and on
     its run); the first and third are ok; the exit code says a trial failed."""
     statuses = result["statuses"]
-    assert [statuses[c][0] for c in (1, 2, 3)] == ["ok", "failed", "ok"], sweep.output[-4000:]
+    reasons = {c: statuses[c][2] for c in sorted(statuses) if statuses[c][0] != "ok"}
+    assert [statuses[c][0] for c in (1, 2, 3)] == ["ok", "failed", "ok"], f"{reasons}\n{sweep.output[-4000:]}"
     assert result["code"] != 0, "the exit code must say a trial failed"
     failed_dir = statuses[2][1]
     assert {p.name for p in (failed_dir / "server_logs").glob("*")} == server_logs
