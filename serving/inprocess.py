@@ -45,8 +45,8 @@ MODES = (ROUND_TRIP, RESIDENT)
 # plateau (two, so that one noisy point does not end the climb).
 PLATEAU_GAIN = 0.03
 PLATEAU_POINTS = 2
-# Other processes using more than this share of the machine's CPU while a point is timed disturb it (on two cores, one
-# busy neighbour is half): the point is timed again, up to RETIMES more times.
+# Other processes taking more than this share of the machine's CPU while a point is timed (`OthersCpu`) disturb it (on
+# two cores, one busy neighbour is half): the point is timed again, up to RETIMES more times.
 DISTURBED = 0.25
 RETIMES = 2
 
@@ -71,7 +71,7 @@ class InProcessPoint:
     img_s: float  # batch / p50: the throughput of a typical call (robust to a noisy neighbour's hiccups)
     calls: int
     span_img_s: float = 0.0  # images over the whole timed span, hiccups included
-    others_busy: float | None = None  # share of the machine's CPU other processes used meanwhile (None: unknown)
+    others_busy: float | None = None  # share of the machine's CPU others took meanwhile (`OthersCpu`; None: unknown)
 
 
 @dataclass
@@ -87,7 +87,7 @@ class RuntimeTiming:
 
     @property
     def cpu_busy_during(self) -> float | None:
-        """The most any kept point was disturbed: the share of the machine's CPU others used while it was timed."""
+        """The most any kept point was disturbed: the share of the machine's CPU others took while it was timed."""
         shares = [p.others_busy for p in self.points if p.others_busy is not None]
         return max(shares) if shares else None
 
