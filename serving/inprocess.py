@@ -12,8 +12,9 @@ Each point is the p50 of single calls, one call at a time (one stream: a server 
 instance at a time too), and its throughput, batch / p50, which a noisy neighbour's hiccups do not move (the
 throughput over the whole timed span is kept beside it). A neighbour that stays busy through a point does move it,
 so each point also records the share of the machine's CPU other processes took while it was timed (counted while
-the machine had no idle CPU left), and a point they kept over `DISTURBED` busy is timed again (at most `RETIMES`
-more times; the least disturbed one is kept).
+the machine had no idle CPU left): the node's cache keeps a disturbed timing only until a quieter sweep times it
+again (`experiments.measure.ceiling`). It is not timed again at once: on a small node the neighbour is often another
+server, which a longer timing would starve in turn.
 
 Batch sizes are measured smallest first; once the throughput stops growing (`PLATEAU_GAIN`, twice in a row), larger
 batches are measured only where the caller needs them (the experiment's own batch sizes), so a CPU, which plateaus
@@ -45,10 +46,6 @@ MODES = (ROUND_TRIP, RESIDENT)
 # plateau (two, so that one noisy point does not end the climb).
 PLATEAU_GAIN = 0.03
 PLATEAU_POINTS = 2
-# Other processes taking more than this share of the machine's CPU while a point is timed (`OthersCpu`) disturb it (on
-# two cores, one busy neighbour is half): the point is timed again, up to RETIMES more times.
-DISTURBED = 0.25
-RETIMES = 2
 
 
 @dataclass(frozen=True)
@@ -184,18 +181,6 @@ def time_calls(call: Callable[[], Any], batch_size: int, mode: str, budget: Timi
     return InProcessPoint(batch_size, mode, p50, float(ms.mean()), batch_size / p50 * 1e3, len(times),
                           batch_size * len(times) / span, others.share())
 
-
-def time_undisturbed(call: Callable[[], Any], batch_size: int, mode: str, budget: TimingBudget) -> InProcessPoint:
-    """`time_calls`, again while other processes kept the machine more than DISTURBED busy (at most RETIMES more
-    times): a timing slowed by a neighbour would be cached as the node's ceiling. The least disturbed is kept."""
-    kept = time_calls(call, batch_size, mode, budget)
-    for _ in range(RETIMES):
-        if kept.others_busy is None or kept.others_busy <= DISTURBED:
-            break
-        again = time_calls(call, batch_size, mode, budget)
-        if again.others_busy is not None and again.others_busy < kept.others_busy:
-            kept = again
-    return kept
 
 
 def batch_plan(needed: Iterable[int], max_batch_size: int) -> tuple[list[int], set[int]]:
@@ -345,7 +330,7 @@ def time_runtime(model_cfg: ModelConfig, runtime: Runtime, needed_batches: Itera
             continue
         batch = rng.standard_normal((size, *model_cfg.input_shape), dtype=np.float32)
         for mode in modes:
-            timing.points.append(time_undisturbed(caller.call(batch, mode), size, mode, budget))
+            timing.points.append(time_calls(caller.call(batch, mode), size, mode, budget))
         rate = timing.point(size, ROUND_TRIP).img_s
         if flat < PLATEAU_POINTS:
             flat = flat + 1 if best > 0 and rate < best * (1 + PLATEAU_GAIN) else 0

@@ -37,13 +37,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Part of the cache key: a change of how the ceiling is measured invalidates old entries (2: each point notes, and
-# retimes, what other processes did to it while it was timed).
+# Part of the cache key: a change of how the ceiling is measured invalidates old entries (2: each point notes what
+# other processes took from it while it was timed).
 METHOD_VERSION = 2
-# A timing taken while others kept more than this share of the node's CPU busy (just before it), or disturbed a point
-# beyond `inprocess.DISTURBED` even when timed again, is cached as such: a later sweep that finds the node quieter
-# times it again rather than inherit a low ceiling; one that finds it busy too reuses it.
+# A timing taken while others kept more than BUSY_NODE of the node's CPU busy just before it, or took more than
+# DISTURBED of it while a point was timed (on two cores, one busy neighbour is half), is cached as such: a later sweep
+# that finds the node quieter times it again rather than inherit a low ceiling; one that finds it busy too reuses it.
 BUSY_NODE = 0.5
+DISTURBED = 0.25
 
 
 @dataclass
@@ -168,7 +169,7 @@ def _cached(path: Path, needed: list[int]) -> RuntimeTiming | None:
 
 def _busy(timing: RuntimeTiming) -> bool:
     before, during = timing.cpu_busy_before, timing.cpu_busy_during
-    return (before is not None and before > BUSY_NODE) or (during is not None and during > inprocess.DISTURBED)
+    return (before is not None and before > BUSY_NODE) or (during is not None and during > DISTURBED)
 
 
 def _quiet_now() -> bool:
