@@ -100,12 +100,14 @@ def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
             # Counter snapshots bracket the windows only approximately (a request in flight at a boundary is
             # counted by the server, not the window), and these windows hold a handful of requests. Always: the
             # server's mean is of the clients' order (a unit slip would be 1000x). Where the server counted the
-            # clients' images (no `server_count_mismatch`, which the report flags), it covers their requests and is
-            # bounded by their tail. Seen once under a second test worker's load: 1279 ms against a p99 of 408 ms.
+            # clients' images (no `server_count_mismatch`, which the report flags) over enough requests that the
+            # boundaries do not decide it, it covers their requests and is bounded by their tail. Seen under a second
+            # test worker's load: 1279 ms against a p99 of 408 ms; 649 ms against 280 ms with 4 requests counted on
+            # both sides (the same count, not the same requests: one slow request in flight at a boundary swapped in).
             seen = {k: m.get(k) for k in ("server_request_ms", "server_queue_ms", "server_requests", "request_count",
                                           "server_count_ratio", "latency_p50_ms", "latency_p99_ms")}
             assert m["server_request_ms"] < 20 * m["latency_p99_ms"], seen
-            if run.data.tags.get("server_count_mismatch") != "true":
+            if run.data.tags.get("server_count_mismatch") != "true" and m["request_count"] >= 20:
                 assert m["server_request_ms"] <= 2 * m["latency_p99_ms"], seen
             assert m["server_queue_ms"] >= 0 and m["server_batch_avg"] == pytest.approx(int(params["batch_size"]))
             # the Python model's own counters, beside Triton's: its ONNX Runtime run and the stub's exchange
