@@ -54,9 +54,11 @@ ABOVE_CEILING = 1.15
 
 def above_ceiling(share: float | None, resident_share: float | None = None) -> bool:
     """Whether a served point outran its runtime in-process (`ceiling_share`, or `ceiling_share_resident` where the
-    runtime has a device-resident best): then the timing reads low there, not the server fast."""
-    bound = resident_share if resident_share is not None and resident_share == resident_share else share
-    return bound is not None and bound == bound and bound > ABOVE_CEILING
+    runtime has a device-resident best): then the timing reads low there, not the server fast. None or NaN: unknown."""
+    def known(share: float | None) -> bool:
+        return share is not None and share == share
+    bound = resident_share if known(resident_share) else share
+    return known(bound) and float(bound) > ABOVE_CEILING
 
 
 class Bottleneck(StrEnum):

@@ -74,10 +74,7 @@ def on_gpu(runtime: str) -> bool:
 
 def outran(row: pd.Series) -> bool:
     """Whether a served point is above its runtime's in-process timing by more than it can be (it reads low there)."""
-    def value(name: str) -> float | None:
-        figure = row.get(name)
-        return None if figure is None or pd.isna(figure) else float(figure)
-    return above_ceiling(value(SHARE), value("ceiling_share_resident"))
+    return above_ceiling(row.get(SHARE), row.get("ceiling_share_resident"))
 
 
 def _outran(rows: pd.DataFrame) -> pd.Series:
