@@ -79,10 +79,25 @@ class TrialRecord:
         return TrialRecord(**values)
 
 
+REASON_CHARS = 2000
+REASON_HEAD_CHARS = 600
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The error a Ray task or actor method raised, unwrapped: Ray's wrapper repeats it after its own traceback."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
 def error_reason(exc: BaseException) -> str:
-    """An error as a record's `reason`: its message (its type when it has none), at most 2,000 characters."""
-    text = str(exc).strip() or type(exc).__name__
-    return text[:2000]
+    """An error as a record's `reason`: its message (its type when it has none), at most 2,000 characters. A longer
+    one keeps its start and its end, where a server's log tail says why it stopped."""
+    cause = root_cause(exc)
+    text = str(cause).strip() or type(cause).__name__
+    if len(text) <= REASON_CHARS:
+        return text
+    gap = "\n…\n"
+    return text[:REASON_HEAD_CHARS] + gap + text[-(REASON_CHARS - REASON_HEAD_CHARS - len(gap)):]
 
 
 def write_record(record: TrialRecord, trial_dir: Path) -> Path:

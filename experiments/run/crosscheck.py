@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from experiments.results.records import root_cause
 from serving.backend import Backend, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.model_config import ModelConfig
@@ -273,7 +274,7 @@ def accuracy_of_paths(cfg: TierbenchConfig, specs: list[tuple[str, ClientSpec]],
     try:
         served = ray.get(pending, timeout=timeout_s + 300)
     except ray.exceptions.RayTaskError as exc:
-        cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+        cause = root_cause(exc)
         raise RuntimeError(f"accuracy pass failed: {type(cause).__name__}: {cause}") from None
     return [PathAccuracy.score(protocol, spec.input_format, outputs, reference, labels)
             for (protocol, spec), outputs, (reference, labels) in zip(specs, served, references, strict=True)]
@@ -307,7 +308,7 @@ def crosscheck_group(cfg: TierbenchConfig, backend: Backend, handle: ServerHandl
     try:
         actual = ray.get(pending, timeout=timeout_s * (len(specs) + 1) + 120)
     except ray.exceptions.RayTaskError as exc:
-        cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+        cause = root_cause(exc)
         raise RuntimeError(f"cross-check request failed: {type(cause).__name__}: {cause}") from None
     classifier = is_classifier(reference_model)
     checks = [PathCheck(protocol, spec.input_format, *compare(reference, logits, classifier))
