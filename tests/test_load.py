@@ -293,9 +293,12 @@ def test_load_modes_bound_the_slo_search_and_space_arrivals() -> None:
 
     from experiments.config.choices import LoadMode
 
-    exp = SimpleNamespace(request_rates=[20.0, 50.0], slo=SimpleNamespace(max_concurrency=64, max_rate=2000.0))
-    assert LoadMode.CLOSED.slo_search_range(exp) == (1, 64, True)
-    assert LoadMode.CONSTANT.slo_search_range(exp) == (20.0, 2000.0, False)
+    exp = SimpleNamespace(request_rates=[20.0, 50.0], concurrency=[4, 8],
+                          slo=SimpleNamespace(max_concurrency=64, max_rate=2000.0))
+    assert LoadMode.CLOSED.slo_search_range(exp) == (4, 1, 64, True)  # from the grid's lowest, down to 1 if it misses
+    assert LoadMode.CONSTANT.slo_search_range(exp) == (20.0, 20.0, 2000.0, False)
+    exp.slo.max_concurrency = 2
+    assert LoadMode.CLOSED.slo_search_range(exp).start == 2
     rng = np.random.default_rng(0)
     assert LoadMode.CONSTANT.next_gap(50.0, rng) == pytest.approx(0.02)
     gaps = [LoadMode.POISSON.next_gap(50.0, rng) for _ in range(2000)]

@@ -29,6 +29,20 @@ def test_reuses_loads_the_grid_already_measured() -> None:
     assert result.best.load == 8 and 1 not in calls and 4 not in calls
 
 
+def test_a_search_from_the_grids_load_probes_nothing_below_it_unless_that_load_misses() -> None:
+    calls = []
+    result = search_slo(lambda c: calls.append(c) or _model(c), 50, 4, 64, True, floor=1)
+    assert result.best.load == 8 and calls == [4, 8, 16, 12, 10, 9]  # two probes fewer than from 1
+    calls.clear()
+    result = search_slo(lambda c: calls.append(c) or _model(c), 20, 4, 64, True, floor=1)  # 2 in flight: 20 ms
+    assert result.best.load == 2 and calls == [4, 2, 3]
+    calls.clear()
+    none = search_slo(lambda c: calls.append(c) or _model(c), 12, 4, 64, True, floor=1)  # 1 in flight: 15 ms
+    assert none.best is None and calls == [4, 2, 1]
+    # Open loop: the lowest rate is the floor (a rate below the grid's is not asked for).
+    assert search_slo(_model, 20, 4.0, 64.0, False).best is None
+
+
 def test_open_loop_rate_is_bisected_to_five_percent() -> None:
     result = search_slo(_model, slo_p99_ms=50, lowest=1.0, limit=64.0, integer=False)
     assert 8 * 0.95 <= result.best.load <= 8

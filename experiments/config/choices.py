@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
 
     from experiments.config.schema import ExperimentConfig
+
+
+class SloRange(NamedTuple):
+    """The loads an SLO search may probe: it starts at `start`, doubles up to `limit`, and steps down to `floor` when
+    `start` already misses."""
+
+    start: float
+    floor: float
+    limit: float
+    integer: bool
 
 
 class LoadMode(StrEnum):
@@ -74,11 +84,14 @@ class LoadMode(StrEnum):
         """Client actors a trial starts with in automatic mode: one per `loops_per_actor` loops; one schedule."""
         return 1 if self.open_loop else min(most, math.ceil(load / loops_per_actor))
 
-    def slo_search_range(self, exp: ExperimentConfig) -> tuple[float, float, bool]:
-        """(lowest load, highest load, whole loads only) of the SLO search."""
+    def slo_search_range(self, exp: ExperimentConfig) -> SloRange:
+        """Where the SLO search starts (the grid's lowest load: at GPU speed probes below it are seconds spent far
+        from the knee), how low it may go when that load misses, its highest load, and whether loads are whole."""
         if self.open_loop:
-            return min(exp.request_rates), exp.slo.max_rate, False
-        return 1, exp.slo.max_concurrency, True
+            lowest = min(exp.request_rates)
+            return SloRange(lowest, lowest, exp.slo.max_rate, False)
+        limit = exp.slo.max_concurrency
+        return SloRange(min(min(exp.concurrency), limit), 1, limit, True)
 
     def next_gap(self, rate: float, rng: np.random.Generator) -> float:
         """Seconds from one open-loop arrival to the next."""

@@ -246,7 +246,7 @@ class ServerGroup:
 
     def _search(self, point: Trial) -> None:
         exp = self.cfg.experiment
-        lowest, limit, integer = point.load_mode.slo_search_range(exp)
+        loads = point.load_mode.slo_search_range(exp)
 
         def as_probe(record: TrialRecord | None) -> SloProbe | None:
             if record is None or record.status != Status.OK:
@@ -268,8 +268,8 @@ class ServerGroup:
                                                                    point.batch_size)}
         rule = f" and goodput >= {exp.slo.min_goodput_share:.0%} of the offered" if exp.slo.min_goodput_share else ""
         log.info("SLO search p99 <= %g ms%s for %s", exp.slo.p99_ms, rule, point.name)
-        result = search_slo(measure_at, exp.slo.p99_ms, lowest, limit, integer=integer, known=known,
-                            min_goodput_share=exp.slo.min_goodput_share)
+        result = search_slo(measure_at, exp.slo.p99_ms, loads.start, loads.limit, integer=loads.integer, known=known,
+                            min_goodput_share=exp.slo.min_goodput_share, floor=loads.floor)
         self.finish(self._slo_record(point, result), {})
 
     def _slo_record(self, point: Trial, result: SloResult) -> TrialRecord:
@@ -278,8 +278,7 @@ class ServerGroup:
         record = new_record(self.cfg, base, self.node, self.handle)
         record.key = self.slo_key(point)
         record.run_name = f"{base.name.rsplit('/', 1)[0]}/slo-p99-{exp.slo.p99_ms:g}ms"
-        _, limit, _ = point.load_mode.slo_search_range(exp)
-        record.params.update(slo_p99_ms=exp.slo.p99_ms, slo_load_limit=limit)
+        record.params.update(slo_p99_ms=exp.slo.p99_ms, slo_load_limit=point.load_mode.slo_search_range(exp).limit)
         record.metrics = result.metrics(priced_usd_per_hour(self.cfg, record.params))
         record.tags["run_level"] = "slo"
         record.extra = {"slo": result.to_json()}

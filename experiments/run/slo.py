@@ -1,8 +1,9 @@
 """SLO search: the highest load (concurrency, or rate in open loop) whose p99 stays within a target, and where a
 goodput rule is set (`experiment.slo.min_goodput_share`), whose goodput stays at least that share of the load offered.
 
-Doubling from the lowest load until p99 breaks the target (or the load limit is hit), then bisection between
-the last load that met it and the first that didn't. Every probe is a real measured trial; loads already
+Doubling from the first load until p99 breaks the target (or the load limit is hit), then bisection between
+the last load that met it and the first that didn't; where the first load already misses, halving down to the floor
+until one meets, then the same bisection. Every probe is a real measured trial; loads already
 measured by the grid are reused. An overloaded probe (an open loop whose completions fell behind its arrivals)
 misses, whatever its p99: its latency only grows with the length of the trial.
 """
@@ -79,8 +80,9 @@ class SloResult:
 
 def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float, lowest: float, limit: float,
                integer: bool, known: dict[float, SloProbe] | None = None,
-               min_goodput_share: float | None = None) -> SloResult:
-    """`measure_at(load)` measures one load (None when that measurement failed, which counts as a miss)."""
+               min_goodput_share: float | None = None, floor: float | None = None) -> SloResult:
+    """`measure_at(load)` measures one load (None when that measurement failed, which counts as a miss). The search
+    starts at `lowest`; `floor` (default `lowest`) is how far down it may go when `lowest` misses."""
     probes: dict[float, SloProbe | None] = dict(known or {})
 
     def probe(load: float) -> SloProbe | None:
@@ -103,6 +105,13 @@ def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float
         else:
             bad = load
             break
+    floor = lowest if floor is None else floor
+    while good is None and bad > floor:
+        load = max(floor, bad // 2 if integer else bad / 2)
+        if meets(probe(load)):
+            good = load
+        else:
+            bad = load
     if good is not None and bad is not None:
         while (bad - good > 1) if integer else (bad - good > RATE_PRECISION * good):
             middle = (good + bad) // 2 if integer else (good + bad) / 2
