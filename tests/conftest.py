@@ -32,8 +32,8 @@ LONGEST_FIRST = (
     "test_failure_isolation.py", "test_user_model_sweeps.py", "test_autoscaling.py", "test_node_loss.py",
     "test_fair_sweep_e2e.py", "test_tiers_emulated.py", "test_sweep_e2e.py", "test_config_search_sweep.py",
     "test_clean_stop.py", "test_resume_relog.py", "test_serve_direct_ingress.py", "test_measurement_e2e.py",
-    "test_serve_oip.py", "test_foreign_ray.py", "test_torchserve.py", "test_fastapi.py", "test_serve_batching.py",
-    "test_sweep_answer.py",
+    "test_serve_oip.py", "test_foreign_ray.py", "test_torchserve_server.py", "test_fastapi.py",
+    "test_serve_batching.py", "test_sweep_answer.py",
 )
 
 

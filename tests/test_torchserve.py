@@ -1,21 +1,16 @@
-"""TorchServe: its settings' refusals, tierbench's handler run directly (every input format, and batches of mixed
-requests, against the model's own outputs), the clients' request bytes as TorchServe parses them, the metrics
-breakdown, the backend's skips and deploy files; then (slow) one real TorchServe hosted outside Ray, driven by the
-clients and the compiled load engine, its batcher merging requests, its counters moving, nothing left running."""
+"""TorchServe, the parts that need no server running: its settings' refusals, the clients' request bytes as
+TorchServe parses them, the metrics breakdown, the config properties, the backend's skips, client specs and probe,
+its deploy files and variant, and the launcher taking its whole group down with it. tierbench's handler run directly
+is tests/test_torchserve_handler.py's, a real TorchServe tests/test_torchserve_server.py's."""
 
 from __future__ import annotations
 
-import asyncio
 import email.parser
 import email.policy
 import json
 import shlex
-import socket
 import subprocess
-import tempfile
 import time
-from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -23,47 +18,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from experiments.config.compose import load_config
 from serving import torchserve_metrics as ts_metrics
 from serving.backend import BackendContext, ServerHandle
-from serving.clients import json_images
-from serving.clients.base import ClientSpec, jpeg_batch, load_client, parse_server_timing, tensor_batch
+from serving.clients.base import jpeg_batch, tensor_batch
 from serving.clients.wire import grpc_message
-from serving.images import decode_and_preprocess, sample_jpegs
-from serving.models import preprocessing, reference_runner
-from serving.node import NodeInfo
 from serving.process import stop_process_group
 from serving.pytorch.facts import TorchFacts
 from serving.torchserve import config as ts_config
 from serving.torchserve.backend import TorchServeBackend
 from serving.torchserve.clients import TorchServeGrpcClient, TorchServeRestClient
 from serving.torchserve.facts import TorchServeFacts
-from serving.torchserve.handler import TierbenchHandler
-from serving.torchserve.payloads import PREDICTIONS, BadRequest, jpeg_files
+from serving.torchserve.payloads import PREDICTIONS
 from serving.torchserve.settings import TorchServeSettings
-from tests.processes import owned_environment
-
-CFG = load_config(["model=tiny"])
-TINY = CFG.model
-MODEL = TINY.to_dict()
-SHAPE = tuple(TINY.input_shape)
-REFERENCE = reference_runner(TINY)
-NODE = NodeInfo(hostname="localhost", ip="127.0.0.1", ray_node_id="", cpu_model="test", cpu_count=2)
-ATOL = 1e-4
-
-
-def spec(input_format: str, batch: int, url: str = "127.0.0.1:1/predictions/tiny") -> ClientSpec:
-    return ClientSpec(target="", url=url, model_name="tiny", input_format=input_format, batch_size=batch,
-                      input_shape=SHAPE, output_shape=(1000,))
-
-
-def expected_for(images: np.ndarray) -> np.ndarray:
-    return REFERENCE(np.ascontiguousarray(images))
-
-
-def jpeg_reference(jpegs: list[bytes]) -> np.ndarray:
-    return expected_for(decode_and_preprocess(jpegs, preprocessing(TINY)))
-
+from tests.torchserve_helpers import CFG, MODEL, NODE, TINY, backend_on, spec
 
 # -- settings -------------------------------------------------------------------------------------------------------
 
@@ -90,135 +57,6 @@ def test_bad_settings_are_refused_with_key_value_and_fix(key: str, value: Any, s
     problems = TorchServeSettings(**{key: value}).check("ts", TINY, CFG.cluster)
     assert len(problems) == 1
     assert problems[0].startswith(f"backends.ts.{key}={value!r} is not allowed: ") and says in problems[0]
-
-
-# -- the handler, run directly ---------------------------------------------------------------------------------------
-
-class FakeMetrics:
-    def __init__(self) -> None:
-        self.counters: Counter[str] = Counter()
-
-    def add_counter(self, name: str, value: int, idx: Any = None, dimensions: Any = None) -> None:
-        self.counters[name] += value
-
-
-class FakeContext:
-    """What the handler uses of TorchServe's `ts.context.Context`."""
-
-    def __init__(self, model_dir: Path) -> None:
-        self.system_properties = {"model_dir": str(model_dir), "gpu_id": None, "batch_size": 4}
-        self.metrics = FakeMetrics()
-        self.status: dict[int, tuple[int, str]] = {}
-        self.headers: dict[int, dict[str, str]] = defaultdict(dict)
-
-    def set_response_status(self, code: int = 200, phrase: str = "", idx: int = 0) -> None:
-        self.status[idx] = (code, phrase)
-
-    def set_response_content_type(self, idx: int, value: str) -> None:
-        self.headers[idx]["content-type"] = value
-
-    def set_response_header(self, idx: int, key: str, value: str) -> None:
-        self.headers[idx][key] = value
-
-
-@pytest.fixture(scope="module")
-def handler() -> Iterator[tuple[TierbenchHandler, Path]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir, reports = Path(tmp), Path(tmp) / "reports"
-        reports.mkdir()
-        variant = ts_config.TorchServeVariant(torch_threads=1, warmup_batch_sizes=(1, 2))
-        config = ts_config.handler_config(MODEL, variant, str(reports))
-        (model_dir / ts_config.HANDLER_CONFIG).write_text(json.dumps(config))
-        instance = TierbenchHandler()
-        instance.initialize(FakeContext(model_dir))
-        yield instance, model_dir
-
-
-def test_the_handler_warms_up_and_reports_its_device(handler) -> None:
-    _, model_dir = handler
-    (report,) = [json.loads(p.read_text()) for p in (model_dir / "reports").glob("worker-*.json")]
-    assert report["device"] == "cpu" and report["dtype"] == "float32" and report["torch_threads"] == 1
-    assert report["warmup_s"] > 0 and report["gpu_id"] is None
-
-
-def test_each_format_alone_gives_the_models_outputs(handler) -> None:
-    instance, model_dir = handler
-    tensor = tensor_batch(spec("tensor", 3))
-    jpegs = list(sample_jpegs()[:2])
-    cases = [
-        ({"body": bytearray(tensor.tobytes())}, expected_for(tensor), "application/octet-stream"),  # REST tensor
-        ({"tensor": bytearray(tensor.tobytes())}, expected_for(tensor), "application/octet-stream"),  # gRPC tensor
-        ({"image0": bytearray(jpegs[0]), "image1": bytearray(jpegs[1])}, jpeg_reference(jpegs),
-         "application/octet-stream"),  # REST multipart / gRPC input keys
-        ({"body": json.loads(json_images.encode_images(jpegs))}, jpeg_reference(jpegs), "application/json"),
-    ]
-    for request, expected, content_type in cases:
-        context = FakeContext(model_dir)
-        (answer,) = instance.handle([request], context)
-        if content_type == "application/json":
-            outputs = json_images.decode_outputs(answer)
-        else:
-            outputs = np.frombuffer(answer, np.float32).reshape(len(expected), 1000)
-        np.testing.assert_allclose(outputs, expected, rtol=0, atol=ATOL)
-        assert context.headers[0]["content-type"] == content_type and not context.status
-        assert parse_server_timing(context.headers[0]["Server-Timing"]).executed_images == len(expected)
-
-
-def test_one_forward_pass_serves_a_mixed_batch_and_a_bad_request_fails_alone(handler) -> None:
-    instance, model_dir = handler
-    tensor = tensor_batch(spec("tensor", 2))
-    jpegs = list(sample_jpegs()[2:5])
-    data = [{"body": bytearray(tensor.tobytes())},
-            {"body": bytearray(b"\x00" * 12)},  # not a float32 image
-            {"image0": bytearray(jpegs[0])},
-            {"body": {"images": ["not base64!"]}},
-            {"tensor": bytearray(tensor[:1].tobytes())},
-            {"body": json.loads(json_images.encode_images(jpegs[1:]))}]
-    context = FakeContext(model_dir)
-    answers = instance.handle(data, context)
-    assert len(answers) == len(data)
-    assert {i: code for i, (code, _) in context.status.items()} == {1: 400, 3: 400}
-    assert "not N float32 images" in json.loads(answers[1])["message"]
-    assert "not base64" in json.loads(answers[3])["message"]
-    np.testing.assert_allclose(np.frombuffer(answers[0], np.float32).reshape(2, 1000), expected_for(tensor), atol=ATOL)
-    np.testing.assert_allclose(np.frombuffer(answers[2], np.float32).reshape(1, 1000), jpeg_reference(jpegs[:1]),
-                               atol=ATOL)
-    np.testing.assert_allclose(np.frombuffer(answers[4], np.float32).reshape(1, 1000), expected_for(tensor[:1]),
-                               atol=ATOL)
-    np.testing.assert_allclose(json_images.decode_outputs(answers[5]), jpeg_reference(jpegs[1:]), atol=ATOL)
-    images = 2 + 1 + 1 + 2
-    timings = {context.headers[i]["Server-Timing"] for i in (0, 2, 4, 5)}
-    assert len(timings) == 1 and parse_server_timing(timings.pop()).executed_images == images  # one forward pass
-    assert context.metrics.counters == {"ImagesServed": images, "ForwardPasses": 1, "RequestsServed": 4,
-                                        "RequestsRejected": 2}
-
-
-def test_a_batch_of_only_bad_requests_runs_nothing(handler) -> None:
-    instance, model_dir = handler
-    context = FakeContext(model_dir)
-    answers = instance.handle([{"data": bytearray(b"x")}, {"image1": bytearray(b"x")}], context)
-    assert [json.loads(a)["code"] for a in answers] == [400, 400]
-    assert "expected a body" in json.loads(answers[0])["message"]
-    assert context.metrics.counters == {"RequestsRejected": 2}
-
-
-def test_a_worker_takes_the_gpu_torchserve_gave_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch
-
-    from serving.torchserve.handler import worker_device
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert [worker_device("cuda", g) for g in (0, 1, None, -1)] == ["cuda:0", "cuda:1", "cuda", "cuda"]
-    assert worker_device("cpu", 0) == "cpu"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert worker_device("cuda", 0) == "cpu"
-
-
-def test_jpeg_keys_are_read_in_index_order() -> None:
-    request = {f"image{i}": bytearray([i]) for i in (10, 2, 0, 1, 3, 4, 5, 6, 7, 8, 9)}
-    assert [f[0] for f in jpeg_files(request)] == list(range(11))
-    with pytest.raises(BadRequest, match="image0..image1"):
-        jpeg_files({"image0": b"a", "image2": b"b"})
 
 
 # -- the clients' bytes ----------------------------------------------------------------------------------------------
@@ -314,11 +152,6 @@ def test_config_properties_carry_the_batcher_and_room_for_the_largest_request() 
         "defaultVersion": True, "marName": "tiny.mar", "minWorkers": 2, "maxWorkers": 2, "batchSize": 4,
         "maxBatchDelay": 7, "responseTimeout": 120}}}
     assert values["number_of_gpu"] == "0" and values["disable_token_authorization"] == "true"
-
-
-def backend_on(node: NodeInfo = NODE, **settings: Any) -> TorchServeBackend:
-    context = BackendContext(name="torchserve", model=TINY, node=node, ray_options={}, warmup_batch_sizes=(1, 4))
-    return TorchServeBackend(context, TorchServeSettings(**settings))
 
 
 def test_what_torchserve_skips_and_why() -> None:
@@ -420,180 +253,3 @@ def test_the_launcher_passes_a_sigterm_of_its_own_to_its_whole_group(tmp_path: P
     finally:
         stop_process_group(launcher, 5)
 
-
-# -- a real TorchServe -----------------------------------------------------------------------------------------------
-
-BATCH_DELAY_MS = 50  # long enough that concurrent requests surely meet in TorchServe's batcher
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[TorchServeBackend, ServerHandle, Any]]:
-    from serving.torchserve.host import TorchServeHost
-
-    problem = TorchServeFacts.probe().problem
-    if problem:
-        pytest.skip(f"TorchServe cannot start here: {problem}")
-    backend = backend_on(batch_size=4, max_batch_delay_ms=BATCH_DELAY_MS, torch_threads=1)
-    with owned_environment():  # fails if the launcher, the frontend or a worker outlives the stop
-        host = TorchServeHost(MODEL, backend.variant(), "127.0.0.1")
-        work_dir = host.work_dir
-        try:
-            info = host.start(120)
-            yield backend, backend._handle(info), host
-        finally:
-            logs = host.stop(20)
-    assert "Torchserve version: 0.12.0" in logs["ts_log.log"]
-    assert not work_dir.exists()
-
-
-async def _predict(backend: TorchServeBackend, handle: ServerHandle, protocol: str, input_format: str,
-                   batch: int) -> tuple[Any, np.ndarray, Any]:
-    client = load_client(backend.client_spec(handle, protocol, input_format, batch))
-    await client.open()
-    try:
-        outputs, report = await client.call()
-    finally:
-        await client.close()
-    return client, outputs, report
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("protocol,input_format", [("http", "tensor"), ("http", "jpeg"), ("http", "jpeg_base64"),
-                                                   ("grpc", "tensor"), ("grpc", "jpeg")])
-def test_every_path_gives_the_reference_outputs(server, protocol: str, input_format: str) -> None:
-    backend, handle, _ = server
-    client, outputs, report = asyncio.run(_predict(backend, handle, protocol, input_format, 3))
-    if input_format == "tensor":
-        expected = expected_for(tensor_batch(client.spec))
-    else:
-        expected = jpeg_reference(jpeg_batch(client.spec))
-    np.testing.assert_allclose(outputs, expected, rtol=0, atol=ATOL)
-    if protocol == "http":  # TorchServe's gRPC answers carry no metadata
-        assert report.executed_images >= 3 and report.ms > 0
-
-
-@pytest.mark.slow
-def test_the_server_reports_its_start(server) -> None:
-    backend, handle, host = server
-    assert handle.params["device"] == "cpu" and handle.params["torchserve_workers"] == 1 and handle.on_gpu is False
-    assert handle.params["server_max_batch_size"] == 4 and handle.params["torchserve_version"] == "0.12.0"
-    assert handle.metrics["server_ready_s"] > 0 and handle.metrics["server_warmup_s"] > 0
-    assert set(handle.artifacts) == {"tierbench.json", "config.properties", "metrics.yaml", "log4j2.xml"}
-    assert host.alive()
-
-
-@pytest.mark.slow
-def test_the_batcher_merges_concurrent_requests_and_the_counters_move(server) -> None:
-    backend, handle, host = server
-
-    async def concurrent(protocol: str, requests: int) -> list[Any]:
-        clients = [load_client(backend.client_spec(handle, protocol, "tensor", 1)) for _ in range(requests)]
-        for client in clients:
-            await client.open()
-        try:
-            return [report for _, report in await asyncio.gather(*(client.call() for client in clients))]
-        finally:
-            for client in clients:
-                await client.close()
-
-    def settled() -> dict[str, float]:  # the handler's counters reach the frontend a moment after its answers
-        previous, deadline = host.counters(), time.monotonic() + 5
-        while time.monotonic() < deadline:
-            time.sleep(0.2)
-            now = host.counters()
-            if now == previous:
-                return now
-            previous = now
-        return previous
-
-    before = settled()
-    reports = asyncio.run(concurrent("http", 8))
-    after_rest = settled()
-    assert max(r.executed_images for r in reports) > 1, f"no request rode with another: {reports}"
-    assert ts_metrics.served_images(before, after_rest) == 8
-    rest = backend.server_breakdown(before, after_rest)
-    assert rest["server_requests"] == 8 and rest["server_request_ms"] > 0 and rest["server_batch_avg"] > 1
-    asyncio.run(concurrent("grpc", 4))
-    after_grpc = settled()
-    grpc = backend.server_breakdown(after_rest, after_grpc)
-    assert grpc["server_requests"] == 4 and "server_request_ms" not in grpc  # gRPC adds nothing to the REST sums
-    assert backend.served_images(after_rest, after_grpc) == 4
-
-
-def _http_exchange(host: str, port: int, request: bytes) -> tuple[int, bytes]:
-    """Send pre-built request bytes over a plain socket; the status and body of the answer."""
-    with socket.create_connection((host, port), timeout=30) as sock:
-        sock.sendall(request)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += sock.recv(65536)
-        head, _, body = data.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        length = next(int(line.split(":")[1]) for line in lines if line.lower().startswith("content-length"))
-        while len(body) < length:
-            body += sock.recv(65536)
-    return int(lines[0].split()[1]), body
-
-
-def _engine_first_response(wire: Any, folder: Path) -> bytes:
-    """Run the compiled load engine with `wire` for a moment (one closed loop); the first response it saved."""
-    import signal
-
-    from experiments.measure.engine.build import engine_binary
-
-    (folder / "request.bin").write_bytes(wire.payload)
-    args = [str(engine_binary()), f"--{wire.protocol}", wire.host, str(wire.port), "--request",
-            str(folder / "request.bin"), "--first-response", str(folder / "first.bin"), "--closed", "1"]
-    if wire.headers:
-        (folder / "headers.txt").write_text("".join(f"{k}: {v}\n" for k, v in wire.headers))
-        args += ["--headers", str(folder / "headers.txt")]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        _, err = proc.communicate(timeout=1.5)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=10)
-    assert (folder / "first.bin").exists(), f"the engine got no response: {err.decode()[-2000:]}"
-    return (folder / "first.bin").read_bytes()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("protocol,input_format", [("http", "tensor"), ("http", "jpeg"), ("grpc", "jpeg")])
-def test_the_wire_bytes_get_valid_answers(server, tmp_path: Path, protocol: str, input_format: str) -> None:
-    from experiments.measure.engine.build import engine_status
-
-    backend, handle, _ = server
-    client = load_client(backend.client_spec(handle, protocol, input_format, 2))
-    wire = client.wire_request()
-    if protocol == "http":
-        status, body = _http_exchange(wire.host, wire.port, wire.payload)
-        assert status == 200, body[:300]
-        client.check_wire_response(body)
-    if not engine_status().available:
-        pytest.skip(f"the compiled load engine does not build here: {engine_status().problem}")
-    client.check_wire_response(_engine_first_response(wire, tmp_path))
-
-
-@pytest.mark.slow
-def test_a_bad_request_gets_400_and_the_server_goes_on(server) -> None:
-    import grpc
-
-    from serving.clients.http1 import build_request
-    from serving.torchserve.proto import inference_pb2
-
-    backend, handle, _ = server
-    url = f"{handle.urls['http']}/predictions/tiny"
-
-    request = build_request("POST", url, b"\x00" * 12, {"Content-Type": "application/octet-stream"})
-    status, body = _http_exchange("127.0.0.1", int(handle.urls["http"].rsplit(":", 1)[1]), request)
-    assert status == 400 and "not N float32 images" in json.loads(body)["message"]
-    client = load_client(backend.client_spec(handle, "grpc", "tensor", 1))
-    bad = inference_pb2.PredictionsRequest(model_name="tiny", input={"tensor": b"\x00" * 12}).SerializeToString()
-    with grpc.insecure_channel(handle.urls["grpc"]) as channel:  # TorchServe's gRPC: status OK, the error as data
-        answer = channel.unary_unary(PREDICTIONS, response_deserializer=inference_pb2.PredictionResponse.FromString)(
-            bad, timeout=30)
-    assert json.loads(answer.prediction)["code"] == 400
-    with pytest.raises(RuntimeError, match="not N float32 images"):
-        client.outputs(answer.prediction)
-    _, outputs, _ = asyncio.run(_predict(backend, handle, "http", "tensor", 1))
-    assert outputs.shape == (1, 1000)
