@@ -1,10 +1,12 @@
-"""The longest test files first, GPU gating (tests marked `gpu` skip, saying why, without one) and the leak-check
-fixture; the helpers tests share are in tests/helpers.py, tests/processes.py and tests/sweep_process.py."""
+"""The longest test files first, GPU gating (tests marked `gpu` skip, saying why, without one), the leak-check
+fixture and the one that keeps the compiled engine's files under tmp_path; the helpers tests share are in
+tests/helpers.py, tests/processes.py and tests/sweep_process.py."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -54,6 +56,13 @@ def no_leftover_processes() -> Iterator[None]:
     yield
     left = wait_for_no_new_processes(before)
     assert not left, f"processes left running: {left}"
+
+
+@pytest.fixture
+def engine_folders_in_tmp_path(tmp_path, monkeypatch) -> None:
+    """The compiled engine's request and response files go under pytest's tmp_path (pruned by pytest), not /tmp. The
+    engine's test files use it for every test: `pytestmark = pytest.mark.usefixtures("engine_folders_in_tmp_path")`."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 @pytest.fixture(scope="session")

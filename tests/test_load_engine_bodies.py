@@ -6,9 +6,7 @@ loop. A lengths file that does not describe the request file is refused, saying 
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,8 +22,8 @@ from experiments.measure.engine.compiled_load import CompiledLoad
 from experiments.measure.load import LoadPoint
 from serving.clients.http1 import build_request
 from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wire
+from tests.engine_runs import closed_port, cut_windows, done, run_engine
 from tests.engine_servers import MODEL_INFER, loop_thread, take_request_head, triton_like_body
-from tests.test_load_engine import _windows, done, run_engine
 
 BODY = triton_like_body()  # every answer: the same size whichever body asked (binary outputs)
 REPLY = b"\x0a\x01m" * 20
@@ -35,10 +33,7 @@ SIZES = (1_000, 20_000, 3_000, 45_000, 9_000)
 LARGE_SIZES = (602_112, 300_001, 602_112, 700_000, 262_145)
 
 
-@pytest.fixture(autouse=True)
-def engine_folders_in_tmp_path(tmp_path, monkeypatch) -> None:
-    """The engine's request and response files go under pytest's tmp_path, not /tmp."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("engine_folders_in_tmp_path")
 
 
 def distinct(sizes: tuple[int, ...]) -> list[bytes]:
@@ -184,7 +179,7 @@ def test_compiled_load_sends_a_pool_in_turn_closed_and_open(protocol: str, mode:
     with stand_and_wire(protocol, SIZES) as (recorder, wire):
         load = LoadPoint(LoadMode.CLOSED, 3) if mode == "closed" else LoadPoint(LoadMode.POISSON, 300)
         engine = CompiledLoad(wire, load, 5, 1, horizon_s=30, check_response=checked.append)
-        parts = asyncio.run(_windows(engine, 2, window_s=0.5))
+        parts = asyncio.run(cut_windows(engine, 2, window_s=0.5))
     assert len(checked) == 1 and all(part.requests > 20 for part in parts)
     assert_in_turn(recorder.seen, len(SIZES), reorder=12)
 
@@ -200,12 +195,6 @@ def test_bodies_too_large_for_one_write_are_each_sent_whole(protocol: str) -> No
     assert_in_turn(recorder.seen, len(LARGE_SIZES), reorder=12)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(("lengths", "expect"), [
     (np.array([100, 50], "<u8").tobytes(), "the 2 lengths sum to 150 bytes, but"),
     (np.array([150, 100], "<u8").tobytes(), "the lengths sum to more than the 200 bytes of"),
@@ -219,7 +208,7 @@ def test_a_lengths_file_that_does_not_fit_the_request_file_is_refused(lengths: b
     what is wrong on stderr."""
     (tmp_path / "request.bin").write_bytes(b"x" * 200)
     (tmp_path / "lengths.bin").write_bytes(lengths)
-    proc = subprocess.run([str(engine_binary()), "--http1", "127.0.0.1", str(_closed_port()), "--request",
+    proc = subprocess.run([str(engine_binary()), "--http1", "127.0.0.1", str(closed_port()), "--request",
                            str(tmp_path / "request.bin"), "--lengths", str(tmp_path / "lengths.bin"), "--closed", "1"],
                           capture_output=True, timeout=10)
     err = proc.stderr.decode()
@@ -232,7 +221,7 @@ def test_a_lengths_file_that_does_not_fit_the_request_file_is_refused(lengths: b
 def test_compiled_load_says_why_the_engine_refused_its_bodies() -> None:
     """An empty body in the pool (no request at all): the load fails to start with the engine's reason. A WireRequest
     refuses one where it is built (the test below); the engine's own check stays, for what else writes its files."""
-    wire = WireRequest("http1", "127.0.0.1", _closed_port(), (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",) * 2)
+    wire = WireRequest("http1", "127.0.0.1", closed_port(), (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",) * 2)
     object.__setattr__(wire, "payloads", (b"", wire.payloads[1]))  # past the WireRequest's own check
     engine = CompiledLoad(wire, LoadPoint(LoadMode.CLOSED, 1), 5, 1)
     with pytest.raises(RuntimeError, match="stopped before the load started: .*body 0 has length 0"):

@@ -1075,7 +1075,8 @@ static void h1_event(struct conn *c, uint32_t events) {
 /* ------------------------------------------------------------------------------------------------ HTTP/2 */
 
 /* libnghttp2's ABI (soname 14, stable since 2015): the few types and calls used here, declared so the engine
- * needs no development headers. tests/test_load_engine.py checks them against <nghttp2/nghttp2.h> where it exists. */
+ * needs no development headers. tests/test_load_engine_build.py checks them against <nghttp2/nghttp2.h> where it
+ * exists. */
 typedef struct nghttp2_session nghttp2_session;
 typedef struct nghttp2_session_callbacks nghttp2_session_callbacks;
 typedef struct {
