@@ -55,8 +55,8 @@ ABOVE_CEILING = 1.15
 def above_ceiling(share: float | None, resident_share: float | None = None) -> bool:
     """Whether a served point outran its runtime in-process (`ceiling_share`, or `ceiling_share_resident` where the
     runtime has a device-resident best): then the timing reads low there, not the server fast. None or NaN: unknown."""
-    def known(share: float | None) -> bool:
-        return share is not None and share == share
+    def known(value: float | None) -> bool:
+        return value is not None and value == value
     bound = resident_share if known(resident_share) else share
     return known(bound) and float(bound) > ABOVE_CEILING
 
