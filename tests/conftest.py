@@ -1,6 +1,6 @@
 """The longest test files first, GPU gating (tests marked `gpu` skip, saying why, without one), the leak-check
-fixture and the one that keeps the compiled engine's files under tmp_path; the helpers tests share are in
-tests/helpers.py, tests/processes.py and tests/sweep_process.py."""
+fixture, the one that keeps the compiled engine's files under tmp_path, and the synthetic sweep the report's tests
+read; the helpers tests share are in tests/helpers.py, tests/processes.py and tests/sweep_process.py."""
 
 from __future__ import annotations
 
@@ -63,6 +63,39 @@ def engine_folders_in_tmp_path(tmp_path, monkeypatch) -> None:
     """The compiled engine's request and response files go under pytest's tmp_path (pruned by pytest), not /tmp. The
     engine's test files use it for every test: `pytestmark = pytest.mark.usefixtures("engine_folders_in_tmp_path")`."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+# The synthetic sweep the report's tests read (tests/test_report_tables.py, tests/test_report_published.py), one per
+# test file that asks for it (module scope): its MLflow store, the sweep loaded, and its report published.
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
+    """The synthetic sweep (tests/synthetic_sweep.py) in an MLflow store of its own: the store's URI and the ids of
+    its runs."""
+    from tests import synthetic_sweep as syn
+    from tests.helpers import premigrated_store
+
+    uri = premigrated_store(tmp_path_factory.mktemp("report") / "mlflow")
+    return uri, syn.build(uri)
+
+
+@pytest.fixture(scope="module")
+def data(store):
+    """The synthetic sweep as the report loads it."""
+    from experiments.report.data import load_sweep
+    from tests import synthetic_sweep as syn
+
+    return load_sweep(store[0], "tierbench", syn.SWEEP_ID)
+
+
+@pytest.fixture(scope="module")
+def published(store, tmp_path_factory: pytest.TempPathFactory):
+    """The synthetic sweep's report, published (its files, and attached to the sweep's run) at an SLO of 35 ms."""
+    from experiments.report.build import ReportOptions
+    from experiments.report.publish import make_report
+    from tests import synthetic_sweep as syn
+
+    out = tmp_path_factory.mktemp("out")
+    return make_report(store[0], "tierbench", syn.SWEEP_ID, out, ReportOptions(slo_p99_ms=35.0))
 
 
 @pytest.fixture(scope="session")

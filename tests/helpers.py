@@ -1,5 +1,6 @@
-"""What several tests share: a results folder and MLflow store of their own, the runs a sweep logged there,
-nodes described without a GPU and with one, and a stand-in for Triton's Python-backend utilities."""
+"""What several tests share: a results folder and MLflow store of their own, the runs a sweep logged there, each
+tier's prices as the report loaded them, nodes described without a GPU and with one, and a stand-in for Triton's
+Python-backend utilities."""
 
 from __future__ import annotations
 
@@ -73,6 +74,11 @@ def runs(store: str, level: str = "trial", sweep_id: str | None = None, retried:
     query = f"tags.run_level = '{level}'" + (f" and tags.sweep_id = '{sweep_id}'" if sweep_id else "")
     found = client.search_runs([exp.experiment_id], query, max_results=1000)
     return found if retried else [run for run in found if run.data.tags.get("retried") != "true"]
+
+
+def tier_prices(data) -> dict:
+    """Each tier's prices in a sweep the report loaded (`experiments.report.data.load_sweep`), by tier name."""
+    return {name: info.prices for name, info in data.tiers.items()}
 
 
 def fake_triton_utils() -> types.ModuleType:

@@ -11,8 +11,9 @@ import pytest
 
 from experiments.report.audit_section import audit_frame
 from experiments.report.data import load_sweep
-from tests.endpoint_stubs import OipServerProcess, sweep_args
+from tests.endpoint_helpers import sweep_args
 from tests.helpers import store_uri
+from tests.oip_server_process import OipServerProcess
 from tests.processes import owned_environment
 from tests.sweep_process import run_sweep_command
 

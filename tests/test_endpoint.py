@@ -17,23 +17,18 @@ from experiments.config.compose import load_config
 from experiments.run.server_group import build_backend
 from serving.clients.base import ClientSpec, auth_headers, bearer_token, tls_context
 from serving.endpoint.probe import RTT_REQUESTS, EndpointError, OipModel, metadata_problem, oip_model, round_trip_ms
-from tests.endpoint_stubs import (
+from tests.endpoint_helpers import (
     ENDPOINT,
     GRPC_CLIENT,
     HTTP_CLIENT,
     TOKEN_ENV,
     URL,
-    BearerAuth,
-    StubOip,
-    ThreadedServer,
     accepted,
-    closed_port,
     endpoint_backend,
     oip_spec,
     refusal,
-    self_signed_cert,
-    tiny_metadata,
 )
+from tests.endpoint_stubs import BearerAuth, StubOip, ThreadedServer, closed_port, self_signed_cert, tiny_metadata
 from tests.helpers import CPU_NODE
 
 # ------------------------------------------------------------------ the probe, against stand-ins

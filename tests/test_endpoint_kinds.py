@@ -23,20 +23,10 @@ from serving.clients.base import jpeg_batch, tensor_batch
 from serving.endpoint.probe import EndpointError
 from serving.endpoint.template import TemplateHttpClient, TemplateSpec, template_outputs
 from serving.torchserve.facts import TorchServeFacts
-from tests.endpoint_stubs import (
-    TOKEN_ENV,
-    URL,
-    OipServerProcess,
-    StubApi,
-    StubOip,
-    ThreadedServer,
-    accepted,
-    endpoint_backend,
-    refusal,
-    self_signed_cert,
-    sweep_args,
-)
+from tests.endpoint_helpers import TOKEN_ENV, URL, accepted, endpoint_backend, refusal, sweep_args
+from tests.endpoint_stubs import StubApi, StubOip, ThreadedServer, self_signed_cert
 from tests.helpers import CPU_NODE
+from tests.oip_server_process import OipServerProcess
 from tests.processes import owned_environment
 from tests.sweep_process import run_sweep_command
 

@@ -1,4 +1,4 @@
-"""Endpoints in real sweeps against the project's own OIP service in a process of its own (tests/endpoint_stubs.py):
+"""Endpoints in real sweeps against the project's own OIP service in a process of its own (tests/oip_server_process.py):
 one behind a bearer token, whose token must appear nowhere the sweep writes, and one whose server goes away after
 its first trial (slow)."""
 
@@ -21,14 +21,9 @@ from experiments.results.node_time import read_node_time
 from serving.clients.base import ClientSpec, load_client
 from serving.endpoint.probe import RTT_REQUESTS
 from tests import helpers
-from tests.endpoint_stubs import (
-    TOKEN_ENV,
-    OipServerProcess,
-    files_holding,
-    oip_spec,
-    sweep_args,
-)
+from tests.endpoint_helpers import TOKEN_ENV, files_holding, oip_spec, sweep_args
 from tests.helpers import store_uri
+from tests.oip_server_process import OipServerProcess
 from tests.processes import owned_environment
 from tests.sweep_process import run_sweep_command
 

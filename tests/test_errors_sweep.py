@@ -13,7 +13,8 @@ import pytest
 
 from experiments.results.layout import TierFolder
 from tests import helpers
-from tests.endpoint_stubs import Receive, Scope, Send, ThreadedServer, sweep_args
+from tests.endpoint_helpers import sweep_args
+from tests.endpoint_stubs import Receive, Scope, Send, ThreadedServer
 from tests.helpers import store_uri
 from tests.sweep_process import run_sweep_command
 

@@ -3,7 +3,7 @@ and the comment beside it in its schema, grouped by config group, each with an a
 (`configuration/reference.md#experiment.window_s`), and the options of each conf/ group.
 
 The page is committed, docs/configuration/reference.md, so that its links work wherever the Markdown is read (GitHub
-too); tests/test_docs_commands.py fails when it is not what `render()` gives now, and says how to render it again."""
+too); tests/test_docs_up_to_date.py fails when it is not what `render()` gives now, and says how to render it again."""
 
 from __future__ import annotations
 
