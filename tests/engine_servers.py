@@ -32,6 +32,19 @@ def loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
         loop.close()
 
 
+async def start_model_infer_server(model_infer, options: tuple[tuple[str, int], ...] = ()) -> tuple[object, int]:
+    """A started grpc.aio server (on loopback, any port) whose ModelInfer is `model_infer` on raw message bytes, and
+    its port: the stand-in gRPC server the engine's tests talk to."""
+    import grpc
+
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1), *options])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {
+        "ModelInfer": grpc.unary_unary_rpc_method_handler(model_infer)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
 def triton_like_body(classes: int = NUM_CLASSES) -> bytes:
     """A binary-data OIP response body: its JSON header, then one FP32 [1, classes] output."""
     logits = np.arange(classes, dtype=np.float32).reshape(1, classes).tobytes()

@@ -25,7 +25,13 @@ from experiments.measure.samples import WindowSamples
 from serving.clients.http1 import build_request
 from serving.clients.outcomes import Outcome
 from serving.clients.wire import WireRequest, grpc_wire, http1_wire
-from tests.engine_servers import MODEL_INFER, loop_thread, take_request_head, triton_like_body
+from tests.engine_servers import (
+    MODEL_INFER,
+    loop_thread,
+    start_model_infer_server,
+    take_request_head,
+    triton_like_body,
+)
 
 BODY = triton_like_body()
 REPLY = b"\x0a\x01m" * 20
@@ -159,11 +165,7 @@ def grpc_stand(plan: Plan, options: tuple[tuple[str, int], ...] = ()) -> Iterato
         return REPLY
 
     async def start() -> grpc.aio.Server:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1), *options])
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {
-            "ModelInfer": grpc.unary_unary_rpc_method_handler(model_infer)}),))
-        stand.port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        server, stand.port = await start_model_infer_server(model_infer, options)
         return server
 
     with loop_thread() as loop:

@@ -23,7 +23,13 @@ from experiments.measure.load import LoadPoint
 from serving.clients.http1 import build_request
 from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wire
 from tests.engine_runs import closed_port, cut_windows, done, run_engine
-from tests.engine_servers import MODEL_INFER, loop_thread, take_request_head, triton_like_body
+from tests.engine_servers import (
+    MODEL_INFER,
+    loop_thread,
+    start_model_infer_server,
+    take_request_head,
+    triton_like_body,
+)
 
 BODY = triton_like_body()  # every answer: the same size whichever body asked (binary outputs)
 REPLY = b"\x0a\x01m" * 20
@@ -111,11 +117,7 @@ def grpc_recorder(messages: list[bytes]) -> Iterator[Recorder]:
         return REPLY
 
     async def start() -> grpc.aio.Server:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1)])
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {
-            "ModelInfer": grpc.unary_unary_rpc_method_handler(model_infer)}),))
-        recorder.port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        server, recorder.port = await start_model_infer_server(model_infer)
         return server
 
     with loop_thread() as loop:
