@@ -79,28 +79,48 @@ def take_request_head(buffer: bytearray) -> int | None:
     return next((int(line[15:]) for line in head.split(b"\r\n") if line.startswith(b"content-length:")), 0)
 
 
+class RequestStream:
+    """A keep-alive HTTP/1.1 connection's bytes cut into requests: the stand-in servers' one parser."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.left = -1  # the body bytes the request whose head was read still needs; -1: between requests
+
+    def next_head(self) -> bool:
+        """Read the next request's head when between requests and it is in: whether one was read just now."""
+        if self.left >= 0:
+            return False
+        length = take_request_head(self.buffer)
+        if length is None:
+            return False
+        self.left = length
+        return True
+
+    def body(self) -> bytes | None:
+        """The current request's body once it is all in (taken: the stream is between requests again), else None."""
+        if self.left < 0 or len(self.buffer) < self.left:
+            return None
+        body = bytes(self.buffer[:self.left])
+        del self.buffer[:self.left]
+        self.left = -1
+        return body
+
+
 class _HttpProtocol(asyncio.Protocol):
     def __init__(self, server: HttpServer) -> None:
         self.server = server
-        self.buffer = bytearray()
-        self.left = -1
+        self.stream = RequestStream()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.server.connections += 1
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
+        self.stream.buffer += data
         while True:
-            if self.left < 0:
-                length = take_request_head(self.buffer)
-                if length is None:
-                    return
-                self.left = length
-            if len(self.buffer) < self.left:
+            self.stream.next_head()
+            if self.stream.body() is None:
                 return
-            del self.buffer[:self.left]
-            self.left = -1
             self.server.requests += 1
             behaviour = self.server.behaviour
             delay = behaviour.slow_s if self.server.requests in behaviour.slow else behaviour.delay_s

@@ -27,9 +27,9 @@ from serving.clients.outcomes import Outcome
 from serving.clients.wire import WireRequest, grpc_wire, http1_wire
 from tests.engine_servers import (
     MODEL_INFER,
+    RequestStream,
     loop_thread,
     start_model_infer_server,
-    take_request_head,
     triton_like_body,
 )
 
@@ -67,8 +67,7 @@ class Stand:
 class _Http(asyncio.Protocol):
     def __init__(self, stand: Stand, plan: Plan, transports: set) -> None:
         self.stand, self.plan, self.transports = stand, plan, transports
-        self.buffer = bytearray()
-        self.left = -1
+        self.stream = RequestStream()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -81,13 +80,9 @@ class _Http(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():
             return
-        self.buffer += data
+        self.stream.buffer += data
         while True:
-            if self.left < 0:
-                length = take_request_head(self.buffer)
-                if length is None:
-                    return
-                self.left = length
+            if self.stream.next_head():
                 self.stand.requests += 1
                 self.action = self.plan(self.stand.requests)
                 self.stand.count(self.action)
@@ -96,10 +91,8 @@ class _Http(asyncio.Protocol):
                                          "Connection: close\r\n\r\ntoo big!".encode())
                     self.transport.close()
                     return
-            if len(self.buffer) < self.left:
+            if self.stream.body() is None:
                 return
-            del self.buffer[:self.left]
-            self.left = -1
             action = self.action
             if isinstance(action, tuple):  # held, then answered (if the client still waits)
                 asyncio.get_running_loop().call_later(action[1], self._answer, 200, BODY)

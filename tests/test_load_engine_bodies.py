@@ -25,9 +25,9 @@ from serving.clients.wire import WireRequest, grpc_message, grpc_wire, http1_wir
 from tests.engine_runs import closed_port, cut_windows, done, run_engine
 from tests.engine_servers import (
     MODEL_INFER,
+    RequestStream,
     loop_thread,
     start_model_infer_server,
-    take_request_head,
     triton_like_body,
 )
 
@@ -65,25 +65,19 @@ class _Http(asyncio.Protocol):
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        self.buffer = bytearray()
-        self.left = -1
+        self.stream = RequestStream()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
+        self.stream.buffer += data
         while True:
-            if self.left < 0:
-                length = take_request_head(self.buffer)
-                if length is None:
-                    return
-                self.left = length
-            if len(self.buffer) < self.left:
+            self.stream.next_head()
+            body = self.stream.body()
+            if body is None:
                 return
-            self.recorder.note(bytes(self.buffer[:self.left]))
-            del self.buffer[:self.left]
-            self.left = -1
+            self.recorder.note(body)
             self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
                                  b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY)
 
