@@ -3,8 +3,8 @@ once), the cross product of protocols x input formats x batch sizes x concurrenc
 
 `experiment.stacks` narrows the product to the stacks a study measured, `experiment.matrix` its (batch, load) points.
 An entry names a server config in `conf/backends/` (e.g. `triton_onnx`, or a variant such as
-`pytorch_fp16`); its settings' family says which of the contract's backends it is (pytorch | triton_onnx |
-triton_trt), so variants of one backend compare like with like.
+`pytorch_fp16`); its settings' family says which backend it is (pytorch | triton_onnx | triton_trt | fastapi |
+torchserve | endpoint), so variants of one backend compare like with like.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class Trial:
     tier: str
     model: str
-    backend: str  # pytorch | triton_onnx | triton_trt
+    backend: str  # the settings' family: pytorch | triton_onnx | triton_trt | fastapi | torchserve | endpoint
     variant: str  # the entry of experiment.backends / conf/backends that configures it
     protocol: str
     input_format: str

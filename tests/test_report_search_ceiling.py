@@ -229,7 +229,8 @@ def test_without_figures_both_sections_read_as_they_did(figured, bare) -> None:
 
 
 SLO_INTRO = ("For each operating point, the highest load (concurrency, or request rate in open loop) whose p99 stayed "
-             "within the target, found by doubling then bisection over real trials (tag `phase=slo_search`). “at "
+             "within the target, found by doubling from the grid's lowest load (halving first where that load missed), "
+             "then bisection, over real trials (tag `phase=slo_search`). “at "
              "limit” means the search stopped at its load limit still within the target.\n\n| tier | stack | batch | "
              "p99 target ms | max load | img/s at max | p99 ms at max | $ per 1k images | probes |\n")
 

@@ -113,6 +113,22 @@ def test_a_cpu_only_sampler_sees_this_machine_work() -> None:
     assert metrics["node_cpu_cores_busy"] == pytest.approx(metrics["node_cpu_util_pct"] / 100 * sampler.cores)
 
 
+def test_telemetry_cpu_off_leaves_the_node_cpu_figures_out() -> None:
+    """`telemetry.cpu=false` with GPU telemetry on: the sampler still runs (for the GPUs) but reports no CPU figure."""
+    import time
+
+    from experiments.measure.telemetry import NodeSampler
+
+    sampler = NodeSampler(None, 50.0, gpus=False, cpu=False)
+    try:
+        start = time.time()
+        time.sleep(0.3)
+        metrics = sampler.window(start, time.time())
+    finally:
+        sampler.stop()
+    assert not any(name.startswith(("node_cpu", "server_")) for name in metrics), metrics
+
+
 @pytest.mark.skipif(has_gpu(), reason="this machine has a GPU: NVML is expected to work here")
 def test_nvml_says_why_it_is_unavailable_without_a_gpu() -> None:
     reason = nvml_unavailable_reason()

@@ -237,7 +237,8 @@ class RayConnection:
         self.autoscaling: Autoscaling | None = None  # node types the autoscaler can start, when a tier needs one
 
     def open(self, tiers: list[str]) -> ClusterView:
-        """Connected Ray in which every tier of `tiers` has a live node (TierUnavailableError otherwise)."""
+        """Connected Ray in which every tier of `tiers` has a live node or an autoscaler node type that offers it
+        (TierUnavailableError otherwise)."""
         declared = declared_tiers(self.cfg, self.client_tiers)
         if declared is not None:  # fail before anything starts: nothing to clean up
             (require_tiers if self.cfg.emulated else require_local_tiers)(tiers, declared)
@@ -335,7 +336,8 @@ def stop_children_since(before: set[int], timeout_s: float = 10.0) -> None:
 
 @contextmanager
 def ray_cluster(cluster_cfg: ClusterConfig, tier: str, clients_only: bool = False) -> Iterator[ClusterView]:
-    """Connected Ray with a live node of `tier`; yields the live nodes. Reuses a connection someone else owns.
+    """Connected Ray with a live node of `tier`, or an autoscaler node type that offers it; yields the live nodes.
+    Reuses a connection someone else owns.
     `clients_only`: the tier's servers are endpoints elsewhere, so this machine may stand for the tier."""
     import ray
 

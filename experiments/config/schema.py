@@ -305,7 +305,7 @@ class MlflowConfig:
     """Where the sweep logs its runs (only the driver writes to MLflow)."""
 
     experiment: str = "tierbench"  # the MLflow experiment
-    tracking_uri: str | None = None  # null: $MLFLOW_TRACKING_URI when set, else sqlite:///<repo>/mlflow/mlflow.db
+    tracking_uri: str | None = None  # null: $MLFLOW_TRACKING_URI when set, else sqlite:///<cwd>/mlflow/mlflow.db
 
 
 @dataclass

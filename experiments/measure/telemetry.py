@@ -6,7 +6,7 @@ utilisation, memory, power and energy counter of the server's GPUs (every GPU of
 it for the trial's window (epoch seconds, the clients' window) and gets back only the summary:
 
 - `node_cpu_util_pct`: the share of the node's CPU time spent busy (every process: servers, clients placed there,
-  Ray), `node_cpu_cores_busy` the same in cores (`telemetry.cpu`);
+  Ray), `node_cpu_cores_busy` the same in cores (both with `telemetry.cpu`, as the two below);
 - `server_cpu_cores`: the CPU the server's own processes (and those they started) used, in cores, and
   `server_thread_cpu_max`: its busiest single thread's, in cores (1.0: a thread that never rested, e.g. a Python
   event loop holding its GIL), sampled every `THREAD_EVERY` samples where the backend names its processes;
@@ -132,11 +132,11 @@ def cpu_summary(times: np.ndarray, busy: np.ndarray, total: np.ndarray, cores: i
 
 
 class NodeSampler:
-    """Samples the node's CPU time, and NVML when `gpus`, in a thread from construction until `stop`; runs on the
-    server's node (as a Ray actor)."""
+    """Samples the node's CPU time when `cpu`, and NVML when `gpus`, in a thread from construction until `stop`; runs
+    on the server's node (as a Ray actor)."""
 
     def __init__(self, gpu_ids: list[int] | None, sample_hz: float, gpus: bool = True,
-                 processes: tuple[int, ...] = ()) -> None:
+                 processes: tuple[int, ...] = (), cpu: bool = True) -> None:
         import os
 
         self._nvml: Any = None
@@ -152,6 +152,7 @@ class NodeSampler:
             self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
             self._energy_supported = all(self._energy_mj(h) is not None for h in self._handles)
         self.cores = os.cpu_count() or 1
+        self.cpu = cpu
         self._interval = 1.0 / sample_hz
         # time, GPU util, memory MiB, power W, energy J, CPU busy, CPU total (NaN where not sampled)
         self._rows: deque[tuple[float, ...]] = deque(maxlen=MAX_SAMPLES)
@@ -181,7 +182,8 @@ class NodeSampler:
 
     def _sample(self) -> tuple[float, ...] | None:
         """One row: the time, the GPUs' figures and the node's CPU times; None when its reads were too slow."""
-        read = stamped(lambda: (*self._sample_gpus(), *(cpu_times() or (float("nan"), float("nan")))))
+        nan = (float("nan"), float("nan"))
+        read = stamped(lambda: (*self._sample_gpus(), *((cpu_times() or nan) if self.cpu else nan)))
         return None if read is None else (read[0], *read[1])
 
     def _run(self) -> None:
@@ -351,7 +353,7 @@ def start_node_telemetry(telemetry_cfg: TelemetryConfig, handle: ServerHandle, n
         placement = dict(ray_options)
     actor = ray.remote(NodeSampler).options(num_cpus=0.01, max_concurrency=4, **placement).remote(
         [i for i in handle.gpu_ids if isinstance(i, int)] or None, float(telemetry_cfg.sample_hz), gpus,
-        tuple(handle.processes) if telemetry_cfg.cpu else ())
+        tuple(handle.processes) if telemetry_cfg.cpu else (), bool(telemetry_cfg.cpu))
     try:
         description = ray.get(actor.describe.remote(), timeout=timeout_s)
     except Exception as exc:  # noqa: BLE001 - telemetry is an extra: the trials still run, without its metrics

@@ -120,7 +120,7 @@ def match_tier(tier: Any, offers: Sequence[Offer]) -> Match:
     type the tier names."""
     if not tier.requires_gpu:
         return _match_cpu_tier(tier, offers)
-    if getattr(tier, "share_of", None):  # a MIG slice: no catalog lists one; its price follows its card's
+    if getattr(tier, "share_of", None):  # a MIG slice or a shared card: no catalog lists it; its card's price, shared
         return Match(left=f"a share of a card ({tier.gpu_share:g} of tier {tier.share_of}): its price is that share "
                           f"of tier {tier.share_of}'s; refresh that tier, then set this one's price_per_hour_usd, "
                           "price_source and price_seen from it")

@@ -1,7 +1,8 @@
 """The capacity plan as numbers: how many nodes of each tier serve a traffic within the p99 target, and what they cost.
 
-A node's capacity at an operating point is the SLO search's highest throughput within the target (`run_level=slo`
-runs, `slo_max_throughput_img_s`): nodes = ⌈peak × (1 + headroom) ÷ capacity⌉, exactly (decimals as fractions, so a
+A node's capacity at an operating point is what the SLO search's highest load within the target served (`run_level=slo`
+runs): its goodput where the search had a deadline (`slo_max_goodput_img_s`), else its throughput
+(`slo_max_throughput_img_s`): nodes = ⌈peak × (1 + headroom) ÷ capacity⌉, exactly (decimals as fractions, so a
 peak that fills its nodes to the image needs no extra node). Mixed plans pair two tiers, each at its best point and
 primary price, by trying every node count of one tier and the fewest nodes of the other that cover the rest. Where
 the search's probes were measured several times (`experiment.repeats`), the per-node throughput has a 95 % interval
@@ -35,7 +36,7 @@ class Point:
     tier: str
     stack: str  # variant/protocol/input_format
     batch_size: int
-    img_s: float  # the highest throughput within the p99 target, per node
+    img_s: float  # what one node serves within the p99 target: goodput where there was a deadline, else throughput
     limited: bool = False  # the search stopped at its load limit still within the target: at least img_s
     unstable: bool = False  # the measurement at that load never agreed within the stability rule
     img_s_interval: Interval | None = None  # img_s's 95 % interval (experiment.repeats > 1); None: measured once

@@ -24,7 +24,8 @@ def slo_search_section(doc: Document, data: SweepData, labels: dict[str, str]) -
     doc.h(1, "SLO search")
     shares, verdicts = _ceiling_columns(data.slo)
     doc.p("For each operating point, the highest load (concurrency, or request rate in open loop) whose p99 "
-          "stayed within the target, found by doubling then bisection over real trials (tag "
+          "stayed within the target, found by doubling from the grid's lowest load (halving first where that load "
+          "missed), then bisection, over real trials (tag "
           "`phase=slo_search`). “at limit” means the search stopped at its load limit still within the target."
           + (CEILING_TEXT if shares or verdicts else ""))
     rows, slo_marks = [], []

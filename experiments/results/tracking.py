@@ -180,8 +180,9 @@ class Tracker:
         )
 
     def _log_series(self, run_id: str, record: TrialRecord) -> None:
-        """The trial over time as step metrics: `series_<name>` at step = the bin's index, timestamped when the bin
-        began, so MLflow's charts draw it against steps or time."""
+        """The trial over time as step metrics: `series_<name>` at step = the bin's index, timestamped at the trial
+        record's start plus the bin's offset, so MLflow's charts draw it against steps or time (in order and evenly
+        spaced; the warm-up before the first bin is not in the offsets)."""
         from mlflow.entities import Metric
 
         metrics = [Metric(f"{SERIES_PREFIX}{name}", float(value), int((record.started_at + point["t_s"]) * 1000), step)

@@ -7,7 +7,7 @@ Runtime's CPU provider for an ONNX model), fed the same tensor or the same JPEGs
 as the model's config says. The figures (worst path) go on every
 trial of the group as `crosscheck_top1_agreement` and `crosscheck_max_abs_diff` (a model that is not a classifier,
 `model.output_shape` set, is compared by max abs diff only: it has no top-1); beyond the tolerance for
-the backend's arithmetic (`crosscheck.tolerances.<fp32|fp16>`) the group is not measured: its trials fail
+the backend's arithmetic (`crosscheck.tolerances.<fp32|fp16|bf16|int8>`) the group is not measured: its trials fail
 with the figures as the reason.
 
 The requests run in a Ray task on the tier's node, where the client actors run (shared-memory paths need it);
@@ -106,7 +106,7 @@ class PathAccuracy:
 
 @dataclass
 class CrosscheckResult:
-    numerics: str  # fp32 | fp16: which tolerance applies
+    numerics: str  # fp32 | fp16 | bf16 | int8: which tolerance applies
     max_abs_diff_allowed: float
     min_top1_agreement: float
     images: int

@@ -1,11 +1,11 @@
 """One Ray cluster for all the jobs of a multirun (`gpu=a100,rtx4090 -m`).
 
 A Hydra callback (named in conf/config.yaml) opens the cluster before the first job: it starts the emulated or
-local cluster, or joins the one at `cluster.address`, and checks that every requested tier has a live node, so a
-missing tier stops the multirun before anything is placed (exit 2). The jobs, in parallel as Ray tasks (the
-Ray launcher, the default) or one after another in this process (`hydra/launcher=basic`), find Ray connected
-and use it; after the last job the callback stops what it started. The callback keeps no state of its own:
-Hydra ships it to every job.
+local cluster, or joins the one at `cluster.address`, and checks that every requested tier has a live node or an
+autoscaler node type that offers it, so a missing tier stops the multirun before anything is placed (exit 2). The
+jobs, in parallel as Ray tasks (the Ray launcher, the default) or one after another in this process
+(`hydra/launcher=basic`), find Ray connected and use it; after the last job the callback stops what it started.
+The callback keeps no state of its own: Hydra ships it to every job.
 """
 
 from __future__ import annotations
