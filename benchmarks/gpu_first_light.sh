@@ -17,7 +17,8 @@
 #                                      [-- first_light overrides ...]
 #   --parts DIR       wheelhouse parts (python -m runners.wheelhouse --split-mib N): checked, joined, installed
 #   --wheelhouse DIR  a wheelhouse folder (its wheels/): installed offline into --venv first
-#   --venv DIR        the environment to install into / run from (default .venv-first-light); created with
+#   --venv DIR        the environment to install into / run from (default: .venv-first-light with --parts or
+#                     --wheelhouse, else the current one); created with
 #                     --system-site-packages so the image's own torch stays
 #   --tier T          the GPU tier (default: the one the GPU's name matches in conf/gpu/)
 #   --steps LIST      the steps to run, comma-separated (default: all): imports, doctor, ceiling (runners.ceiling),

@@ -1,6 +1,7 @@
 """`python -m runners.export model=resnet18`: export the model to ONNX in the Triton model repository and
-report how far ONNX Runtime's output is from PyTorch's. A model of your own (`model=examples/...`) gets its
-`config.pbtxt` written beside the file, so `model_repository/<name>/` is what NVIDIA's container serves as is."""
+report how far ONNX Runtime's output is from PyTorch's. A model of your own built in PyTorch (`model=examples/...`;
+an ONNX file is served as is) gets its `config.pbtxt` written beside the file, so `model_repository/<name>/` is what
+NVIDIA's container serves as is."""
 
 from __future__ import annotations
 

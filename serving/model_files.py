@@ -1,9 +1,10 @@
 """The user's model file on the tier nodes: shipped through Ray's object store, staged in each node's cache.
 
 A real cluster shares no filesystem: the driver reads the file once (`ship`), puts its bytes in the object store,
-and a task on the tier node (`stage_on_node`) writes them to `<cache>/models/<sha256>/<file name>`, which the
-servers load. The copy is content-addressed, so a changed file is a new copy and an unchanged one is written once
-per node. Files over `model.max_file_mb` are refused before anything starts (experiments.config.model_check).
+and a task on the tier node (`ShippedFile.staged_on`) writes them to `<cache>/models/<the sha256's first 32 hex
+digits>/<file name>`, which the servers load. The copy is content-addressed, so a changed file is a new copy and an
+unchanged one is written once per node.
+Files over `model.max_file_mb` are refused before anything starts (experiments.config.model_check).
 """
 
 from __future__ import annotations

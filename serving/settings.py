@@ -48,8 +48,8 @@ class BackendSettings(ABC):
     @property
     @abstractmethod
     def family(self) -> str:
-        """The contract's backend these settings measure (pytorch | triton_onnx | triton_trt): the trial param
-        `backend`, derived from the class and its settings rather than stated beside them."""
+        """The backend these settings measure (pytorch | triton_onnx | triton_trt | fastapi | torchserve | endpoint):
+        the trial param `backend`, derived from the class and its settings rather than stated beside them."""
 
     def gpu_ask(self) -> tuple[str, float] | None:
         """The key of these settings and the share of a GPU one server asks Ray for on a node where Ray schedules

@@ -30,7 +30,7 @@ class ClientSpec:
     target: str  # import path of the InferenceClient subclass
     url: str
     model_name: str
-    input_format: str  # InputFormat: tensor | jpeg
+    input_format: str  # InputFormat: tensor | jpeg | jpeg_base64
     batch_size: int
     input_shape: tuple[int, ...]
     output_shape: tuple[int, ...]  # per image: a classifier's (num_classes,), or any other output's dims

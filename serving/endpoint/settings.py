@@ -53,8 +53,8 @@ class EndpointSettings(BackendSettings):
     max_concurrency: int | None = None  # refuse a sweep that would keep more requests in flight (null: no limit)
     max_rate: float | None = None  # refuse a sweep that would send more requests per second (null: no limit)
     probe_timeout_s: float = 10.0  # the reachability and metadata checks before any trial
-    # Triton's Prometheus metrics (e.g. http://HOST:8002/metrics): the server's own queue / compute time per request
-    # and its count of images, read around every window (null: the client's view only)
+    # The server's Prometheus metrics (Triton: http://HOST:8002/metrics; TorchServe: :8082/metrics): its own queue /
+    # compute time per request and its count of images, read around every window (null: the client's view only)
     metrics_url: str | None = None
 
     server_mode_hint: ClassVar[str] = "endpoint"

@@ -1,5 +1,6 @@
-"""The PyTorch side of the Ray Serve deployment: the model on its device, in its precision, optionally
-compiled, and warmed up for every batch size the experiment measures before the replica reports ready.
+"""The model as every PyTorch server runs it (Ray Serve's replica, the FastAPI service, TorchServe's workers): on its
+device, in its precision, optionally compiled, and warmed up for every batch size the experiment measures before the
+server reports ready.
 
 Warm-up is where the one-off costs land (torch.compile's graph capture and code generation, cuDNN's
 algorithm search with `cudnn.benchmark`, CUDA context and allocator growth), so none of them leak into a
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TorchOptions:
-    """How the replica runs the model (the `pytorch*` entries of conf/backends)."""
+    """How a PyTorch server runs the model (the `pytorch*`, `fastapi*` and `torchserve*` entries of conf/backends)."""
 
     half: bool = False  # float16 weights and inputs (CUDA only); logits come back as float32
     bf16: bool = False  # bfloat16 weights and inputs (CUDA, or a CPU: fast with AVX-512 BF16 or AMX); float32 logits

@@ -3,8 +3,9 @@ service): requests decoded (Open Inference Protocol tensors, JPEG files, base64 
 with the one definition every JPEG path shares (`serving.images`), the model run, and the server's own time reported.
 
 Inference runs on one worker thread, like one Triton model instance; decoding runs beside it on the default executor.
-A server-side batcher (Ray Serve's `@serve.batch`) is plugged in as `batcher`: it merges concurrent requests and
-calls `forward` once for all of them, counting images (not requests) as Triton's dynamic batcher does.
+A server-side batcher (Ray Serve's `@serve.batch`, or `WhenFreeBatcher`) is plugged in as `batcher`: it merges
+concurrent requests and calls `forward` once for all of them, counting images (not requests) as Triton's dynamic
+batcher does.
 
 Server-Timing (`timing`): the service's own time per request (ms): its preprocessing, its wait for its forward pass
 (`queue`: in the batcher, then for the inference thread, as a Triton request waits in its queue for an instance) and

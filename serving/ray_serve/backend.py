@@ -1,5 +1,6 @@
 """PyTorch behind Ray Serve (`pytorch`): one Serve application per server group, replicas pinned to the tier,
-reached over Serve's HTTP and gRPC ingresses, with or without `@serve.batch` server-side batching.
+reached over Serve's HTTP and gRPC ingresses, with or without server-side batching (`@serve.batch`, or
+`WhenFreeBatcher` with `batcher: when_free`).
 
 Clients speak the Open Inference Protocol (KServe v2) to it, as to Triton (serving/ray_serve/deployment.py): HTTP
 under the app's route prefix (`<prefix>/v2/models/<model>/infer`), gRPC `inference.GRPCInferenceService` with the
@@ -162,8 +163,8 @@ class RayServeTorchBackend(TorchBackend):
                 "warmup_batch_sizes": list(self.warmup_batch_sizes()), "batching": batching}
 
     def warmup_batch_sizes(self) -> tuple[int, ...]:
-        """The experiment's batch sizes; on a GPU with `@serve.batch`, every batch it can merge from them (each new
-        shape's first pass runs cuDNN's autotuning, which must not land in a window)."""
+        """The experiment's batch sizes; on a GPU with server-side batching (either batcher), every batch it can merge
+        from them (each new shape's first pass runs cuDNN's autotuning, which must not land in a window)."""
         sizes = tuple(int(b) for b in self.context.warmup_batch_sizes)
         if self.settings.batching and self.device == "cuda":
             return formable_batches(sizes, self.max_batch_size)

@@ -4,7 +4,7 @@ images) coming back with every response; over gRPC with the app's name in the `a
 (`spec.grpc_metadata`), which Serve's proxy routes by, the Server-Timing coming back as trailing metadata.
 
 The route prefix itself still takes the formats from before the OIP (serving/ray_serve/deployment.py), which
-`encode_request` builds (tests and wrk use it): `Content-Type: image/jpeg` with the batch's JPEGs concatenated and
+`encode_request` builds (tests use it): `Content-Type: image/jpeg` with the batch's JPEGs concatenated and
 their lengths in `X-Image-Lengths`, or `application/octet-stream` with a C-order float32 tensor [N, C, H, W]; the
 response is the float32 logits [N, classes]. `build_request` builds a request of the gRPC service from before the OIP,
 `tierbench.ImageClassifier/Classify` (serving/ray_serve/proto/classifier.proto), which the deployment still answers.

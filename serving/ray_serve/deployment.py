@@ -82,7 +82,8 @@ def subpath(scope: dict[str, Any]) -> str:
 @serve.deployment
 class TorchImageClassifier:
     """A replica: the model behind Serve's ingresses (`serving.pytorch.service.ImageService`: decoding, preprocessing,
-    one inference thread), with `@serve.batch` as its batcher when batching is on."""
+    one inference thread), with `@serve.batch` (or `WhenFreeBatcher`, `batcher: when_free`) as its batcher when
+    batching is on."""
 
     def __init__(self, model: dict[str, Any], device: str = "cpu", torch_threads: int | None = None,
                  options: dict[str, Any] | None = None, warmup_batch_sizes: tuple[int, ...] = (),

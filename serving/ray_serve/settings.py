@@ -18,7 +18,8 @@ BATCHERS = ("serve", "when_free")
 
 @dataclass
 class RayServeTorchSettings(TorchSettings):
-    """PyTorch behind Ray Serve: replicas and `@serve.batch` server-side batching (how the model runs: the base)."""
+    """PyTorch behind Ray Serve: replicas and server-side batching (`@serve.batch` or `when_free`; how the model runs:
+    the base)."""
 
     _target_: str = "serving.ray_serve.backend.RayServeTorchBackend"
     num_replicas: int = 1

@@ -292,8 +292,9 @@ class TritonBackend(Backend):
 
     def deploy_files(self, rendered: dict[str, str]) -> dict[str, str]:
         """The classifier's model folder as the server that measured it loaded it: `<model>/config.pbtxt` (NVIDIA's
-        container: the native ONNX Runtime backend; the bundled server: the Python backend, with its `model.py`),
-        and the ONNX file at `<model>/1/model.onnx` (native) or where the `onnx_path` parameter says (Python)."""
+        container: the native ONNX Runtime backend; the bundled server: the Python backend, with its `model.py`). The
+        ONNX file is not among them: it goes at `<model>/1/model.onnx` (native) or where the `onnx_path` parameter
+        says (Python)."""
         from serving.triton.repository import PYTHON_MODEL_FILE
 
         config = rendered.get("config.pbtxt")

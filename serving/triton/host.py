@@ -87,7 +87,7 @@ class TritonServerHost:
         self.server: TritonServer | None = None
         # Set by `start`, kept for `reload`: what the server serves and where.
         self.export: ExportReport | None = None
-        self.onnx_path: Path | None = None  # what the classifier serves: the export, or its INT8 quantisation
+        self.onnx_path: Path | None = None  # what the classifier serves: the export, or its INT8 or FP16 file
         self.installation: TritonInstallation | None = None
         self.canonical: mc.ModelConfig | None = None
         self.gpu_ids: list[int | str] = []
