@@ -57,7 +57,10 @@ def method_section(doc: Document, data: SweepData) -> None:
     endpoints = endpoint_lines(data.ok)
     inputs = inputs_lines(data.ok)
     doc.bullets([
-        "Latency: client-side, from sending a request to its response, one sample per request; warm-up requests "
+        "Latency: client-side, from the time a request was due to be sent (its send time in a closed loop, its "
+        "scheduled arrival in an open one, so time spent waiting to be sent counts, as a user would wait) to its "
+        "response, "
+        "one sample per request; warm-up requests "
         "are dropped; percentiles come from the raw samples of every client actor merged (never averaged).",
         "Throughput: images whose requests *completed* inside the common measurement windows / their length "
         "(as perf_analyzer and LoadGen count), closed and open loop alike; an open loop also logs its offered "
