@@ -26,7 +26,7 @@ from experiments.run.trial import new_record
 from serving.inprocess import RESIDENT, ROUND_TRIP, InProcessPoint, RuntimeTiming
 from serving.runtime import Runtime
 from tests import synthetic_sweep as syn
-from tests.helpers import premigrated_store
+from tests.helpers import premigrated_store, tier_prices
 
 SWEEP_ID = "synthetic-ceiling"
 LOCAL_PRICE = 0.18  # $/h of the CPU tier `local`: $ per 1k images = 0.05 / img/s (a100: 0.36 $/h, 0.1 / img/s)
@@ -116,10 +116,6 @@ def _section(text: str, start: str, end: str = "\n## ") -> str:
     return text.split(start, 1)[1].split(end, 1)[0]
 
 
-def _prices(data) -> dict:
-    return {name: info.prices for name, info in data.tiers.items()}
-
-
 def test_the_trials_ceiling_param_and_verdict_tags_are_read_into_the_frame(published) -> None:
     ok = published.data.ok.set_index(["tier", "stack", "batch_size", "load"])
     row = ok.loc[("a100", "pytorch/http/tensor", 8, "c4")]
@@ -173,13 +169,13 @@ def test_the_summary_names_the_point_closest_to_its_ceiling(published) -> None:
 def test_the_answer_says_how_close_its_pick_came_to_the_ceiling(published) -> None:
     data = published.data
     labels = {t: info.label for t, info in data.tiers.items()}
-    (cheapest, *_) = answer_lines(data, labels, _prices(data), None, lambda row: str(row["price"]))
+    (cheapest, *_) = answer_lines(data, labels, tier_prices(data), None, lambda row: str(row["price"]))
     assert cheapest.startswith("Cheapest operating point at each tier's primary price: **a100 · pytorch/http/tensor "
                                "· b8 · c4**: **$8.33e-05 per 1k images** at p99 300.0 ms.")
     assert cheapest.endswith(f" It reaches {round(1200 / 2000 * 100)} % of its runtime's in-process throughput at "
                              "batch 8 (`torch/cuda/fp16+channels_last`; bottleneck: compute).")
     # p99 <= 50 ms: pytorch b1 c1 at 0.1 / 200 = $0.0005 is the cheapest within it; 200 of 400 img/s at b1.
-    (pick, *_) = answer_lines(data, labels, _prices(data), 50.0, lambda row: str(row["price"]))
+    (pick, *_) = answer_lines(data, labels, tier_prices(data), 50.0, lambda row: str(row["price"]))
     assert "**a100 · pytorch/http/tensor · b1 · c1**: **$0.0005 per 1k images**" in pick
     assert pick.endswith(f"price primary). It reaches {round(200 / 400 * 100)} % of its runtime's in-process "
                          "throughput at batch 1 (`torch/cuda/fp16+channels_last`; bottleneck: proxy).")
@@ -212,13 +208,13 @@ def test_a_point_that_outran_its_in_process_timing_is_called_a_low_timing_not_th
 
 
 def test_each_tiers_floor_is_its_cost_at_its_best_in_process_throughput(published) -> None:
-    floors = tier_floors(published.data.ok, _prices(published.data))
+    floors = tier_floors(published.data.ok, tier_prices(published.data))
     a100, local = floors["a100"], floors["local"]
     assert (a100.img_s, a100.resident) == (4000.0, True), "the largest device-resident best of the tier"
     assert a100.usd_per_1k == pytest.approx(0.36 / 3600 / 4000 * 1000)
     assert (local.img_s, local.resident) == (125.0, False), "no resident figure on a CPU: the round trip's best"
     assert local.usd_per_1k == pytest.approx(LOCAL_PRICE / 3600 / 125 * 1000)
-    assert tier_floors(published.data.ok, {"a100": _prices(published.data)["a100"]}).keys() == {"a100"}, "unpriced"
+    assert tier_floors(published.data.ok, {"a100": tier_prices(published.data)["a100"]}).keys() == {"a100"}, "unpriced"
 
 
 def test_the_pareto_plot_draws_the_floors_and_keeps_its_cost_axis_readable(published, tmp_path: Path,
@@ -227,7 +223,7 @@ def test_the_pareto_plot_draws_the_floors_and_keeps_its_cost_axis_readable(publi
     assert "dashed: each tier's floor, at its best in-process throughput" in md
     assert (published.folder / "pareto.png").stat().st_size > 10_000
     data = published.data
-    floors = tier_floors(data.ok, _prices(data))
+    floors = tier_floors(data.ok, tier_prices(data))
     scales: dict[str, list[tuple[pd.Series, str]]] = {"y": []}
     original = plots._log_if_wide
 
@@ -250,7 +246,7 @@ def test_the_pareto_plot_draws_the_floors_and_keeps_its_cost_axis_readable(publi
 def test_the_floor_is_named_in_the_legend_in_plain_dollars(published) -> None:
     plt = plots._pyplot()
     fig, ax = plt.subplots()
-    floors = tier_floors(published.data.ok, _prices(published.data))
+    floors = tier_floors(published.data.ok, tier_prices(published.data))
     plots._floor_lines(ax, floors, {}, {"a100": "a100", "local": "local"})
     assert ax.get_legend_handles_labels()[1] == [
         "a100 floor: $0.000025 / 1k at 4,000 img/s in-process, device-resident",
@@ -275,6 +271,6 @@ def test_a_sweep_without_a_ceiling_says_why_the_section_is_empty(without_ceiling
         .replace("`ceiling.json`", "<code>ceiling.json</code>") in page
     data = without_ceiling.data
     assert (data.trials[["ceiling_runtime", "bottleneck", "bottleneck_evidence", "bottleneck_fix"]] == "").all().all()
-    assert tier_floors(data.ok, _prices(data)) == {}
+    assert tier_floors(data.ok, tier_prices(data)) == {}
     assert not any("closest to the ceiling" in line or "It reaches" in line for line in without_ceiling.report.summary)
     assert "dashed: each tier's floor" not in md and (without_ceiling.folder / "pareto.png").exists()
