@@ -38,3 +38,26 @@ def test_counters_are_read_at_each_boundary_while_a_window_comes_back_late(monke
 def test_without_server_counters_there_is_nothing_to_compare() -> None:
     counters = BoundaryCounters(None, time.time(), 0.01)
     assert counters.around(0, 2) == (None, None, 0.0, 0.0)
+
+
+def test_a_counter_read_that_fails_is_tried_again_and_a_boundary_that_fails_twice_has_none() -> None:
+    """A metrics endpoint that refuses a read (Triton's, under starved cores) must not fail the trial the clients
+    measured: one refusal is read again; a boundary refused twice gives the windows around it no server figures."""
+    reads = iter([ConnectionRefusedError(111, "Connection refused"), {"nv_inference_count": 0.0},
+                  ConnectionRefusedError(111, "Connection refused"), ConnectionRefusedError(111, "Connection refused"),
+                  {"nv_inference_count": 20.0}])
+
+    def probe() -> dict[str, float]:
+        read = next(reads)
+        if isinstance(read, Exception):
+            raise read
+        return read
+
+    counters = BoundaryCounters(probe, time.time(), 0.01)
+    counters.read_through(2)
+    assert counters.readings[0][2] == {"nv_inference_count": 0.0}  # the second try
+    assert counters.readings[1] is None  # refused twice
+    assert counters.readings[2][2] == {"nv_inference_count": 20.0}
+    assert counters.around(0, 1) == (None, None, 0.0, 0.0)
+    before, after, _, _ = counters.around(0, 2)
+    assert after["nv_inference_count"] - before["nv_inference_count"] == 20
