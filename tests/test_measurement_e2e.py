@@ -25,7 +25,7 @@ def test_poisson_load_and_slo_search_are_logged(engine: str, tmp_path: Path) -> 
         "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
         "experiment.batch_sizes=[1]", "experiment.load_mode=poisson", "experiment.request_rates=[20]",
         f"experiment.window_s={WINDOW_S}", "experiment.stability.windows=1", "experiment.warmup_s=0.3",
-        "experiment.warmup_requests=2", "experiment.slo.p99_ms=10000", "experiment.slo.max_rate=50",
+        "experiment.warmup_requests=2", "experiment.slo.p99_ms=10000", "experiment.slo.max_rate=30",
     ])
     assert run_sweep(cfg) == 0
     client = MlflowClient(store)
@@ -53,11 +53,12 @@ def test_poisson_load_and_slo_search_are_logged(engine: str, tmp_path: Path) -> 
 
     probes = sorted(r.data.params["request_rate"] for r in trials if r.data.tags.get("phase") == "slo_search")
     # Doubling from the grid's 20 req/s (reused) and capped at the limit. The limit stays low: the Python client
-    # sharing 2 cores with another test worker fell behind at 80 req/s once, and the search then bisected.
-    assert probes == ["40.0", "50.0"]
+    # sharing 2 cores with another test worker fell behind at 80 req/s once and at 50 req/s once (36 served), and the
+    # search then bisected.
+    assert probes == ["30.0"]
     (slo,) = client.search_runs([exp.experiment_id], "tags.run_level = 'slo'")
     assert slo.info.run_name == "local/triton_onnx/grpc/tensor/b1/slo-p99-10000ms"
     s = slo.data.metrics
-    assert s["slo_met"] == 1 and s["slo_limited"] == 1 and s["slo_max_load"] == 50
+    assert s["slo_met"] == 1 and s["slo_limited"] == 1 and s["slo_max_load"] == 30
     assert s["cost_per_1k_images_at_slo_usd"] == pytest.approx(
         float(slo.data.params["price_per_hour_usd"]) / 3600 / s["slo_max_throughput_img_s"] * 1000)
