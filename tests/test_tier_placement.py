@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from experiments.cluster.connection import ClusterView, TierUnavailableError, declared_tiers, require_tiers
-from experiments.cluster.placement import PlacementError, client_options
+from experiments.cluster.placement import PlacementError, TierPlacement, client_options
 from experiments.cluster.tiers import NODE_ID_LABEL, node_declaration, placement_options
 from experiments.config.compose import compose, load_config
 from experiments.run.multirun import requested_tiers
@@ -146,3 +146,61 @@ def test_an_address_with_nothing_listening_fails_at_once() -> None:
     with pytest.raises(TierUnavailableError, match=f"cluster.address=127.0.0.1:{port}: no Ray head answers"):
         RayConnection(cfg).open(["a100"])
     assert time.monotonic() - started < 15
+
+
+class _SlowRay:
+    """Ray as `TierPlacement.describe` calls it, with a task that answers after `answer_after` waits (None: never)."""
+
+    def __init__(self, answer_after: int | None) -> None:
+        self.answer_after, self.waits, self.cancelled, self.options = answer_after, 0, False, {}
+
+    def remote(self, function):
+        ray = self
+
+        class Task:
+            def options(self, **options):
+                ray.options = options
+                return self
+
+            def remote(self):
+                return "ref"
+        return Task()
+
+    def wait(self, refs, timeout):
+        self.waits += 1
+        return (refs, []) if self.answer_after is not None and self.waits > self.answer_after else ([], refs)
+
+    def get(self, ref):
+        return "node info"
+
+    def cancel(self, ref, force):
+        self.cancelled = force
+
+
+def _held(tier: str = "a100") -> TierPlacement:
+    return TierPlacement(tier=tier, node_id="n-a100-0123456789", hostname="gpu-7", emulated=False,
+                         client_placement="colocated", server_options=placement_options(tier, "n-a100"),
+                         client_options={})
+
+
+def test_a_node_slow_to_describe_itself_is_waited_for_with_progress_then_named_with_the_fix(monkeypatch, caplog):
+    import logging
+    import sys
+
+    from experiments.cluster import placement
+
+    monkeypatch.setattr(placement, "PROGRESS_EVERY_S", 0.01)
+    slow = _SlowRay(answer_after=3)
+    monkeypatch.setitem(sys.modules, "ray", slow)
+    with caplog.at_level(logging.INFO, logger=placement.__name__):
+        assert _held().describe(timeout_s=60) == "node info"
+    assert slow.options == {"num_cpus": 0, **placement_options("a100", "n-a100")}  # on the held node
+    assert sum("still describing itself" in r.message for r in caplog.records) == 3
+    never = _SlowRay(answer_after=None)
+    monkeypatch.setitem(sys.modules, "ray", never)
+    with pytest.raises(PlacementError) as err:
+        _held().describe(timeout_s=0.05)
+    message = str(err.value)
+    assert "gpu=a100: node n-a100-01234 (gpu-7) did not describe itself" in message
+    assert "cluster.schedule_timeout_s=0.05 s" in message and "raise cluster.schedule_timeout_s" in message
+    assert never.cancelled

@@ -23,7 +23,7 @@ from experiments.cluster.tiers import (
 )
 from experiments.cluster.waiting import PROGRESS_EVERY_S, NodeWaitTimeout, minutes
 from experiments.config.choices import ClientPlacement
-from serving.node import current_location
+from serving.node import NodeInfo, current_location
 
 if TYPE_CHECKING:
     from experiments.config.schema import ClusterConfig, TierbenchConfig
@@ -59,6 +59,33 @@ class TierPlacement:
     address: str = ""
     lease: Any = None  # the NodeLease actor holding the node: it answers while the node is alive
     view: ClusterView | None = None  # the live nodes once the node was held (it may have just started)
+
+    def describe(self, timeout_s: float) -> NodeInfo:
+        """The held node as a task run there sees it (`serving.probe`). A fresh Ray worker imports torch and every
+        backend's packages first, at Ray's worker niceness (15): on a node whose CPUs other work keeps busy that took
+        66 s where it takes 3 s idle, so the wait says so every PROGRESS_EVERY_S and fails with the fix."""
+        import ray
+
+        from serving.probe import describe_node
+
+        ref = ray.remote(describe_node).options(num_cpus=0, **self.server_options).remote()
+        started = time.monotonic()
+        while True:
+            remaining = timeout_s - (time.monotonic() - started)
+            ready, _ = ray.wait([ref], timeout=min(PROGRESS_EVERY_S, max(0.1, remaining)))
+            if ready:
+                return ray.get(ref)
+            waited = time.monotonic() - started
+            if waited >= timeout_s:
+                ray.cancel(ref, force=True)
+                raise PlacementError(
+                    f"gpu={self.tier}: node {self.node_id[:12]} ({self.hostname}) did not describe itself within "
+                    f"cluster.schedule_timeout_s={timeout_s:g} s: the task imports torch and the backends' packages "
+                    "in a new Ray worker, which runs at niceness 15 behind anything else busy on the node. Free the "
+                    "node's CPUs, or raise cluster.schedule_timeout_s (e.g. 300)")
+            log.info("gpu=%s: node %s is still describing itself (a new worker imports torch and the backends' "
+                     "packages): %.0f s of up to %g s (cluster.schedule_timeout_s)", self.tier, self.node_id[:12],
+                     waited, timeout_s)
 
     def lost(self) -> NodeLoss | None:
         """None while the held node answers; else what became of it (`experiments.cluster.node_loss`)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from experiments.config.choices import LoadEngine
 from experiments.measure.engine.build import EngineStatus, engine_status
-from experiments.measure.load import LoadGenerator, LoadPoint, WarmupStats
+from experiments.measure.load import LoadGenerator, LoadPoint, WarmupStats, take_client_priority
 from experiments.measure.samples import WindowSamples
 from serving.clients.base import ClientSpec, InferenceClient, PoolStats, load_client
 from serving.corpus import InputSource, prepare_inputs
@@ -63,6 +63,7 @@ class LoadClientActor:
                 await self.stop()
                 raise
         else:
+            take_client_priority()  # before the client opens: threads its transport starts inherit it
             await client.open()
             self._load = load.generator(client.infer, spec.timeout_s, spec.batch_size, self.index, max_in_flight)
         self._load.start()

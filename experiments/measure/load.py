@@ -45,6 +45,26 @@ LATE_AFTER_S = 0.005
 # the wrong moment crashes Triton 2.48-2.52 (segfault in its gRPC frontend, triton-inference-server/server#7368,
 # fixed in 2.53), and they belong to no window anyway.
 DRAIN_S = 3.0
+# The load generators ask to run at the priority of a process started by hand, ahead of the servers Ray starts at its
+# workers' niceness (15), as perf_analyzer would: a client starved by the servers it measures sends late, and its
+# lateness lands in their latency (docs/benchmarks.md). Where the OS refuses (no root, no CAP_SYS_NICE) they keep
+# their own; every trial records `client_niceness`.
+CLIENT_NICENESS = 0
+
+def take_client_priority(niceness: int = CLIENT_NICENESS) -> int:
+    """Ask for `niceness` for every thread of this process (Linux keeps one per thread; threads started later inherit
+    their starter's), where the OS allows it; returns the niceness this thread runs at, the asked one or its own."""
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:  # not Linux: the process's own
+        threads = [0]
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except OSError:  # refused (no privilege), or the thread ended since
+            pass
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
 
 async def drain(tasks: Iterable[asyncio.Task]) -> None:
     """Let `tasks` finish for at most DRAIN_S, then cancel those still running; returns once all have ended."""

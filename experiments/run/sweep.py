@@ -48,7 +48,6 @@ from serving.model_config import ModelConfig
 from serving.model_files import ShippedFile, ship
 from serving.models import preprocessing
 from serving.node import NodeInfo
-from serving.probe import describe_node
 
 log = logging.getLogger(__name__)
 NOT_RUN = "not run: "  # the reason of a trial whose node was lost before its turn
@@ -120,8 +119,7 @@ class TierSweep:
         log.info("sweep %s, tier %s: %d trials; raw results in %s", self.sweep_id, self.tier, self.total,
                  self.folder.path.resolve())
         options = place.server_options
-        node: NodeInfo = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote(),
-                                 timeout=self.cfg.cluster.schedule_timeout_s)
+        node = place.describe(self.cfg.cluster.schedule_timeout_s)
         if not self.clients_only:  # an endpoint's tier is where its server runs, not this node
             refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
         self.node = node

@@ -26,16 +26,23 @@ import numpy as np
 
 from experiments.measure.engine import records
 from experiments.measure.engine.build import engine_binary
-from experiments.measure.load import DRAIN_S, LATE_AFTER_S, TICK_S, LoadGenerator, LoadPoint, WarmupStats
+from experiments.measure.load import (
+    CLIENT_NICENESS,
+    DRAIN_S,
+    LATE_AFTER_S,
+    TICK_S,
+    LoadGenerator,
+    LoadPoint,
+    WarmupStats,
+)
 from serving.clients.outcomes import Outcome, error_class
 from serving.clients.wire import WireRequest
 from serving.paths import scratch_dir
 
 STDERR_TAIL = 1500
-# The engine asks to run at the priority of a process started by hand, ahead of the servers Ray starts at its workers'
-# niceness (15): at the servers' own, 0.9-5.4 % of a 2-core VM's open-loop requests went > 5 ms late, at 0 0-0.6 %
-# did (docs/benchmarks.md). Where the OS refuses (no root, no CAP_SYS_NICE) it keeps the actor's.
-ENGINE_NICENESS = 0
+# The engine asks for the load generators' priority itself (CLIENT_NICENESS): at the servers' own (15), 0.9-5.4 % of a
+# 2-core VM's open-loop requests went > 5 ms late, at 0 0-0.6 % did (docs/benchmarks.md). Where the OS refuses (no
+# root, no CAP_SYS_NICE) it keeps the actor's.
 # The schedule covers the longest a trial may run; an engine that reaches its end fails the trial.
 SCHEDULE_MARGIN = 1.2
 # The engine's first message of each error class, on its stderr: `loadgen: [http_503] HTTP 503 from the server: ...`
@@ -85,7 +92,7 @@ class CompiledLoad(LoadGenerator):
         folder, wire = self._folder, self.wire
         args = [*wire_arguments(wire, folder),
                 "--timeout", f"{self.timeout_s:g}", "--max-in-flight", str(self.max_in_flight),
-                "--nice", str(ENGINE_NICENESS), "--drain", f"{DRAIN_S:g}",
+                "--nice", str(CLIENT_NICENESS), "--drain", f"{DRAIN_S:g}",
                 "--first-response", str(folder / "first-response.bin")]
         if not wire.sized:
             args.append("--any-size")
