@@ -64,6 +64,19 @@ def test_each_breakdown_gets_its_verdict_with_its_numbers(expected: Bottleneck) 
     assert tags["bottleneck"] == str(expected) and tags["bottleneck_fix"] == expected.fix
 
 
+def test_an_open_loop_client_that_fell_behind_its_schedule_is_the_limit_whatever_the_server_shows() -> None:
+    """Its CPU reads low (a starved client is not running), the server's queue dominates: the client still decides."""
+    metrics = {**BASE, "client_cpu_util_max": 0.05, "server_request_ms": 9.0, "server_queue_ms": 7.0,
+               "client_behind": 1.0, "late_fraction": 0.96, "client_loop_lag_p99_ms_max": 779.0}
+    judged = verdict(metrics, {**PARAMS, "load_mode": "poisson"}, True, client_cpu_limit=0.8, node_cpus=2)
+    assert judged.bottleneck is Bottleneck.CLIENT
+    assert judged.evidence == ("96 % of the arrivals left more than 5 ms late, and the client's own timer ran p99 "
+                               "779 ms late: the client fell behind its schedule")
+    assert "experiment.load_engine=auto" in judged.tags()["bottleneck_fix"]
+    kept = verdict({**metrics, "client_behind": 0.0}, {**PARAMS, "load_mode": "poisson"}, True, 0.8, 2)
+    assert kept.bottleneck is Bottleneck.QUEUE
+
+
 def test_a_serve_replica_that_says_how_long_requests_waited_for_their_pass_is_queue_bound() -> None:
     """Ray Serve's replica reports its queue in its Server-Timing: 7 of its 8 ms waiting for the inference thread
     outweigh the 1 ms through the proxy."""

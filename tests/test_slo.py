@@ -74,6 +74,22 @@ def test_an_overloaded_probe_misses_whatever_its_p99() -> None:
     assert search_slo(server, 1000, 1, 4, True).metrics(1.0)["slo_stable_at_max"] == 0  # the best was unstable
 
 
+def test_a_bound_set_where_the_client_fell_behind_is_named_the_clients() -> None:
+    """From 40 req/s the client falls behind its schedule (the server would keep up): the search still stops below,
+    but says its bound is the client's. A miss of the server's own, with a client that kept its schedule, is not."""
+    def measured(load: float, client_from: float = 40.0) -> SloProbe:
+        behind = load >= client_from
+        return SloProbe(load, p99_ms=20.0, throughput_img_s=min(load, 36.0), overloaded=behind, client_behind=behind)
+
+    result = search_slo(measured, slo_p99_ms=1000, lowest=20.0, limit=50.0, integer=False)
+    assert result.best.load < 40 and result.client_bound and result.metrics(1.0)["slo_client_bound"] == 1
+    server = search_slo(lambda load: SloProbe(load, 20.0, min(load, 36.0), overloaded=load > 36), 1000, 20.0, 50.0,
+                        False)
+    assert server.best.load < 40 and not server.client_bound and server.metrics(1.0)["slo_client_bound"] == 0
+    nothing = search_slo(lambda load: measured(load, client_from=0.0), 1000, 20.0, 50.0, False)
+    assert nothing.best is None and nothing.client_bound  # even the lowest load: the client's
+
+
 def test_a_goodput_rule_stops_the_search_where_a_shedding_server_answers_too_few() -> None:
     """A server that sheds past 6 loops: the requests it answers stay fast (p99 20 ms, the p99 rule alone would take
     64), but beyond 6 it answers well a falling share of what it is offered; with 99 % asked, the search stops at

@@ -96,6 +96,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("late_requests", "count", Pool.SUM,
            "arrivals sent over 5 ms after their schedule (experiment.max_in_flight reached, or a client behind)"),
     Metric("late_fraction", "share", Pool.MEAN, "share of arrivals sent late"),
+    Metric("client_behind", "flag", Pool.MAX,
+           "1 when the client fell behind its own schedule: > 5 % sent late, its timer p99 >= 10 ms late"),
     *_family("send_latency_p{}_ms", PERCENTILES, "ms", Pool.SAMPLES,
              "the p{} of latency from the send (not the arrival): what coordinated omission would show"),
     # The clients: a client near a full core measures itself.
@@ -185,6 +187,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("slo_probes", "count", Pool.SUM, "loads measured by the search"),
     Metric("slo_met", "flag", Pool.MIN, "1 when a load met the target"),
     Metric("slo_limited", "flag", Pool.MAX, "1 when the search stopped at the configured highest load"),
+    Metric("slo_client_bound", "flag", Pool.MAX,
+           "1 when the lowest load that missed had a client that fell behind its schedule: the bound is the client's"),
     Metric("slo_max_load", "load", Pool.MEAN, "the highest load within the target (loops or req/s)"),
     Metric("slo_max_throughput_img_s", "img/s", Pool.GEOMETRIC, "throughput at that load"),
     Metric("slo_p99_at_max_ms", "ms", Pool.MEAN, "p99 at that load"),

@@ -20,7 +20,8 @@ instances overlap copies with compute, so there only the device-resident best bo
 
 The verdict (tags `bottleneck`, `bottleneck_evidence`, `bottleneck_fix`), first that applies:
 
-1. client: a client actor used more than `experiment.client_cpu_limit` of a core: the figure is the client's;
+1. client: a client actor used more than `experiment.client_cpu_limit` of a core, or an open-loop client fell behind
+   its own schedule (`client_behind`: its timer ran late, so its sends did): the figure is the client's;
 2. compute: the GPU was busy >= `BUSY_GPU_PCT` % of the window (GPU runtimes);
 3. cpu: one thread of the server's own processes was busy >= `SATURATED_THREAD` of the window (a single loop that
    never rests: a Python event loop holding its GIL, a one-threaded server), or the node's CPU was >= `NODE_CPU_BUSY` %
@@ -74,7 +75,8 @@ class Bottleneck(StrEnum):
     def fix(self) -> str:
         """The settings that would move a point held back by this."""
         return {
-            Bottleneck.CLIENT: "more client actors (experiment.max_client_actors) or clients on their own node "
+            Bottleneck.CLIENT: "more client actors (experiment.max_client_actors), the compiled engine where the "
+                               "Python client measured (experiment.load_engine=auto), or clients on their own node "
                                "(clients.placement=separate); the served figure is a lower bound",
             Bottleneck.COMPUTE: "the GPU is the limit: lower precision (FP16), TensorRT, or a bigger GPU",
             Bottleneck.CPU: "the CPU is the limit: for one saturated server thread, more server processes "
@@ -142,6 +144,10 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
     if client is not None and client > client_cpu_limit:
         return Verdict(Bottleneck.CLIENT, f"the busiest client actor used {_pct(client)} of a core (limit "
                                           f"{_pct(client_cpu_limit)})")
+    if m.get("client_behind") == 1:
+        return Verdict(Bottleneck.CLIENT, f"{_pct(m['late_fraction'])} of the arrivals left more than 5 ms late, and "
+                                          f"the client's own timer ran p99 {m['client_loop_lag_p99_ms_max']:.0f} ms "
+                                          "late: the client fell behind its schedule")
     busy = m.get("gpu_util_pct")
     share = m.get("ceiling_share")
     share_text = f"{_pct(share)} of the runtime's in-process throughput at batch {m['ceiling_batch']:.3g}" if (

@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 # windows by more than this share of the arrivals, and by more than twice their Poisson noise (sqrt of the
 # count): a queue that merely fluctuates near capacity does not trip it, one that falls behind does.
 OVERLOAD_FRACTION = 0.05
+# An open-loop client fell behind its own schedule when more than CLIENT_LATE_SHARE of the arrivals left more than
+# 5 ms late while the client's own timer ran at least CLIENT_LAG_MS late (p99, twice what makes a send late): then
+# the lateness, and any backlog it left, is the client's, whatever the server did. A server too slow for the load
+# makes sends wait for a free slot, not the client's timer late (its p99 stays within 1-7 ms on a 2-core VM).
+CLIENT_LATE_SHARE = 0.05
+CLIENT_LAG_MS = 10.0
 # A trial stalled when its server answered nothing for this many times its p50, and at least STALL_MIN_MS, while
 # requests waited: a freeze (a batcher asleep, a pause) that a p99 over thousands of requests can hide.
 STALL_FACTOR = 10.0
@@ -119,11 +125,16 @@ def is_overloaded(samples: WindowSamples) -> bool:
     return growth > max(OVERLOAD_FRACTION * samples.arrivals, 2.0 * math.sqrt(samples.arrivals))
 
 
+def client_fell_behind(late_fraction: float, loop_lag_p99_ms: float) -> bool:
+    """The open-loop client, not the server, missed the arrivals' schedule (see CLIENT_LAG_MS)."""
+    return late_fraction > CLIENT_LATE_SHARE and loop_lag_p99_ms >= CLIENT_LAG_MS
+
+
 def open_loop_metrics(samples: WindowSamples, target_rate: float) -> dict[str, float]:
     """The rates side by side: target (configured), offered (arrivals scheduled in the windows), achieved
     (requests sent in them); the backlog's growth (arrivals - requests ended) and whether it means overload; late
-    sends, and the send-time latencies that coordinated omission would show. Failed requests count in every rate:
-    a load that is half rejected was still offered in full."""
+    sends, whether the client itself fell behind, and the send-time latencies that coordinated omission would show.
+    Failed requests count in every rate: a load that is half rejected was still offered in full."""
     late = sum(c.late_sends for c in samples.clients)
     arrivals = samples.arrivals
     out = {"target_rate_rps": target_rate, "offered_rate_rps": arrivals / samples.duration_s,
@@ -131,6 +142,9 @@ def open_loop_metrics(samples: WindowSamples, target_rate: float) -> dict[str, f
            "backlog_growth_requests": float(arrivals - samples.ended),
            "overloaded": float(is_overloaded(samples)),
            "late_requests": float(late), "late_fraction": late / arrivals if arrivals else 0.0}
+    if samples.clients:
+        out["client_behind"] = float(client_fell_behind(out["late_fraction"],
+                                                        max(c.loop_lag_p99_ms for c in samples.clients)))
     if samples.requests:
         out.update(percentile_metrics("send_latency", samples.send_latency_s))
     return out

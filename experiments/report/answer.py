@@ -131,6 +131,9 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
                      "figure: see “Accuracy”.")
     overloaded = int(data.ok["overloaded"].sum())
     if overloaded:
-        lines.append(f"{overloaded} open-loop trial(s) overloaded their server ({OVERLOADED}) and are left out of "
-                     "the answer, the Pareto frontier and every cost figure: see “Overloaded trials”.")
+        behind = int((data.ok["overloaded"] & data.ok["client_behind"]).sum())
+        whose = (f" In {behind} of them the client fell behind its own schedule: what those served is a lower bound "
+                 "on the server's capacity.") if behind else ""
+        lines.append(f"{overloaded} open-loop trial(s) fell behind their arrivals ({OVERLOADED}) and are left out of "
+                     f"the answer, the Pareto frontier and every cost figure: see “Overloaded trials”.{whose}")
     return [line for line in lines if line]

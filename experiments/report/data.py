@@ -192,7 +192,7 @@ def load_series(uri: str, trials: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return out
 
 
-SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_max_load", "slo_max_throughput_img_s",
+SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_client_bound", "slo_max_load", "slo_max_throughput_img_s",
                "slo_max_goodput_img_s", "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes",
                "slo_stable_at_max", "slo_max_throughput_img_s_ci_low", "slo_max_throughput_img_s_ci_high")
 # At the highest load within the target: the probe's figures against its runtime's in-process ceiling and the GPU busy
@@ -288,6 +288,7 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     # Flags from the trial's 0/1 metrics (absent: the trial predates them, or a closed loop can't overload).
     out["unstable"] = _column(out, "stable", 1.0).astype(float).eq(0)
     out["overloaded"] = _column(out, "overloaded", 0.0).astype(float).eq(1)
+    out["client_behind"] = _column(out, "client_behind", 0.0).astype(float).eq(1)  # the client missed the schedule
     # Another engine than most trials' (e.g. Triton's shared-memory protocols, which only the Python client speaks).
     out["other_engine"] = pd.Series(False, index=out.index)
     ok = out["status"] == Status.OK

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.measure.metrics import OVERLOAD_FRACTION, SERVER_COUNT_TOLERANCE
+from experiments.measure.metrics import CLIENT_LAG_MS, CLIENT_LATE_SHARE, OVERLOAD_FRACTION, SERVER_COUNT_TOLERANCE
 from experiments.report import marks, tables
 from experiments.report.data import SweepData, open_loop
 from experiments.report.render import Document, count, format_frame, ms, rate
@@ -47,24 +47,34 @@ def overloaded_section(doc: Document, data: SweepData, labels: dict[str, str]) -
     if rows.empty:
         return
     doc.h(1, "Overloaded trials")
-    doc.p(f"Open-loop trials whose server fell behind ({marks.OVERLOADED}): fewer requests ended (answered or "
+    doc.p(f"Open-loop trials that fell behind their arrivals ({marks.OVERLOADED}): fewer requests ended (answered or "
           f"refused) than arrived, so the backlog of unserved requests grew across the windows (by more than "
           f"{OVERLOAD_FRACTION:.0%} of the arrivals, and more than twice their Poisson noise). Their throughput is "
-          "what the server served flat out, its capacity; their latency only grows with the length of the trial. "
-          "So they are left out of the answer, the Pareto frontier and every cost figure.")
+          "what the server served flat out, its capacity (unless the client fell behind: below); their latency only "
+          "grows with the length of the trial. So they are left out of the answer, the Pareto frontier and every "
+          f"cost figure. Where the client itself fell behind its schedule (more than {CLIENT_LATE_SHARE:.0%} of the "
+          f"arrivals sent late while its own timer ran p99 {CLIENT_LAG_MS:g} ms late or more), what it served is a "
+          "lower bound on the server's capacity, and “why” says so.")
     frame = pd.DataFrame({
         "tier": rows["tier"].map(lambda t: labels.get(t, t)), "stack": rows["stack"], "b": rows["batch_size"],
         "load": rows["load"].astype(str), "offered req/s": rows.get("offered_rate_rps"),
         "served req/s": rows.get("requests_s"), "img/s": rows[THROUGHPUT],
         "backlog growth": rows.get("backlog_growth_requests"), "p50 ms": rows[P50],
-        "why": [f"{o:.1f} req/s arrived, {s:.1f} served: {g:.0f} more requests waiting at the end"
-                for o, s, g in zip(rows.get("offered_rate_rps"), rows.get("requests_s"),
-                                   rows.get("backlog_growth_requests"), strict=True)],
+        "why": [_why(row) for _, row in rows.iterrows()],
     })
     out = format_frame(frame, {"offered req/s": rate, "served req/s": rate, "img/s": rate, "p50 ms": ms,
                                "backlog growth": count})
     doc.table(out, [False, False, True, False, True, True, True, True, True, False])
 
+
+def _why(row: pd.Series) -> str:
+    """What arrived and what was served, and whether the client was what fell behind."""
+    text = (f"{row['offered_rate_rps']:.1f} req/s arrived, {row['requests_s']:.1f} served: "
+            f"{row['backlog_growth_requests']:.0f} more requests waiting at the end")
+    if row["client_behind"]:
+        text += (f"; the client fell behind its schedule ({row['late_fraction']:.0%} sent late, its timer p99 "
+                 f"{row['client_loop_lag_p99_ms_max']:.0f} ms late)")
+    return text
 
 
 def open_loop_table(doc: Document, ok: pd.DataFrame) -> None:

@@ -13,6 +13,7 @@ from experiments.report.render import MISSING_CELL, Document, count, format_fram
 from experiments.report.served import marked_table, numeric
 
 SHARE, VERDICT = "of ceiling at max", "verdict at max"
+CLIENT_BOUND = " (client behind above)"
 CEILING_TEXT = (" “of ceiling at max” is the img/s at that load over its runtime's in-process round trip at the batch "
                 "the server computed, and “verdict at max” what held it back there (docs/ceiling.md).")
 
@@ -26,7 +27,9 @@ def slo_search_section(doc: Document, data: SweepData, labels: dict[str, str]) -
     doc.p("For each operating point, the highest load (concurrency, or request rate in open loop) whose p99 "
           "stayed within the target, found by doubling from the grid's lowest load (halving first where that load "
           "missed), then bisection, over real trials (tag "
-          "`phase=slo_search`). “at limit” means the search stopped at its load limit still within the target."
+          "`phase=slo_search`). “at limit” means the search stopped at its load limit still within the target; "
+          "“client behind above” that the load above it missed because the client fell behind its own schedule, "
+          "so the server's own limit may lie higher."
           + (CEILING_TEXT if shares or verdicts else ""))
     rows, slo_marks = [], []
     for _, row in data.slo.sort_values(["tier", "variant", "protocol", "input_format", "batch_size"]).iterrows():
@@ -36,8 +39,9 @@ def slo_search_section(doc: Document, data: SweepData, labels: dict[str, str]) -
             "tier": labels.get(row["tier"], row["tier"]),
             "stack": f"{row['variant']}/{row['protocol']}/{row['input_format']}", "batch": row["batch_size"],
             "p99 target ms": ms(row["slo_p99_ms"]),
-            "max load": (f"{row['slo_max_load']:g}" + (" (at limit)" if row["slo_limited"] == 1 else ""))
-            if met else "none meets it",
+            "max load": (f"{row['slo_max_load']:g}" + (" (at limit)" if row["slo_limited"] == 1 else "")
+                         + (CLIENT_BOUND if row.get("slo_client_bound") == 1 else ""))
+            if met else "none meets it" + (CLIENT_BOUND if row.get("slo_client_bound") == 1 else ""),
             "img/s at max": rate(row["slo_max_throughput_img_s"]) if met else "—",
             "p99 ms at max": ms(row["slo_p99_at_max_ms"]) if met else "—",
             "$ per 1k images": usd(row["cost_per_1k_images_at_slo_usd"]) if met else "—",

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from experiments.config.schema import TierbenchConfig
 
 # Tags a caveat of one repeat sets on the whole trial (its figures pool that repeat's).
-CAVEATS = {"stable": "false", "overloaded": "true", "client_bound": "true", "server_count_mismatch": "true"}
+CAVEATS = {"stable": "false", "overloaded": "true", "client_bound": "true", "client_behind": "true",
+           "server_count_mismatch": "true"}
 
 
 class Repeats:

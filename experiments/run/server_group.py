@@ -257,7 +257,7 @@ class ServerGroup:
             return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"],
                             overloaded=m.get("overloaded", 0.0) == 1, stable=m.get("stable", 1.0) == 1,
                             throughput_interval=spread, goodput_share=m.get("goodput_share"),
-                            goodput_img_s=m.get("goodput_img_s"))
+                            goodput_img_s=m.get("goodput_img_s"), client_behind=m.get("client_behind", 0.0) == 1)
 
         def measure_at(load: float) -> SloProbe | None:
             trial = point.at_load(load)

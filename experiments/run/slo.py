@@ -5,7 +5,9 @@ Doubling from the first load until p99 breaks the target (or the load limit is h
 the last load that met it and the first that didn't; where the first load already misses, halving down to the floor
 until one meets, then the same bisection. Every probe is a real measured trial; loads already
 measured by the grid are reused. An overloaded probe (an open loop whose completions fell behind its arrivals)
-misses, whatever its p99: its latency only grows with the length of the trial.
+misses, whatever its p99: its latency only grows with the length of the trial. Where the miss that bounds the answer
+was measured by a client that fell behind its own schedule (`client_behind`), the bound is the client's, and the
+result says so (`client_bound`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class SloProbe:
     throughput_interval: tuple[float, float] | None = None
     goodput_share: float | None = None  # requests answered well within the deadline over those offered
     goodput_img_s: float | None = None  # their images per second (with a deadline: what the capacity plan sizes on)
+    client_behind: bool = False  # an open-loop client that fell behind its own schedule measured this load
 
     def meets(self, slo_p99_ms: float, min_goodput_share: float | None = None) -> bool:
         if self.overloaded or self.p99_ms > slo_p99_ms:
@@ -47,12 +50,14 @@ class SloResult:
     probes: list[SloProbe] = field(default_factory=list)
     limited: bool = False  # the search stopped at the configured load limit, still within the SLO
     min_goodput_share: float | None = None  # the goodput rule the search also kept (None: p99 only)
+    client_bound: bool = False  # the lowest load that missed had a client that fell behind: the bound is the client's
 
     def metrics(self, price_per_hour_usd: float) -> dict[str, float]:
         """The search's figures, its cost at `price_per_hour_usd`: what the nodes that served it cost per hour
         (`experiments.run.trial.priced_usd_per_hour`)."""
         out = {"slo_p99_ms": self.slo_p99_ms, "slo_probes": float(len(self.probes)),
-               "slo_met": float(self.best is not None), "slo_limited": float(self.limited)}
+               "slo_met": float(self.best is not None), "slo_limited": float(self.limited),
+               "slo_client_bound": float(self.client_bound)}
         if self.min_goodput_share is not None:
             out["slo_min_goodput_share"] = self.min_goodput_share
         if self.best is not None and self.best.goodput_share is not None:
@@ -120,6 +125,7 @@ def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float
             else:
                 bad = middle
     measured = [p for p in probes.values() if p is not None]
+    bound = probes.get(bad) if bad is not None else None
     return SloResult(slo_p99_ms, probes.get(good) if good is not None else None,
                      sorted(measured, key=lambda p: p.load), limited=good is not None and bad is None,
-                     min_goodput_share=min_goodput_share)
+                     min_goodput_share=min_goodput_share, client_bound=bound is not None and bound.client_behind)

@@ -196,6 +196,8 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     if trial.load_mode.open_loop:
         record.metrics.update(open_loop_metrics(samples, trial.request_rate))
         record.tags["overloaded"] = str(record.metrics["overloaded"] == 1).lower()
+        if record.metrics.get("client_behind") == 1:  # the client, not the server, missed the schedule
+            record.tags["client_behind"] = "true"
     record.metrics.update(tenancy_metrics(samples, result.neighbours or []))
     if telemetry is not None:
         card_images = sum(s.completed for s in (samples, *(result.neighbours or []))) * samples.images_per_request
