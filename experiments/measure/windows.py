@@ -62,16 +62,16 @@ class BoundaryCounters:
         cores) costs the windows around it their server figures, never the trial the clients measured."""
         if self.probe is None:
             return None
-        for attempt in (1, 2):
-            try:
-                return self.probe()
-            except Exception as exc:  # noqa: BLE001 - the server's own count is a check beside the clients' figures
-                if attempt == 2:
-                    log.warning("server counters unread at a window boundary (%s): the windows around it have no "
-                                "server-side figures", exc)
-                    return None
-                time.sleep(COUNTER_RETRY_S)
-        return None
+        try:
+            return self.probe()
+        except Exception:  # noqa: BLE001 - the server's own count is a check beside the clients' figures
+            time.sleep(COUNTER_RETRY_S)
+        try:
+            return self.probe()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("server counters unread at a window boundary (%s): the windows around it have no "
+                        "server-side figures", exc)
+            return None
 
     def read_through(self, boundary: int) -> None:
         """Read every boundary up to `boundary`, waiting for those still ahead."""

@@ -268,8 +268,7 @@ class ServerGroup:
                                                                    point.batch_size)}
         rule = f" and goodput >= {exp.slo.min_goodput_share:.0%} of the offered" if exp.slo.min_goodput_share else ""
         log.info("SLO search p99 <= %g ms%s for %s", exp.slo.p99_ms, rule, point.name)
-        result = search_slo(measure_at, exp.slo.p99_ms, loads.start, loads.limit, integer=loads.integer, known=known,
-                            min_goodput_share=exp.slo.min_goodput_share, floor=loads.floor)
+        result = search_slo(measure_at, exp.slo.p99_ms, loads, known=known, min_goodput_share=exp.slo.min_goodput_share)
         self.finish(self._slo_record(point, result), {})
 
     def _slo_record(self, point: Trial, result: SloResult) -> TrialRecord:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from experiments.config.choices import SloRange
 from experiments.config.prices import cost_per_1k_images
 from experiments.measure.intervals import Interval, interval_metrics
 from experiments.measure.pooled import cost_intervals
@@ -83,11 +84,10 @@ class SloResult:
         return asdict(self)
 
 
-def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float, lowest: float, limit: float,
-               integer: bool, known: dict[float, SloProbe] | None = None,
-               min_goodput_share: float | None = None, floor: float | None = None) -> SloResult:
+def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float, loads: SloRange,
+               known: dict[float, SloProbe] | None = None, min_goodput_share: float | None = None) -> SloResult:
     """`measure_at(load)` measures one load (None when that measurement failed, which counts as a miss). The search
-    starts at `lowest`; `floor` (default `lowest`) is how far down it may go when `lowest` misses."""
+    starts at `loads.start` and goes down to `loads.floor` at most when that misses (`LoadMode.slo_search_range`)."""
     probes: dict[float, SloProbe | None] = dict(known or {})
 
     def probe(load: float) -> SloProbe | None:
@@ -100,7 +100,8 @@ def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float
 
     good: float | None = None
     bad: float | None = None
-    load = lowest
+    integer, limit, floor = loads.integer, loads.limit, loads.floor
+    load = loads.start
     while True:
         if meets(probe(load)):
             good = load
@@ -110,7 +111,6 @@ def search_slo(measure_at: Callable[[float], SloProbe | None], slo_p99_ms: float
         else:
             bad = load
             break
-    floor = lowest if floor is None else floor
     while good is None and bad > floor:
         load = max(floor, bad // 2 if integer else bad / 2)
         if meets(probe(load)):
