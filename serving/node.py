@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -147,6 +148,7 @@ class NodeInfo:
     ray_gpus: float = 0.0  # GPUs Ray schedules on this node (fractional `num_gpus` asks need them)
     python_version: str = ""
     ray_version: str = ""
+    cpu_busy_cores: float | None = None  # cores busy over half a second as the node was described (None: unknown)
     # The backends' facts by their KEY (`serving.registry.node_fact_kinds`): read them with `facts(kind)`.
     stack: Mapping[str, Any] = field(default_factory=dict)
 
@@ -200,6 +202,29 @@ def cpu_times() -> tuple[float, float] | None:
     total = sum(values[:8])  # user nice system idle iowait irq softirq steal (guest time is inside user)
     idle = values[3] + (values[4] if len(values) > 4 else 0.0)
     return total - idle, total
+
+
+# A node is busy with other work when, before a sweep has started anything on it, at least this many of its cores
+# and this share of them were busy (Ray's own daemons take about 0.1 of a core): whatever runs there shares the CPU
+# with the servers and clients about to be measured.
+BUSY_ELSEWHERE_CORES = 0.5
+BUSY_ELSEWHERE_SHARE = 0.25
+
+
+def busy_cores(seconds: float = 0.5) -> float | None:
+    """How many of the machine's cores were busy over the next `seconds` (this process sleeps meanwhile); None where
+    there is no /proc/stat."""
+    before = cpu_times()
+    time.sleep(seconds)
+    after = cpu_times()
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1]) * (os.cpu_count() or 1)
+
+
+def busy_elsewhere(cores_busy: float | None, cpu_count: int) -> bool:
+    """Whether a node measured this busy, with nothing of the sweep's on it yet, has other work running."""
+    return cores_busy is not None and cores_busy >= max(BUSY_ELSEWHERE_CORES, BUSY_ELSEWHERE_SHARE * cpu_count)
 
 
 def _stat_fields(path: str) -> list[str] | None:

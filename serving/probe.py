@@ -8,7 +8,7 @@ import os
 import platform
 import socket
 
-from serving.node import NodeInfo, cpu_model, nvml_gpus, ray_node_gpus
+from serving.node import NodeInfo, busy_cores, cpu_model, nvml_gpus, ray_node_gpus
 
 
 def describe_node() -> NodeInfo:
@@ -43,4 +43,5 @@ def describe_node() -> NodeInfo:
         ray_version=ray.__version__,
         ray_gpus=ray_node_gpus(node_id),
         stack={kind.KEY: kind.probe() for kind in node_fact_kinds()},
+        cpu_busy_cores=busy_cores(),  # last: the probes above (torch's import) are this process's own work
     )

@@ -183,7 +183,9 @@ def build_flagged(uri: str) -> dict[str, str]:
     """Log the flagged sweep into `uri` (a store of its own: it would be `latest` in the main fixture's)."""
     sweep = _Sweep(uri, FLAGS_SWEEP_ID)
     cfg = sweep.cfg("a100")
-    tier_run = sweep.tier_run("a100", {"gpu_tier": "a100", "price_per_hour_usd": 0.36, **tier_price_params(cfg.gpu)})
+    # Its node had 1.9 of its 2 cores busy before the sweep started anything on it.
+    tier_run = sweep.tier_run("a100", {"gpu_tier": "a100", "price_per_hour_usd": 0.36, "node_cpu_count": 2,
+                                       "node_cpu_busy_before": 1.9, **tier_price_params(cfg.gpu)})
     for (variant, protocol, batch, load), (p50, p99, thr, extra) in FLAGGED.items():
         trial = Trial("a100", "resnet18", variant, variant, protocol, "tensor", batch,
                       int(load[1:]) if isinstance(load, str) else 0)

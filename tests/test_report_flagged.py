@@ -77,6 +77,14 @@ def test_an_overload_the_client_caused_is_named_as_the_clients(flagged) -> None:
     assert "of the arrivals sent late while its own timer ran p99 10 ms late or more" in section
 
 
+def test_a_node_busy_before_the_sweep_is_named_in_the_answer_and_its_tier(flagged) -> None:
+    md = flagged[2].markdown.read_text()
+    assert ("Tier a100's node had 1.9 of its 2 cores busy before the sweep started anything on it: its figures "
+            "include that work.") in "\n".join(flagged[2].report.summary)
+    tier = md[md.index("# Tier a100"):]
+    assert "**Busy node**: 1.9 of its 2 cores were busy before this tier's job started anything on it." in tier
+
+
 def test_a_stalled_trial_is_listed_with_its_longest_gap_and_named_in_the_summary(flagged) -> None:
     """Only the trial whose gap is ten times its p50 (500 ms against 9 ms) is a stall; the others logged none."""
     published = flagged[2]

@@ -17,6 +17,7 @@ from experiments.report.marks import OVERLOADED, UNSTABLE
 from experiments.report.noise import noise_line, runner_up, spread
 from experiments.report.render import ms, rate, usd
 from experiments.report.tables import P50, P99, THROUGHPUT
+from serving.node import busy_elsewhere
 
 COST = "cost_per_1k_usd"  # a priced point's $ per 1k images, at the price it is priced at
 UNSTABLE_PICK = (f" {UNSTABLE} *Unstable*: its windows never agreed, and no stable trial qualifies; re-run it "
@@ -136,4 +137,9 @@ def answer_lines(data: SweepData, labels: dict[str, str], prices: dict, slo_p99_
                  "on the server's capacity.") if behind else ""
         lines.append(f"{overloaded} open-loop trial(s) fell behind their arrivals ({OVERLOADED}) and are left out of "
                      f"the answer, the Pareto frontier and every cost figure: see “Overloaded trials”.{whose}")
+    busy = [info for info in data.tiers.values() if busy_elsewhere(info.cpu_busy_before, info.cpu_count)]
+    for info in busy:
+        lines.append(f"Tier {labels.get(info.name, info.label)}'s node had {info.cpu_busy_before:.1f} of its "
+                     f"{info.cpu_count} cores busy before the sweep started anything on it: its figures include that "
+                     "work.")
     return [line for line in lines if line]

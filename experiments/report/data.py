@@ -63,6 +63,9 @@ class TierInfo:
     mig_profile: str = ""
     share_of: str = ""
     tenants: int = 1  # servers sharing the card at once (a shared card's tier); 1: a slice or card of its own
+    # The node's cores, and how many were busy before the tier's job started anything on it (None: not logged).
+    cpu_count: int = 0
+    cpu_busy_before: float | None = None
 
     @property
     def label(self) -> str:
@@ -346,6 +349,9 @@ def tier_infos(tier_runs: pd.DataFrame, trials: pd.DataFrame) -> dict[str, TierI
             info.prices = prices_from_params(params)
             info.owned = owned_from_params(params)
             _read_share(info, params)
+            info.cpu_count = int(float(params.get("node_cpu_count", 0)))
+            if "node_cpu_busy_before" in params:
+                info.cpu_busy_before = float(params["node_cpu_busy_before"])
             for metric in ("node_uptime_s", "sweep_cost_usd"):
                 value = row.get(f"metrics.{metric}")
                 if value is not None and pd.notna(value):

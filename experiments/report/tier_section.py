@@ -23,6 +23,7 @@ from experiments.report.served import (
     server_count_note,
 )
 from experiments.report.tables import MARKS, P50, P99, POINT, THROUGHPUT
+from serving.node import busy_elsewhere
 
 
 def tier_section(doc: Document, images: dict[str, Path], folder: Path, data: SweepData, ok: pd.DataFrame,
@@ -37,6 +38,10 @@ def tier_section(doc: Document, images: dict[str, Path], folder: Path, data: Swe
           f"{STACK_NOTE}")
     if info.emulated:
         doc.note("Emulated tier: these numbers come from an emulated node, not from the named GPU.")
+    if busy_elsewhere(info.cpu_busy_before, info.cpu_count):
+        doc.note(f"**Busy node**: {info.cpu_busy_before:.1f} of its {info.cpu_count} cores were busy before this "
+                 "tier's job started anything on it. Its servers and clients shared the CPU with that work, and these "
+                 "figures include it.")
     for title, metric, fmt, best in (("p50 latency (ms)", P50, ms, "min"),
                                      ("Throughput (img/s)", THROUGHPUT, rate, "max")):
         figure_marks = tables.by_batch(ok, MARKS)

@@ -47,7 +47,7 @@ from experiments.run.trial import new_record
 from serving.model_config import ModelConfig
 from serving.model_files import ShippedFile, ship
 from serving.models import preprocessing
-from serving.node import NodeInfo
+from serving.node import NodeInfo, busy_elsewhere
 
 log = logging.getLogger(__name__)
 NOT_RUN = "not run: "  # the reason of a trial whose node was lost before its turn
@@ -123,6 +123,11 @@ class TierSweep:
         if not self.clients_only:  # an endpoint's tier is where its server runs, not this node
             refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
         self.node = node
+        if busy_elsewhere(node.cpu_busy_cores, node.cpu_count):
+            log.warning("gpu=%s: %.1f of node %s's %d cores were busy before this job started anything on it: its "
+                        "servers and clients share the CPU with that work, and its figures include it (free the node "
+                        "for figures of the servers alone)", self.tier, node.cpu_busy_cores, node.hostname,
+                        node.cpu_count)
         if self.publisher is None:  # once per tier job, also when a replacement node takes over
             info = TierInfo(self.sweep_id, self.tier, self.cfg.mlflow.experiment,
                             {**self._tier_params(node), **place.tier_params()}, self.common_tags,
@@ -317,8 +322,9 @@ class TierSweep:
                 "price_per_hour_usd": gpu.price_per_hour_usd, "price_source": gpu.price_source,
                 "price_seen": gpu.price_seen, "model": self.cfg.model.name, "experiment": self.cfg.experiment.name,
                 "node_hostname": node.hostname, "driver_version": node.driver_version or "",
-                "cuda_version": node.cuda_version or "", **tier_price_params(gpu), **share_params(gpu),
-                **owned_params(gpu.owned)}
+                "cuda_version": node.cuda_version or "", "node_cpu_count": node.cpu_count,
+                **({"node_cpu_busy_before": round(node.cpu_busy_cores, 3)} if node.cpu_busy_cores is not None else {}),
+                **tier_price_params(gpu), **share_params(gpu), **owned_params(gpu.owned)}
 
     def _save_server_file(self, variant: str, name: str, text: str) -> None:
         """Server logs and rendered configs: into the run folder, then onto the tier run."""
