@@ -205,7 +205,7 @@ def cpu_times() -> tuple[float, float] | None:
 
 
 # A node is busy with other work when, before a sweep has started anything on it, at least this many of its cores
-# and this share of them were busy (Ray's own daemons take about 0.1 of a core): whatever runs there shares the CPU
+# and this share of them were busy (Ray's own daemons take 0.02-0.1 of a core): whatever runs there shares the CPU
 # with the servers and clients about to be measured.
 BUSY_ELSEWHERE_CORES = 0.5
 BUSY_ELSEWHERE_SHARE = 0.25

@@ -51,6 +51,7 @@ DRAIN_S = 3.0
 # their own; every trial records `client_niceness`.
 CLIENT_NICENESS = 0
 
+
 def take_client_priority(niceness: int = CLIENT_NICENESS) -> int:
     """Ask for `niceness` for every thread of this process (Linux keeps one per thread; threads started later inherit
     their starter's), where the OS allows it; returns the niceness this thread runs at, the asked one or its own."""
