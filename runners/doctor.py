@@ -101,11 +101,24 @@ def node_rows(node: Any) -> list[tuple[str, str, str]]:
     gpu = (gpus, f"driver {node.driver_version}, CUDA {node.cuda_version} (the newest the driver runs)"
            + mig_detail(node)) if node.has_gpu else ("none", node.gpu_problem or "NVML finds no GPU")
     rows = {"Python": _python_row(node), "Ray": ("Ray", node.ray_version, "the same version on every node and the "
-                                                 "head"), "GPU": ("GPU", *gpu)}
+                                                 "head"), "GPU": ("GPU", *gpu), "CPU": _cpu_row(node)}
     for package in backend_packages().values():
         for row in package.doctor_rows(node):
             rows.setdefault(row.what, tuple(row))
     return [*rows.values(), engine_row()]
+
+
+def _cpu_row(node: Any) -> tuple[str, str, str]:
+    """How busy the node's CPU is now: a sweep started now would measure its servers beside that work."""
+    from serving.node import busy_elsewhere
+
+    busy = node.cpu_busy_cores
+    if busy is None:
+        return ("CPU", "unknown", "no /proc/stat to read the busy cores from")
+    value = f"{busy:.1f} of {node.cpu_count} busy"
+    if busy_elsewhere(busy, node.cpu_count):
+        return ("CPU", value, "other work is running: a sweep started now measures its servers beside it")
+    return ("CPU", value, "idle enough to measure on")
 
 
 def mig_detail(node: Any) -> str:

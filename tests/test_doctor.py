@@ -66,7 +66,8 @@ def test_the_local_tier_runs_the_cpu_variants_and_skips_the_gpu_ones_with_the_sw
     width = max(len(name) for name in verdicts)  # the variant column is as wide as the longest name
     assert "OK: this node can serve tier local" in table
     assert f"  {'triton_trt_fp16':<{width}}  skipped  (as triton_trt)" in table
-    for row in ("Python", "Ray", "GPU", "torch", "ONNX Runtime", "Triton", "FastAPI", "TorchServe", "Load engine"):
+    for row in ("Python", "Ray", "GPU", "CPU", "torch", "ONNX Runtime", "Triton", "FastAPI", "TorchServe",
+                "Load engine"):
         assert f"\n  {row} " in table
     assert table.count("\n  torch ") == 1, "a row several backends share, once"
     assert "Java 17" in table.split("\n  TorchServe ")[1].splitlines()[0]
@@ -75,6 +76,20 @@ def test_the_local_tier_runs_the_cpu_variants_and_skips_the_gpu_ones_with_the_sw
 
 
 @cpu_machine
+def test_the_cpu_row_says_whether_other_work_is_running(this_node) -> None:
+    from dataclasses import replace
+
+    from runners.doctor import node_rows
+
+    def cpu(busy: float | None) -> tuple[str, str, str]:
+        return next(row for row in node_rows(replace(this_node, cpu_busy_cores=busy, cpu_count=2)) if row[0] == "CPU")
+
+    assert cpu(0.02) == ("CPU", "0.0 of 2 busy", "idle enough to measure on")
+    assert cpu(1.9) == ("CPU", "1.9 of 2 busy", "other work is running: a sweep started now measures its servers "
+                                               "beside it")
+    assert cpu(None)[1] == "unknown"
+
+
 def test_a_gpu_tier_on_this_machine_is_not_ok_and_names_the_gpu_found(this_node) -> None:
     diagnosis = diagnose(this_node, "a100")
     # An endpoint's server is elsewhere: it is the one variant this node can measure on any tier.
