@@ -187,9 +187,9 @@ def test_a_node_slow_to_describe_itself_is_waited_for_with_progress_then_named_w
     import logging
     import sys
 
-    from experiments.cluster import placement
+    from experiments.cluster import placement, waiting
 
-    monkeypatch.setattr(placement, "PROGRESS_EVERY_S", 0.01)
+    monkeypatch.setattr(waiting, "PROGRESS_EVERY_S", 0.01)
     slow = _SlowRay(answer_after=3)
     monkeypatch.setitem(sys.modules, "ray", slow)
     with caplog.at_level(logging.INFO, logger=placement.__name__):

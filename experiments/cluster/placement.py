@@ -21,7 +21,7 @@ from experiments.cluster.tiers import (
     placement_options,
     tier_resource,
 )
-from experiments.cluster.waiting import PROGRESS_EVERY_S, NodeWaitTimeout, minutes
+from experiments.cluster.waiting import NodeWaitTimeout, minutes, wait_for_ref
 from experiments.config.choices import ClientPlacement
 from serving.node import NodeInfo, current_location
 
@@ -69,23 +69,20 @@ class TierPlacement:
         from serving.probe import describe_node
 
         ref = ray.remote(describe_node).options(num_cpus=0, **self.server_options).remote()
-        started = time.monotonic()
-        while True:
-            remaining = timeout_s - (time.monotonic() - started)
-            ready, _ = ray.wait([ref], timeout=min(PROGRESS_EVERY_S, max(0.1, remaining)))
-            if ready:
-                return ray.get(ref)
-            waited = time.monotonic() - started
-            if waited >= timeout_s:
-                ray.cancel(ref, force=True)
-                raise PlacementError(
-                    f"gpu={self.tier}: node {self.node_id[:12]} ({self.hostname}) did not describe itself within "
-                    f"cluster.schedule_timeout_s={timeout_s:g} s: the task imports torch and the backends' packages "
-                    "in a new Ray worker, which runs at niceness 15 behind anything else busy on the node. Free the "
-                    "node's CPUs, or raise cluster.schedule_timeout_s (e.g. 300)")
+
+        def progress(waited: float) -> None:
             log.info("gpu=%s: node %s is still describing itself (a new worker imports torch and the backends' "
                      "packages): %.0f s of up to %g s (cluster.schedule_timeout_s)", self.tier, self.node_id[:12],
                      waited, timeout_s)
+
+        if wait_for_ref(ref, timeout_s, progress) is not None:
+            ray.cancel(ref, force=True)
+            raise PlacementError(
+                f"gpu={self.tier}: node {self.node_id[:12]} ({self.hostname}) did not describe itself within "
+                f"cluster.schedule_timeout_s={timeout_s:g} s: the task imports torch and the backends' packages "
+                "in a new Ray worker, which runs at niceness 15 behind anything else busy on the node. Free the "
+                "node's CPUs, or raise cluster.schedule_timeout_s (e.g. 300)")
+        return ray.get(ref)
 
     def lost(self) -> NodeLoss | None:
         """None while the held node answers; else what became of it (`experiments.cluster.node_loss`)."""
@@ -147,39 +144,37 @@ def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) ->
         resources[NODE_LOCK_RESOURCE] = 1.0  # the node whole: no other tier's job measures on it meanwhile
     lease = ray.remote(NodeLease).options(num_cpus=0, resources=resources).remote()
     ref = lease.where.remote()
-    started = time.monotonic()
     if scale_up:
         log.info("gpu=%s: no live node of tier %s: asking the autoscaler for one; limit %s "
                  "(cluster.scale_up_timeout_s)", tier, tier, minutes(timeout_s))
-    while True:
-        remaining = timeout_s - (time.monotonic() - started)
-        ready, _ = ray.wait([ref], timeout=min(PROGRESS_EVERY_S, max(0.1, remaining)))
-        if ready:
-            where = ray.get(ref)
-            node_time.node_id, node_time.placed_at = where["node_id"], time.time()
-            if scale_up:
-                log.info("gpu=%s: node %s of tier %s is up after %s", tier, where["node_id"][:12], tier,
-                         minutes(node_time.placed_at - node_time.asked_at))
-            return lease, where, node_time
-        waited = time.monotonic() - started
-        if waited >= timeout_s:
-            ray.kill(lease)
-            if scale_up:
-                raise NodeWaitTimeout(
-                    f"gpu={tier}: the autoscaler started no node of tier {tier} within {minutes(timeout_s)} "
-                    f"(cluster.scale_up_timeout_s={timeout_s:g}); the tier's demand is withdrawn. `ray status` on "
-                    "the head and the autoscaler's log (logs/monitor.* in the head's Ray session folder) say why: "
-                    "cloud quota or capacity, or the cluster's max_workers reached")
-            raise PlacementError(f"gpu={tier}: all {len(nodes)} node(s) of the tier were held by other tier "
-                                 "jobs (another sweep's, or this sweep's other tiers of the same node) for "
-                                 f"{waited:.0f} s (cluster.lease_timeout_s={timeout_s:g}); add a node of the tier "
-                                 "or try again later")
+
+    def progress(waited: float) -> None:
         if scale_up:
             log.info("gpu=%s: waiting for a node of tier %s: %s, limit %s", tier, tier, minutes(waited),
                      minutes(timeout_s))
         else:
             log.info("gpu=%s: every node of the tier is held by another job (of this sweep or another); waited "
                      "%.0f s (up to %g s)", tier, waited, timeout_s)
+
+    waited = wait_for_ref(ref, timeout_s, progress)
+    if waited is not None:
+        ray.kill(lease)
+        if scale_up:
+            raise NodeWaitTimeout(
+                f"gpu={tier}: the autoscaler started no node of tier {tier} within {minutes(timeout_s)} "
+                f"(cluster.scale_up_timeout_s={timeout_s:g}); the tier's demand is withdrawn. `ray status` on "
+                "the head and the autoscaler's log (logs/monitor.* in the head's Ray session folder) say why: "
+                "cloud quota or capacity, or the cluster's max_workers reached")
+        raise PlacementError(f"gpu={tier}: all {len(nodes)} node(s) of the tier were held by other tier "
+                             "jobs (another sweep's, or this sweep's other tiers of the same node) for "
+                             f"{waited:.0f} s (cluster.lease_timeout_s={timeout_s:g}); add a node of the tier "
+                             "or try again later")
+    where = ray.get(ref)
+    node_time.node_id, node_time.placed_at = where["node_id"], time.time()
+    if scale_up:
+        log.info("gpu=%s: node %s of tier %s is up after %s", tier, where["node_id"][:12], tier,
+                 minutes(node_time.placed_at - node_time.asked_at))
+    return lease, where, node_time
 
 
 def client_options(cfg: TierbenchConfig, view: ClusterView, tier: str, node_id: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from experiments.cluster.connection import ClusterView, TierUnavailableError
 
@@ -23,6 +24,23 @@ class NodeWaitTimeout(TierUnavailableError):
 
 def minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def wait_for_ref(ref: Any, timeout_s: float, progress: Callable[[float], None]) -> float | None:
+    """Wait for the Ray object `ref`: None once it is ready, or the seconds waited once `timeout_s` passed; calls
+    `progress(waited)` every PROGRESS_EVERY_S meanwhile."""
+    import ray
+
+    started = time.monotonic()
+    while True:
+        remaining = timeout_s - (time.monotonic() - started)
+        ready, _ = ray.wait([ref], timeout=min(PROGRESS_EVERY_S, max(0.1, remaining)))
+        if ready:
+            return None
+        waited = time.monotonic() - started
+        if waited >= timeout_s:
+            return waited
+        progress(waited)
 
 
 def wait_for_tier_node(tier: str, timeout_s: float, why: str, limit_key: str, exclude: Iterable[str] = (),
