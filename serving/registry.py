@@ -26,18 +26,11 @@ def backend_packages() -> dict[str, BackendPackage]:
     return {package.name: package for package in packages}
 
 
-# Ray starts its workers at niceness 15, and every server a host actor starts inherits it (Triton and its Python-backend
-# stubs, uvicorn, TorchServe), as do Serve's replicas and proxies: each then runs behind any other busy process on the
-# node (Ray's own daemons included), where a deployed server would not. A Ray node tierbench starts runs its workers at
-# 0, the priority of a server started by hand.
-SERVER_PRIORITY_ENVIRONMENT = {"RAY_worker_niceness": "0"}
-
-
 def ray_node_environment() -> dict[str, str]:
-    """What the servers and the registered packages ask of the environment of a Ray node tierbench starts (each a
-    default: a user's own setting wins)."""
-    return {**SERVER_PRIORITY_ENVIRONMENT, **{key: value for package in backend_packages().values()
-                                             for key, value in package.ray_node_environment.items()}}
+    """What the registered packages ask of the environment of a Ray node tierbench starts (each a default: a user's
+    own setting wins)."""
+    return {key: value for package in backend_packages().values()
+            for key, value in package.ray_node_environment.items()}
 
 
 def node_fact_kinds() -> tuple[type[Any], ...]:

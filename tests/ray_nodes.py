@@ -17,11 +17,9 @@ import uuid
 from pathlib import Path
 
 from runners import node as node_cli
-from serving.registry import ray_node_environment
 from tests.processes import TOKEN_VARIABLE, command_line, marked_processes, wait_until_gone
 
-# As `runners.node` starts a node (its servers at the priority of one started by hand, Serve's logs in files).
-RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", **ray_node_environment()}
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_SERVE_LOG_TO_STDERR": "0"}
 
 
 def free_port() -> int:

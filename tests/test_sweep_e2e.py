@@ -92,9 +92,7 @@ def test_ok_trials_carry_the_contract_with_sane_numbers(finished_sweep) -> None:
         assert 0 <= m["client_cpu_util_max"] < 2
         # the default (load_engine=auto) on a machine where the compiled engine builds: it measured every trial
         assert params["load_engine"] == "compiled" and "load_engine_note" not in params
-        # A process started by hand's priority: root raises it to 0, and the workers of the Ray the sweep started
-        # (RAY_worker_niceness=0) already run at this test's
-        assert params["client_niceness"] == ("0" if os.geteuid() == 0 else str(os.getpriority(os.PRIO_PROCESS, 0)))
+        assert params["client_niceness"] == ("0" if os.geteuid() == 0 else "15")  # ahead of the servers where allowed
         assert 0 < m["client_cpu_us_per_request"] < 1e5
         if params["backend"] == "triton_onnx":  # deltas of Triton's metrics endpoint around the windows
             assert m["server_requests"] > 0

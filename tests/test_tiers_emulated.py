@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from experiments.config.compose import load_config
-from serving.registry import ray_node_environment
 from tests.helpers import runs, store_overrides, store_uri
 from tests.processes import TOKEN_VARIABLE as MARK_VAR
 from tests.processes import wait_until_gone as wait_for_no_marked_processes
@@ -137,7 +136,7 @@ def joined_cluster(tmp_path_factory: pytest.TempPathFactory):
     marker = uuid.uuid4().hex
     with pytest.MonkeyPatch.context() as env:
         for key, value in {MARK_VAR: marker, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-                           **ray_node_environment()}.items():
+                           "RAY_SERVE_LOG_TO_STDERR": "0"}.items():
             env.setenv(key, value)
         cfg = load_config(["cluster=emulated", "cluster.nodes=[{tier: a100}, {client_pool: true}]"]).cluster
         cluster = start_emulated_cluster(cfg)

@@ -62,9 +62,8 @@ class TierPlacement:
 
     def describe(self, timeout_s: float) -> NodeInfo:
         """The held node as a task run there sees it (`serving.probe`). A fresh Ray worker imports torch and every
-        backend's packages first, at the node's worker niceness (Ray's default 15; 0 on a node tierbench started): on
-        a node whose CPUs other work keeps busy that took 66 s where it takes 3 s idle, so the wait says so every
-        PROGRESS_EVERY_S and fails with the fix."""
+        backend's packages first, at Ray's worker niceness (15): on a node whose CPUs other work keeps busy that took
+        66 s where it takes 3 s idle, so the wait says so every PROGRESS_EVERY_S and fails with the fix."""
         import ray
 
         from serving.probe import describe_node
@@ -81,9 +80,8 @@ class TierPlacement:
             raise PlacementError(
                 f"gpu={self.tier}: node {self.node_id[:12]} ({self.hostname}) did not describe itself within "
                 f"cluster.schedule_timeout_s={timeout_s:g} s: the task imports torch and the backends' packages "
-                "in a new Ray worker, which shares the node's CPUs with anything else busy there (behind it, at Ray's "
-                "default worker niceness 15, on a node started without RAY_worker_niceness=0). Free the node's CPUs, "
-                "or raise cluster.schedule_timeout_s (e.g. 300)")
+                "in a new Ray worker, which runs at niceness 15 behind anything else busy on the node. Free the "
+                "node's CPUs, or raise cluster.schedule_timeout_s (e.g. 300)")
         return ray.get(ref)
 
     def lost(self) -> NodeLoss | None:
