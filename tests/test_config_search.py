@@ -39,7 +39,38 @@ def test_the_preset_searches_triton_and_serve_from_their_own_settings() -> None:
                                                      "max_queue_delay_us": [0, 500, 2000, 10000]}
     assert space_of(cfg, "pytorch_batched") == {"num_replicas": [1, 2, 4], "batch_wait_timeout_s": [0.001, 0.005, 0.02],
                                                 "batcher": ["serve", "when_free"]}
+    assert space_of(cfg, "pytorch_direct_batched") == {"batch_wait_timeout_s": [0.001, 0.005, 0.02],
+                                                       "batcher": ["serve", "when_free"]}, "its own, no replicas"
     assert space_of(load_config([*CHEAPEST, "experiment.search.strategy=none"]), "triton_onnx_dynbatch") is None
+
+
+def test_a_backends_own_space_takes_the_place_of_its_classs() -> None:
+    cfg = load_config([*CHEAPEST, "+experiment.search.space.triton_onnx_dynbatch={instance_count: [1, 2]}"])
+    validate(cfg)
+    assert space_of(cfg, "triton_onnx_dynbatch") == {"instance_count": [1, 2]}
+    assert space_of(cfg, "triton_trt_dynbatch") == {"instance_count": [1, 2, 3, 4],
+                                                    "max_queue_delay_us": [0, 500, 2000, 10000]}, "the class's"
+    # a space for a backend entry the sweep does not serve is no error: the preset's, with other backends chosen
+    validate(load_config([*CHEAPEST, "experiment.backends=[triton_onnx_dynbatch]"]))
+
+
+def test_a_value_only_this_backend_refuses_points_to_a_space_of_its_own() -> None:
+    """Direct ingress serves from one replica: the class's num_replicas=[1,2,4] is refused for it, with the space
+    that works (every other value kept) as the override to paste."""
+    message = refused("experiment.backends=[pytorch_direct_batched]", "~experiment.search.space.pytorch_direct_batched")
+    assert message.startswith("experiment.search.space.ray_serve.num_replicas=[1, 2, 4] is not allowed: the value 2 "
+                              "gives: backends.pytorch_direct_batched.num_replicas=2 is not allowed: direct_ingress")
+    fix = message.split("in place of ray_serve's: '")[1].split("'")[0]
+    assert fix == ('+experiment.search.space.pytorch_direct_batched={num_replicas: [1], batch_wait_timeout_s: '
+                   '[0.001, 0.005, 0.02], batcher: ["serve", "when_free"]}')
+    cfg = load_config([*CHEAPEST, "experiment.backends=[pytorch_direct_batched]",
+                       "~experiment.search.space.pytorch_direct_batched", fix])
+    validate(cfg)
+    assert space_of(cfg, "pytorch_direct_batched")["num_replicas"] == [1]
+    # a value no backend of the class takes gets no such advice; in a backend's own space, its own key is named
+    assert "space of its own" not in refused("experiment.search.space.triton.instance_count=[1,0]")
+    assert refused("+experiment.search.space.pytorch_direct_batched.num_replicas=[1,2]").startswith(
+        "experiment.search.space.pytorch_direct_batched.num_replicas=[1, 2] is not allowed: the value 2 gives")
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -59,7 +90,9 @@ def test_the_preset_searches_triton_and_serve_from_their_own_settings() -> None:
     (["experiment.search.strategy=best"], "experiment.search.strategy='best' is not allowed: choose from ['none', "
                                           "'grid', 'quick']"),
     (["+experiment.search.space.tensorflow={threads:[1]}"], "experiment.search.space.tensorflow is not allowed: the "
-                                                            "space is keyed by backend class"),
+                                                            "space is keyed by backend class, one of ['endpoint', "
+                                                            "'fastapi', 'ray_serve', 'torchserve', 'triton'], or by "
+                                                            "the name of a backend entry"),
     (["experiment.protocols=[http,grpc]"], "experiment.protocols=['http', 'grpc'] is not allowed with a settings "
                                            "search"),
     (["experiment.backends=[triton_onnx]"], "whose dynamic_batching=false (the setting only applies with it on): "

@@ -335,3 +335,16 @@ def test_the_routers_backoff_reaches_the_deployment_and_its_serve_config() -> No
     facts = {"dtype": "float32", "torch_compile": False}
     assert backend._start_facts(facts)[0]["router_max_backoff_s"] == 0.05  # the trial says which ran
     assert "router_max_backoff_s" not in _torch(CPU_NODE)._start_facts(facts)[0]
+
+
+def test_a_config_measured_without_the_proxy_says_how_to_deploy_it_so() -> None:
+    """Direct ingress (no Serve proxy) is a switch of the Serve instance, not of the config: the exported file names it,
+    since behind the proxy the same config pays the proxy's time per request."""
+    import yaml
+
+    direct = _torch(CPU_NODE, direct_ingress=True).deploy_files({})["serve_config.yaml"]
+    assert "Measured with Serve's direct ingress" in direct and "RAY_SERVE_ENABLE_DIRECT_INGRESS=1" in direct
+    assert "MIN_DRAINING" not in direct, "the sweep's short drain is not advice for a deployment"
+    proxied = _torch(CPU_NODE).deploy_files({})["serve_config.yaml"]
+    assert "direct ingress" not in proxied
+    assert yaml.safe_load(direct) == yaml.safe_load(proxied), "the same application either way"

@@ -123,10 +123,11 @@ class ArrivalsConfig:
 class SearchConfig:
     """Search each backend's server settings for the highest throughput within `slo.p99_ms`
     (experiments/run/settings_search.py). `space`: per backend class (`triton`, `ray_serve`), setting -> the values
-    to try; a class without one is measured at its own settings."""
+    to try; a backend's own name in place of its class's gives it a space of its own; a backend with neither is
+    measured at its own settings."""
 
     strategy: str = "none"  # SearchStrategy: none | grid | quick
-    space: dict[str, Any] = field(default_factory=dict)  # backend class -> setting -> the values to try
+    space: dict[str, Any] = field(default_factory=dict)  # backend class (or name) -> setting -> the values to try
 
 
 @dataclass

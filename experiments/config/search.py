@@ -9,6 +9,7 @@ it is planned, keyed, resumed, logged and reported like any other backend entry.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import TYPE_CHECKING, Any
 
 from experiments.config.choices import SearchStrategy
@@ -31,12 +32,19 @@ def searching(cfg: TierbenchConfig) -> bool:
     return SearchStrategy(cfg.experiment.search.strategy) is not SearchStrategy.NONE
 
 
+def space_key(cfg: TierbenchConfig, variant: str) -> str:
+    """The `experiment.search.space` key that holds `backends.<variant>`'s space: its own name where the space lists
+    it (a variant whose nature fixes a setting its class searches, e.g. direct ingress and one replica), else its
+    class's."""
+    return variant if variant in cfg.experiment.search.space else settings_class(cfg.backends[variant])
+
+
 def space_of(cfg: TierbenchConfig, variant: str) -> dict[str, list[Any]] | None:
-    """The settings to search for `backends.<variant>` and their values; None when its class has no space (or no
-    search is asked for): it is measured at its own settings."""
+    """The settings to search for `backends.<variant>` and their values; None when neither it nor its class has a
+    space (or no search is asked for): it is measured at its own settings."""
     if not searching(cfg):
         return None
-    space = cfg.experiment.search.space.get(settings_class(cfg.backends[variant]))
+    space = cfg.experiment.search.space.get(space_key(cfg, variant))
     return None if not space else {key: list(values) if isinstance(values, list) else values
                                     for key, values in space.items()}
 
@@ -94,10 +102,11 @@ def check_search(cfg: TierbenchConfig) -> None:
             raise ConfigError(f"experiment.{key}={list(values)} is not allowed with a settings search: a search "
                               f"finds the best settings for one operating point; give one, e.g. "
                               f"experiment.{key}=[{values[0]}] (a multirun over it searches each)")
-    unknown = [name for name in search.space if name not in BACKEND_SCHEMAS]
+    unknown = [name for name in search.space if name not in BACKEND_SCHEMAS and name not in cfg.backends]
     if unknown:
         raise ConfigError(f"{SPACE_KEY}.{unknown[0]} is not allowed: the space is keyed by backend class, one of "
-                          f"{sorted(BACKEND_SCHEMAS)}")
+                          f"{sorted(BACKEND_SCHEMAS)}, or by the name of a backend entry (its own space, in place "
+                          f"of its class's), e.g. one of experiment.backends={list(exp.backends)}")
     searched = [v for v in exp.backends if space_of(cfg, v)]
     if not searched:
         raise ConfigError(f"{SPACE_KEY}={dict(search.space)} is not allowed: no backend of "
@@ -110,8 +119,9 @@ def check_search(cfg: TierbenchConfig) -> None:
 def _check_space(cfg: TierbenchConfig, variant: str, space: dict[str, list[Any]]) -> None:
     base = cfg.backends[variant]
     cls = settings_class(base)
+    owner = space_key(cfg, variant)
     for key, values in space.items():
-        where = f"{SPACE_KEY}.{cls}.{key}"
+        where = f"{SPACE_KEY}.{owner}.{key}"
         if key not in base.searchable:
             raise ConfigError(f"{where} is not allowed: not a setting the search varies for {cls} (those are "
                               f"{list(base.searchable)})")
@@ -124,11 +134,29 @@ def _check_space(cfg: TierbenchConfig, variant: str, space: dict[str, list[Any]]
         if switch and switch not in space and not getattr(base, switch):
             raise ConfigError(f"{where}={values!r} is not allowed for backends.{variant}, whose {switch}=false "
                               f"(the setting only applies with it on): search a variant with {switch}: true, or "
-                              f"add {SPACE_KEY}.{cls}.{switch}=[false,true]")
-        for value in values:
-            single = {key: value, **({switch: True} if switch else {})}
-            candidate = candidate_settings(base, single)
-            problems = [*candidate.check(variant, cfg.model, cfg.cluster.switches()),
-                        *candidate.refuse_batch_sizes(variant, list(cfg.experiment.batch_sizes))]
-            if problems:
-                raise ConfigError(f"{where}={values!r} is not allowed: the value {value!r} gives: {problems[0]}")
+                              f"add {SPACE_KEY}.{owner}.{switch}=[false,true]")
+        refused = {repr(v): p for v in values if (p := _value_problems(cfg, base, key, v, switch, variant))}
+        if refused:
+            value, problem = next(iter(refused.items()))
+            own = ""
+            if owner == cls and not any(_value_problems(cfg, BACKEND_SCHEMAS[cls](), key, v, switch)
+                                        for v in values):  # this variant's own settings refuse: its own space
+                kept = {**space, key: [v for v in values if repr(v) not in refused]}
+                own = (f"; or give {variant} a space of its own, in place of {cls}'s: "
+                       f"'+{SPACE_KEY}.{variant}={_hydra_dict({k: v for k, v in kept.items() if v})}'")
+            raise ConfigError(f"{where}={values!r} is not allowed: the value {value} gives: {problem}{own}")
+
+
+def _value_problems(cfg: TierbenchConfig, base: BackendSettings, key: str, value: Any, switch: str | None,
+                    variant: str = "the class's defaults") -> str | None:
+    """Why the settings `base` (of `backends.<variant>`) cannot take `key=value` (its switch on, where it has one);
+    None when they can."""
+    candidate = candidate_settings(base, {key: value, **({switch: True} if switch else {})})
+    problems = [*candidate.check(variant, cfg.model, cfg.cluster.switches()),
+                *candidate.refuse_batch_sizes(variant, list(cfg.experiment.batch_sizes))]
+    return problems[0] if problems else None
+
+
+def _hydra_dict(space: dict[str, list[Any]]) -> str:
+    """A space as a Hydra override's value: {num_replicas: [1], batcher: ["serve"]}."""
+    return "{" + ", ".join(f"{key}: {json.dumps(values)}" for key, values in space.items()) + "}"

@@ -20,6 +20,7 @@ from serving.oip.protocol import model_signatures
 from serving.process import free_ports
 from serving.protocols import InputFormat
 from serving.pytorch.backend import TorchBackend
+from serving.ray_serve.cluster import DIRECT_INGRESS_SWITCH
 from serving.ray_serve.settings import RayServeTorchSettings
 
 log = logging.getLogger(__name__)
@@ -196,6 +197,11 @@ class RayServeTorchBackend(TorchBackend):
                   "`serve deploy serve_config.yaml` (or `serve run`).\n"
                   f"# Open Inference Protocol (KServe v2): HTTP POST /{model}/v2/models/{model}/infer (JPEGs: "
                   f"{model}_jpeg); gRPC inference.GRPCInferenceService, metadata application=tierbench-{model}.\n")
+        if self.settings.direct_ingress:  # what was measured had no proxy: deployed behind one, it would pay it
+            header += ("# Measured with Serve's direct ingress: clients sent to the replica's own HTTP/gRPC ports, not "
+                       f"Serve's proxy. Start Serve with {DIRECT_INGRESS_SWITCH}=1 in its Ray nodes' "
+                       "environment (alpha in Ray 2.60) and send to those ports (a load balancer in front); through "
+                       "the proxy this config serves slower.\n")
         config = {"grpc_options": {"port": GRPC_PORT, "grpc_servicer_functions": GRPC_SERVICERS},
                   "applications": [app]}
         return {"serve_config.yaml": header + yaml.safe_dump(config, sort_keys=False)}

@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 
 # For a Ray node tierbench starts: Serve's per-request logs kept in its log files, not streamed to the sweep's console.
 RAY_NODE_ENVIRONMENT = {"RAY_SERVE_LOG_TO_STDERR": "0"}
-DIRECT_INGRESS_ENVIRONMENT = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
-                              "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
+DIRECT_INGRESS_SWITCH = "RAY_SERVE_ENABLE_DIRECT_INGRESS"
+DIRECT_INGRESS_ENVIRONMENT = {DIRECT_INGRESS_SWITCH: "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
 
 
 def cluster_environment(switches: ClusterSwitches) -> dict[str, str]:
