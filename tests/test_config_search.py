@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from experiments.config.compose import load_config
@@ -15,8 +16,9 @@ from experiments.config.search import add_candidate, candidate_settings, space_o
 from experiments.config.validation import validate
 from experiments.report.build import ReportOptions
 from experiments.report.data import load_sweep
-from experiments.report.deploy import best_per_tier
+from experiments.report.deploy import best_per_backend, best_per_tier, deploy_section
 from experiments.report.publish import make_report
+from experiments.report.render import Document
 from experiments.run.backend_search import BackendSearch
 from experiments.run.server_group import ServerRelay
 from serving.backend import ServerHandle
@@ -199,6 +201,40 @@ def test_deploy_this_picks_each_tiers_best_and_the_cheapest_tier(searched) -> No
     assert best.loc["a100", "candidates"] == 4
     assert best.loc["rtx4090", "settings"] == "instance_count=2, max_queue_delay_us=500"
     assert best.loc["rtx4090", "cost_per_1k_images_at_slo_usd"] == pytest.approx(0.05 / 240)
+
+
+def test_each_searched_backend_gets_its_best_beside_the_tiers_winner() -> None:
+    """A tier whose search covered Triton and Serve (proxied and direct): the winner above, and below it each
+    backend's own best, cheapest first, one that met the SLO nowhere said so."""
+    def probe(backend: str, values: str, img_s: float | None, start: bool = False) -> dict:
+        met = img_s is not None
+        return {"tier": "local", "search_of": backend, "status": "ok", "slo_met": float(met),
+                "slo_max_throughput_img_s": img_s or 0.0, "search_start": "true" if start else "false",
+                "protocol": "grpc", "input_format": "tensor", "batch_size": 1, "search_values": values,
+                "variant": f"{backend}+{values}", "slo_p99_at_max_ms": 150.0 if met else None,
+                "cost_per_1k_images_at_slo_usd": 0.1 / 3.6 / img_s if met else None, "search_strategy": "quick",
+                "slo_ceiling_share_at_max": img_s / 100 if met else None, "bottleneck": "cpu" if met else None,
+                "slo_p99_ms": 200.0}
+    slo = pd.DataFrame([probe("triton_onnx_dynbatch", '{"instance_count": 1}', 70.0, start=True),
+                        probe("triton_onnx_dynbatch", '{"instance_count": 2}', 77.0),
+                        probe("pytorch_batched", '{"num_replicas": 1}', 34.5, start=True),
+                        probe("pytorch_direct_batched", '{"batcher": "serve"}', 30.0, start=True),
+                        probe("pytorch_direct_batched", '{"batcher": "when_free"}', 45.5),
+                        probe("pytorch_fp16_direct_batched", '{"batcher": "serve"}', None, start=True)])
+    each = best_per_backend(slo).set_index("backend")
+    assert each.loc["pytorch_direct_batched", "settings"] == "batcher=when_free"
+    assert each.loc["pytorch_direct_batched", "default_throughput"] == 30.0
+    assert pd.isna(each.loc["pytorch_fp16_direct_batched", "settings"])
+    assert best_per_tier(slo)["backend"].tolist() == ["triton_onnx_dynbatch"]
+    doc = Document("report")
+    deploy_section(doc, SimpleNamespace(slo=slo), {})
+    text = doc.to_markdown()
+    rows = [line for line in text.splitlines() if line.startswith("| local | ")]
+    assert [row.split(" | ")[1] for row in rows[1:]] == ["triton_onnx_dynbatch", "pytorch_direct_batched",
+                                                       "pytorch_batched", "pytorch_fp16_direct_batched"]
+    assert rows[2].startswith("| local | pytorch_direct_batched | batcher=when_free | 45.5 | 150.0 |")
+    assert "| 46 % | cpu | 1.52× |" in rows[2]  # its share of the ceiling, verdict, gain over its start (45.5 / 30)
+    assert "| none meets the SLO |" in rows[4]
 
 
 def test_the_report_says_what_to_deploy(searched) -> None:

@@ -38,14 +38,26 @@ def settings_text(values: str) -> str:
 def best_per_tier(slo: pd.DataFrame) -> pd.DataFrame:
     """One row per tier: its candidate with the highest throughput within the SLO (the cheapest image, as the
     tier's price is fixed), with the start of the same search beside it (`default_*`) and the candidates counted."""
+    return _best_of_groups(slo, ["tier"])
+
+
+def best_per_backend(slo: pd.DataFrame) -> pd.DataFrame:
+    """One row per tier and searched backend: what each search found (the tier's winner is one of them), for a reader
+    bound to one stack."""
+    return _best_of_groups(slo, ["tier", "search_of"])
+
+
+def _best_of_groups(slo: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if slo.empty or "search_of" not in slo or slo["search_of"].isna().all():
         return pd.DataFrame()
     searched = slo[slo["search_of"].notna() & (slo["status"] == "ok")]
     rows = []
-    for tier, candidates in searched.groupby("tier"):
+    for group, candidates in searched.groupby(keys):
+        tier = group[0]
         met = candidates[(candidates["slo_met"] == 1) & (candidates[THROUGHPUT] > 0)]
         if met.empty:
-            rows.append({"tier": tier, "candidates": len(candidates)})
+            rows.append({"tier": tier, "candidates": len(candidates),
+                         **({"backend": group[1]} if len(keys) > 1 else {})})
             continue
         best = met.loc[met[THROUGHPUT].idxmax()]
         same = candidates[candidates["search_of"] == best["search_of"]]
@@ -110,7 +122,29 @@ def deploy_section(doc: Document, data: SweepData, labels: dict[str, str]) -> li
         line += f"; {ratio(first['default_cost'] / first[COST])} cheaper than its default settings"
     doc.p(f"**{line}.**")
     _closeness(doc, met, labels, target)
+    _each_backend(doc, best_per_backend(data.slo), labels, target)
     return [line]
+
+
+def _each_backend(doc: Document, each: pd.DataFrame, labels: dict[str, str], target: str) -> None:
+    """Where a tier's search covered several backends: each one's winner, for a reader bound to one stack."""
+    if each.empty or each.groupby("tier").size().max() < 2:
+        return
+    doc.p(f"Each searched backend's best settings within {target}, cheapest first, for a deployment bound to one "
+          "stack (its files are under `deploy/<backend>/` too):")
+    each = each.sort_values(["tier", COST], na_position="last")
+    table = pd.DataFrame({
+        "tier": each["tier"].map(lambda t: labels.get(t, t)),
+        "backend": each["backend"],
+        "settings": [s if isinstance(s, str) else "none meets the SLO" for s in each["settings"]],
+        "img/s at SLO": each[THROUGHPUT].map(rate),
+        "p99 ms": each["p99_ms"].map(ms),
+        "$ per 1k images": each[COST].map(usd),
+        "of the ceiling at its batch": pd.to_numeric(each["slo_ceiling_share_at_max"]).map(percent),
+        "verdict": each["bottleneck"].fillna("—"),
+        "search gain": (each["default_cost"] / each[COST]).map(ratio),
+    })
+    doc.table(format_frame(table, {}), [False, False, False, True, True, True, True, False, True])
 
 
 def _closeness(doc: Document, met: pd.DataFrame, labels: dict[str, str], target: str) -> None:
