@@ -140,7 +140,7 @@ def _each_backend(doc: Document, each: pd.DataFrame, labels: dict[str, str], tar
         "img/s at SLO": each[THROUGHPUT].map(rate),
         "p99 ms": each["p99_ms"].map(ms),
         "$ per 1k images": each[COST].map(usd),
-        "of the ceiling at its batch": pd.to_numeric(each["slo_ceiling_share_at_max"]).map(percent),
+        "of the ceiling at its batch": each["slo_ceiling_share_at_max"].map(percent),
         "verdict": each["bottleneck"].fillna("—"),
         "search gain": (each["default_cost"] / each[COST]).map(ratio),
     })
