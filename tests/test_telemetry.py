@@ -260,29 +260,45 @@ def test_the_sampler_sees_a_server_threads_cpu_and_its_childrens() -> None:
     import sys
     import time
 
-    from experiments.measure.telemetry import NodeSampler
+    from experiments.measure.telemetry import COVERAGE_SLACK_S, NodeSampler
     from serving.node import process_tree
 
-    spin = "import time\nend = time.time() + 3\nwhile time.time() < end: pass"
+    spin = "import time\nend = time.time() + 4\nwhile time.time() < end: pass"
     parent = subprocess.Popen([sys.executable, "-c",
                                f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"])
     sampler = NodeSampler(None, 50.0, gpus=False, processes=(parent.pid,))
+    readings: list[tuple[float, float]] = []  # (time, the child's CPU seconds), read here every 10 ms
+
+    def read_for(seconds: float) -> float:
+        until = time.time() + seconds
+        while time.time() < until:
+            readings.append((time.time(), _process_cpu_s(child)))
+            time.sleep(0.01)
+        return time.time()
+
     try:
         assert sampler.describe() == {"cpu_count": sampler.cores, "processes": [parent.pid]}
-        time.sleep(0.8)  # the child is spinning by now
+        time.sleep(0.3)
         (child,) = process_tree({parent.pid}) - {parent.pid}
-        start, child_before = time.time(), _process_cpu_s(child)
-        time.sleep(1.2)
-        end, child_after = time.time(), _process_cpu_s(child)
+        read_for(0.6)  # the child is spinning by now
+        start = time.time()
+        end = read_for(1.2)
+        read_for(0.6)  # the sampler's snapshots may reach past the window's ends (COVERAGE_SLACK_S)
         metrics = sampler.window(start, end)
         busiest = sampler.busiest_thread(start, end)  # while the child still runs: /proc names it
+        with sampler._lock:  # the thread snapshots the window's figure spans, as NodeSampler._thread_use picks them
+            spanned = [t for t, _ in sampler._threads if start - COVERAGE_SLACK_S <= t <= end + COVERAGE_SLACK_S]
     finally:
         sampler.stop()
         parent.wait(timeout=30)
     assert busiest is not None and f"(pid {child}, tid {child})" in busiest, busiest  # the spinning main thread
     assert "python" in busiest, busiest  # its program
-    child_cores = (child_after - child_before) / (end - start)
+    assert len(spanned) >= 2, f"the sampler took {len(spanned)} thread snapshot(s) in the window: {metrics}"
+    # The child's own counters over the span the sampler's figure covers: on a machine busy with other work the
+    # child's share of a core changes within the window, so a reading over another span would differ by that.
+    first, last = (min(readings, key=lambda r, t=t: abs(r[0] - t)) for t in (spanned[0], spanned[-1]))
+    child_cores = (last[1] - first[1]) / (last[0] - first[0])
     assert child_cores > 0.1, f"the spinning child got {child_cores:.2f} of a core: the machine is too busy to tell"
-    # Ticks are 10 ms: over 1.2 s the two readings may differ by a couple of them at each edge.
+    # Ticks are 10 ms, readings 10 ms apart: over a second the two may differ by a few ticks at each edge.
     assert metrics["server_thread_cpu_max"] == pytest.approx(child_cores, abs=0.1), metrics
     assert metrics["server_cpu_cores"] >= metrics["server_thread_cpu_max"] * 0.99
