@@ -237,6 +237,40 @@ def test_each_searched_backend_gets_its_best_beside_the_tiers_winner() -> None:
     assert "| none meets the SLO |" in rows[4]
 
 
+def test_deploy_this_says_when_another_candidates_lower_load_served_more() -> None:
+    """The search rates a candidate at its highest load within the target; the answer takes the cheapest trial. Where
+    a lower load of a losing candidate served more than the winner's highest, "Deploy this" says why it still names
+    the winner, with both figures; where the winner's own trial is the fastest, it says nothing more."""
+    def summary(delay: int, img_s: float) -> dict:
+        return {"tier": "local", "search_of": "triton_onnx_dynbatch", "status": "ok", "slo_met": 1.0,
+                "slo_max_throughput_img_s": img_s, "search_start": "false", "protocol": "grpc",
+                "input_format": "tensor", "batch_size": 1, "search_values": f'{{"max_queue_delay_us": {delay}}}',
+                "variant": f"triton_onnx_dynbatch+max_queue_delay_us={delay}", "slo_p99_at_max_ms": 150.0,
+                "cost_per_1k_images_at_slo_usd": 0.1 / 3.6 / img_s, "search_strategy": "quick", "slo_p99_ms": 200.0}
+
+    def trial(delay: int, load: str, img_s: float, p99: float, unstable: bool = False) -> dict:
+        return {"tier": "local", "variant": f"triton_onnx_dynbatch+max_queue_delay_us={delay}", "load": load,
+                "throughput_img_s": img_s, "latency_p99_ms": p99, "unstable": unstable}
+
+    slo = pd.DataFrame([summary(500, 77.0), summary(10000, 71.5)])
+    trials = [trial(500, "c12", 77.0, 150.0), trial(10000, "c12", 79.5, 160.0), trial(10000, "c13", 71.5, 190.0),
+              trial(10000, "c16", 90.0, 250.0), trial(500, "c8", 95.0, 120.0, unstable=True)]
+
+    def deployed(rows: list[dict]) -> str:
+        doc = Document("report")
+        deploy_section(doc, SimpleNamespace(slo=slo, sustained=pd.DataFrame(rows)), {})
+        return doc.to_markdown()
+
+    text = deployed(trials)
+    assert "**Deploy triton_onnx_dynbatch (max_queue_delay_us=500) on local:" in text
+    # c16 broke the target and c8 was unstable: the fastest stable trial within it is the other candidate's c12.
+    assert ("the search's fastest single trial within p99 ≤ 200 ms, triton_onnx_dynbatch+max_queue_delay_us=10000 at "
+            "c12 (79.5 img/s, p99 160.0 ms), is not the candidate named here: at its highest load within the target "
+            "that candidate served 71.5 img/s.") in text
+    assert "where triton_onnx_dynbatch+max_queue_delay_us=500 served 77.0 img/s. The two trials are 3.2 % apart" in text
+    assert "fastest single trial" not in deployed([trials[0], trials[2]]), "the winner's own trial is the fastest"
+
+
 def test_the_report_says_what_to_deploy(searched) -> None:
     uri, folder = searched
     published = make_report(uri, "tierbench", syn.SEARCH_SWEEP_ID, folder / "runs", ReportOptions())

@@ -260,7 +260,7 @@ def test_the_sampler_sees_a_server_threads_cpu_and_its_childrens() -> None:
     import sys
     import time
 
-    from experiments.measure.telemetry import COVERAGE_SLACK_S, NodeSampler
+    from experiments.measure.telemetry import NodeSampler
     from serving.node import process_tree
 
     spin = "import time\nend = time.time() + 4\nwhile time.time() < end: pass"
@@ -286,17 +286,16 @@ def test_the_sampler_sees_a_server_threads_cpu_and_its_childrens() -> None:
         read_for(0.6)  # the sampler's snapshots may reach past the window's ends (COVERAGE_SLACK_S)
         metrics = sampler.window(start, end)
         busiest = sampler.busiest_thread(start, end)  # while the child still runs: /proc names it
-        with sampler._lock:  # the thread snapshots the window's figure spans, as NodeSampler._thread_use picks them
-            spanned = [t for t, _ in sampler._threads if start - COVERAGE_SLACK_S <= t <= end + COVERAGE_SLACK_S]
+        spanned = sampler.thread_use(start, end)  # the thread snapshots the window's figures span
     finally:
         sampler.stop()
         parent.wait(timeout=30)
     assert busiest is not None and f"(pid {child}, tid {child})" in busiest, busiest  # the spinning main thread
     assert "python" in busiest, busiest  # its program
-    assert len(spanned) >= 2, f"the sampler took {len(spanned)} thread snapshot(s) in the window: {metrics}"
+    assert spanned is not None, f"the sampler's thread snapshots do not span the window: {metrics}"
     # The child's own counters over the span the sampler's figure covers: on a machine busy with other work the
     # child's share of a core changes within the window, so a reading over another span would differ by that.
-    first, last = (min(readings, key=lambda r, t=t: abs(r[0] - t)) for t in (spanned[0], spanned[-1]))
+    first, last = (min(readings, key=lambda r, t=t: abs(r[0] - t)) for t in (spanned.first_s, spanned.last_s))
     child_cores = (last[1] - first[1]) / (last[0] - first[0])
     assert child_cores > 0.1, f"the spinning child got {child_cores:.2f} of a core: the machine is too busy to tell"
     # Ticks are 10 ms, readings 10 ms apart: over a second the two may differ by a few ticks at each edge.

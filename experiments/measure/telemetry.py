@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -131,6 +132,20 @@ def cpu_summary(times: np.ndarray, busy: np.ndarray, total: np.ndarray, cores: i
     return {"node_cpu_util_pct": share * 100, "node_cpu_cores_busy": share * cores}
 
 
+@dataclass(frozen=True)
+class ThreadUse:
+    """What the server's threads used between two thread snapshots: ticks per (pid, tid), and the span's ends."""
+
+    ticks: dict[tuple[int, int], int]
+    first_s: float  # the snapshots' times (epoch seconds)
+    last_s: float
+    ticks_per_s: int
+
+    def cores(self, ticks: int) -> float:
+        """`ticks` over the span, in cores."""
+        return ticks / ((self.last_s - self.first_s) * self.ticks_per_s)
+
+
 class NodeSampler:
     """Samples the node's CPU time when `cpu`, and NVML when `gpus`, in a thread from construction until `stop`; runs
     on the server's node (as a Ray actor)."""
@@ -211,33 +226,32 @@ class NodeSampler:
             count += 1
             self._stop.wait(self._interval)
 
-    def _thread_use(self, start: float, end: float) -> tuple[dict[tuple[int, int], int], float] | None:
-        """CPU ticks each thread of the server's processes used over the snapshots closest inside [start, end], and
-        the ticks those snapshots span; None when they do not cover half of it."""
+    def thread_use(self, start: float, end: float) -> ThreadUse | None:
+        """CPU ticks each thread of the server's processes used between the first and last thread snapshots within
+        COVERAGE_SLACK_S of [start, end]; None when they do not span half of it."""
         with self._lock:
             inside = [snap for snap in self._threads if start - COVERAGE_SLACK_S <= snap[0] <= end + COVERAGE_SLACK_S]
         if len(inside) < 2 or inside[-1][0] - inside[0][0] < (end - start) / 2:
             return None
         (t0, first), (t1, last) = inside[0], inside[-1]
-        seconds = (t1 - t0) * self._ticks
         used = {key: ticks - first[key] for key, ticks in last.items() if key in first}
-        return (used, seconds) if seconds > 0 and used else None
+        return ThreadUse(used, t0, t1, self._ticks) if t1 > t0 and used else None
 
     def _server_cpu(self, start: float, end: float) -> dict[str, float]:
         """The server's processes' CPU and their busiest thread's over [start, end]."""
-        use = self._thread_use(start, end)
+        use = self.thread_use(start, end)
         if use is None:
             return {}
-        used, seconds = use
-        return {"server_cpu_cores": sum(used.values()) / seconds, "server_thread_cpu_max": max(used.values()) / seconds}
+        return {"server_cpu_cores": use.cores(sum(use.ticks.values())), "server_thread_cpu_max": use.cores(
+            max(use.ticks.values()))}
 
     def busiest_thread(self, start: float, end: float) -> str | None:
         """Which thread of the server's processes used the most CPU over [start, end] (`serving.node.thread_name`):
         what a `cpu` verdict's single saturated thread is."""
-        use = self._thread_use(start, end)
+        use = self.thread_use(start, end)
         if use is None:
             return None
-        pid, tid = max(use[0], key=use[0].get)
+        pid, tid = max(use.ticks, key=use.ticks.get)
         return thread_name(pid, tid)
 
     def describe(self) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from experiments.measure.efficiency import VERDICT_TAGS, Bottleneck
 from experiments.report.ceiling_section import percent
 from experiments.report.data import CEILING_PARAMS, SLO_AT_MAX, SweepData
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd
+from experiments.report.tables import P99
+from experiments.report.tables import THROUGHPUT as TRIAL_THROUGHPUT
 
 THROUGHPUT = "slo_max_throughput_img_s"
 COST = "cost_per_1k_images_at_slo_usd"
@@ -121,9 +123,46 @@ def deploy_section(doc: Document, data: SweepData, labels: dict[str, str]) -> li
     if pd.notna(first.get("default_cost")):
         line += f"; {ratio(first['default_cost'] / first[COST])} cheaper than its default settings"
     doc.p(f"**{line}.**")
+    if not slo_ms.empty:
+        trials = getattr(data, "sustained", pd.DataFrame())  # a frame built by hand may carry the SLO rows alone
+        for _, winner in met.iterrows():
+            note = lower_load_note(trials, data.slo, winner, float(slo_ms.iloc[0]), labels)
+            if note:
+                doc.p(note)
     _closeness(doc, met, labels, target)
     _each_backend(doc, best_per_backend(data.slo), labels, target)
     return [line]
+
+
+def lower_load_note(trials: pd.DataFrame, slo: pd.DataFrame, winner: pd.Series, slo_p99_ms: float,
+                    labels: dict[str, str]) -> str:
+    """Where the tier's fastest single trial within the target is another candidate's lower load, why "Deploy this"
+    names the winner all the same, with both figures; '' where they agree. The search rates each candidate at its
+    highest load within the target (the load a node of it can be planned on), the answer by its cheapest trial: on a
+    noisy machine a lower load of one candidate can serve more than another's highest, so the two can differ."""
+    if trials.empty or "variant" not in trials or slo.empty:
+        return ""
+    tier = winner["tier"]
+    searched = slo[(slo["tier"] == tier) & slo["search_of"].notna() & (slo["status"] == "ok")]
+    rows = trials[(trials["tier"] == tier) & trials["variant"].isin(set(searched["variant"]))
+                  & (trials[P99] <= slo_p99_ms)]
+    if "unstable" in rows and (~rows["unstable"]).any():  # stable ones first, as the answer takes them
+        rows = rows[~rows["unstable"]]
+    if rows.empty:
+        return ""
+    fastest = rows.loc[rows[TRIAL_THROUGHPUT].idxmax()]
+    if fastest["variant"] == winner["entry"] or fastest[TRIAL_THROUGHPUT] <= winner[THROUGHPUT]:
+        return ""
+    own = searched[(searched["variant"] == fastest["variant"]) & (searched["slo_met"] == 1)]
+    at_max = (f": at its highest load within the target that candidate served {rate(own[THROUGHPUT].max())} img/s"
+              if not own.empty else "")
+    return (f"On {labels.get(tier, tier)} the search's fastest single trial within p99 ≤ {slo_p99_ms:g} ms, "
+            f"{fastest['variant']} at {fastest['load']} ({rate(fastest[TRIAL_THROUGHPUT])} img/s, p99 "
+            f"{ms(fastest[P99])} ms), is not the candidate named here{at_max}. The search rates each candidate at its "
+            f"highest load within the target, the load a node of it can be planned on, where {winner['entry']} served "
+            f"{rate(winner[THROUGHPUT])} img/s. The two trials are "
+            f"{percent(fastest[TRIAL_THROUGHPUT] / winner[THROUGHPUT] - 1)} apart; measuring each load several times "
+            "(`experiment.repeats`) tells whether that is more than noise.")
 
 
 def _each_backend(doc: Document, each: pd.DataFrame, labels: dict[str, str], target: str) -> None:
