@@ -136,7 +136,7 @@ def test_the_clients_cost_per_request_is_shown_beside_p50(flagged) -> None:
 
 
 def test_figures_measured_by_another_load_engine_are_marked_wherever_they_appear() -> None:
-    """The compiled engine measured most trials; a shared-memory trial (only the Python client speaks it) is marked
+    """The compiled engine measured most trials; a trial the Python client measured (a TLS endpoint, say) is marked
     §, and so is any ratio or table cell it takes part in; a report of one engine (or of runs that predate the
     param: all Python) marks nothing."""
     from experiments.report import marks

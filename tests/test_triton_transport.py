@@ -145,6 +145,72 @@ def test_shared_memory_keeps_the_payload_off_the_socket(triton, wire: str, input
     np.testing.assert_allclose(shm_out, plain_out, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("wire", ["http", "grpc"])
+def test_the_compiled_engine_drives_shared_memory(triton, wire: str, tmp_path, monkeypatch) -> None:
+    """The compiled engine's requests name regions the client registered (`open_wire`): a closed loop of 3 in flight
+    runs through a counting proxy with only the requests' metadata on the socket, the server writes each request's
+    logits into the output region its body names (body 0's: the socket's logits for the same input), and closing
+    the client unregisters and removes every region."""
+    import tempfile
+
+    import tritonclient.http as http
+
+    from experiments.config.choices import LoadMode
+    from experiments.measure.engine.compiled_load import CompiledLoad
+    from experiments.measure.load import LoadPoint
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the engine's files
+    backend, handle = triton
+    batch = 2
+
+    async def run():
+        plain = load_client(backend.client_spec(handle, wire, "tensor", batch))
+        await plain.open()
+        try:
+            expected = await plain.predict(0)
+        finally:
+            await plain.close()
+        proxy = CountingProxy(handle.urls[wire])
+        proxied = ServerHandle(handle.server_mode, {wire: await proxy.start()})
+        client = load_client(backend.client_spec(proxied, f"{wire}_shm", "tensor", batch))
+        try:
+            await client.open_wire(3)
+            request = client.wire_request()
+            load = CompiledLoad(request, LoadPoint(LoadMode.CLOSED, 3), 30, batch, max_in_flight=3,
+                                check_response=client.check_wire_response)
+            await load.open()
+            load.start()
+            try:
+                await load.wait_warm(5, 0.2, 60)
+                start = load.now()
+                up_before, down_before = proxy.up, proxy.down
+                window = await load.collect(start, start + 1.0)
+                up, down = proxy.up - up_before, proxy.down - down_before
+            finally:
+                await load.stop()
+            region = client._wire_outputs[0]
+            written = region.read(np.float32, (batch, 1000))
+            regions = sorted(p.name for p in Path("/dev/shm").glob(f"tierbench_{os.getpid()}_*"))
+        finally:
+            await client.close()
+            await proxy.close()
+        return request, window, up, down, expected, written, regions, client.payload_bytes, len(client.pool)
+
+    request, window, up, down, expected, written, regions, payload, pool = asyncio.run(run())
+    assert len(request.payloads) == pool >= 3, "a body per request of the pool, at least one per request in flight"
+    assert len(set(request.payloads)) == pool, "each names an output region of its own"
+    assert len(regions) == 1 + pool, f"the input region and an output region per body while it ran: {regions}"
+    assert window.completed >= 3 and not window.errors, window.errors
+    per_request = (up + down) / max(window.completed, 1)
+    print(f"{wire}_shm, compiled engine: {window.completed} requests in 1 s, {per_request:.0f} B per request on the "
+          f"socket (payload {payload} B)")
+    assert per_request < 2_000 < payload
+    np.testing.assert_allclose(written, expected, rtol=0, atol=1e-5)
+    assert not list(Path("/dev/shm").glob(f"tierbench_{os.getpid()}_*"))
+    status = http.InferenceServerClient(handle.urls["http"]).get_system_shared_memory_status()
+    assert not [region for region in status if region["name"].startswith("tierbench_")]
+
+
 def test_shared_memory_regions_are_unregistered_and_removed_on_close(triton) -> None:
     import tritonclient.http as http
 

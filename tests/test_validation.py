@@ -30,8 +30,6 @@ ROWS = [
     ("concurrency <= 0", ["experiment.concurrency=[0]"], "experiment.concurrency=0"),
     ("rate <= 0", ["experiment.load_mode=poisson", "experiment.request_rates=[-5]"], "experiment.request_rates=-5"),
     ("unknown load engine", ["experiment.load_engine=perf_analyzer"], "experiment.load_engine='perf_analyzer'"),
-    ("compiled engine with shared memory", ["experiment.load_engine=compiled", "experiment.protocols=[http,grpc_shm]"],
-     "experiment.load_engine='compiled' is not allowed: the compiled engine cannot drive ['grpc_shm']"),
     ("unknown backend setting", ["+backends.pytorch.num_replica=2"], "backends.pytorch.num_replica=2"),
     ("misspelt backend setting", ["backends.pytorch.num_replica=2"], "backends.pytorch.num_replica=2"),
     ("backend setting of the wrong type", ["backends.pytorch.half=maybe"], "backends.pytorch.half='maybe'"),

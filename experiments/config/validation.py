@@ -28,7 +28,7 @@ from experiments.config.search import check_search
 from experiments.config.shares import tenants, validate_share
 from experiments.config.stacks import Stack
 from experiments.config.trace import check_trace
-from serving.protocols import PROTOCOLS, InputFormat, parse_protocol
+from serving.protocols import PROTOCOLS, InputFormat
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -217,15 +217,8 @@ def _check_arrivals(mode: LoadMode, exp: ExperimentConfig) -> None:
 
 
 def _check_engine(exp: ExperimentConfig) -> None:
-    """The compiled engine sends bytes over sockets: shared-memory protocols need the Python client."""
     if exp.load_engine not in list(LoadEngine):
         _fail("experiment.load_engine", exp.load_engine, f"choose from {[str(e) for e in LoadEngine]}")
-    if exp.load_engine == LoadEngine.COMPILED:
-        shared = [p for p in exp.protocols if parse_protocol(p)[1] != "none"]
-        if shared:
-            _fail("experiment.load_engine", exp.load_engine,
-                  f"the compiled engine cannot drive {shared} (shared-memory regions are registered by the Python "
-                  "client): use experiment.load_engine=auto (python for those protocols only) or drop them")
 
 
 def clients_only(cfg: TierbenchConfig) -> bool:

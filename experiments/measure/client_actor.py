@@ -55,9 +55,10 @@ class LoadClientActor:
         self._client = client = load_client(spec)
         client.start_at((self.index * GOLDEN_SHARE) % 1.0)
         if engine == LoadEngine.COMPILED:
-            self._load = CompiledLoad(client.wire_request(), load, spec.timeout_s, spec.batch_size, self.index,
-                                      max_in_flight, horizon_s, client.check_wire_response)
             try:
+                await client.open_wire(max_in_flight)
+                self._load = CompiledLoad(client.wire_request(), load, spec.timeout_s, spec.batch_size, self.index,
+                                          max_in_flight, horizon_s, client.check_wire_response)
                 await self._load.open()
             except BaseException:
                 await self.stop()

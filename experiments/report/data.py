@@ -292,7 +292,7 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     out["unstable"] = _column(out, "stable", 1.0).astype(float).eq(0)
     out["overloaded"] = _column(out, "overloaded", 0.0).astype(float).eq(1)
     out["client_behind"] = _column(out, "client_behind", 0.0).astype(float).eq(1)  # the client missed the schedule
-    # Another engine than most trials' (e.g. Triton's shared-memory protocols, which only the Python client speaks).
+    # Another engine than most trials' (e.g. a TLS endpoint, which only the Python client speaks).
     out["other_engine"] = pd.Series(False, index=out.index)
     ok = out["status"] == Status.OK
     out.loc[ok, "other_engine"] = other_engine(out.loc[ok, "load_engine"])

@@ -245,6 +245,12 @@ class InferenceClient(ABC):
         (`wire_request`, `check_wire_response`)."""
         return f"{cls.__name__} has no fixed request bytes for the compiled engine to send"
 
+    async def open_wire(self, max_in_flight: int) -> None:
+        """Prepare on the server what the compiled engine's requests will name, before `wire_request` builds them
+        (Triton's shared-memory regions, one output region for each of up to `max_in_flight` requests); most
+        requests name nothing, so by default nothing. `close()` undoes it."""
+        return None
+
     def wire_request(self) -> WireRequest:
         """This client's request as it crosses the socket, built once by its own code (the compiled engine sends it)."""
         raise NotImplementedError(self.wire_unsupported(self.spec))
@@ -255,9 +261,12 @@ class InferenceClient(ABC):
         raise NotImplementedError(self.wire_unsupported(self.spec))
 
     def check_logits(self, logits: np.ndarray) -> None:
+        self.check_output_shape(tuple(logits.shape))
+
+    def check_output_shape(self, shape: tuple[int, ...]) -> None:
         expected = (self.spec.batch_size, *self.spec.output_shape)
-        if tuple(logits.shape) != expected:
-            raise ValueError(f"response has shape {tuple(logits.shape)}, expected {expected}")
+        if tuple(shape) != expected:
+            raise ValueError(f"response has shape {tuple(shape)}, expected {expected}")
 
 
 class PrebuiltRequestClient(InferenceClient):

@@ -5,21 +5,29 @@ Shared memory (`TritonClientSpec.shared_memory` = system | cuda, perf_analyzer's
 every request of the pool are written once, one after another, into a registered region and each request names its
 own part of it; every request in flight gets its own output region
 (a pool grows to the concurrency), so concurrent responses never overwrite each other. `close()` unregisters and
-frees every region. Those calls go through `tritonclient`'s aio clients, which register regions; the compiled load
-engine, which sends bytes over sockets, cannot drive them.
+frees every region. Those calls go through `tritonclient`'s aio clients, which register regions.
+
+The compiled load engine sends bytes over sockets: for it the regions are made and registered here first
+(`open_wire`), then its requests are built naming them, as perf_analyzer's `--shared-memory` does. Each request it
+sends names its input's part of the input region and an output region of its own, `max_in_flight` of them at least
+(a whole number of pools, so the inputs still go round in turn): the engine sends body n modulo their count, so two
+requests in flight share an output region only where responses came back far out of order, which changes no
+figure (the outputs are not read back: the first response's shape is checked).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from serving.clients.base import ClientSpec, ServerReport
-from serving.oip.clients import OipClient, OipGrpcClient, OipHttpClient
+from serving.clients.wire import grpc_message
+from serving.oip.clients import HEADER_LENGTH, OipClient, OipGrpcClient, OipHttpClient
 from serving.triton.shm import Region, new_region, remove_stale_regions
 
 log = logging.getLogger(__name__)
@@ -36,6 +44,16 @@ def shared_memory_of(spec: ClientSpec) -> str:
     return getattr(spec, "shared_memory", "none")
 
 
+class InputPart(NamedTuple):
+    """One request's input in the input region: where it lies and what it is."""
+
+    region: str
+    shape: list[int]
+    datatype: str
+    byte_size: int
+    offset: int
+
+
 class SharedMemoryClient(OipClient):
     """The shared-memory path of a Triton client; the socket path is the OIP client's (next in the MRO). Subclasses
     give the tritonclient aio client and its tensor descriptors."""
@@ -47,6 +65,8 @@ class SharedMemoryClient(OipClient):
         self._input_region: Region | None = None
         self._free_outputs: list[Region] = []
         self._all_outputs: list[Region] = []
+        self._parts: list[InputPart] = []
+        self._wire_outputs: list[Region] = []  # the compiled engine's requests' output regions, in body order
 
     def _connect(self) -> Any:
         """The aio client (region registration and requests naming regions)."""
@@ -64,30 +84,58 @@ class SharedMemoryClient(OipClient):
     async def _send(self, inputs: list[Any], outputs: list[Any]) -> Any:
         raise NotImplementedError
 
-    @classmethod
-    def wire_unsupported(cls, spec: ClientSpec) -> str | None:
-        if shared_memory_of(spec) != "none":
-            return (f"{shared_memory_of(spec)} shared memory: the regions are created and registered by the Python "
-                    "client (experiment.load_engine=python, or auto, measures these protocols)")
-        return super().wire_unsupported(spec)
+    def _shm_request_bytes(self, part: InputPart, output: Region) -> bytes:
+        """A request (as `_request_bytes` builds them) whose input is `part` of the input region and whose output
+        goes to `output`."""
+        raise NotImplementedError
+
+    def _wire_output_shape(self, body: bytes) -> tuple[int, ...]:
+        """The output's shape a response to `_shm_request_bytes` reports (its data is in the region)."""
+        raise NotImplementedError
 
     async def open(self) -> None:
-        kind = shared_memory_of(self.spec)
-        if kind == "none":
+        if shared_memory_of(self.spec) == "none":
             await super().open()
             return
+        parts = await self._open_input_region()
+        self._inputs = []
+        for part in parts:
+            infer_input = self._infer_input(self.spec.input_name, part.shape, part.datatype)
+            infer_input.set_shared_memory(self._input_region.name, part.byte_size, part.offset)
+            self._inputs.append(infer_input)
+
+    async def open_wire(self, max_in_flight: int) -> None:
+        if shared_memory_of(self.spec) == "none":
+            return
+        self._parts = await self._open_input_region()
+        count = len(self._parts) * math.ceil(max(1, max_in_flight) / len(self._parts))
+        self._wire_outputs = [await self._new_output_region() for _ in range(count)]
+
+    def _all_request_bytes(self) -> list[bytes]:
+        if not self._wire_outputs:
+            return super()._all_request_bytes()
+        return [self._shm_request_bytes(self._parts[i % len(self._parts)], output)
+                for i, output in enumerate(self._wire_outputs)]
+
+    def check_wire_response(self, body: bytes) -> None:
+        if not self._wire_outputs:
+            super().check_wire_response(body)
+            return
+        self.check_output_shape(self._wire_output_shape(body))
+
+    async def _open_input_region(self) -> list[InputPart]:
+        """Connect, and write every request's input of the pool into one registered region; each one's part."""
         tensors = [self.oip_tensor(inputs) for inputs in self.pool]
         self._client = self._connect()
         remove_stale_regions()
-        self._input_region = new_region(kind, sum(len(t.raw) for t in tensors))
+        self._input_region = new_region(shared_memory_of(self.spec), sum(len(t.raw) for t in tensors))
         self._input_region.write(b"".join(t.raw for t in tensors))
         await self._register(self._input_region)
-        self._inputs, offset = [], 0
+        parts, offset = [], 0
         for tensor in tensors:
-            infer_input = self._infer_input(self.spec.input_name, tensor.shape, tensor.datatype)
-            infer_input.set_shared_memory(self._input_region.name, len(tensor.raw), offset)
-            self._inputs.append(infer_input)
+            parts.append(InputPart(self._input_region.name, tensor.shape, tensor.datatype, len(tensor.raw), offset))
             offset += len(tensor.raw)
+        return parts
 
     async def _register(self, region: Region) -> None:
         try:
@@ -118,7 +166,7 @@ class SharedMemoryClient(OipClient):
 
     async def close(self) -> None:
         regions = [r for r in (self._input_region, *self._all_outputs) if r is not None]
-        self._input_region, self._free_outputs, self._all_outputs = None, [], []
+        self._input_region, self._free_outputs, self._all_outputs, self._wire_outputs = None, [], [], []
         try:
             await super().close()
             if self._client is not None:
@@ -160,6 +208,24 @@ class TritonHttpClient(SharedMemoryClient, OipHttpClient):
     async def _send(self, inputs: list[Any], outputs: list[Any]) -> Any:
         return await self._client.infer(self.spec.model_name, inputs, outputs=outputs)
 
+    def _shm_request_bytes(self, part: InputPart, output: Region) -> bytes:
+        """tritonclient's own JSON body, the tensors named by region (no binary data follows)."""
+        import tritonclient.http as http
+
+        infer_input = http.InferInput(self.spec.input_name, part.shape, part.datatype)
+        infer_input.set_shared_memory(part.region, part.byte_size, part.offset)
+        requested = http.InferRequestedOutput(self.spec.output_name, binary_data=False)
+        requested.set_shared_memory(output.name, self._output_bytes)
+        body, json_size = http.InferenceServerClient.generate_request_body([infer_input], outputs=[requested])
+        headers = {"Content-Type": "application/json"}
+        if json_size is not None:
+            headers[HEADER_LENGTH] = str(json_size)
+        return self._post(body, headers)
+
+    def _wire_output_shape(self, body: bytes) -> tuple[int, ...]:
+        outputs = {output["name"]: output for output in json.loads(body)["outputs"]}
+        return tuple(int(n) for n in outputs[self.spec.output_name]["shape"])
+
 
 class TritonGrpcClient(SharedMemoryClient, OipGrpcClient):
     """Triton over gRPC: the prepared ModelInferRequest through the socket (the OIP client), or shared memory
@@ -186,3 +252,27 @@ class TritonGrpcClient(SharedMemoryClient, OipGrpcClient):
     async def _send(self, inputs: list[Any], outputs: list[Any]) -> Any:
         return await self._client.infer(self.spec.model_name, inputs, outputs=outputs,
                                         client_timeout=self.spec.timeout_s)
+
+    def _shm_request_bytes(self, part: InputPart, output: Region) -> bytes:
+        """The serialized ModelInferRequest with the tensors named by region, the parameters tritonclient's
+        `set_shared_memory` sets (no raw_input_contents)."""
+        from tritonclient.grpc import service_pb2
+
+        request = service_pb2.ModelInferRequest(
+            model_name=self.spec.model_name,
+            inputs=[service_pb2.ModelInferRequest.InferInputTensor(
+                name=self.spec.input_name, datatype=part.datatype, shape=part.shape)],
+            outputs=[service_pb2.ModelInferRequest.InferRequestedOutputTensor(name=self.spec.output_name)])
+        tensor, requested = request.inputs[0], request.outputs[0]
+        tensor.parameters["shared_memory_region"].string_param = part.region
+        tensor.parameters["shared_memory_byte_size"].int64_param = part.byte_size
+        if part.offset:
+            tensor.parameters["shared_memory_offset"].int64_param = part.offset
+        requested.parameters["shared_memory_region"].string_param = output.name
+        requested.parameters["shared_memory_byte_size"].int64_param = self._output_bytes
+        return request.SerializeToString()
+
+    def _wire_output_shape(self, body: bytes) -> tuple[int, ...]:
+        response = self.response_type().FromString(grpc_message(body))
+        outputs = {output.name: output for output in response.outputs}
+        return tuple(int(n) for n in outputs[self.spec.output_name].shape)

@@ -33,7 +33,9 @@ _counter = itertools.count()
 
 
 def region_name() -> str:
-    return f"{PREFIX}{os.getpid()}_{next(_counter)}"
+    """`tierbench_<pid>_<000042>`: of one width within a process, so requests naming regions are of one size (the
+    compiled engine checks each response's size against the first's)."""
+    return f"{PREFIX}{os.getpid()}_{next(_counter):06d}"
 
 
 def remove_stale_regions() -> list[str]:
