@@ -146,11 +146,13 @@ def test_shared_memory_keeps_the_payload_off_the_socket(triton, wire: str, input
 
 
 @pytest.mark.parametrize("wire", ["http", "grpc"])
-def test_the_compiled_engine_drives_shared_memory(triton, wire: str, tmp_path, monkeypatch) -> None:
-    """The compiled engine's requests name regions the client registered (`open_wire`): a closed loop of 3 in flight
-    runs through a counting proxy with only the requests' metadata on the socket, the server writes each request's
-    logits into the output region its body names (body 0's: the socket's logits for the same input), and closing
-    the client unregisters and removes every region."""
+@pytest.mark.parametrize("memory", ["shm", pytest.param("cuda_shm", marks=pytest.mark.gpu)])
+def test_the_compiled_engine_drives_shared_memory(triton, wire: str, memory: str, tmp_path, monkeypatch) -> None:
+    """The compiled engine's requests name regions the client registered (`open_wire`): an output region per body,
+    for one request more in flight than the pool holds two bodies per input; a closed loop of 3 runs through a
+    counting proxy with only the requests' metadata on the socket, the server writes each request's logits into the
+    output region its body names (body 0's: the socket's logits for the same input), and closing the client
+    unregisters and frees every region."""
     import tempfile
 
     import tritonclient.http as http
@@ -172,11 +174,12 @@ def test_the_compiled_engine_drives_shared_memory(triton, wire: str, tmp_path, m
             await plain.close()
         proxy = CountingProxy(handle.urls[wire])
         proxied = ServerHandle(handle.server_mode, {wire: await proxy.start()})
-        client = load_client(backend.client_spec(proxied, f"{wire}_shm", "tensor", batch))
+        client = load_client(backend.client_spec(proxied, f"{wire}_{memory}", "tensor", batch))
+        in_flight = len(client.pool) + 1
         try:
-            await client.open_wire(3)
+            await client.open_wire(in_flight)
             request = client.wire_request()
-            load = CompiledLoad(request, LoadPoint(LoadMode.CLOSED, 3), 30, batch, max_in_flight=3,
+            load = CompiledLoad(request, LoadPoint(LoadMode.CLOSED, 3), 30, batch, max_in_flight=in_flight,
                                 check_response=client.check_wire_response)
             await load.open()
             load.start()
@@ -197,17 +200,20 @@ def test_the_compiled_engine_drives_shared_memory(triton, wire: str, tmp_path, m
         return request, window, up, down, expected, written, regions, client.payload_bytes, len(client.pool)
 
     request, window, up, down, expected, written, regions, payload, pool = asyncio.run(run())
-    assert len(request.payloads) == pool >= 3, "a body per request of the pool, at least one per request in flight"
-    assert len(set(request.payloads)) == pool, "each names an output region of its own"
-    assert len(regions) == 1 + pool, f"the input region and an output region per body while it ran: {regions}"
+    assert len(request.payloads) == 2 * pool, "whole pools, at least a body per request in flight"
+    assert len(set(request.payloads)) == 2 * pool, "each names an output region of its own"
+    if memory == "shm":
+        assert len(regions) == 1 + 2 * pool, f"the input region and an output region per body while it ran: {regions}"
     assert window.completed >= 3 and not window.errors, window.errors
     per_request = (up + down) / max(window.completed, 1)
-    print(f"{wire}_shm, compiled engine: {window.completed} requests in 1 s, {per_request:.0f} B per request on the "
+    print(f"{wire}_{memory}, compiled engine: {window.completed} requests in 1 s, {per_request:.0f} B per request on the "
           f"socket (payload {payload} B)")
     assert per_request < 2_000 < payload
     np.testing.assert_allclose(written, expected, rtol=0, atol=1e-5)
     assert not list(Path("/dev/shm").glob(f"tierbench_{os.getpid()}_*"))
-    status = http.InferenceServerClient(handle.urls["http"]).get_system_shared_memory_status()
+    server = http.InferenceServerClient(handle.urls["http"])
+    status = (server.get_system_shared_memory_status() if memory == "shm"
+              else server.get_cuda_shared_memory_status())
     assert not [region for region in status if region["name"].startswith("tierbench_")]
 
 
