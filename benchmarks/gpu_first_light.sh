@@ -23,7 +23,8 @@
 #   --tier T          the GPU tier (default: the one the GPU's name matches in conf/gpu/)
 #   --steps LIST      the steps to run, comma-separated (default: all): imports, doctor, ceiling (runners.ceiling),
 #                     check (benchmarks/ceiling_check.py), first-light (the sweep and its report), search
-#                     (experiment=cheapest_gpu and its report), precisions (experiment=precisions and its report,
+#                     (experiment=cheapest_gpu and its report), search-shm (the same search of Triton over
+#                     grpc_shm: no tensor on the socket), precisions (experiment=precisions and its report,
 #                     per model in $PRECISION_MODELS, default resnet18), shared (the card beside the card shared
 #                     by two servers, e.g. h100_sxm and h100_sxm_shared2), served (benchmarks/ceiling_vs_served.py),
 #                     batcher, tests;
@@ -42,7 +43,7 @@ PARTS=""
 WHEELHOUSE=""
 VENV=""
 TIER=""
-STEPS=imports,doctor,ceiling,check,first-light,search,precisions,shared,served,batcher,tests
+STEPS=imports,doctor,ceiling,check,first-light,search,search-shm,precisions,shared,served,batcher,tests
 STEP_LIMIT=600
 BUDGET=""
 MIN_STEP_S=${MIN_STEP_S:-60}
@@ -183,6 +184,15 @@ if wanted search; then
     quiet=true report=false
   step search-report "$OUT/search_report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
     "$PYTHON" -m runners.report "$SEARCH_ID" --results-dir "$OUT/runs"
+fi
+
+if wanted search-shm; then  # the same search of Triton with no tensor on the socket: is the transport what stops it?
+  SHM_ID=search-shm-$(date -u +%Y%m%d-%H%M%S)
+  step search-shm "$OUT/search_shm.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.sweep "gpu=$TIER" experiment=cheapest_gpu "sweep_id=$SHM_ID" "results_dir=$OUT/runs" \
+    quiet=true report=false 'experiment.backends=[triton_onnx_dynbatch]' 'experiment.protocols=[grpc_shm]'
+  step search-shm-report "$OUT/search_shm_report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.report "$SHM_ID" --results-dir "$OUT/runs"
 fi
 
 if wanted precisions; then  # every precision on the GPU, held to the accuracy bound (docs/inputs.md)

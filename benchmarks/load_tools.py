@@ -57,14 +57,19 @@ def run_perf_analyzer(binary: str, env: dict[str, str], model: str, url: str, pr
                       window_s: float, niceness: int | None = None) -> dict[str, float]:
     """perf_analyzer at one concurrency; its stability threshold is relaxed (10 -> 20 -> 40 %) when a busy
     machine won't let it settle, and the threshold used is reported. `url`: host:port, with a path prefix for a
-    server whose OIP routes sit under one (Ray Serve's route prefix). Also its own CPU (user + system, the
-    kernel's accounting of the child, every attempt) and wall time, for its CPU per request."""
+    server whose OIP routes sit under one (Ray Serve's route prefix). `protocol`: http | grpc, or a shared-memory
+    protocol (`grpc_shm`: `-i grpc --shared-memory=system`). Also its own CPU (user + system, the kernel's
+    accounting of the child, every attempt) and wall time, for its CPU per request."""
+    from serving.protocols import parse_protocol
+
+    wire, memory = parse_protocol(protocol)
+    shared = [] if memory == "none" else [f"--shared-memory={memory}"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     for stability in (10, 20, 40):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "pa.csv"
-            cmd = [binary, "-m", model, "-u", url, "-i", protocol, "-b", "1",
+            cmd = [binary, "-m", model, "-u", url, "-i", wire, "-b", "1", *shared,
                    f"--concurrency-range={concurrency}:{concurrency}",
                    f"--measurement-interval={int(window_s * 1000)}", f"--stability-percentage={stability}",
                    "--max-trials=10", "--input-data=random", "-f", str(out)]
