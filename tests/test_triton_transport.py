@@ -206,8 +206,8 @@ def test_the_compiled_engine_drives_shared_memory(triton, wire: str, memory: str
         assert len(regions) == 1 + 2 * pool, f"the input region and an output region per body while it ran: {regions}"
     assert window.completed >= 3 and not window.errors, window.errors
     per_request = (up + down) / max(window.completed, 1)
-    print(f"{wire}_{memory}, compiled engine: {window.completed} requests in 1 s, {per_request:.0f} B per request on the "
-          f"socket (payload {payload} B)")
+    print(f"{wire}_{memory}, compiled engine: {window.completed} requests in 1 s, {per_request:.0f} B per request on "
+          f"the socket (payload {payload} B)")
     assert per_request < 2_000 < payload
     np.testing.assert_allclose(written, expected, rtol=0, atol=1e-5)
     assert not list(Path("/dev/shm").glob(f"tierbench_{os.getpid()}_*"))

@@ -130,9 +130,9 @@ class TrialMatrix(StrEnum):
 
 class LoadEngine(StrEnum):
     """What sends a trial's requests. `compiled`: the C engine (experiments/measure/engine/loadgen.c), one process per
-    client actor, HTTP/1.1 and gRPC over sockets (Triton's shared-memory protocols too: the client registers the regions
-    its requests name); `python`: the actor's own asyncio client; `auto`: compiled wherever it builds and speaks the trial's protocol, else python (the
-    trial records which, and why)."""
+    client actor, HTTP/1.1 and gRPC over sockets, Triton's shared-memory protocols too (the client registers the
+    regions its requests name); `python`: the actor's own asyncio client; `auto`: compiled wherever it builds and
+    speaks the trial's protocol, else python (the trial records which, and why)."""
 
     AUTO = "auto"
     COMPILED = "compiled"
