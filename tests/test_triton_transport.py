@@ -4,6 +4,7 @@ on the wire, region clean-up, and the dynamic batcher merging requests (Triton's
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -148,8 +149,8 @@ def test_shared_memory_keeps_the_payload_off_the_socket(triton, wire: str, input
 @pytest.mark.parametrize("wire", ["http", "grpc"])
 @pytest.mark.parametrize("memory", ["shm", pytest.param("cuda_shm", marks=pytest.mark.gpu)])
 def test_the_compiled_engine_drives_shared_memory(triton, wire: str, memory: str, tmp_path, monkeypatch) -> None:
-    """The compiled engine's requests name regions the client registered (`open_wire`): an output region per body,
-    for one request more in flight than the pool holds two bodies per input; a closed loop of 3 runs through a
+    """The compiled engine's requests name regions the client registered (`open_wire`): an output region per request
+    in flight, one more than the pool's inputs (so whole pools twice over); a closed loop of 3 runs for 2 s through a
     counting proxy with only the requests' metadata on the socket, the server writes each request's logits into the
     output region its body names (body 0's: the socket's logits for the same input), and closing the client
     unregisters and frees every region."""
@@ -160,6 +161,7 @@ def test_the_compiled_engine_drives_shared_memory(triton, wire: str, memory: str
     from experiments.config.choices import LoadMode
     from experiments.measure.engine.compiled_load import CompiledLoad
     from experiments.measure.load import LoadPoint
+    from serving.triton.clients import MAX_WIRE_OUTPUTS
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the engine's files
     backend, handle = triton
@@ -187,7 +189,7 @@ def test_the_compiled_engine_drives_shared_memory(triton, wire: str, memory: str
                 await load.wait_warm(5, 0.2, 60)
                 start = load.now()
                 up_before, down_before = proxy.up, proxy.down
-                window = await load.collect(start, start + 1.0)
+                window = await load.collect(start, start + 2.0)
                 up, down = proxy.up - up_before, proxy.down - down_before
             finally:
                 await load.stop()
@@ -200,13 +202,14 @@ def test_the_compiled_engine_drives_shared_memory(triton, wire: str, memory: str
         return request, window, up, down, expected, written, regions, client.payload_bytes, len(client.pool)
 
     request, window, up, down, expected, written, regions, payload, pool = asyncio.run(run())
-    assert len(request.payloads) == 2 * pool, "whole pools, at least a body per request in flight"
-    assert len(set(request.payloads)) == 2 * pool, "each names an output region of its own"
+    outputs = min(pool + 1, MAX_WIRE_OUTPUTS)
+    assert len(request.payloads) == pool * math.ceil(outputs / pool), "whole pools, an output region per request"
+    assert len(set(request.payloads)) == len(request.payloads), "no two bodies name the same input and output"
     if memory == "shm":
-        assert len(regions) == 1 + 2 * pool, f"the input region and an output region per body while it ran: {regions}"
-    assert window.completed >= 3 and not window.errors, window.errors
+        assert len(regions) == 1 + outputs, f"the input region and an output region per request in flight: {regions}"
+    assert window.completed >= 2 and not window.errors, window.errors  # two cores shared with other work
     per_request = (up + down) / max(window.completed, 1)
-    print(f"{wire}_{memory}, compiled engine: {window.completed} requests in 1 s, {per_request:.0f} B per request on "
+    print(f"{wire}_{memory}, compiled engine: {window.completed} requests in 2 s, {per_request:.0f} B per request on "
           f"the socket (payload {payload} B)")
     assert per_request < 2_000 < payload
     np.testing.assert_allclose(written, expected, rtol=0, atol=1e-5)

@@ -56,7 +56,8 @@ class LoadClientActor:
         client.start_at((self.index * GOLDEN_SHARE) % 1.0)
         if engine == LoadEngine.COMPILED:
             try:
-                await client.open_wire(max_in_flight)
+                # A closed loop has its loops in flight at most; an open loop up to max_in_flight.
+                await client.open_wire(max_in_flight if load.mode.open_loop else min(max_in_flight, int(load.load)))
                 self._load = CompiledLoad(client.wire_request(), load, spec.timeout_s, spec.batch_size, self.index,
                                           max_in_flight, horizon_s, client.check_wire_response)
                 await self._load.open()

@@ -9,10 +9,11 @@ frees every region. Those calls go through `tritonclient`'s aio clients, which r
 
 The compiled load engine sends bytes over sockets: for it the regions are made and registered here first
 (`open_wire`), then its requests are built naming them, as perf_analyzer's `--shared-memory` does. Each request it
-sends names its input's part of the input region and an output region of its own, `max_in_flight` of them at least
-(a whole number of pools, so the inputs still go round in turn): the engine sends body n modulo their count, so two
-requests in flight share an output region only where responses came back far out of order, which changes no
-figure (the outputs are not read back: the first response's shape is checked).
+sends names its input's part of the input region and one of the output regions, as many as requests may be in
+flight up to MAX_WIRE_OUTPUTS, in turn (the bodies are whole pools, so the inputs still go round in turn). Requests
+in flight share an output region only beyond that count or where responses came back far out of order, which
+changes no figure: the server writes each answer whole, and the outputs are not read back (the first response's
+shape is checked).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from serving.oip.clients import HEADER_LENGTH, OipClient, OipGrpcClient, OipHttp
 from serving.triton.shm import Region, new_region, remove_stale_regions
 
 log = logging.getLogger(__name__)
+
+# The compiled engine's output regions at most: a closed loop of up to this many in flight gets one per request; an
+# open loop (up to experiment.max_in_flight outstanding) shares them beyond (one region per answer is 4 KB per image).
+MAX_WIRE_OUTPUTS = 64
 
 
 @dataclass(frozen=True)
@@ -101,21 +106,24 @@ class SharedMemoryClient(OipClient):
         self._inputs = []
         for part in parts:
             infer_input = self._infer_input(self.spec.input_name, part.shape, part.datatype)
-            infer_input.set_shared_memory(self._input_region.name, part.byte_size, part.offset)
+            infer_input.set_shared_memory(part.region, part.byte_size, part.offset)
             self._inputs.append(infer_input)
 
     async def open_wire(self, max_in_flight: int) -> None:
         if shared_memory_of(self.spec) == "none":
             return
         self._parts = await self._open_input_region()
-        count = len(self._parts) * math.ceil(max(1, max_in_flight) / len(self._parts))
-        self._wire_outputs = [await self._new_output_region() for _ in range(count)]
+        outputs = max(1, min(max_in_flight, MAX_WIRE_OUTPUTS))
+        self._wire_outputs = [await self._new_output_region() for _ in range(outputs)]
 
     def _all_request_bytes(self) -> list[bytes]:
+        """Whole pools, enough that consecutive requests up to the output regions' count name distinct ones."""
         if not self._wire_outputs:
             return super()._all_request_bytes()
-        return [self._shm_request_bytes(self._parts[i % len(self._parts)], output)
-                for i, output in enumerate(self._wire_outputs)]
+        inputs, outputs = len(self._parts), len(self._wire_outputs)
+        count = inputs * math.ceil(outputs / inputs)
+        return [self._shm_request_bytes(self._parts[i % inputs], self._wire_outputs[i % outputs])
+                for i in range(count)]
 
     def check_wire_response(self, body: bytes) -> None:
         if not self._wire_outputs:
