@@ -58,8 +58,7 @@ def _good_images(sustained: pd.DataFrame, pick: pd.Series) -> str:
 
 def by_p99(rows: pd.DataFrame) -> pd.DataFrame:
     """Trials by p99, lowest first: stable ones only when there are any."""
-    stable = rows[~rows["unstable"]]
-    return (stable if not stable.empty else rows).sort_values(P99, kind="stable")
+    return tables.stable_first(rows).sort_values(P99, kind="stable")
 
 
 def fastest(rows: pd.DataFrame) -> pd.Series:

@@ -15,7 +15,7 @@ from experiments.measure.efficiency import ABOVE_CEILING, Bottleneck, above_ceil
 from experiments.report.data import SweepData
 from experiments.report.marks import suffix
 from experiments.report.render import MISSING_CELL, Document, ms, rate, usd, usd_per_hour
-from experiments.report.tables import THROUGHPUT
+from experiments.report.tables import THROUGHPUT, stable_first
 
 RUNTIME, SHARE = "ceiling_runtime", "ceiling_share"
 # Where a runtime computes, as its key names it (`serving.runtime.Runtime.key`): these places are not a GPU.
@@ -94,11 +94,6 @@ def with_ceiling(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[(_text(rows, RUNTIME) != "") & _figure(rows, "ceiling_best_img_s").notna()]
 
 
-def _first_stable(rows: pd.DataFrame) -> pd.DataFrame:
-    stable = rows[~rows["unstable"].astype(bool)]
-    return stable if not stable.empty else rows
-
-
 def tier_floors(rows: pd.DataFrame, prices: dict[str, list[Price]]) -> dict[str, Floor]:
     """Per priced tier with a ceiling: its floor at its primary price, from the largest device-resident best among
     its trials, else the largest round-trip best."""
@@ -118,7 +113,7 @@ def closest(sustained: pd.DataFrame) -> pd.Series | None:
     rows = sustained[_figure(sustained, SHARE).notna()]
     if rows.empty:
         return None
-    rows = _first_stable(rows)
+    rows = stable_first(rows)
     believable = rows[~_outran(rows)]
     rows = believable if not believable.empty else rows
     return rows.loc[_figure(rows, SHARE).idxmax()]
@@ -162,7 +157,7 @@ def _runtime_row(runtime: str, trials: pd.DataFrame, sustained: pd.DataFrame) ->
                top["ceiling_resident_best_img_s"], top.get("ceiling_resident_best_batch"))}
     if sustained.empty:
         return row | {"best served point": "none sustained its load"}
-    pick = _first_stable(sustained)
+    pick = stable_first(sustained)
     pick = pick.loc[_figure(pick, THROUGHPUT).idxmax()]
     share, busy = pick.get(SHARE), pick.get("gpu_util_pct")
     return row | {"best served point": _point(pick), "served img/s": rate(pick[THROUGHPUT]),
@@ -205,7 +200,7 @@ def _verdicts(doc: Document, rows: pd.DataFrame) -> None:
         fixes = [f for f in _text(group, "bottleneck_fix") if f]
         fix = fixes[0] if fixes else (Bottleneck(name).fix if name in VERDICT_ORDER else "none logged")
         sustained = group[~group["overloaded"].astype(bool)]
-        pool = _first_stable(sustained if not sustained.empty else group)
+        pool = stable_first(sustained if not sustained.empty else group)
         example = pool.loc[_figure(pool, THROUGHPUT).fillna(0).idxmax()]
         evidence = example.get("bottleneck_evidence") or "no evidence logged"
         items.append(f"**{name}**: {len(group)} trial(s). Fix: {fix}. E.g. {_point(example)}: {evidence}.")

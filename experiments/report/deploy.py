@@ -16,7 +16,7 @@ from experiments.measure.efficiency import VERDICT_TAGS, Bottleneck
 from experiments.report.ceiling_section import percent
 from experiments.report.data import CEILING_PARAMS, SLO_AT_MAX, SweepData
 from experiments.report.render import Document, count, format_frame, ms, rate, ratio, usd
-from experiments.report.tables import P99
+from experiments.report.tables import P99, stable_first
 from experiments.report.tables import THROUGHPUT as TRIAL_THROUGHPUT
 
 THROUGHPUT = "slo_max_throughput_img_s"
@@ -146,8 +146,7 @@ def lower_load_note(trials: pd.DataFrame, slo: pd.DataFrame, winner: pd.Series, 
     searched = slo[(slo["tier"] == tier) & slo["search_of"].notna() & (slo["status"] == "ok")]
     rows = trials[(trials["tier"] == tier) & trials["variant"].isin(set(searched["variant"]))
                   & (trials[P99] <= slo_p99_ms)]
-    if "unstable" in rows and (~rows["unstable"]).any():  # stable ones first, as the answer takes them
-        rows = rows[~rows["unstable"]]
+    rows = stable_first(rows)  # as the answer takes them
     if rows.empty:
         return ""
     fastest = rows.loc[rows[TRIAL_THROUGHPUT].idxmax()]

@@ -153,6 +153,15 @@ def priced_points(ok: pd.DataFrame, prices_by_tier: dict[str, list[Price]]) -> p
     return pd.concat(frames, ignore_index=True).sort_values(["cost_per_1k_usd", P99]).reset_index(drop=True)
 
 
+def stable_first(rows: pd.DataFrame) -> pd.DataFrame:
+    """The stable ones among `rows` where there are any, else all of them: a pick is taken from stable trials
+    whenever one qualifies (an unstable pick is marked where it is shown)."""
+    if "unstable" not in rows:
+        return rows
+    stable = rows[~rows["unstable"].astype(bool)]
+    return stable if not stable.empty else rows
+
+
 def slo_candidates(priced: pd.DataFrame, slo_p99_ms: float) -> pd.DataFrame:
     """Operating points whose p99 meets the SLO, cheapest first (at every listed price)."""
     if priced.empty:
@@ -166,9 +175,7 @@ def slo_ranked(priced: pd.DataFrame, slo_p99_ms: float, price: str | None = "pri
     rows = slo_candidates(priced, slo_p99_ms)
     if price is not None and not rows.empty:
         rows = rows[rows["price"] == price]
-    if "unstable" in rows and (~rows["unstable"]).any():
-        rows = rows[~rows["unstable"]]
-    return rows
+    return stable_first(rows)
 
 
 def slo_pick(priced: pd.DataFrame, slo_p99_ms: float, price: str | None = "primary") -> pd.Series | None:

@@ -102,12 +102,19 @@ class SharedMemoryClient(OipClient):
         if shared_memory_of(self.spec) == "none":
             await super().open()
             return
-        parts = await self._open_input_region()
-        self._inputs = []
-        for part in parts:
-            infer_input = self._infer_input(self.spec.input_name, part.shape, part.datatype)
-            infer_input.set_shared_memory(part.region, part.byte_size, part.offset)
-            self._inputs.append(infer_input)
+        self._inputs = [self._shm_input(part) for part in await self._open_input_region()]
+
+    def _shm_input(self, part: InputPart) -> Any:
+        """The tritonclient input descriptor naming `part` of the input region."""
+        infer_input = self._infer_input(self.spec.input_name, part.shape, part.datatype)
+        infer_input.set_shared_memory(part.region, part.byte_size, part.offset)
+        return infer_input
+
+    def _shm_output(self, region: Region) -> Any:
+        """The tritonclient output descriptor asking for the answer in `region`."""
+        output = self._requested_output(self.spec.output_name)
+        output.set_shared_memory(region.name, self._output_bytes)
+        return output
 
     async def open_wire(self, max_in_flight: int) -> None:
         if shared_memory_of(self.spec) == "none":
@@ -159,9 +166,7 @@ class SharedMemoryClient(OipClient):
         name = self.spec.output_name
         region = self._free_outputs.pop() if self._free_outputs else await self._new_output_region()
         try:
-            output = self._requested_output(name)
-            output.set_shared_memory(region.name, self._output_bytes)
-            result = await self._send([self._inputs[index]], [output])
+            result = await self._send([self._inputs[index]], [self._shm_output(region)])
             return region.read(np.float32, self._output_shape(result, name)), None
         finally:
             self._free_outputs.append(region)
@@ -217,14 +222,11 @@ class TritonHttpClient(SharedMemoryClient, OipHttpClient):
         return await self._client.infer(self.spec.model_name, inputs, outputs=outputs)
 
     def _shm_request_bytes(self, part: InputPart, output: Region) -> bytes:
-        """tritonclient's own JSON body, the tensors named by region (no binary data follows)."""
+        """tritonclient's own JSON body for the descriptors the Python path sends (no binary data follows)."""
         import tritonclient.http as http
 
-        infer_input = http.InferInput(self.spec.input_name, part.shape, part.datatype)
-        infer_input.set_shared_memory(part.region, part.byte_size, part.offset)
-        requested = http.InferRequestedOutput(self.spec.output_name, binary_data=False)
-        requested.set_shared_memory(output.name, self._output_bytes)
-        body, json_size = http.InferenceServerClient.generate_request_body([infer_input], outputs=[requested])
+        body, json_size = http.InferenceServerClient.generate_request_body([self._shm_input(part)],
+                                                                          outputs=[self._shm_output(output)])
         headers = {"Content-Type": "application/json"}
         if json_size is not None:
             headers[HEADER_LENGTH] = str(json_size)
@@ -263,7 +265,8 @@ class TritonGrpcClient(SharedMemoryClient, OipGrpcClient):
 
     def _shm_request_bytes(self, part: InputPart, output: Region) -> bytes:
         """The serialized ModelInferRequest with the tensors named by region, the parameters tritonclient's
-        `set_shared_memory` sets (no raw_input_contents)."""
+        `set_shared_memory` sets (no raw_input_contents): tritonclient.grpc serializes its descriptors only in
+        private helpers, so the message is built here, as `OipGrpcClient._request_bytes` builds its own."""
         from tritonclient.grpc import service_pb2
 
         request = service_pb2.ModelInferRequest(
