@@ -78,6 +78,12 @@ class FailingServer:
         return ServerReport(self.service_s * 1e3, 1)
 
 
+# A share of 1 % is measured to a tenth of a point over 1,000 requests (the stand-ins fail every k-th one, so the
+# count is off by one at most): the bar is the count a share needs, not the rate this machine reaches, which a
+# loaded CI runner halves.
+ENOUGH_REQUESTS = 1000
+
+
 async def _window(load, seconds: float) -> WindowSamples:
     load.start()
     await load.wait_warm(min_requests=5, min_seconds=0.1, timeout_s=10)
@@ -93,7 +99,7 @@ def test_a_closed_loop_reports_the_share_a_server_fails(share: float) -> None:
     samples = asyncio.run(_window(ClosedLoopLoad(server.infer, 4, timeout_s=5, images_per_request=2), 1.5))
     metrics = outcome_metrics(samples, deadline_ms=None)
     scheduled = samples.requests + samples.failures.count
-    assert scheduled >= 2000, f"only {scheduled} requests: the share is not measured to a point"
+    assert scheduled >= ENOUGH_REQUESTS, f"only {scheduled} requests: the share is not measured to a point"
     assert abs(metrics["error_rate"] - share) <= 0.01 and metrics["error_rate_http_503"] == metrics["error_rate"]
     assert set(samples.failures.by_class()) == {"http_503"} and metrics["failed_requests"] == samples.failures.count
     assert metrics["latency_all_p99_ms"] >= metrics["latency_all_p50_ms"] > 0
@@ -108,7 +114,8 @@ def test_an_open_loop_goes_on_through_errors_and_counts_goodput_as_the_server_lo
     samples = asyncio.run(_window(load, 1.5))
     metrics = outcome_metrics(samples, deadline_ms=1000.0)  # a deadline every answer meets on this machine
     scheduled = samples.requests + samples.failures.count
-    assert scheduled >= 2000 and abs(metrics["error_rate"] - 0.10) <= 0.01
+    assert scheduled >= ENOUGH_REQUESTS, f"only {scheduled} of 2,250 requests: the share is not measured to a point"
+    assert abs(metrics["error_rate"] - 0.10) <= 0.01
     # goodput against the server's own log: the successes it answered over the same span
     ok_in_log = sum(1 for ok, _ in server.log if ok)
     ok_over_span = ok_in_log / (server.log[-1][1] - server.log[0][1])
