@@ -3,6 +3,7 @@ the same server, on loopback, batch 1, the tiny model (~1 ms of service: the cli
 
     python benchmarks/client_overhead.py [--model tiny] [--runs 3] [--sections closed open ceiling bodies]
                                          [--servers triton_onnx pytorch] [--engines compiled python]
+                                         [--set KEY=VALUE ...]  (more Hydra overrides for the trials)
 
 perf_analyzer and wrk run at the scheduling priority the engine had (the trial's `client_niceness`: 0 where the
 engine may raise its own, ahead of the servers Ray starts at nice 15; else 15), so neither client gets the cores
@@ -426,7 +427,7 @@ def bodies_rows(args: Any, run: int) -> list[dict[str, Any]]:
 
 def _overrides(args: Any) -> list[str]:
     return [f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
-            "experiment.warmup_requests=50", "experiment.stability.max_windows=10"]
+            "experiment.warmup_requests=50", "experiment.stability.max_windows=10", *args.set]
 
 
 def main() -> None:
@@ -445,6 +446,8 @@ def main() -> None:
                         help="bodies: the closed loops' concurrencies")
     parser.add_argument("--body-seconds", type=float, default=2.0, help="bodies: seconds measured per round")
     parser.add_argument("--body-rounds", type=int, default=5, help="bodies: rounds, one body and the pool in turn")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="more Hydra overrides for the sweep's trials (e.g. experiment.inputs.pool_mib=0.5)")
     args = parser.parse_args()
 
     cfg = load_config(_overrides(args))
@@ -478,7 +481,8 @@ def _write(args: Any, rows: list[dict[str, Any]]) -> None:
         columns[-2:-2] = BODIES_COLUMNS
     sections = "" if set(args.sections) == set(SECTIONS) else "_" + "_".join(args.sections)
     report(f"client_overhead_{args.model}{sections}", columns, rows, {
-        "model": args.model, "window_s": args.window_s, "runs": args.runs, "engines": args.engines, "goal": GOAL,
+        "model": args.model, "window_s": args.window_s, "runs": args.runs, "engines": args.engines, "set": args.set,
+        "goal": GOAL,
         "rows_meeting_goal": f"{sum(r['meets_goal'] for r in rows if 'meets_goal' in r)} of "
                              f"{sum('meets_goal' in r for r in rows)}"})
 
