@@ -19,7 +19,15 @@ from experiments.plan import Trial
 from experiments.report import plots, tables
 from experiments.report.answer import answer_lines
 from experiments.report.build import ReportOptions
-from experiments.report.ceiling_section import EMPTY, ceiling_section, outran, percent, share_sentence, tier_floors
+from experiments.report.ceiling_section import (
+    EMPTY,
+    ceiling_section,
+    level,
+    outran,
+    percent,
+    share_sentence,
+    tier_floors,
+)
 from experiments.report.publish import make_report
 from experiments.report.render import Document
 from experiments.run.trial import new_record
@@ -205,6 +213,28 @@ def test_a_point_that_outran_its_in_process_timing_is_called_a_low_timing_not_th
     gpu = pd.Series({"ceiling_share": 1.6, "ceiling_share_resident": 0.7})
     assert not outran(gpu), "1.6x the round trip with several instances, within the device-resident best"
     assert outran(gpu.replace(0.7, 1.2)) and not outran(pd.Series({"ceiling_share": 1.1}))
+
+
+def test_a_point_just_past_its_in_process_timing_is_called_level_with_it(published) -> None:
+    """At 108 % of its runtime's round trip (within the timing's noise) a point is still the closest, and every place
+    that names its share says it is level with the timing, not past it; at 100 % nothing is said."""
+    trials = published.data.trials.copy()
+    local = (trials["tier"] == "local") & (trials["stack"] == "triton_onnx/http/tensor")
+    trials.loc[local, "ceiling_share"] = 1.08
+    trials.loc[trials["tier"] != "local", "ceiling_share"] = 0.5
+    data = replace(published.data, trials=trials)
+    doc = Document("t")
+    (summary,) = ceiling_section(doc, data, {t: t for t in data.tiers}, {})
+    local_md = _section(doc.to_markdown(), "### Tier local\n")
+    assert "| 108 % (b1), level |" in local_md
+    assert "1 served point(s) here read above 100 % of their runtime in-process, by no more than 15 %" in local_md
+    assert "outran" not in local_md
+    assert summary.startswith("closest to the ceiling: local · triton_onnx/http/tensor")
+    assert summary.endswith(", level with that in-process timing, within its noise")
+    row = data.ok[local].iloc[0]
+    assert share_sentence(row).endswith(": level with that in-process timing, within its noise (see its section).")
+    assert not level(pd.Series({"ceiling_share": 1.0})) and not level(pd.Series({"ceiling_share": 1.2}))
+    assert not level(pd.Series({"ceiling_share": 1.6, "ceiling_share_resident": 0.7})), "a GPU's resident bound"
 
 
 def test_each_tiers_floor_is_its_cost_at_its_best_in_process_throughput(published) -> None:

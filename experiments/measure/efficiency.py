@@ -53,13 +53,27 @@ DOMINANT_SHARE = 0.3
 ABOVE_CEILING = 1.15
 
 
-def above_ceiling(share: float | None, resident_share: float | None = None) -> bool:
-    """Whether a served point outran its runtime in-process (`ceiling_share`, or `ceiling_share_resident` where the
-    runtime has a device-resident best): then the timing reads low there, not the server fast. None or NaN: unknown."""
+def _bounding_share(share: float | None, resident_share: float | None) -> float | None:
+    """The share no server can pass: `ceiling_share_resident` where the runtime has a device-resident best (several
+    instances overlap copies with compute, so the round trip's share may pass 1), else `ceiling_share`."""
     def known(value: float | None) -> bool:
         return value is not None and value == value
     bound = resident_share if known(resident_share) else share
-    return known(bound) and float(bound) > ABOVE_CEILING
+    return float(bound) if known(bound) else None
+
+
+def above_ceiling(share: float | None, resident_share: float | None = None) -> bool:
+    """Whether a served point outran its runtime in-process by more than the timing's noise: then the timing reads
+    low there, not the server fast. None or NaN: unknown."""
+    bound = _bounding_share(share, resident_share)
+    return bound is not None and bound > ABOVE_CEILING
+
+
+def level_with_ceiling(share: float | None, resident_share: float | None = None) -> bool:
+    """Whether a served point is past its runtime in-process, but by no more than the timing's noise: level with
+    it, not past it."""
+    bound = _bounding_share(share, resident_share)
+    return bound is not None and 1.0 < bound <= ABOVE_CEILING
 
 
 class Bottleneck(StrEnum):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from experiments.config.prices import Price, cost_per_1k_images
-from experiments.measure.efficiency import ABOVE_CEILING, Bottleneck, above_ceiling
+from experiments.measure.efficiency import ABOVE_CEILING, Bottleneck, above_ceiling, level_with_ceiling
 from experiments.report.data import SweepData
 from experiments.report.marks import suffix
 from experiments.report.render import MISSING_CELL, Document, ms, rate, usd, usd_per_hour
@@ -77,6 +77,11 @@ def outran(row: pd.Series) -> bool:
     return above_ceiling(row.get(SHARE), row.get("ceiling_share_resident"))
 
 
+def level(row: pd.Series) -> bool:
+    """Whether a served point is past its runtime's in-process timing by no more than that timing's noise."""
+    return level_with_ceiling(row.get(SHARE), row.get("ceiling_share_resident"))
+
+
 def _outran(rows: pd.DataFrame) -> pd.Series:
     return rows.apply(outran, axis=1) if not rows.empty else pd.Series(False, index=rows.index, dtype=bool)
 
@@ -87,6 +92,9 @@ OUTRAN_TEXT = (f"{{n}} served point(s) here outran their runtime in-process by m
                "or a noisy point), and those shares are not the hardware's limit. Time the runtime again on a quiet "
                "node, `python -m runners.ceiling ceiling.cache=false` with the sweep's overrides: later sweeps on "
                "the node use that timing.")
+LEVEL_TEXT = (f"{{n}} served point(s) here read above 100 % of their runtime in-process, by no more than "
+              f"{(ABOVE_CEILING - 1) * 100:.0f} %: no server passes the runtime it serves, so read them as level with "
+              "it (the in-process timing takes seconds, on a node that other work may slow).")
 
 
 def with_ceiling(rows: pd.DataFrame) -> pd.DataFrame:
@@ -134,6 +142,8 @@ def share_sentence(row: pd.Series) -> str:
                 + (f" ({'; '.join(details)})" if details else ""))
     if outran(row):
         return sentence + ": more than a server can, so that in-process timing reads low (see its section)."
+    if level(row):
+        return sentence + ": level with that in-process timing, within its noise (see its section)."
     return sentence + "."
 
 
@@ -162,7 +172,8 @@ def _runtime_row(runtime: str, trials: pd.DataFrame, sustained: pd.DataFrame) ->
     share, busy = pick.get(SHARE), pick.get("gpu_util_pct")
     return row | {"best served point": _point(pick), "served img/s": rate(pick[THROUGHPUT]),
                   "of round trip at its batch": MISSING_CELL if pd.isna(share) else
-                  f"{percent(share)} (b{float(pick['ceiling_batch']):.3g})" + (", reads low" if outran(pick) else ""),
+                  f"{percent(share)} (b{float(pick['ceiling_batch']):.3g})"
+                  + (", reads low" if outran(pick) else ", level" if level(pick) else ""),
                   "of runtime's best": percent(pick.get("ceiling_share_best")),
                   "GPU busy %": MISSING_CELL if busy is None or pd.isna(busy) else f"{float(busy):.0f}",
                   "verdict": pick.get("bottleneck") or MISSING_CELL}
@@ -227,6 +238,8 @@ def _tier(doc: Document, data: SweepData, tier: str, label: str, floor: Floor | 
         _runtime_table(doc, timed, with_ceiling(sustained), gpu)
         if count := int(_outran(timed).sum()):
             doc.p(OUTRAN_TEXT.format(n=count))
+        if count := int(timed.apply(level, axis=1).sum()):
+            doc.p(LEVEL_TEXT.format(n=count))
     _verdicts(doc, ok)
 
 
@@ -238,7 +251,9 @@ def summary_line(sustained: pd.DataFrame, labels: dict[str, str]) -> str | None:
     line = (f"closest to the ceiling: {labels.get(row['tier'], row['tier'])} · {_point(row)}: {percent(row[SHARE])} "
             f"of {row.get(RUNTIME) or 'its runtime'}'s in-process throughput at b{float(row['ceiling_batch']):.3g}")
     line += f" (bottleneck: {row['bottleneck']})" if row.get("bottleneck") else ""
-    return line + (", more than a server can: that in-process timing reads low" if outran(row) else "")
+    if outran(row):
+        return line + ", more than a server can: that in-process timing reads low"
+    return line + (", level with that in-process timing, within its noise" if level(row) else "")
 
 
 def ceiling_section(doc: Document, data: SweepData, labels: dict[str, str], floors: dict[str, Floor]) -> list[str]:
