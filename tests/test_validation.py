@@ -28,6 +28,7 @@ ROWS = [
     ("batch <= 0", ["experiment.batch_sizes=[0]"], "experiment.batch_sizes=0"),
     ("batch above the model's max", ["experiment.batch_sizes=[1,64]"], "experiment.batch_sizes=64"),
     ("concurrency <= 0", ["experiment.concurrency=[0]"], "experiment.concurrency=0"),
+    ("negative min_requests", ["experiment.stability.min_requests=-1"], "experiment.stability.min_requests=-1"),
     ("rate <= 0", ["experiment.load_mode=poisson", "experiment.request_rates=[-5]"], "experiment.request_rates=-5"),
     ("unknown load engine", ["experiment.load_engine=perf_analyzer"], "experiment.load_engine='perf_analyzer'"),
     ("unknown backend setting", ["+backends.pytorch.num_replica=2"], "backends.pytorch.num_replica=2"),

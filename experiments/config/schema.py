@@ -91,6 +91,10 @@ class StabilityConfig:
     windows: int = 3  # how many of the last windows must agree
     max_windows: int = 10  # stop there, agreed or not (the trial is then tagged stable=false)
     latency_percentile: int = 95  # the latency percentile the windows must agree on
+    # each window holds at least this many completed requests: one that holds fewer goes on into the next, measured
+    # as one longer window (up to 8 x window_s), before windows are compared (LoadGen's minimum query count); 0: every
+    # window is window_s long, whatever it holds
+    min_requests: int = 0
 
 
 @dataclass

@@ -135,6 +135,10 @@ def validate(cfg: TierbenchConfig) -> None:
               "percent > 0, windows >= 1, max_windows >= windows")
     if not 0 < stability.latency_percentile < 100:
         _fail("experiment.stability.latency_percentile", stability.latency_percentile, "between 0 and 100")
+    if not (isinstance(stability.min_requests, int) and stability.min_requests >= 0):
+        _fail("experiment.stability.min_requests", stability.min_requests,
+              "a whole number >= 0 (0: windows of window_s whatever they hold; e.g. 20, so that one request more "
+              "or less moves a window's throughput by 5 % at most)")
     if exp.slo.p99_ms is not None and exp.slo.p99_ms <= 0:
         _fail("experiment.slo.p99_ms", exp.slo.p99_ms, "a latency target > 0 ms, or null for no SLO search")
     if exp.slo.deadline_ms is not None and not exp.slo.deadline_ms > 0:

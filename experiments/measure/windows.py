@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 # Head start so every actor is loading before the common window opens.
 WINDOW_LEAD_S = 0.05
+# A window short of `stability.min_requests` completions goes on into the next ones, up to this many `window_s` in all.
+MAX_STRETCH = 8
 # The trial over time (MLflow step metrics `series_*`, the report's plots over time): bins per measurement window.
 SERIES_BINS_PER_WINDOW = 5
 
@@ -103,6 +105,31 @@ class BoundaryCounters:
         return before[2], after[2], after[0] - before[0], before[1] + after[1]
 
 
+class WindowStretch:
+    """Windows of `window_s` joined until each holds `min_requests` completions (at most `MAX_STRETCH` of them): a
+    window of 4 requests moves 25 % with one request more or less, which no stability rule of 10 % can tell from a
+    change. `starts`: the `window_s` boundary each joined window begins at; `cut`: the boundaries passed so far."""
+
+    def __init__(self, min_requests: int, neighbours: int) -> None:
+        self.min_requests = min_requests
+        self.held: list[list[WindowSamples]] = [[] for _ in range(1 + neighbours)]  # per tenant, the windows joined
+        self.starts: list[int] = []
+        self.cut = 0
+
+    def add(self, tenants: list[WindowSamples]) -> list[WindowSamples] | None:
+        """One `window_s` window per tenant (the trial's first); the joined windows once the trial's holds enough,
+        else None."""
+        self.cut += 1
+        for held, window in zip(self.held, tenants, strict=True):
+            held.append(window)
+        joined = [WindowSamples.merge(held) if len(held) > 1 else held[0] for held in self.held]
+        if joined[0].completed < self.min_requests and len(self.held[0]) < MAX_STRETCH:
+            return None
+        self.starts.append(self.cut - len(self.held[0]))
+        self.held = [[] for _ in self.held]
+        return joined
+
+
 @dataclass
 class Measurement:
     samples: WindowSamples  # the merged samples of the final, agreeing windows
@@ -174,27 +201,31 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         counters = BoundaryCounters(probe, start, exp.window_s)
         windows: list[WindowSamples] = []
         beside: list[list[WindowSamples]] = [[] for _ in neighbours]  # each neighbour's windows
+        stretch = WindowStretch(0 if ramp else stability.min_requests, len(neighbours))
         while True:
             end = start + exp.window_s
             parts = counters.gather([a.collect.remote(start, end) for a in used], remaining)
-            windows.append(WindowSamples.merge([p for p, t in zip(parts, tenant_of, strict=True) if t == 0]))
-            for tenant, own in enumerate(beside, start=1):
-                own.append(WindowSamples.merge([p for p, t in zip(parts, tenant_of, strict=True) if t == tenant]))
+            start = end
+            tenants = [WindowSamples.merge([p for p, t in zip(parts, tenant_of, strict=True) if t == tenant])
+                       for tenant in range(len(specs))]
+            if (window := stretch.add(tenants)) is None:
+                continue  # short of min_requests: it goes on into the next window
+            windows.append(window[0])
+            for own, part in zip(beside, window[1:], strict=True):
+                own.append(part)
             if ramp:  # one window per step, all of them the trial's: rising loads are never stable
                 stable = False
                 if len(windows) >= ramp:
                     break
-                start = end
                 continue
             recent = windows[-stability.windows:]
             stable = len(recent) == stability.windows and windows_stable(recent, stability.percent,
                                                                          stability.latency_percentile)
             if stable or len(windows) >= stability.max_windows:
                 break
-            start = end
         final = windows if ramp else windows[-stability.windows:]
         # Read while the load still runs: a server keeps serving its backlog after the clients stop.
-        before, after, span_s, read_s = counters.around(len(windows) - len(final), len(windows))
+        before, after, span_s, read_s = counters.around(stretch.starts[len(windows) - len(final)], stretch.cut)
     finally:
         try:
             ray.get([a.stop.remote() for a in used], timeout=exp.request_timeout_s + 5)

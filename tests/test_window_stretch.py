@@ -1,0 +1,86 @@
+"""A window short of `experiment.stability.min_requests` completions goes on into the next (experiments/measure/
+windows.py): the stability rule compares windows that hold enough requests to tell a change from one request more or
+less, the server's counters cover the joined windows, and a window never stretches past `MAX_STRETCH`."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from experiments.config.compose import load_config
+from experiments.measure.samples import WindowSamples
+from experiments.measure.windows import MAX_STRETCH, WindowStretch, measure
+from experiments.plan import Trial
+
+
+def window(k: int, completed: int, window_s: float = 1.0, origin: float = 0.0) -> WindowSamples:
+    """Window `k` (from `origin`, `window_s` long) in which `completed` requests of 1 image ran 10 ms each."""
+    start = origin + k * window_s
+    intended = start + np.arange(completed) * (window_s / max(completed, 1))
+    return WindowSamples(start, start + window_s, 1, intended, intended, intended + 0.01, np.full(completed, np.nan),
+                         np.zeros(completed, dtype=np.int32), completed=completed, sent=completed)
+
+
+def test_windows_short_of_the_minimum_are_joined_and_none_stretches_past_the_cap() -> None:
+    stretch = WindowStretch(min_requests=10, neighbours=1)
+    counts = [3, 4, 5, 30] + [1] * MAX_STRETCH
+    joined = [stretch.add([window(k, n), window(k, 2 * n)]) for k, n in enumerate(counts)]
+    done = [j for j in joined if j is not None]
+    assert [j is None for j in joined[:4]] == [True, True, False, False]
+    first, second, third = done
+    assert (first[0].completed, first[0].window_start, first[0].window_end) == (12, 0.0, 3.0)
+    assert first[1].completed == 24, "a neighbour's windows are joined with the trial's"
+    assert (second[0].completed, second[0].duration_s) == (30, 1.0)
+    assert (third[0].completed, third[0].duration_s) == (MAX_STRETCH, float(MAX_STRETCH)), "taken at the cap"
+    assert stretch.starts == [0, 3, 4] and stretch.cut == 4 + MAX_STRETCH
+    assert stretch.add([window(99, 0), window(99, 0)]) is None, "the next short window begins a new one"
+
+
+def test_without_a_minimum_every_window_is_its_own() -> None:
+    stretch = WindowStretch(min_requests=0, neighbours=0)
+    assert all(stretch.add([window(k, n)]) is not None for k, n in enumerate([0, 1, 50]))
+    assert stretch.starts == [0, 1, 2] and stretch.cut == 3
+
+
+class StandInActor:
+    """A client actor as `measure` drives it, its `.remote` calls answered at once: each window it is asked for holds
+    the next count of `counts` completions."""
+
+    def __init__(self, counts: list[int]) -> None:
+        self.counts = iter(counts)
+        for name in ("start", "wait_warm", "collect", "stop"):
+            setattr(self, name, SimpleNamespace(remote=getattr(self, f"_{name}")))
+
+    def _start(self, *args) -> tuple:
+        return (SimpleNamespace(), 0)
+
+    def _wait_warm(self, *args) -> str:
+        return "warm"
+
+    def _collect(self, start: float, end: float) -> WindowSamples:
+        return window(0, next(self.counts), end - start, origin=start)
+
+    def _stop(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("min_requests", "windows", "completed"), [(0, 3, 15), (20, 2, 45)])
+def test_a_trial_compares_windows_that_hold_the_minimum(monkeypatch: pytest.MonkeyPatch, min_requests: int,
+                                                        windows: int, completed: int) -> None:
+    """A server that completes 6 or 9 requests a window in turn: without a minimum no two windows in a row agree
+    within 10 % of their mean, and the trial stops unstable at its third; with 20 the first three join (21) and agree
+    with the next three (24): two windows, stable, 45 requests."""
+    cfg = load_config(["experiment.window_s=0.02", "experiment.stability.windows=2",
+                       "experiment.stability.max_windows=3", f"experiment.stability.min_requests={min_requests}"])
+    fake_ray = SimpleNamespace(get=lambda refs, timeout=None: refs, wait=lambda refs, num_returns, timeout: (refs, []))
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    trial = Trial("local", "m", "pytorch", "pytorch", "http", "tensor", 1, 1)
+    result = measure([StandInActor([6, 9, 6, 9, 6, 9])], SimpleNamespace(), trial, cfg.experiment,
+                     probe=lambda: {"nv_inference_count": 0.0})
+    assert (result.windows, result.samples.completed) == (windows, completed)
+    assert result.stable == (min_requests > 0)
+    # the server's counters are read at the joined windows' ends: their span is the final windows' (0.04 s or 0.12 s)
+    assert result.counters_span_s == pytest.approx(result.samples.duration_s, abs=0.015)
