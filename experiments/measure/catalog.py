@@ -57,6 +57,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("images_per_usd", "img/USD", Pool.PRICED, "images a dollar buys at this throughput"),
     Metric("windows", "count", Pool.SUM, "measurement windows until the last ones agreed (or the most allowed)"),
     Metric("stable", "flag", Pool.MIN, "1 when the last windows agreed within experiment.stability.percent"),
+    Metric("measured_s", "s", Pool.SUM, "seconds the figures were measured over: the last windows' span, longer than "
+           "their count times window_s where experiment.stability.min_requests joined short ones"),
     # What the requests carried (serving.corpus: distinct images, sent in turn; docs/inputs.md).
     Metric("payload_bytes", "bytes", Pool.MEAN, "image data one request carries (tensor, JPEG files or their base64 "
                                                 "text), the mean over the client's distinct requests"),

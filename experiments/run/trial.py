@@ -187,6 +187,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         "server_startup_s": handle.startup_s,
         **handle.metrics,
         "windows": float(result.windows),
+        "measured_s": samples.duration_s,
         "stable": float(result.stable),
         **client_metrics(samples),
         **server_reported_metrics(samples),
