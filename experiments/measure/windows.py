@@ -1,5 +1,6 @@
 """Measure one trial with the client actors: start load, drop the warm-up, then repeat windows until the last
-few agree (perf_analyzer's stability rule); percentiles come from the merged raw samples of those windows.
+few agree (perf_analyzer's stability rule), each window joined to the next while it holds fewer than
+`stability.min_requests` completions; percentiles come from the merged raw samples of those windows.
 The server's counters are read at the window boundaries, so its own count covers the clients' windows."""
 
 from __future__ import annotations
