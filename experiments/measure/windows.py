@@ -123,10 +123,11 @@ class WindowStretch:
         self.cut += 1
         for held, window in zip(self.held, tenants, strict=True):
             held.append(window)
+        trial = self.held[0]
+        if sum(w.completed for w in trial) < self.min_requests and len(trial) < MAX_STRETCH:
+            return None  # completions are exact sums over consecutive windows: nothing merged until it is whole
+        self.starts.append(self.cut - len(trial))
         joined = [WindowSamples.merge(held) if len(held) > 1 else held[0] for held in self.held]
-        if joined[0].completed < self.min_requests and len(self.held[0]) < MAX_STRETCH:
-            return None
-        self.starts.append(self.cut - len(self.held[0]))
         self.held = [[] for _ in self.held]
         return joined
 
