@@ -46,7 +46,7 @@ class PreprocessConfig:
 @dataclass
 class ModelConfig:
     """The image model to serve (a classifier, or any model returning one tensor per batch), from one of
-    `serving.models.ModelSource`: a factory (torchvision-style or `timm:<name>`) with seeded random or local
+    `serving.model_config.ModelSource`: a factory (torchvision-style or `timm:<name>`) with seeded random or local
     weights, a TorchScript or torch.export program, or an ONNX file. Files are checked before anything starts and
     travel to the tier nodes through Ray's object store."""
 

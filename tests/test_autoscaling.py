@@ -4,8 +4,9 @@ types declare tiers with `min_workers: 0`. The node types are read where `ray up
 in the head's home. A multirun over three tiers starts with no tier node alive: the autoscaler starts a node for two
 of them (the cluster's `max_workers: 2`), each tier runs there and is charged its node time, the third waits out
 `cluster.scale_up_timeout_s` and fails alone, and the nodes are removed once idle, also after a Ctrl-C mid-trial.
-A tier no node type offers is refused in seconds. The head is started and ended here by pid (with every node it
-started), never `ray stop`."""
+A card and the card shared by two servers, offered by one node type, take turns on the one node the autoscaler
+starts for them. A tier no node type offers is refused in seconds. The head is started and ended here by pid (with
+every node it started), never `ray stop`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.cluster.tiers import EMULATED_RESOURCE, tier_resource
+from experiments.cluster.tiers import EMULATED_RESOURCE, NODE_LOCK_RESOURCE, tier_resource
 from experiments.config.compose import load_config
 from tests.helpers import runs, store_overrides
 from tests.ray_nodes import RayNodes, live_nodes
@@ -27,6 +28,8 @@ from tests.sweep_process import SweepProcess, run_sweep_command
 pytestmark = pytest.mark.slow
 
 TIERS = ("a100", "rtx4090", "h100")
+# One card's tiers: a node of this type is the card and the card shared by two servers, as the deploy configs declare.
+CARD_TIERS = ("h100_sxm", "h100_sxm_shared2")
 IDLE_TIMEOUT_MIN = 0.2
 # The type the fake provider gives its head node: under another name the autoscaler keeps launching (and removing)
 # a head of the configured type, a busy loop of node starts.
@@ -39,10 +42,13 @@ SWEEP = ["experiment.backends=[pytorch]", "experiment.protocols=[http]", "experi
 
 def cluster_config(gcs_address: str) -> dict:
     """A Ray cluster YAML for the fake provider: a head with no CPU for trials, one node type per tier."""
-    tier_types = {f"{tier}-node": {"resources": {"CPU": 1, tier_resource(tier): 1, EMULATED_RESOURCE: 1,
-                                                 "object_store_memory": 83886080},
-                                   "labels": {"gpu-tier": tier}, "node_config": {},
-                                   "min_workers": 0, "max_workers": 1} for tier in TIERS}
+    def node_type(tiers: tuple[str, ...], cpus: int) -> dict:
+        return {"resources": {"CPU": cpus, **{tier_resource(t): 1 for t in tiers}, NODE_LOCK_RESOURCE: 1,
+                              EMULATED_RESOURCE: 1, "object_store_memory": 83886080},
+                "labels": {"gpu-tier": tiers[0]}, "node_config": {}, "min_workers": 0, "max_workers": 1}
+
+    tier_types = {f"{tier}-node": node_type((tier,), 1) for tier in TIERS}
+    tier_types["card-node"] = node_type(CARD_TIERS, 2)  # two servers at once on the shared card's trials
     return {"cluster_name": "tierbench-autoscaling-test", "max_workers": 2, "upscaling_speed": 1.0,
             "idle_timeout_minutes": IDLE_TIMEOUT_MIN,
             "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
@@ -122,6 +128,28 @@ def test_tiers_come_up_on_demand_run_there_and_go_when_idle(autoscaling_cluster:
         assert 0 < metrics["node_scale_up_s"] < metrics["node_uptime_s"]
         assert metrics["sweep_cost_usd"] == pytest.approx(metrics["node_uptime_s"] * price[tier] / 3600, rel=1e-3)
     # Released: nothing of the sweep holds the nodes, so the autoscaler removes them after its idle timeout.
+    wait_for_no_tier_nodes(address)
+
+
+def test_a_card_and_its_shared_tier_take_turns_on_the_node_the_autoscaler_starts(autoscaling_cluster: RayNodes,
+                                                                                 tmp_path: Path) -> None:
+    """Both tier jobs ask for a node at once and none is alive: each lease asks for the node's lock as well as its
+    tier, so the one node the autoscaler starts (its type runs one) serves the two jobs one after the other, never
+    both at once."""
+    address = autoscaling_cluster.address
+    wait_for_no_tier_nodes(address)
+    sweep = SweepProcess(tmp_path, "cluster=address", f"cluster.address={address}", f"gpu={','.join(CARD_TIERS)}",
+                         "cluster.scale_up_timeout_s=300", *SWEEP, "-m")
+    try:
+        code = sweep.wait(timeout_s=540)
+    finally:
+        sweep.kill()
+    assert code == 0, sweep.output[-4000:]
+    held = sorted((row["placed_at"], row["released_at"], row["node_id"], tier)
+                  for tier in CARD_TIERS for row in tier_run_node_time(tmp_path, tier))
+    assert len(held) == 2 and held[0][2] == held[1][2], held  # one node of card-node's type: both ran on it
+    assert held[0][1] <= held[1][0], f"the two tier jobs held the node at once: {held}"
+    assert all(r.data.tags["status"] == "ok" for r in runs(sweep.store))
     wait_for_no_tier_nodes(address)
 
 

@@ -51,6 +51,30 @@ def test_kuberay_worker_groups_offer_the_tiers_of_their_start_params() -> None:
 def test_the_deploy_files_offer_tiers_the_sweep_knows(name: str) -> None:
     offer = load_autoscaling(str(REPO_ROOT / "deploy" / name))
     assert offer.tiers() and offer.tiers() <= set(p.stem for p in (REPO_ROOT / "conf" / "gpu").glob("*.yaml"))
+    # each node type that offers a tier runs one tier job at a time: a lease asking the autoscaler takes it whole
+    assert all(t.locks_node for tier in offer.tiers() for t in offer.offering(tier)), offer.describe()
+
+
+def test_a_lease_asks_for_the_whole_node_only_where_every_node_that_could_answer_it_locks() -> None:
+    from experiments.cluster.connection import ClusterView
+    from experiments.cluster.placement import takes_node_whole
+
+    locked = {**RAY_YAML, "available_node_types": {
+        **RAY_YAML["available_node_types"],
+        "card": {"resources": {"tier_h100_sxm": 1, "tier_h100_sxm_shared2": 1, "tierbench_node": 1}}}}
+    cluster = load_config(["cluster=address", "cluster.address=127.0.0.1:6379"]).cluster
+    view = ClusterView([{"NodeID": "n1", "Alive": True, "Resources": {"tier_a100": 1.0, "tierbench_node": 1.0}},
+                        {"NodeID": "n2", "Alive": True, "Resources": {"tier_l4": 1.0}}])
+    assert takes_node_whole("a100", view, cluster)  # its live node declares the lock
+    assert not takes_node_whole("l4", view, cluster)  # one that does not: asking for it would never be answered
+    for tier, expected in (("h100_sxm_shared2", True), ("h100", False)):  # no live node: the node types decide
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("experiments.cluster.placement.read_autoscaling",
+                          lambda cfg: parse_autoscaling(locked, "cluster.yaml"))
+            assert takes_node_whole(tier, view, cluster) is expected, tier
+    with pytest.MonkeyPatch.context() as patch:  # no autoscaler config to read: as before, the tier alone
+        patch.setattr("experiments.cluster.placement.read_autoscaling", lambda cfg: None)
+        assert not takes_node_whole("h100", view, cluster)
 
 
 def test_a_tier_neither_live_nor_offered_is_refused_naming_the_node_types() -> None:

@@ -127,10 +127,28 @@ BAD_KEYS_AND_TYPES = [
                                             "RayServeTorchSettings"),
     ("backends.pytorch.half=maybe", "backends.pytorch.half='maybe' is not allowed: Value 'maybe' is not a valid bool"),
     ("backends.triton_onnx.instance_count=two", "backends.triton_onnx.instance_count='two' is not allowed: Value"),
+    ("backends.triton_onnx.instance_count=1.5", "could not be converted to Integer; give a whole number, e.g. 3"),
     ("+backends.mine={accelerator: cuda}", "backends.mine={'accelerator': 'cuda'} is not allowed: an entry extends "
                                            "its class's settings: add it with +backend@backends.mine=<triton | "
                                            "ray_serve | fastapi | torchserve | endpoint>"),
 ]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("+experiment.windw_s=2", "experiment.windw_s=2 is not allowed: not a setting of ExperimentConfig"),
+    ("+experiment.stability.min_request=20", "experiment.stability.min_request=20 is not allowed: not a setting of "
+                                             "StabilityConfig"),
+    ("+gpu.price=1.0", "gpu.price=1.0 is not allowed: not a setting of GpuTierConfig"),
+    ("experiment.window_s=fast", "could not be converted to Float; give a number, e.g. 0.5"),
+    ("report=maybe", "is not a valid bool (type str); give true or false"),
+])
+def test_a_key_added_past_the_schema_or_a_value_of_another_type_is_refused_naming_the_fix(override: str,
+                                                                                            message: str) -> None:
+    """`+key=value` adds a key Hydra does not check against the schema: a typo would be carried along, read by
+    nothing."""
+    with pytest.raises(ConfigError) as info:
+        load_config([override])
+    assert message in str(info.value)
 
 
 @pytest.mark.parametrize("override,message", BAD_KEYS_AND_TYPES, ids=[row[0] for row in BAD_KEYS_AND_TYPES])

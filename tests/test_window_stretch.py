@@ -84,3 +84,15 @@ def test_a_trial_compares_windows_that_hold_the_minimum(monkeypatch: pytest.Monk
     assert result.stable == (min_requests > 0)
     # the server's counters are read at the joined windows' ends: their span is the final windows' (0.04 s or 0.12 s)
     assert result.counters_span_s == pytest.approx(result.samples.duration_s, abs=0.015)
+
+
+def test_the_minimum_is_part_of_a_trials_identity_and_without_one_the_keys_stay_those_of_earlier_sweeps() -> None:
+    from experiments.plan import trial_key
+    from experiments.run.trial import measurement_settings
+
+    trial = Trial("local", "resnet18", "pytorch", "pytorch", "http", "tensor", 1, 1)
+    plain = measurement_settings(load_config([]).experiment)
+    assert set(plain["stability"]) == {"percent", "windows", "max_windows", "latency_percentile"}
+    joined = measurement_settings(load_config(["experiment.stability.min_requests=20"]).experiment)
+    assert joined["stability"]["min_requests"] == 20
+    assert trial_key(trial, joined, {}) != trial_key(trial, plain, {}), "a resumed sweep re-measures under the rule"

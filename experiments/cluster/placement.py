@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from experiments.cluster.autoscaling import read_autoscaling
 from experiments.cluster.connection import ClusterView, TierUnavailableError
 from experiments.cluster.node_loss import NodeLoss, probe_node
 from experiments.cluster.tiers import (
@@ -123,6 +124,19 @@ class NodeTime:
         return max(0.0, (self.released_at or time.time()) - start)
 
 
+def takes_node_whole(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) -> bool:
+    """Whether the lease asks for the node's lock too: when every node that could answer it declares one, the live
+    nodes of the tier or, with none alive, the autoscaler's node types that offer it. Without the lock in the demand
+    the autoscaler would answer a card's tier and its shared tier with one new node, and both jobs would measure
+    there at once."""
+    nodes = view.tiers.get(tier, [])
+    if nodes:
+        return all(view.node(n)["Resources"].get(NODE_LOCK_RESOURCE, 0) >= 1 for n in nodes)
+    autoscaling = read_autoscaling(cluster_cfg)
+    offering = autoscaling.offering(tier) if autoscaling else []
+    return bool(offering) and all(t.locks_node for t in offering)
+
+
 def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) -> tuple[Any, dict[str, str], NodeTime]:
     """A NodeLease actor on a free node of `tier`, where it is, and since when the job holds a node.
 
@@ -140,7 +154,7 @@ def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) ->
     timeout_s = cluster_cfg.scale_up_timeout_s if scale_up else cluster_cfg.lease_timeout_s
     node_time = NodeTime(asked_at=time.time(), scaled_up=scale_up)
     resources = {tier_resource(tier): LEASE_SHARE}
-    if nodes and all(view.node(n)["Resources"].get(NODE_LOCK_RESOURCE, 0) >= 1 for n in nodes):
+    if takes_node_whole(tier, view, cluster_cfg):
         resources[NODE_LOCK_RESOURCE] = 1.0  # the node whole: no other tier's job measures on it meanwhile
     lease = ray.remote(NodeLease).options(num_cpus=0, resources=resources).remote()
     ref = lease.where.remote()

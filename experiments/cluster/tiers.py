@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from experiments.config.compose import CONF_DIR
 from experiments.config.errors import ConfigError
-from experiments.config.schema import RESOURCE_PREFIX, GpuTierConfig
+from experiments.config.schema import NODE_LOCK_RESOURCE, RESOURCE_PREFIX, GpuTierConfig
 from experiments.config.shares import card_names
 from serving.node import MigDevice, MigState
 
@@ -21,9 +21,6 @@ TIER_LABEL = "gpu-tier"
 CLIENT_POOL_RESOURCE = "client_pool"
 # Declared by every node of an emulated cluster (several nodes on one machine): results get emulated=true.
 EMULATED_RESOURCE = "tierbench_emulated"
-# One per node that declares tiers: a tier job's lease takes it whole, so two tiers of one node (a card and the card
-# shared by servers, `local` and the machine's GPU tier) are measured one after the other, never over each other.
-NODE_LOCK_RESOURCE = "tierbench_node"
 NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label on every node (Ray >= 2.49)
 # Enough for every actor and replica a tier job places: each asks for this much of its tier's resource.
 SLIVER = 0.001

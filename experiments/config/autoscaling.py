@@ -1,6 +1,7 @@
 """What the autoscaler of a cluster can start, as its cluster config says: the node types of a Ray cluster YAML (as
 `ray up` takes it) or of a KubeRay `RayCluster` manifest, and the tiers they offer. A node type offers a tier when its
-resources declare `tier_<name>` and it may run at least one worker. Read here from a file on this machine (the
+resources declare `tier_<name>` and it may run at least one worker; one that also declares `tierbench_node` runs one
+tier job at a time, as a node `python -m runners.node` starts does. Read here from a file on this machine (the
 `cluster.autoscaling_config` that validation checks); `experiments.cluster.autoscaling` reads the one on the head node.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 import yaml
 
 from experiments.config.errors import ConfigError
-from experiments.config.schema import RESOURCE_PREFIX
+from experiments.config.schema import NODE_LOCK_RESOURCE, RESOURCE_PREFIX
 
 BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"  # where `ray up` puts the cluster config on the head node
 CONFIG_KEY = "cluster.autoscaling_config"
@@ -25,6 +26,7 @@ class NodeType:
     name: str
     tiers: tuple[str, ...]
     max_workers: int  # -1: no limit of its own
+    locks_node: bool = False  # declares NODE_LOCK_RESOURCE: a tier job's lease can take its node whole
 
     def describe(self) -> str:
         tiers = f"tier {', '.join(self.tiers)}" if self.tiers else "no tier"
@@ -43,8 +45,11 @@ class Autoscaling:
     def tiers(self) -> set[str]:
         return {tier for node_type in self.node_types if node_type.max_workers != 0 for tier in node_type.tiers}
 
+    def offering(self, tier: str) -> list[NodeType]:
+        return [t for t in self.node_types if tier in t.tiers and t.max_workers != 0]
+
     def types_for(self, tier: str) -> list[str]:
-        return [t.name for t in self.node_types if tier in t.tiers and t.max_workers != 0]
+        return [t.name for t in self.offering(tier)]
 
     def describe(self) -> str:
         types = "; ".join(t.describe() for t in self.node_types) or "none"
@@ -55,6 +60,11 @@ def _tiers(resources: dict[str, Any] | None) -> tuple[str, ...]:
     return tuple(sorted(r.removeprefix(RESOURCE_PREFIX) for r in (resources or {}) if r.startswith(RESOURCE_PREFIX)))
 
 
+def _node_type(name: str, resources: dict[str, Any] | None, max_workers: int) -> NodeType:
+    resources = resources or {}
+    return NodeType(name, _tiers(resources), max_workers, float(resources.get(NODE_LOCK_RESOURCE, 0)) >= 1)
+
+
 def _ray_cluster_yaml(doc: dict[str, Any], source: str) -> Autoscaling:
     cluster_max = int(doc.get("max_workers", -1))
     head = doc.get("head_node_type")
@@ -62,7 +72,7 @@ def _ray_cluster_yaml(doc: dict[str, Any], source: str) -> Autoscaling:
     for name, spec in (doc.get("available_node_types") or {}).items():
         spec = spec or {}
         most = 0 if name == head else int(spec.get("max_workers", cluster_max))
-        types.append(NodeType(name, _tiers(spec.get("resources")), most))
+        types.append(_node_type(name, spec.get("resources"), most))
     idle = doc.get("idle_timeout_minutes")
     return Autoscaling(source, tuple(types), None if idle is None else float(idle) * 60)
 
@@ -83,7 +93,7 @@ def _kuberay_manifest(doc: dict[str, Any], source: str) -> Autoscaling:
     for group in spec.get("workerGroupSpecs") or []:
         resources = {**_start_param_resources((group.get("rayStartParams") or {}).get("resources")),
                      **(group.get("resources") or {})}
-        types.append(NodeType(str(group.get("groupName", "?")), _tiers(resources), int(group.get("maxReplicas", 0))))
+        types.append(_node_type(str(group.get("groupName", "?")), resources, int(group.get("maxReplicas", 0))))
     idle = (spec.get("autoscalerOptions") or {}).get("idleTimeoutSeconds")
     return Autoscaling(source, tuple(types), None if idle is None else float(idle))
 

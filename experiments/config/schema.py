@@ -26,6 +26,10 @@ BACKEND_SCHEMAS: dict[str, type[BackendSettings]] = {name: p.settings for name, 
 # A node of tier <name> declares the Ray resource `tier_<name>` (experiments.cluster.tiers), and so does a node type
 # of the autoscaler that offers the tier (experiments.config.autoscaling).
 RESOURCE_PREFIX = "tier_"
+# One per node that declares tiers (and per node type that offers them): a tier job's lease takes it whole, so two
+# tiers of one node (a card and the card shared by servers, `local` and the machine's GPU tier) are measured one
+# after the other, never over each other.
+NODE_LOCK_RESOURCE = "tierbench_node"
 
 
 @dataclass

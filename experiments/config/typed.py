@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, Node, OmegaConf, open_dict
 
 from experiments.config.errors import not_allowed
 from experiments.config.schema import BACKEND_SCHEMAS, TierbenchConfig
@@ -33,7 +33,27 @@ def typed(cfg: DictConfig | TierbenchConfig) -> TierbenchConfig:
         raise not_allowed(key, "???", MISSING_ADVICE.get(key, f"set {key} (the config leaves it unset)"))
     for name in cfg.backends:
         check_backend_entry(cfg, name)
+    check_known_keys(cfg)
     return OmegaConf.to_object(cfg)
+
+
+def check_known_keys(node: Node, path: str = "") -> None:
+    """Every key a schema's node holds is one of its settings: Hydra's `+key=value` adds a key past the schema's own
+    check (a typo, `+experiment.windw_s=2`, would otherwise be carried along and read by nothing)."""
+    if isinstance(node, ListConfig):
+        for index in range(len(node)):
+            check_known_keys(node._get_node(index), f"{path}[{index}]")
+        return
+    if not isinstance(node, DictConfig) or node._is_none() or node._is_missing():
+        return
+    schema = OmegaConf.get_type(node)
+    keys = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+    for key in node.keys():
+        where = f"{path}.{key}" if path else str(key)
+        if keys is not None and key not in keys:
+            raise not_allowed(where, OmegaConf.to_container(node, resolve=False).get(key),
+                              f"not a setting of {schema.__name__} (its settings: {keys})")
+        check_known_keys(node._get_node(key), where)
 
 
 def check_backend_entry(cfg: DictConfig, name: str) -> None:

@@ -2,7 +2,7 @@
 
 README's commands compile the bytecode at install (`uv pip install --compile-bytecode`). An environment installed
 without it (`uv pip install` alone, `pip install --no-compile`) counts on Python to cache the bytecode it compiles on
-first import. Where PYTHONDONTWRITEBYTECODE is set (many Docker images; this project's own sandbox) nothing is
+first import. Where PYTHONDONTWRITEBYTECODE is set (many Docker images and CI runners) nothing is
 cached: the driver, Ray's agents, the Serve replica and every client actor compile torch, Ray and MLflow again in
 every sweep, a minute of CPU or more on a small machine, some of it while servers start. One `compileall` of the
 environment ends it; the sweep says so once, at its start.

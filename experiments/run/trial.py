@@ -71,7 +71,10 @@ def arrival_settings(exp: ExperimentConfig) -> dict[str, Any]:
 def measurement_settings(exp: ExperimentConfig) -> dict[str, Any]:
     """How a trial is measured: part of its identity (a change of method re-runs it on resume)."""
     settings = {k: getattr(exp, k) for k in MEASUREMENT_KEYS}
-    settings["stability"] = dataclasses.asdict(exp.stability)
+    stability = dataclasses.asdict(exp.stability)
+    if not stability["min_requests"]:  # windows of window_s, as before the setting: their trials keep their keys
+        del stability["min_requests"]
+    settings["stability"] = stability
     return {**settings, **repeat_settings(exp), **trace_settings(exp), **arrival_settings(exp),
             **inputs_settings(exp.inputs)}
 
