@@ -97,12 +97,7 @@ def test_a_tier_no_node_type_offers_is_refused_before_anything_starts(autoscalin
 def test_tiers_come_up_on_demand_run_there_and_go_when_idle(autoscaling_cluster: RayNodes, tmp_path: Path) -> None:
     address = autoscaling_cluster.address
     assert tier_nodes(address) == []
-    sweep = SweepProcess(tmp_path, "cluster=address", f"cluster.address={address}", f"gpu={','.join(TIERS)}",
-                         "cluster.scale_up_timeout_s=25", *SWEEP, "-m")
-    try:
-        code = sweep.wait(timeout_s=420)
-    finally:
-        sweep.kill()
+    sweep, code = multirun(tmp_path, address, TIERS, scale_up_timeout_s=25, timeout_s=420)
     output = sweep.output
     assert code != 0, output[-4000:]  # one tier could not get a node
     # (Each line shows several times here: every fake node runs a log monitor over the one machine's Ray logs.)
@@ -138,12 +133,7 @@ def test_a_card_and_its_shared_tier_take_turns_on_the_node_the_autoscaler_starts
     both at once."""
     address = autoscaling_cluster.address
     wait_for_no_tier_nodes(address)
-    sweep = SweepProcess(tmp_path, "cluster=address", f"cluster.address={address}", f"gpu={','.join(CARD_TIERS)}",
-                         "cluster.scale_up_timeout_s=300", *SWEEP, "-m")
-    try:
-        code = sweep.wait(timeout_s=540)
-    finally:
-        sweep.kill()
+    sweep, code = multirun(tmp_path, address, CARD_TIERS, scale_up_timeout_s=300, timeout_s=540)
     assert code == 0, sweep.output[-4000:]
     held = sorted((row["placed_at"], row["released_at"], row["node_id"], tier)
                   for tier in CARD_TIERS for row in tier_run_node_time(tmp_path, tier))
@@ -151,6 +141,17 @@ def test_a_card_and_its_shared_tier_take_turns_on_the_node_the_autoscaler_starts
     assert held[0][1] <= held[1][0], f"the two tier jobs held the node at once: {held}"
     assert all(r.data.tags["status"] == "ok" for r in runs(sweep.store))
     wait_for_no_tier_nodes(address)
+
+
+def multirun(tmp: Path, address: str, tiers: tuple[str, ...], scale_up_timeout_s: float,
+             timeout_s: float) -> tuple[SweepProcess, int]:
+    """The small sweep over `tiers` on the cluster, to its end (killed past `timeout_s`): the process and its exit."""
+    sweep = SweepProcess(tmp, "cluster=address", f"cluster.address={address}", f"gpu={','.join(tiers)}",
+                         f"cluster.scale_up_timeout_s={scale_up_timeout_s:g}", *SWEEP, "-m")
+    try:
+        return sweep, sweep.wait(timeout_s=timeout_s)
+    finally:
+        sweep.kill()
 
 
 def tier_run_node_time(tmp: Path, tier: str) -> list[dict]:
