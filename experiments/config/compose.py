@@ -48,9 +48,9 @@ def load_config(overrides: Sequence[str] = ()) -> TierbenchConfig:
     return typed(compose(overrides))
 
 
-# What to give instead of a value of the wrong type, by the type OmegaConf could not convert it to.
-TYPE_FIXES = {"Integer": "give a whole number, e.g. 3", "Float": "give a number, e.g. 0.5",
-              "valid bool": "give true or false"}
+# What to give instead of a value of the wrong type, by what OmegaConf says of it.
+TYPE_FIXES = {"converted to Integer": "give a whole number, e.g. 3", "converted to Float": "give a number, e.g. 0.5",
+              "is not a valid bool": "give true or false"}
 
 # Keys that moved, and where to: a command line of an earlier version gets the new spelling.
 MOVED_KEYS = {"serving.triton_server": "Triton's server is a setting of each Triton entry now: "
@@ -75,8 +75,7 @@ def composition_error(exc: Exception, overrides: Sequence[str]) -> ConfigError:
         return not_allowed(key, value, f"not a setting of {schema.__name__} (its settings: {keys})")
     advice = " ".join(str(exc).splitlines()[1:])  # Hydra's, e.g. "To append to your config use +..."
     reason = str(getattr(cause, "msg", cause)).splitlines()[0]  # OmegaConf adds the key and types on more lines
-    fix = next((fix for kind, fix in TYPE_FIXES.items() if reason.endswith(f"converted to {kind}")
-                or f"is not a {kind}" in reason), None)
+    fix = next((fix for said, fix in TYPE_FIXES.items() if said in reason), None)
     return not_allowed(key, value, reason + "".join(f"; {text}" for text in (fix, advice) if text))
 
 

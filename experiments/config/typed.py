@@ -57,17 +57,12 @@ def check_known_keys(node: Node, path: str = "") -> None:
 
 
 def check_backend_entry(cfg: DictConfig, name: str) -> None:
-    """`backends.<name>` extends a settings class and sets only its keys (`+backends.<name>.<key>=...` adds keys
-    past Hydra's own check)."""
+    """`backends.<name>` extends a settings class (`+backends.<name>={...}` would add a bare dict); its keys are
+    checked with every other node's (`check_known_keys`)."""
     node = cfg.backends[name]
     schema = OmegaConf.get_type(node)
     if not (isinstance(schema, type) and issubclass(schema, BackendSettings)):
         raise not_allowed(f"backends.{name}", OmegaConf.to_container(node), "an entry extends its class's settings: "
                           f"add it with +backend@backends.{name}=<{' | '.join(BACKEND_SCHEMAS)}>, then set its keys "
                           f"(e.g. backends.{name}.dynamic_batching=true)")
-    keys = [f.name for f in dataclasses.fields(schema)]
-    unknown = [key for key in node if key not in keys]
-    if unknown:
-        raise not_allowed(f"backends.{name}.{unknown[0]}", node[unknown[0]],
-                          f"not a setting of {schema.__name__} (its settings: {keys})")
 
