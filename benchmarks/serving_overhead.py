@@ -2,9 +2,10 @@
 exactly as a sweep measures it) over the p50 of the same runtime called in-process: ONNX Runtime for Triton,
 PyTorch for Ray Serve, through Serve's proxies (`pytorch`) and straight to the replica's own ports
 (`pytorch_direct`, Serve's direct ingress; the private Ray started here has `cluster.serve_direct_ingress=true`,
-which leaves the proxies in place for `pytorch`). Goal on the CPU: <= 1.3.
+which leaves the proxies in place for `pytorch`). With `--haproxy` Serve runs HAProxy in place of its proxies
+(`cluster.serve_haproxy=true`) and `pytorch_haproxy` is measured instead of `pytorch`. Goal on the CPU: <= 1.3.
 
-    python benchmarks/serving_overhead.py [--model resnet18] [--repeats 200]
+    python benchmarks/serving_overhead.py [--model resnet18] [--repeats 200] [--haproxy]
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--window-s", type=float, default=3.0)
+    parser.add_argument("--haproxy", action="store_true", help="Serve's HAProxy ingress in place of its proxies")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. backends.pytorch.torch_threads=1")
     args = parser.parse_args()
 
@@ -70,15 +72,17 @@ def main() -> None:
 
     cfg = load_config([f"model={args.model}", f"experiment.window_s={args.window_s}", "experiment.warmup_s=2",
                        "experiment.warmup_requests=20", "experiment.stability.max_windows=10",
-                       "cluster.serve_direct_ingress=true", *args.overrides])
+                       "cluster.serve_direct_ingress=true", f"cluster.serve_haproxy={str(args.haproxy).lower()}",
+                       *args.overrides])
     baseline = in_process(cfg.model, args.repeats)
     print(f"in-process p50: {baseline}", flush=True)
-    runtime_of = {"triton_onnx": "onnxruntime", "pytorch": "pytorch", "pytorch_direct": "pytorch"}
+    proxied = "pytorch_haproxy" if args.haproxy else "pytorch"
+    runtime_of = {"triton_onnx": "onnxruntime", proxied: "pytorch", "pytorch_direct": "pytorch"}
     rows: list[dict[str, Any]] = []
     with local_tier(cfg) as (node, options):
         clients = ClientPool(cfg.experiment, options, 120).start()
         try:
-            for variant, protocols in (("triton_onnx", ("grpc", "http")), ("pytorch", ("http", "grpc")),
+            for variant, protocols in (("triton_onnx", ("grpc", "http")), (proxied, ("http", "grpc")),
                                        ("pytorch_direct", ("http", "grpc"))):
                 backend = build_backend(cfg, variant, node, options)
                 handle = backend.start()
@@ -101,9 +105,11 @@ def main() -> None:
                     backend.stop()
         finally:
             clients.close()
-    report("serving_overhead", ["server", "protocol", "runtime", "in_process_p50_ms", "served_p50_ms",
+    name = "serving_overhead" + ("" if args.model == "resnet18" else f"_{args.model}") + ("_haproxy" * args.haproxy)
+    report(name, ["server", "protocol", "runtime", "in_process_p50_ms", "served_p50_ms",
                                 "overhead_ratio", "server_side_ms", "stable"], rows,
-           {"model": args.model, "batch_size": 1, "concurrency": 1, "goal": "overhead_ratio <= 1.3"})
+           {"model": args.model, "batch_size": 1, "concurrency": 1, "serve_haproxy": args.haproxy,
+            "goal": "overhead_ratio <= 1.3"})
 
 
 if __name__ == "__main__":

@@ -348,3 +348,14 @@ def test_a_config_measured_without_the_proxy_says_how_to_deploy_it_so() -> None:
     proxied = _torch(CPU_NODE).deploy_files({})["serve_config.yaml"]
     assert "direct ingress" not in proxied
     assert yaml.safe_load(direct) == yaml.safe_load(proxied), "the same application either way"
+
+
+def test_a_config_measured_through_haproxy_says_how_to_deploy_it_so() -> None:
+    """HAProxy in place of Serve's proxy is a switch of the Serve instance too: the exported file names it."""
+    import yaml
+
+    through = _torch(CPU_NODE, haproxy=True).deploy_files({})["serve_config.yaml"]
+    assert "Measured through Serve's HAProxy ingress" in through and "RAY_SERVE_ENABLE_HA_PROXY=1" in through
+    proxied = _torch(CPU_NODE).deploy_files({})["serve_config.yaml"]
+    assert "HAProxy" not in proxied
+    assert yaml.safe_load(through) == yaml.safe_load(proxied), "the same application either way"

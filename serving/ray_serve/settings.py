@@ -42,6 +42,10 @@ class RayServeTorchSettings(TorchSettings):
     # Clients reach the replica's own HTTP/gRPC ports (Serve's direct ingress) instead of Serve's proxies; turns
     # cluster.serve_direct_ingress on when that is null (the Serve instance the sweep starts is switched as a whole).
     direct_ingress: bool = False
+    # Clients send to Serve's HAProxy ingress (on the proxy's ports; HAProxy forwards to a replica's own port, across
+    # replicas); turns cluster.serve_haproxy on when that is null (HAProxy then replaces Serve's proxies for the
+    # whole Serve instance the sweep starts).
+    haproxy: bool = False
 
     server_mode_hint: ClassVar[str] = "ray_serve"
     searchable: ClassVar[tuple[str, ...]] = ("num_replicas", "batching", "max_batch_size", "batch_wait_timeout_s",
@@ -55,7 +59,15 @@ class RayServeTorchSettings(TorchSettings):
         return "pytorch"
 
     def cluster_needs(self) -> dict[str, bool]:
+        if self.haproxy:
+            return {"serve_haproxy": True}
         return {"serve_direct_ingress": True} if self.direct_ingress else {}
+
+    @property
+    def ingress(self) -> str:
+        """Where clients send: Serve's Python proxy, HAProxy in its place, or the replica's own port (the trial tag
+        `server_ingress`)."""
+        return "haproxy" if self.haproxy else "direct" if self.direct_ingress else "proxy"
 
     def gpu_ask(self) -> tuple[str, float] | None:
         return "replica_num_gpus", float(self.replica_num_gpus) * int(self.num_replicas)
@@ -85,8 +97,20 @@ class RayServeTorchSettings(TorchSettings):
         if self.direct_ingress and self.num_replicas != 1:
             problems.append(self.refuse(name, "num_replicas", "direct_ingress sends every request to one replica's "
                                                               "own port; use num_replicas=1 (or the proxy)"))
-        if self.direct_ingress and not cluster.get("serve_direct_ingress"):
+        if self.direct_ingress and self.haproxy:
+            problems.append(self.refuse(name, "haproxy", "one ingress per backend: direct_ingress sends to the "
+                                                         "replica's own port, haproxy through HAProxy; set one"))
+        elif self.direct_ingress and not (cluster.get("serve_direct_ingress") or cluster.get("serve_haproxy")):
             problems.append(self.refuse(name, "direct_ingress", "it needs Serve started with direct ingress: set "
                                                                 "cluster.serve_direct_ingress=true (or null: on when "
                                                                 "a backend needs it)"))
+        if self.haproxy and not cluster.get("serve_haproxy"):
+            problems.append(self.refuse(name, "haproxy", "it needs Serve started with HAProxy: set "
+                                                         "cluster.serve_haproxy=true (or null: on when a backend "
+                                                         "needs it)"))
+        if self.ingress == "proxy" and cluster.get("serve_haproxy"):
+            problems.append(self.refuse(name, "haproxy", "this sweep's Serve runs HAProxy in place of its proxy "
+                                                         "(cluster.serve_haproxy, on for a backend with haproxy: "
+                                                         "true): set haproxy: true (e.g. pytorch_haproxy), or "
+                                                         "measure Serve's proxy in a sweep of its own"))
         return problems
