@@ -24,7 +24,8 @@
 #   --steps LIST      the steps to run, comma-separated (default: all): imports, doctor, ceiling (runners.ceiling),
 #                     check (benchmarks/ceiling_check.py), first-light (the sweep and its report), search
 #                     (experiment=cheapest_gpu and its report), search-shm (the same search of Triton over
-#                     grpc_shm: no tensor on the socket), precisions (experiment=precisions and its report,
+#                     grpc_shm: no tensor on the socket), search-haproxy (the search of Serve behind HAProxy,
+#                     replicas per GPU searched), precisions (experiment=precisions and its report,
 #                     per model in $PRECISION_MODELS, default resnet18), shared (the card beside the card shared
 #                     by two servers, e.g. h100_sxm and h100_sxm_shared2), served (benchmarks/ceiling_vs_served.py),
 #                     batcher, tests;
@@ -43,7 +44,7 @@ PARTS=""
 WHEELHOUSE=""
 VENV=""
 TIER=""
-STEPS=imports,doctor,ceiling,check,first-light,search,search-shm,precisions,shared,served,batcher,tests
+STEPS=imports,doctor,ceiling,check,first-light,search,search-shm,search-haproxy,precisions,shared,served,batcher,tests
 STEP_LIMIT=600
 BUDGET=""
 MIN_STEP_S=${MIN_STEP_S:-60}
@@ -193,6 +194,15 @@ if wanted search-shm; then  # the same search of Triton with no tensor on the so
     quiet=true report=false 'experiment.backends=[triton_onnx_dynbatch]' 'experiment.protocols=[grpc_shm]'
   step search-shm-report "$OUT/search_shm_report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
     "$PYTHON" -m runners.report "$SHM_ID" --results-dir "$OUT/runs"
+fi
+
+if wanted search-haproxy; then  # Serve behind HAProxy in place of its proxy, replicas per GPU searched too
+  HAPROXY_ID=search-haproxy-$(date -u +%Y%m%d-%H%M%S)
+  step search-haproxy "$OUT/search_haproxy.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.sweep "gpu=$TIER" experiment=cheapest_gpu "sweep_id=$HAPROXY_ID" "results_dir=$OUT/runs" \
+    quiet=true report=false 'experiment.backends=[pytorch_haproxy_batched]'
+  step search-haproxy-report "$OUT/search_haproxy_report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.report "$HAPROXY_ID" --results-dir "$OUT/runs"
 fi
 
 if wanted precisions; then  # every precision on the GPU, held to the accuracy bound (docs/inputs.md)

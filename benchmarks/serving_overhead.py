@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import local_tier, report  # noqa: E402
 from experiments.config.compose import load_config  # noqa: E402
 from serving.paths import MODEL_REPOSITORY  # noqa: E402
+from serving.ray_serve.cluster import HAPROXY_LARGE_MESSAGES  # noqa: E402
 
 
 def p50_ms(fn: Any, repeats: int, warmup: int = 20) -> float:
@@ -62,6 +63,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--window-s", type=float, default=3.0)
     parser.add_argument("--haproxy", action="store_true", help="Serve's HAProxy ingress in place of its proxies")
+    parser.add_argument("--name", help="the results file's name (default: serving_overhead[_<model>][_haproxy])")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. backends.pytorch.torch_threads=1")
     args = parser.parse_args()
 
@@ -105,10 +107,13 @@ def main() -> None:
                     backend.stop()
         finally:
             clients.close()
-    name = "serving_overhead" + ("" if args.model == "resnet18" else f"_{args.model}") + ("_haproxy" * args.haproxy)
+    name = args.name or ("serving_overhead" + ("" if args.model == "resnet18" else f"_{args.model}")
+                         + ("_haproxy" * args.haproxy))
     report(name, ["server", "protocol", "runtime", "in_process_p50_ms", "served_p50_ms",
                                 "overhead_ratio", "server_side_ms", "stable"], rows,
            {"model": args.model, "batch_size": 1, "concurrency": 1, "serve_haproxy": args.haproxy,
+            "haproxy_sizing": {k: os.environ.get(k, v) for k, v in HAPROXY_LARGE_MESSAGES.items()} if args.haproxy
+            else {},
             "goal": "overhead_ratio <= 1.3"})
 
 

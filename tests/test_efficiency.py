@@ -64,6 +64,16 @@ def test_each_breakdown_gets_its_verdict_with_its_numbers(expected: Bottleneck) 
     assert tags["bottleneck"] == str(expected) and tags["bottleneck_fix"] == expected.fix
 
 
+def test_time_behind_haproxy_is_the_proxys_and_names_haproxy() -> None:
+    """HAProxy in place of Serve's proxy is still a hop outside the replica: its time is the proxy's verdict."""
+    metrics, params, on_gpu, quoted = CASES[Bottleneck.PROXY]
+    judged = verdict({**BASE, **metrics}, {**PARAMS, "server_ingress": "haproxy"}, on_gpu, 0.8, 16)
+    assert judged.bottleneck is Bottleneck.PROXY and "through Serve's HAProxy" in judged.evidence
+    assert quoted in judged.evidence and "pytorch_direct" in judged.tags()["bottleneck_fix"]
+    direct = verdict({**BASE, **metrics}, {**PARAMS, "server_ingress": "direct"}, on_gpu, 0.8, 16)
+    assert direct.bottleneck is Bottleneck.TRANSPORT
+
+
 def test_an_open_loop_client_that_fell_behind_its_schedule_is_the_limit_whatever_the_server_shows() -> None:
     """Its CPU reads low (a starved client is not running), the server's queue dominates: the client still decides."""
     metrics = {**BASE, "client_cpu_util_max": 0.05, "server_request_ms": 9.0, "server_queue_ms": 7.0,

@@ -37,21 +37,17 @@ def test_the_switch_reaches_the_sweep_jobs_environment_through_ray_serves_packag
 def test_direct_ingress_trials_reach_the_replica_port_over_http_and_grpc() -> None:
     import ray
 
-    from experiments.cluster.connection import ray_cluster
-    from experiments.cluster.tiers import placement_options
+    from benchmarks.common import local_tier
     from experiments.measure.client_actor import ClientPool
     from experiments.plan import Trial
     from experiments.run.server_group import build_backend
     from experiments.run.trial import run_trial
-    from serving.probe import describe_node
 
     cfg = load_config(["model=tiny", "experiment.backends=[pytorch,pytorch_direct]", "experiment.batch_sizes=[1]",
                           "cluster.serve_direct_ingress=true", "experiment.window_s=0.5", "experiment.warmup_s=0.2",
                           "experiment.stability.windows=1"])
     validate(cfg)
-    with ray_cluster(cfg.cluster, "local"):
-        options = placement_options("local")
-        node = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote())
+    with local_tier(cfg) as (node, options):
         clients = ClientPool(cfg.experiment, options, 120).start()
         backends = {name: build_backend(cfg, name, node, options) for name in ("pytorch", "pytorch_direct")}
         try:

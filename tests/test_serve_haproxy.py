@@ -55,27 +55,23 @@ def haproxy_pids() -> set[int]:
 @pytest.mark.slow
 def test_haproxy_trials_go_through_haproxy_on_the_proxys_ports_and_it_stops_with_ray() -> None:
     """And `pytorch_direct` beside it reaches the replica's own port, found as HAProxy's manager finds it."""
-    import ray
 
-    from experiments.cluster.connection import ray_cluster
-    from experiments.cluster.tiers import placement_options
+    from benchmarks.common import local_tier
     from experiments.measure.client_actor import ClientPool
     from experiments.plan import Trial
     from experiments.run.server_group import build_backend
     from experiments.run.trial import run_trial
-    from serving.probe import describe_node
 
     before = haproxy_pids()
     cfg = load_config(["model=tiny", "experiment.backends=[pytorch_haproxy,pytorch_direct]",
                        "experiment.batch_sizes=[1]", "experiment.window_s=0.5", "experiment.warmup_s=0.2",
                        "experiment.stability.windows=1"])
     validate(cfg)
-    with ray_cluster(cfg.cluster, "local"):
-        options = placement_options("local")
-        node = ray.get(ray.remote(describe_node).options(num_cpus=0, **options).remote())
+    with local_tier(cfg) as (node, options):
         clients = ClientPool(cfg.experiment, options, 120).start()
         backend = build_backend(cfg, "pytorch_haproxy", node, options)
         direct = build_backend(cfg, "pytorch_direct", node, options)
+        proxied = build_backend(cfg, "pytorch", node, options)  # what validation refuses, built around it
         try:
             handle = backend.start()
             assert handle.params["server_ingress"] == "haproxy"
@@ -87,6 +83,9 @@ def test_haproxy_trials_go_through_haproxy_on_the_proxys_ports_and_it_stops_with
             trial = Trial("local", "tiny", "pytorch", "pytorch_direct", "http", "tensor", 1, 1)
             record = run_trial(cfg, trial, direct, direct_handle, node, clients)
             assert record.status == "ok" and direct_handle.params["server_ingress"] == "direct", record.reason
+            # an entry through Serve's proxy would measure HAProxy under the proxy's name: refused
+            with pytest.raises(RuntimeError, match="runs HAProxy in place of its proxies"):
+                proxied.start()
             ours = haproxy_pids() - before
             assert ours, "no haproxy process runs beside the sweep's Serve"
             listening = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
@@ -100,7 +99,7 @@ def test_haproxy_trials_go_through_haproxy_on_the_proxys_ports_and_it_stops_with
                 assert record.metrics["server_batch_avg"] == pytest.approx(1.0)
                 assert record.metrics["completed_requests"] > 0 and record.metrics["failed_requests"] == 0
         finally:
-            backend.stop()
-            direct.stop()
+            for started in (backend, direct, proxied):
+                started.stop()
             clients.close()
     assert not haproxy_pids() & ours, "HAProxy outlived the sweep's Ray"

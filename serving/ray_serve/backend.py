@@ -147,6 +147,7 @@ class RayServeTorchBackend(TorchBackend):
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
         self._wait_running(self.start_timeout_s)
+        self._check_ingress()
         if self.settings.direct_ingress:
             urls = self._direct_urls(ctx.client_host)
         else:
@@ -274,6 +275,28 @@ class RayServeTorchBackend(TorchBackend):
         if "grpc" in ports:
             urls["grpc"] = f"{host}:{ports['grpc']}"
         return urls
+
+    def _check_ingress(self) -> None:
+        """Refuse to measure through an ingress other than the one this entry names: Serve's proxy or HAProxy is
+        what the running Serve started with (a Serve already running on a joined cluster keeps its own)."""
+        if self.settings.direct_ingress:
+            return  # the replica's own port: `_direct_urls` finds it or says why not
+        import ray
+        from ray.serve.context import _get_global_client
+
+        controller = _get_global_client()._controller
+        runs = ray.get(controller.__ray_call__.remote(lambda c: getattr(c, "_ha_proxy_enabled", None)),
+                       timeout=self.context.request_timeout_s)
+        if runs is None or bool(runs) == self.settings.haproxy:
+            return  # (None: a Ray that does not say; the switch the sweep set is all there is to go by)
+        if self.settings.haproxy:
+            raise RuntimeError(f"{self.context.name}: Ray Serve on this cluster runs its own proxies, not HAProxy; set "
+                               "cluster.serve_haproxy=true, and on a joined cluster restart Serve (serve.shutdown()) "
+                               "so it starts with it")
+        raise RuntimeError(f"{self.context.name}: Ray Serve on this cluster runs HAProxy in place of its proxies, so "
+                           "this entry would measure HAProxy as Serve's proxy; measure an entry with haproxy: true "
+                           "(e.g. pytorch_haproxy), or restart Serve (serve.shutdown()) without "
+                           "RAY_SERVE_ENABLE_HA_PROXY")
 
     def _replica_locations(self, timeout_s: float) -> list[dict[str, str]]:
         """Where the replicas run, asked through the app's handle (a few calls, to reach every replica)."""

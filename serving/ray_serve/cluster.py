@@ -36,9 +36,9 @@ DIRECT_INGRESS_ENVIRONMENT = {DIRECT_INGRESS_SWITCH: "1", "RAY_SERVE_DIRECT_INGR
 HAPROXY_SWITCH = "RAY_SERVE_ENABLE_HA_PROXY"
 HAPROXY_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")  # Ray's defaults: 8404, 9101
 # Ray's HAProxy defaults (16 KiB buffers and HTTP/2 frames, 64 KiB HTTP/2 windows) suit small messages: a 602 KB
-# image tensor then crosses gRPC in flow-control round trips, 5.7 ms per request at batch 1 against 1.9 ms with
-# these (HTTP 1.8 against 1.5; the replica's own port 1.3-1.5) on a 2-vCPU VM (docs/benchmarks.md). Buffers are
-# taken from HAProxy's pools as connections need them. Settings of the user's environment win.
+# image tensor then crosses gRPC in flow-control round trips: 4.5-5.7 ms per request at batch 1 against 1.9-2.5 ms
+# with these (HTTP 1.5-2.0 ms either way, the replica's own port 1.2-1.5 ms) on a 2-vCPU VM (docs/benchmarks.md).
+# Buffers are taken from HAProxy's pools as connections need them. Settings of the user's environment win.
 HAPROXY_LARGE_MESSAGES = {"RAY_SERVE_HAPROXY_TUNE_BUFSIZE": "262144", "RAY_SERVE_HAPROXY_H2_MAX_FRAME_SIZE": "262144",
                           "RAY_SERVE_HAPROXY_H2_FE_INITIAL_WINDOW_SIZE": "16777216",
                           "RAY_SERVE_HAPROXY_H2_BE_INITIAL_WINDOW_SIZE": "16777216"}
