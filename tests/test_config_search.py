@@ -39,8 +39,13 @@ def test_the_preset_searches_triton_and_serve_from_their_own_settings() -> None:
     validate(cfg)
     assert space_of(cfg, "triton_onnx_dynbatch") == {"instance_count": [1, 2, 3, 4],
                                                      "max_queue_delay_us": [0, 500, 2000, 10000]}
-    assert space_of(cfg, "pytorch_batched") == {"num_replicas": [1, 2, 4], "batch_wait_timeout_s": [0.001, 0.005, 0.02],
-                                                "batcher": ["serve", "when_free"]}
+    assert space_of(cfg, "pytorch_haproxy_batched") == {"num_replicas": [1, 2, 4],
+                                                        "batch_wait_timeout_s": [0.001, 0.005, 0.02],
+                                                        "batcher": ["serve", "when_free"]}
+    assert cfg.cluster.serve_haproxy and "pytorch_batched" not in cfg.experiment.backends, "HAProxy replaces the proxy"
+    proxy = load_config([*CHEAPEST, "experiment.backends=[pytorch_batched]"])
+    validate(proxy)  # Serve's own proxy, searched in a sweep of its own
+    assert space_of(proxy, "pytorch_batched") == space_of(cfg, "pytorch_haproxy_batched")
     assert space_of(cfg, "pytorch_direct_batched") == {"batch_wait_timeout_s": [0.001, 0.005, 0.02],
                                                        "batcher": ["serve", "when_free"]}, "its own, no replicas"
     assert space_of(load_config([*CHEAPEST, "experiment.search.strategy=none"]), "triton_onnx_dynbatch") is None
