@@ -18,15 +18,20 @@ ALL = "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynb
 
 
 def test_every_entry_is_typed_validates_and_has_its_family() -> None:
-    cfg = load_config([f"experiment.backends=[{','.join(load_config().backends)}]",
+    names = list(load_config().backends)
+    behind_haproxy = [name for name in names if "haproxy" in name]  # HAProxy replaces the proxy: a sweep of its own
+    cfg = load_config([f"experiment.backends=[{','.join(n for n in names if n not in behind_haproxy)}]",
                        "cluster.serve_direct_ingress=true", "backends.endpoint.url=http://10.0.0.5:8000"])
     validate(cfg)
+    validate(load_config([f"experiment.backends=[{','.join(behind_haproxy)},pytorch_direct]"]))
+    assert behind_haproxy == ["pytorch_haproxy", "pytorch_haproxy_batched"]
     families = {name: cfg.backends[name].family for name in cfg.backends}
     assert families == {"pytorch": "pytorch", "pytorch_fp16": "pytorch", "pytorch_compile": "pytorch",
                         "pytorch_batched": "pytorch", "pytorch_batched_20ms": "pytorch",
                         "pytorch_batched_when_free": "pytorch", "pytorch_direct": "pytorch",
                         "pytorch_direct_batched": "pytorch", "pytorch_bf16": "pytorch",
-                        "pytorch_fp16_direct_batched": "pytorch",
+                        "pytorch_fp16_direct_batched": "pytorch", "pytorch_haproxy": "pytorch",
+                        "pytorch_haproxy_batched": "pytorch",
                         "triton_onnx": "triton_onnx", "triton_onnx_dynbatch": "triton_onnx", "triton_trt": "triton_trt",
                         "triton_trt_fp16": "triton_trt", "triton_trt_dynbatch": "triton_trt",
                         "triton_onnx_int8": "triton_onnx", "triton_onnx_fp16": "triton_onnx",
