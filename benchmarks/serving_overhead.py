@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import local_tier, report  # noqa: E402
 from experiments.config.compose import load_config  # noqa: E402
 from serving.paths import MODEL_REPOSITORY  # noqa: E402
-from serving.ray_serve.cluster import HAPROXY_LARGE_MESSAGES  # noqa: E402
+from serving.ray_serve.cluster import haproxy_sizing  # noqa: E402
 
 
 def p50_ms(fn: Any, repeats: int, warmup: int = 20) -> float:
@@ -109,12 +109,10 @@ def main() -> None:
             clients.close()
     name = args.name or ("serving_overhead" + ("" if args.model == "resnet18" else f"_{args.model}")
                          + ("_haproxy" * args.haproxy))
-    report(name, ["server", "protocol", "runtime", "in_process_p50_ms", "served_p50_ms",
-                                "overhead_ratio", "server_side_ms", "stable"], rows,
+    report(name, ["server", "protocol", "runtime", "in_process_p50_ms", "served_p50_ms", "overhead_ratio",
+                  "server_side_ms", "stable"], rows,
            {"model": args.model, "batch_size": 1, "concurrency": 1, "serve_haproxy": args.haproxy,
-            "haproxy_sizing": {k: os.environ.get(k, v) for k, v in HAPROXY_LARGE_MESSAGES.items()} if args.haproxy
-            else {},
-            "goal": "overhead_ratio <= 1.3"})
+            "haproxy_sizing": haproxy_sizing() if args.haproxy else {}, "goal": "overhead_ratio <= 1.3"})
 
 
 if __name__ == "__main__":

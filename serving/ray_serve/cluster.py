@@ -44,6 +44,11 @@ HAPROXY_LARGE_MESSAGES = {"RAY_SERVE_HAPROXY_TUNE_BUFSIZE": "262144", "RAY_SERVE
                           "RAY_SERVE_HAPROXY_H2_BE_INITIAL_WINDOW_SIZE": "16777216"}
 
 
+def haproxy_sizing() -> dict[str, str]:
+    """HAProxy's sizing as a sweep starts it: the user's environment's settings, else `HAPROXY_LARGE_MESSAGES`."""
+    return {key: os.environ.get(key, value) for key, value in HAPROXY_LARGE_MESSAGES.items()}
+
+
 def cluster_environment(switches: ClusterSwitches) -> dict[str, str]:
     """Serve's direct-ingress and HAProxy switches, as the cluster's switches (settled before anything starts) turn
     them on; HAProxy sized for image tensors, and its own two ports picked free (Ray's fixed defaults would meet
