@@ -154,6 +154,11 @@ class Backend(ABC):
     def stop(self) -> dict[str, str]:
         """Stop everything started (idempotent); returns server logs by file name."""
 
+    def abort_cause(self, server_logs: dict[str, str]) -> str | None:
+        """Why the server aborted, read from its logs (`stop`'s), to add to a failed trial's reason; None when they
+        show no abort or the backend does not know its server's way of dying."""
+        return None
+
     def broke_under(self, first_errors: str) -> bool:
         """Whether a trial's errors (its param `first_errors`: the first message of each class) say a part of the
         server broke under it, rather than that it answered the load with errors (shedding, timeouts). Such a trial,

@@ -48,11 +48,12 @@ def _samples(rng: np.random.Generator, n: int = 200) -> WindowSamples:
 
 def run_stand_in_group(monkeypatch, overrides: list[str], failing: set[int] = frozenset(),
                        clients: StandInClients | None = None, handle_params: dict[str, Any] | None = None,
-                       answered_errors: str | None = None) -> tuple[StandInSweep, dict]:
+                       answered_errors: str | None = None,
+                       server_logs: dict[str, str] | None = None) -> tuple[StandInSweep, dict]:
     """A triton_onnx group on the CPU, one trial; measurement number i (from 1) fails when i is in `failing`: the
     measurement fails, or with `answered_errors` the server answered it with those errors (the trial's
     `first_errors`), over its error budget. The server's handle contributes `handle_params` to its records (e.g. an
-    endpoint's `endpoint_nodes`)."""
+    endpoint's `endpoint_nodes`); stopping it returns `server_logs` (default: a one-line log)."""
     import experiments.run.server_group as server_group
 
     cfg = load_config(["experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]",
@@ -83,7 +84,7 @@ def run_stand_in_group(monkeypatch, overrides: list[str], failing: set[int] = fr
         record.tags["stable"] = "true"
         return record
 
-    server.backend.start, server.backend.stop = start, lambda: {"server.log": "stub died"}
+    server.backend.start, server.backend.stop = start, lambda: dict(server_logs or {"server.log": "stub died"})
     monkeypatch.setattr(server_group, "crosscheck_group", lambda *args: None)
     monkeypatch.setattr(server_group, "run_trial", measure)
     server.run(group.trials)

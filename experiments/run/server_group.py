@@ -217,9 +217,12 @@ class ServerGroup:
             retry = attempt <= self.cfg.experiment.trial_retries
             if retry:
                 record.tags["retried"] = "true"
+            server_logs = self.stop()
+            if cause := self.backend.abort_cause(server_logs):
+                record.reason = f"{record.reason}; {cause}"
             log.warning("%s failed (%s): restarting %s%s", trial.name, record.reason, self.group.variant,
                         f", then measuring it again (attempt {attempt + 1})" if retry else "")
-            finish(record, self.stop())
+            finish(record, server_logs)
             self.clients.restart()
             if retry:
                 return self._attempts(trial, pending, phase, finish, attempt + 1, record.reason)

@@ -270,6 +270,11 @@ class TritonBackend(Backend):
         actor, self._actor = self._actor, None
         return stop_host(actor, self.context, "Triton")
 
+    def abort_cause(self, server_logs: dict[str, str]) -> str | None:
+        from serving.triton.server import abort_cause
+
+        return abort_cause(server_logs.get("tritonserver.log", ""))
+
     def broke_under(self, first_errors: str) -> bool:
         # The Python backend answers 500 "Stub process '<instance>' is not healthy" while a stub process misses its
         # fixed 1 s health check (a starved CPU), then restarts that stub: a part of the server broke.

@@ -4,6 +4,8 @@ its log."""
 from __future__ import annotations
 
 import logging
+import re
+import signal
 import subprocess
 import time
 import urllib.error
@@ -56,6 +58,36 @@ def remove_orphan_regions(min_age_s: float = 600.0) -> None:
     for name in unmapped_shm(old):
         (shm / name).unlink(missing_ok=True)
         log.info("removed %s: a Python-backend region no process maps (its Triton was killed)", name)
+
+
+# What `tritonserver` prints as it dies: its signal handler's line, then (for an uncaught C++ exception) the C++
+# runtime's. The Python backend's known abort under load throws boost::interprocess::lock_exception.
+_SIGNAL_LINE = re.compile(r"^Signal \((\d+)\) received\.", re.MULTILINE)
+_TERMINATE_LINE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
+LOCK_EXCEPTION_DOCS = "docs/troubleshooting.md#triton-aborted-boostinterprocesslock_exception"
+
+
+def abort_cause(log_text: str) -> str | None:
+    """Why a `tritonserver` aborted, from the end of its log ("tritonserver aborted: SIGSEGV, uncaught
+    boost::interprocess::lock_exception ..."); None when the log shows no abort. A trial's reason otherwise says only
+    that the server stopped answering, which reads like a network fault."""
+    text = log_text[-20_000:]
+    signals = [int(n) for n in _SIGNAL_LINE.findall(text)]
+    thrown = _TERMINATE_LINE.findall(text)
+    if not signals and not thrown:
+        return None
+    parts = [_signal_name(n) for n in signals[-1:]] + [f"uncaught {name}" for name in thrown[-1:]]
+    cause = f"tritonserver aborted ({', '.join(parts)}; see its log)"
+    if any("boost::interprocess" in name for name in thrown):
+        cause += f": the Python backend's known abort under load ({LOCK_EXCEPTION_DOCS})"
+    return cause
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 class TritonServer:
