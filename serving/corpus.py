@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from serving import synthetic_images
+from serving import paths, synthetic_images
 from serving.images import Preprocessing, decode_and_preprocess
 
 log = logging.getLogger(__name__)
@@ -39,10 +39,8 @@ FOLDER_JPEG_QUALITY = 95  # a PNG or WebP of the user's is sent as a JPEG of thi
 
 
 def cache_root() -> Path:
-    """Where built corpora live on this node (the compiled engine's cache's parent)."""
-    base = os.environ.get("TIERBENCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tierbench")
-    return Path(base) / "corpus"
+    """Where built corpora live on this node."""
+    return paths.cache_root() / "corpus"
 
 
 @dataclass(frozen=True)

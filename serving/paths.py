@@ -14,9 +14,12 @@ MODEL_REPOSITORY = REPO_ROOT / "model_repository"
 
 
 def cache_root() -> Path:
-    """Node-local caches (TensorRT engines, the bundled Triton's runnable copy, a model repository for nodes
-    without this checkout): `$XDG_CACHE_HOME/tierbench`, by default `~/.cache/tierbench`."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tierbench"
+    """Node-local caches (TensorRT engines, the bundled Triton's runnable copy, the compiled load engine, the input
+    corpus, the ceiling's timings, staged model files, a model repository for nodes without this checkout):
+    `$TIERBENCH_CACHE`, else `$XDG_CACHE_HOME/tierbench`, else `~/.cache/tierbench`."""
+    if root := os.environ.get("TIERBENCH_CACHE"):
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tierbench"
 
 
 def node_model_repository(preferred: str | Path = MODEL_REPOSITORY) -> Path:

@@ -14,6 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from serving.paths import cache_root
+
 SOURCE = Path(__file__).with_name("loadgen.c")
 CFLAGS = ("-O2", "-std=gnu11", "-Wall")
 LIBS = ("-ldl", "-lm")
@@ -44,12 +46,6 @@ class EngineStatus:
         return f"{self.version} ({'HTTP/1.1 and gRPC' if self.http2 else 'HTTP/1.1 only: no libnghttp2.so.14'})"
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("TIERBENCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tierbench")
-    return Path(root)
-
-
 def compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
@@ -60,7 +56,7 @@ def engine_binary() -> Path:
     source = SOURCE.read_bytes()
     cc = compiler()
     digest = hashlib.sha256(source + " ".join((*CFLAGS, *LIBS)).encode()).hexdigest()[:12]
-    for folder in (cache_dir(), Path(tempfile.gettempdir()) / "tierbench-cache"):
+    for folder in (cache_root(), Path(tempfile.gettempdir()) / "tierbench-cache"):
         binary = folder / f"loadgen-{digest}"
         if binary.exists():
             return binary
@@ -81,7 +77,7 @@ def engine_binary() -> Path:
                                     f"{(proc.stderr or proc.stdout).strip()[-600:]}")
         os.replace(partial, binary)
         return binary
-    raise EngineUnavailable(f"no writable folder for the compiled load engine (tried {cache_dir()}): set "
+    raise EngineUnavailable(f"no writable folder for the compiled load engine (tried {cache_root()}): set "
                             "$TIERBENCH_CACHE to one")
 
 
