@@ -68,15 +68,16 @@ LOCK_EXCEPTION_DOCS = "docs/troubleshooting.md#triton-aborted-boostinterprocessl
 
 
 def abort_cause(log_text: str) -> str | None:
-    """Why a `tritonserver` aborted, from the end of its log ("tritonserver aborted: SIGSEGV, uncaught
-    boost::interprocess::lock_exception ..."); None when the log shows no abort. A trial's reason otherwise says only
-    that the server stopped answering, which reads like a network fault."""
+    """Why a `tritonserver` aborted, from the end of its log ("tritonserver aborted (SIGSEGV, uncaught
+    boost::interprocess::lock_exception; see its log) ..."): its last signal and uncaught exception; None when the log
+    shows no abort. A trial's reason otherwise says only that the server stopped answering, which reads like a
+    network fault."""
     text = log_text[-20_000:]
-    signals = [int(n) for n in _SIGNAL_LINE.findall(text)]
-    thrown = _TERMINATE_LINE.findall(text)
+    signals = [int(n) for n in _SIGNAL_LINE.findall(text)][-1:]
+    thrown = _TERMINATE_LINE.findall(text)[-1:]
     if not signals and not thrown:
         return None
-    parts = [_signal_name(n) for n in signals[-1:]] + [f"uncaught {name}" for name in thrown[-1:]]
+    parts = [_signal_name(n) for n in signals] + [f"uncaught {name}" for name in thrown]
     cause = f"tritonserver aborted ({', '.join(parts)}; see its log)"
     if any("boost::interprocess" in name for name in thrown):
         cause += f": the Python backend's known abort under load ({LOCK_EXCEPTION_DOCS})"
