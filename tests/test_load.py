@@ -305,3 +305,30 @@ def test_load_modes_bound_the_slo_search_and_space_arrivals() -> None:
     assert np.mean(gaps) == pytest.approx(0.02, rel=0.1) and np.std(gaps) == pytest.approx(0.02, rel=0.1)
     with pytest.raises(ValueError, match="no arrival schedule"):
         LoadMode.CLOSED.next_gap(50.0, rng)
+
+
+def test_an_open_loop_behind_its_schedule_loses_no_arrival_at_the_windows_end() -> None:
+    """A client that falls behind (here its loop blocked for 60 ms across the window's end) sends the arrivals
+    it owes in a burst; the window is cut only once each of them is in flight, so every one due inside it is
+    counted: 50 at 100/s in 0.5 s, however late they were sent."""
+    async def run() -> WindowSamples:
+        load = OpenLoopLoad(SlowServer(service_s=0.0005).infer, rate=100, arrival="constant", timeout_s=5,
+                            images_per_request=1)
+        load.start()
+        await load.wait_warm(min_requests=3, min_seconds=0.2, timeout_s=10)
+        start = load.now() + 0.01
+        end = start + 0.5
+
+        async def block_across_the_end() -> None:
+            await asyncio.sleep(end - 0.03 - load.now())
+            time.sleep(0.06)  # the client busy: its event loop runs nothing for 60 ms
+
+        blocker = asyncio.create_task(block_across_the_end())
+        samples = await load.collect(start, end)
+        await blocker
+        await load.stop()
+        return samples
+
+    samples = asyncio.run(run())
+    assert abs(samples.requests - 50) <= 1, samples.requests
+    assert samples.completed > 0

@@ -300,11 +300,20 @@ class ClientLoad(LoadGenerator):
         super().__init__(timeout_s, images_per_request, actor_index)
         self._send = send
 
-    async def _request(self, intended: float) -> None:
-        """Send one request scheduled at `intended`; record it, answered or failed (its outcome)."""
+    def _admit(self, intended: float) -> int:
+        """Put the request scheduled at `intended` in flight, before its task first runs: a window is cut once
+        nothing due inside it is in flight, and arrivals a late client owes are launched in a burst that runs only
+        after the cut could have looked."""
         request_id = self._next_id
         self._next_id += 1
         self._in_flight[request_id] = intended
+        return request_id
+
+    async def _request(self, intended: float, request_id: int | None = None) -> None:
+        """Send one request scheduled at `intended` (admitted as `request_id`, else now); record it, answered or
+        failed (its outcome)."""
+        if request_id is None:
+            request_id = self._admit(intended)
         sent = self.now()
         try:
             async with asyncio.timeout(self.timeout_s):  # no extra task per request, unlike wait_for
@@ -390,8 +399,11 @@ class OpenLoopLoad(ClientLoad):
             await slots.acquire()
             if self.now() - intended > LATE_AFTER_S:
                 self._late.append(intended)
-            task = asyncio.create_task(self._request(intended))
+            request_id = self._admit(intended)
+            task = asyncio.create_task(self._request(intended, request_id))
             self._last_launched = intended
             pending.add(task)
-            task.add_done_callback(lambda t: (pending.discard(t), slots.release()))
+            # out of flight even if cancelled before it first ran (stopping)
+            task.add_done_callback(lambda t, rid=request_id: (self._in_flight.pop(rid, None), pending.discard(t),
+                                                              slots.release()))
         await drain(pending)  # stopping: the requests in flight may finish
