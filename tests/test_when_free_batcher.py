@@ -30,24 +30,42 @@ def _request(i: int, images: int = 1) -> np.ndarray:
 
 
 def test_the_requests_that_queued_during_a_pass_ride_in_the_next() -> None:
-    """Eight requests 5 ms apart, a 50 ms pass, a 2 ms wait: the first runs alone, the seven that queued meanwhile
-    together (Serve's batcher runs them as passes of one)."""
+    """The first request runs alone; the seven that arrive while its pass runs ride together in the next (Serve's
+    batcher runs them as passes of one). The pass lasts until all seven have queued, so no timer decides it."""
     passes: list[int] = []
-    batcher = WhenFreeBatcher(_model(passes), max_batch_size=16, wait_s=0.002)
-
-    async def arrive(i: int) -> Pass:
-        await asyncio.sleep(i * 0.005)
-        return await batcher(_request(i))
 
     async def main() -> list[Pass]:
-        return list(await asyncio.gather(*(arrive(i) for i in range(8))))
+        first_running, seven_queued = asyncio.Event(), asyncio.Event()
+
+        async def forward(batch: np.ndarray) -> Pass:
+            passes.append(len(batch))
+            started = time.perf_counter()
+            if len(passes) == 1:
+                first_running.set()
+                await seven_queued.wait()
+            return Pass(batch * 2.0, len(batch), started)
+
+        batcher = WhenFreeBatcher(forward, max_batch_size=16, wait_s=0.002)
+
+        async def arrive(i: int) -> Pass:
+            if i:
+                await first_running.wait()
+            return await batcher(_request(i))
+
+        async def watch() -> None:
+            await first_running.wait()
+            while batcher.queued_images() < 7:
+                await asyncio.sleep(0.001)
+            seven_queued.set()
+
+        *answers, _ = await asyncio.wait_for(asyncio.gather(*(arrive(i) for i in range(8)), watch()), 10.0)
+        return answers
 
     answers = asyncio.run(main())
-    assert len(passes) == 2 and sum(passes) == 8 and passes[1] >= 6, passes
+    assert passes == [1, 7], passes
     for i, ran in enumerate(answers):
         assert np.array_equal(ran.logits, _request(i) * 2.0), "each request gets its own rows"
-        assert ran.images in passes
-    assert answers[-1].images == passes[1]
+    assert answers[0].images == 1 and all(ran.images == 7 for ran in answers[1:])
 
 
 def test_a_pass_holds_at_most_max_batch_size_images_and_never_splits_a_request() -> None:
