@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from experiments.config.errors import ConfigError
+from serving.metric import cost_per
 
 if TYPE_CHECKING:
     from experiments.config.schema import GpuTierConfig
@@ -94,7 +95,7 @@ def fleet_usd_per_hour(usd_per_hour: Any, nodes: Any = 1) -> Any:
 def cost_per_1k_images(usd_per_hour: Any, throughput_img_s: Any, nodes: Any = 1) -> Any:
     """$ per 1k images = nodes x price per hour / 3600 / throughput x 1000: what an image costs while the nodes that
     served the trial's throughput are kept as busy as in the trial. Numbers or pandas Series alike."""
-    return fleet_usd_per_hour(usd_per_hour, nodes) / 3600.0 / throughput_img_s * 1000.0
+    return cost_per(fleet_usd_per_hour(usd_per_hour, nodes), throughput_img_s, 1000.0)
 
 
 def images_per_usd(usd_per_hour: Any, throughput_img_s: Any, nodes: Any = 1) -> Any:

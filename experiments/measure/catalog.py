@@ -8,39 +8,13 @@ Names are the MLflow metric names; a family (`latency_p{50,90,95,99}_ms`) is dec
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from enum import StrEnum
 
-
-class Pool(StrEnum):
-    """How a trial's repeats become its one figure (docs/confidence-intervals.md)."""
-
-    SAMPLES = "samples"  # computed again from every repeat's raw samples pooled (never averaged)
-    GEOMETRIC = "geometric"  # a rate: the repeats' geometric mean (the centre of its interval)
-    PRICED = "priced"  # computed again from the pooled throughput and the tier's price
-    SUM = "sum"  # a count over the repeats
-    MIN = "min"  # a flag or a floor: the worst repeat's (a caveat of one repeat is the trial's)
-    MAX = "max"  # a worst case: the worst repeat's
-    MEAN = "mean"  # the repeats' mean
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    unit: str  # ms, s, img/s, req/s, share (0-1), %, cores, bytes, USD, W, J, MB, count, flag (0/1), ratio, batch
-    pool: Pool
-    doc: str
-
-
-def _family(pattern: str, values: tuple, unit: str, pool: Pool, doc: str) -> list[Metric]:
-    return [Metric(pattern.format(v), unit, pool, doc.format(v)) for v in values]
-
-
-PERCENTILES = (50, 90, 95, 99)
+from serving.metric import PERCENTILES, Metric, Pool, family
+from serving.workloads.registry import workloads
 
 METRICS: tuple[Metric, ...] = (
     # Latency and throughput, from the measurement windows' raw samples (experiments.measure.metrics).
-    *_family("latency_p{}_ms", PERCENTILES, "ms", Pool.SAMPLES,
+    *family("latency_p{}_ms", PERCENTILES, "ms", Pool.SAMPLES,
              "the p{} of request latency, from when the request was due (its loop free, or its arrival) to its answer"),
     Metric("latency_mean_ms", "ms", Pool.SAMPLES, "mean request latency"),
     Metric("latency_min_ms", "ms", Pool.SAMPLES, "fastest request"),
@@ -81,7 +55,7 @@ METRICS: tuple[Metric, ...] = (
                                              "error status, a timeout, a lost connection, an answer that does not "
                                              "check out); the latency figures are of those answered well"),
     Metric("failed_requests", "count", Pool.SUM, "requests scheduled inside the windows that failed"),
-    *_family("latency_all_p{}_ms", PERCENTILES, "ms", Pool.MEAN,
+    *family("latency_all_p{}_ms", PERCENTILES, "ms", Pool.MEAN,
              "the p{} of latency over every request, failed ones included (logged when any failed)"),
     Metric("goodput_img_s", "img/s", Pool.GEOMETRIC, "images of the requests answered well within "
                                                      "experiment.slo.deadline_ms (else slo.p99_ms), per second"),
@@ -100,7 +74,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("late_fraction", "share", Pool.MEAN, "share of arrivals sent late"),
     Metric("client_behind", "flag", Pool.MAX,
            "1 when the client fell behind its own schedule: > 5 % sent late, its timer p99 >= 10 ms late"),
-    *_family("send_latency_p{}_ms", PERCENTILES, "ms", Pool.SAMPLES,
+    *family("send_latency_p{}_ms", PERCENTILES, "ms", Pool.SAMPLES,
              "the p{} of latency from the send (not the arrival): what coordinated omission would show"),
     # The clients: a client near a full core measures itself.
     Metric("client_cpu_util_max", "share", Pool.MAX, "the busiest client actor's CPU, in cores"),
@@ -201,15 +175,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("slo_goodput_share_at_max", "share", Pool.MEAN, "goodput over the offered requests at that load"),
     Metric("slo_max_goodput_img_s", "img/s", Pool.GEOMETRIC, "goodput at that load (with a deadline): what the "
                                                              "capacity plan sizes nodes on"),
-    *_family("slo_{}_at_max", ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_util_pct"),
+    *family("slo_{}_at_max", ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_util_pct"),
              "share", Pool.MEAN, "the trial figure {} at the highest load within the target"),
 )
+# Each workload's own figures (serving/workloads/<name>/: a generative trial's TTFT, ITL, tokens/s, $ per 1M tokens).
+METRICS += tuple(m for workload in workloads().values() for m in workload.metrics)
 # A family whose members are named by what was measured: the share failed by each error class.
 PATTERNS: tuple[tuple[re.Pattern[str], Metric], ...] = (
-    (re.compile(r"^error_rate_(?:http_\d+|grpc_\d+|[a-z]+)$"),
+    (re.compile(r"^error_rate_(?:http_\d+|grpc_\d+|[a-z]+(?:_[a-z]+)?)$"),
      Metric("error_rate_<class>", "share", Pool.MEAN, "share of the requests that failed with this error class: "
                                                       "http_<status>, grpc_<code>, timeout, reset, refused, invalid, "
-                                                      "other (serving/clients/outcomes.py)")),
+                                                      "other, and for streamed answers truncated and stream_error "
+                                                      "(serving/clients/outcomes.py)")),
     (re.compile(r"^series_(?:t_s|offered_rps|throughput_img_s|goodput_img_s|error_rate|latency_p(?:50|99)_ms)$"),
      Metric("series_<figure>", "per bin", Pool.MEAN, "the trial over time, as MLflow step metrics (step: the bin, "
                                                      "a fifth of a window): t_s, offered_rps, throughput_img_s, "

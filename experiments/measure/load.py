@@ -127,6 +127,7 @@ class LoadGenerator(ABC):
         self._server_ms: list[float] = []
         self._server_batch: list[float] = []  # images of the forward pass each request rode in
         self._server_queue_ms: list[float] = []  # its wait in the server for that pass, where the server says
+        self._detail: list = []  # what the workload records of each request beyond its times (ServerReport.detail)
         # failed requests (serving.clients.outcomes), in the order they ended
         self._failed: dict[str, list[float]] = {key: [] for key in Failures.FIELDS}
         self._recent_gone: list[bool] = []  # whether each of the last GONE_AFTER outcomes was refused / reset
@@ -154,9 +155,12 @@ class LoadGenerator(ABC):
         """Create the tasks that generate the load."""
 
     def _record(self, intended: float, sent: float, done: float, report: ServerReport | None) -> None:
+        if report is not None and report.answered_after_s is not None:
+            done = sent + report.answered_after_s  # the answer's last byte, before the client's own work on it
         self._intended.append(intended)
         self._sent.append(sent)
         self._done.append(done)
+        self._detail.append(None if report is None else report.detail)
         self._server_ms.append(math.nan if report is None else float(report.ms))
         self._server_batch.append(math.nan if report is None or report.executed_images is None
                                   else float(report.executed_images))
@@ -236,6 +240,9 @@ class LoadGenerator(ABC):
         # and is recorded; none of them was forgotten (records go once they completed before a cut window).
         done = np.asarray(self._done[:n])
         sent = np.asarray(self._sent[:n])
+        completed_in = (done >= window_start) & (done < window_end)
+        detail = self._detail[:n]
+        recorded = any(d is not None for d in detail)
         failed = {key: np.asarray(values) for key, values in self._failed.items()}
         in_window = (failed["intended_s"] >= window_start) & (failed["intended_s"] < window_end)
         samples = WindowSamples(
@@ -249,7 +256,7 @@ class LoadGenerator(ABC):
             server_batch=np.asarray(self._server_batch[:n])[inside],
             server_queue_ms=np.asarray(self._server_queue_ms[:n])[inside],
             actor=np.full(int(inside.sum()), self.actor_index, dtype=np.int32),
-            completed=(completed := int(np.count_nonzero((done >= window_start) & (done < window_end)))),
+            completed=(completed := int(np.count_nonzero(completed_in))),
             # every request sent inside it, answered or failed: the achieved rate is the load the server was offered
             sent=int(np.count_nonzero((sent >= window_start) & (sent < window_end))
                      + np.count_nonzero((failed["send_s"] >= window_start) & (failed["send_s"] < window_end))),
@@ -258,6 +265,8 @@ class LoadGenerator(ABC):
                               ended=int(np.count_nonzero((failed["done_s"] >= window_start)
                                                          & (failed["done_s"] < window_end)))),
             error_messages=dict(self.error_messages),
+            detail=[detail[i] for i in np.flatnonzero(inside)] if recorded else None,
+            completed_detail=[detail[i] for i in np.flatnonzero(completed_in)] if recorded else [],
         )
         self._forget_before(window_start)
         return samples
@@ -276,7 +285,7 @@ class LoadGenerator(ABC):
         order; a request scheduled earlier that completes in a later window is kept, to be counted there."""
         keep = bisect.bisect_left(self._done, t)
         for records in (self._intended, self._sent, self._done, self._server_ms, self._server_batch,
-                        self._server_queue_ms):
+                        self._server_queue_ms, self._detail):
             del records[:keep]
         keep_failed = bisect.bisect_left(self._failed["done_s"], t)
         for records in self._failed.values():

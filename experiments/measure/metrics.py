@@ -7,10 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from experiments.config.prices import cost_per_1k_images, images_per_usd
 from experiments.measure.catalog import PERCENTILES
 from experiments.measure.samples import WindowSamples
 from serving.clients.outcomes import SHED_CLASSES
+from serving.workloads.image import figures as image_figures
+from serving.workloads.registry import workload as workload_named
+from serving.workloads.workload import Workload
+
+IMAGE = workload_named("image")
 
 if TYPE_CHECKING:
     from experiments.config.schema import SloConfig
@@ -53,23 +57,22 @@ def throughput_metrics(samples: WindowSamples) -> dict[str, float]:
     """What was served: requests (images) that completed inside the windows per second, whenever they were
     scheduled (perf_analyzer and LoadGen count so), in closed and open loop alike."""
     requests_s = samples.completed / samples.duration_s
-    return {"requests_s": requests_s, "throughput_img_s": requests_s * samples.images_per_request}
+    return {"requests_s": requests_s, "throughput_img_s": image_figures.throughput(samples)}
 
 
 def cost_metrics(price_per_hour_usd: float, throughput_img_s: float) -> dict[str, float]:
     """$ per 1k images and images per $ (absent when the tier is free)."""
-    if throughput_img_s <= 0:
-        return {}
-    out = {"cost_per_1k_images_usd": cost_per_1k_images(price_per_hour_usd, throughput_img_s)}
-    if price_per_hour_usd > 0:
-        out["images_per_usd"] = images_per_usd(price_per_hour_usd, throughput_img_s)
-    return out
+    return image_figures.cost_figures(price_per_hour_usd, throughput_img_s)
 
 
-def window_metrics(samples: WindowSamples, price_per_hour_usd: float) -> dict[str, float]:
-    metrics = {**latency_metrics(samples.latency_s), **throughput_metrics(samples),
+def window_metrics(samples: WindowSamples, price_per_hour_usd: float, workload: Workload = IMAGE,
+                   slo: SloConfig | None = None) -> dict[str, float]:
+    """Latency and requests answered per second (every workload's), then the workload's own figures: an image
+    trial's images per second and $ per 1k images, a generative one's tokens per second, TTFT, ITL, TPOT, $ per 1M
+    tokens (with `slo`'s targets, its goodput)."""
+    metrics = {**latency_metrics(samples.latency_s), "requests_s": samples.completed / samples.duration_s,
                "request_count": float(samples.requests), "completed_requests": float(samples.completed)}
-    metrics.update(cost_metrics(price_per_hour_usd, metrics["throughput_img_s"]))
+    metrics.update(workload.figures(samples, price_per_hour_usd, slo))
     return metrics
 
 
@@ -105,16 +108,18 @@ def is_stable(values: list[float], percent: float) -> bool:
     return all(abs(v - mean) / mean * 100.0 <= percent for v in values)
 
 
-def window_stats(samples: WindowSamples, latency_percentile: float) -> tuple[float, float]:
-    """(throughput img/s, latency percentile ms) of one window: what the stability rule compares."""
+def window_stats(samples: WindowSamples, latency_percentile: float,
+                 workload: Workload = IMAGE) -> tuple[float, float]:
+    """(the workload's throughput: img/s, output tok/s; latency percentile ms) of one window: what the stability rule
+    compares."""
     if samples.requests == 0:
         return 0.0, float("inf")
-    return (throughput_metrics(samples)["throughput_img_s"],
-            float(np.percentile(samples.latency_s * 1e3, latency_percentile)))
+    return (workload.throughput_of(samples), float(np.percentile(samples.latency_s * 1e3, latency_percentile)))
 
 
-def windows_stable(windows: list[WindowSamples], percent: float, latency_percentile: float) -> bool:
-    stats = [window_stats(w, latency_percentile) for w in windows]
+def windows_stable(windows: list[WindowSamples], percent: float, latency_percentile: float,
+                   workload: Workload = IMAGE) -> bool:
+    stats = [window_stats(w, latency_percentile, workload) for w in windows]
     return is_stable([s[0] for s in stats], percent) and is_stable([s[1] for s in stats], percent)
 
 
@@ -156,7 +161,7 @@ def tenancy_metrics(samples: WindowSamples, neighbours: list[WindowSamples]) -> 
     served tenant over the most served)."""
     if not neighbours:
         return {}
-    rates = [throughput_metrics(s)["throughput_img_s"] for s in (samples, *neighbours)]
+    rates = [image_figures.throughput(s) for s in (samples, *neighbours)]
     out = {"tenants_measured": float(len(rates)), "card_throughput_img_s": float(sum(rates)),
            "neighbour_throughput_img_s": float(np.mean(rates[1:])),
            "tenant_fairness": min(rates) / max(rates) if max(rates) > 0 else 0.0}

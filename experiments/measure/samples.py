@@ -87,6 +87,11 @@ class WindowSamples:
     # The requests scheduled inside the window that failed: everything above is of those answered well.
     failures: Failures = field(default_factory=Failures)
     error_messages: dict[str, str] = field(default_factory=dict)  # the first message of each error class
+    # What the workload records of each request beyond its times (a generative request's TokenTrace), in the order of
+    # `intended_s` (None: the requests record nothing more); and of the requests that completed inside the window,
+    # whenever scheduled, the same records: what is counted by completion (tokens served) is summed over them.
+    detail: list | None = None
+    completed_detail: list = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:
@@ -135,6 +140,10 @@ class WindowSamples:
         def cat(name: str) -> np.ndarray:
             return np.concatenate([getattr(p, name) for p in parts])[order]
 
+        detail = None
+        if all(p.detail is not None for p in parts):
+            every = [d for p in parts for d in p.detail]
+            detail = [every[i] for i in order]
         return WindowSamples(
             window_start=spans[0][0],
             window_end=spans[-1][1],
@@ -152,4 +161,6 @@ class WindowSamples:
             clients=[c for p in parts for c in p.clients],
             failures=Failures.merge([p.failures for p in parts]),
             error_messages={k: v for p in reversed(parts) for k, v in p.error_messages.items()},
+            detail=detail,
+            completed_detail=[d for p in parts for d in p.completed_detail],
         )

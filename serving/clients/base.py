@@ -125,11 +125,18 @@ TIMING_HEADER = "Server-Timing"
 class ServerReport(NamedTuple):
     """What a server said about one request: its own processing time, the images of the forward pass the request
     rode in (more than the request's own when a server-side batcher merged it with others), and of its time, how
-    long it waited for that pass (None where the server does not say)."""
+    long it waited for that pass (None where the server does not say).
+
+    A client that reads its answer as it streams also says when the answer's last byte came (`answered_after_s`,
+    seconds after it sent the request: the request ends there, not after the work the client does on the answer,
+    such as counting its tokens) and what its workload records of the request (`detail`: a generative request's
+    `TokenTrace`)."""
 
     ms: float
     executed_images: int | None = None
     queue_ms: float | None = None
+    answered_after_s: float | None = None
+    detail: Any = None
 
 
 def parse_server_timing(header: str | None) -> ServerReport | None:

@@ -8,12 +8,18 @@ Why not aiohttp: per request it builds headers, a writer, a response object and 
 (uvloop's in Ray's workers). Against a loopback stub (benchmarks/loopback_stub.py) with the 602 KB tensor, the
 client's CPU per request halved (~540 -> ~270 µs, about half of what remains being the kernel's copy of the
 body), which is what separates a Python client from perf_analyzer on a ~1 ms server.
+
+A streamed answer (server-sent events, `text/event-stream`: an OpenAI-compatible server's tokens) is read as it
+arrives (`Http1Client(streaming=True)`): each event's `data` is kept with the moment its bytes reached the process
+(`time.perf_counter()` on entry to `data_received`), and nothing else is done per event, so the client's cost per
+token stays a few microseconds (benchmarks/stream_client_cost.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -24,6 +30,18 @@ class HttpResponse(NamedTuple):
     status: int
     headers: dict[str, str]  # names lower-cased
     body: bytes
+
+
+class HttpStream(NamedTuple):
+    """A response read as it streamed: an event stream's `data` payloads, each with when its bytes arrived
+    (`time.perf_counter()`), or the whole body of any other response (an error, an answer not streamed)."""
+
+    status: int
+    headers: dict[str, str]  # names lower-cased
+    body: bytes  # the body when it is not an event stream
+    events: list[tuple[float, bytes]]  # (arrival, the event's data) of an event stream, in order
+    complete: bool  # the body ended as HTTP framed it; False: the connection closed first (a stream cut mid-way)
+    ended: float  # when the response's last bytes arrived (perf_counter)
 
 
 class HttpError(ConnectionError):
@@ -158,27 +176,200 @@ class _Connection(asyncio.Protocol):
             at = start + size + 2
 
 
+class _StreamConnection(asyncio.Protocol):
+    """One keep-alive connection whose response is read as it arrives: an event stream's events are timed and kept
+    one by one (chunked, Content-Length or close-delimited framing), any other body kept whole. A connection that
+    closes before the body ended completes the response as cut (`complete=False`), with what arrived: a stream cut
+    mid-way is a result of the request, not an error of the transport."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._waiter: asyncio.Future | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buffer = bytearray()  # bytes not yet framed (the head, a chunk's size line)
+        self._head: tuple[int, dict[str, str]] | None = None
+        self._chunked = False
+        self._left = -1  # body bytes still to come: of the body (Content-Length), of this chunk (chunked); -1: open
+        self._trailer = False  # chunked: the last chunk came, its trailer section follows
+        self._sse = False
+        self._body = bytearray()  # what the body carried (an event stream: what is not yet a whole line)
+        self._events: list[tuple[float, bytes]] = []
+        self._data: list[bytes] = []  # the `data` lines of the event being read
+        self._arrived = 0.0  # when the latest bytes arrived
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        if self._head is None:
+            detail = f": {exc}" if exc else ""
+            waiter.set_exception(HttpError(f"connection closed before the response came{detail}"))
+            return
+        close_delimited = not self._chunked and self._left < 0
+        self._complete(close_delimited)  # a body read until the close ended there; any other was cut
+
+    def send(self, request: bytes) -> asyncio.Future:
+        self._waiter = waiter = asyncio.get_running_loop().create_future()
+        self._reset()
+        self.transport.write(request)
+        return waiter
+
+    def data_received(self, data: bytes) -> None:
+        self._arrived = arrived = time.perf_counter()
+        try:
+            if self._head is None:
+                self._buffer += data
+                end = self._buffer.find(HEADER_END)
+                if end < 0:
+                    return
+                self._head = self._parse_head(bytes(self._buffer[:end]))
+                data = bytes(self._buffer[end + len(HEADER_END):])
+                self._buffer = bytearray()
+            if self._chunked:
+                self._dechunk(data, arrived)
+            else:
+                self._body_bytes(data, arrived)
+        except (HttpError, ValueError) as exc:  # a malformed response: fail the request, drop the connection
+            waiter, self._waiter = self._waiter, None
+            self.closed = True
+            self.transport.close()
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(HttpError(f"bad HTTP response: {exc}"))
+
+    def _parse_head(self, head: bytes) -> tuple[int, dict[str, str]]:
+        lines = head.decode("latin-1").split("\r\n")
+        status_line = lines[0].split(" ", 2)
+        if len(status_line) < 2 or not status_line[0].startswith("HTTP/1."):
+            raise HttpError(f"not an HTTP/1.x response: {lines[0][:100]!r}")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        self._chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+        if not self._chunked and "content-length" in headers:
+            self._left = int(headers["content-length"])
+        self._sse = headers.get("content-type", "").startswith("text/event-stream")
+        status = int(status_line[1])
+        if not self._chunked and self._left < 0 and status in (204, 304):
+            self._left = 0
+        return status, headers
+
+    def _body_bytes(self, data: bytes, arrived: float) -> None:
+        """Content-Length or close-delimited framing."""
+        if self._left >= 0:
+            data, rest = data[:self._left], data[self._left:]
+            if rest:
+                raise HttpError("bytes past the response's Content-Length")
+            self._left -= len(data)
+        self._take(data, arrived)
+        if self._left == 0:
+            self._complete(True)
+
+    def _dechunk(self, data: bytes, arrived: float) -> None:
+        """Chunked framing, chunk by chunk as the bytes arrive."""
+        buffer = self._buffer
+        buffer += data
+        at = 0
+        while True:
+            if self._trailer:
+                end = buffer.find(b"\r\n", at)
+                while end >= 0 and end != at:  # trailer fields, then the empty line
+                    at = end + 2
+                    end = buffer.find(b"\r\n", at)
+                if end < 0:
+                    break
+                del buffer[:end + 2]
+                self._complete(True)
+                return
+            if self._left > 0:
+                take = min(self._left, len(buffer) - at)
+                if take <= 0:
+                    break
+                self._take(bytes(buffer[at:at + take]), arrived)
+                at += take
+                self._left -= take
+                if self._left:
+                    break
+                self._left = -2  # the chunk's closing CRLF
+            if self._left == -2:
+                if len(buffer) - at < 2:
+                    break
+                at += 2
+                self._left = -1
+            line_end = buffer.find(b"\r\n", at)
+            if line_end < 0:
+                break
+            size = int(bytes(buffer[at:line_end]).split(b";", 1)[0], 16)
+            at = line_end + 2
+            if size == 0:
+                self._trailer = True
+            else:
+                self._left = size
+        del buffer[:at]
+
+    def _take(self, data: bytes, arrived: float) -> None:
+        """Body bytes: kept whole, or, in an event stream, cut into lines and events as they complete."""
+        body = self._body
+        body += data
+        if not self._sse:
+            return
+        start = 0
+        while (end := body.find(b"\n", start)) >= 0:
+            line = bytes(body[start:end]).rstrip(b"\r")
+            start = end + 1
+            if not line:  # a blank line ends the event
+                if self._data:
+                    self._events.append((arrived, b"\n".join(self._data)))
+                    self._data = []
+            elif line.startswith(b"data:"):
+                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            # other fields (event:, id:, retry:) and comments (":") carry nothing tierbench reads
+        del body[:start]
+
+    def _complete(self, ended: bool) -> None:
+        status, headers = self._head
+        waiter, self._waiter = self._waiter, None
+        if not ended or headers.get("connection", "").lower() == "close":
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+        body = b"" if self._sse else bytes(self._body)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(HttpStream(status, headers, body, self._events, ended, self._arrived))
+        self._reset()
+
+
 class Http1Client:
     """Keep-alive connections to one server, shared by a client actor's request loops: a request takes an idle
-    connection or opens one, so the connections grow to the requests in flight."""
+    connection or opens one, so the connections grow to the requests in flight. `streaming`: responses are read as
+    they arrive (`HttpStream`: an event stream's events timed one by one) instead of whole (`HttpResponse`)."""
 
-    def __init__(self, url: str, timeout_s: float, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, url: str, timeout_s: float, tls: ssl.SSLContext | None = None, streaming: bool = False) -> None:
         parts = urlsplit(url if "://" in url else f"http://{url}")
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80)
         self.timeout_s = timeout_s
         self.tls = tls
-        self._idle: list[_Connection] = []
-        self._all: list[_Connection] = []
+        self._protocol = _StreamConnection if streaming else _Connection
+        self._idle: list[_Connection | _StreamConnection] = []
+        self._all: list[_Connection | _StreamConnection] = []
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> _Connection | _StreamConnection:
         loop = asyncio.get_running_loop()
-        connecting = loop.create_connection(_Connection, self.host, self.port, ssl=self.tls)
+        connecting = loop.create_connection(self._protocol, self.host, self.port, ssl=self.tls)
         _, connection = await asyncio.wait_for(connecting, self.timeout_s)
         self._all.append(connection)
         return connection
 
-    async def send(self, request: bytes) -> HttpResponse:
-        """Send pre-built request bytes; the response. A connection is reused only after a complete response."""
+    async def send(self, request: bytes) -> HttpResponse | HttpStream:
+        """Send pre-built request bytes; the response (`HttpStream` for a streaming client). A connection is reused
+        only after a complete response."""
         idle = self._idle
         connection = idle.pop() if idle else await self._connect()
         while connection.closed:  # closed by the server while idle

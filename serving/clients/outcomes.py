@@ -10,6 +10,9 @@ trial (its rate by class, the goodput) rather than the end of it.
     refused      no connection could be opened (gRPC: UNAVAILABLE because no address could be connected to)
     invalid      an answer whose outputs do not check out (wrong size or shape)
     other        anything else (the message is kept)
+    truncated    a streamed answer cut mid-way: the stream ended (the connection closed, or the body ended) before the
+                 answer said it was finished
+    stream_error a streamed answer that carried an error event in place of its next tokens
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class Outcome(IntEnum):
     REFUSED = 5
     INVALID = 6
     OTHER = 7
+    TRUNCATED = 8
+    STREAM_ERROR = 9
 
 
 class RequestError(RuntimeError):

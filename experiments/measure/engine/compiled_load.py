@@ -163,6 +163,7 @@ class CompiledLoad(LoadGenerator):
             self._server_ms.extend(done["server_ms"].astype(np.float64).tolist())
             self._server_batch.extend(done["server_batch"].astype(np.float64).tolist())
             self._server_queue_ms.extend(done["server_queue_ms"].astype(np.float64).tolist())
+            self._detail.extend([None] * done.size)  # the engine records no more than times
             self._late.extend(intended[sent - intended > LATE_AFTER_S].tolist())
         beats = batch[batch["kind"] == records.Kind.HEARTBEAT]
         if beats.size:

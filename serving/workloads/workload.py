@@ -1,0 +1,41 @@
+"""What a workload tells the rest of tierbench, through one line of the registry (`serving/workloads/registry.py`):
+its name (`experiment.workload`), its unit and the request formats it sends, the figures a tier is sized and priced on,
+the SLO keys its search reads, its metrics, how its per-request records become figures, and which of the engine's
+image-only steps apply to it. Everything else of the workload stays in its folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from serving.metric import Metric
+
+# (samples, usd_per_hour, slo) -> figures: `samples` is experiments.measure.samples.WindowSamples, `slo` the
+# experiment's SloConfig
+Figures = Callable[[Any, float, Any], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str  # `experiment.workload`, the trial param `workload`
+    unit: str  # what a tier's throughput counts: image | token
+    per: float  # the cost figure's quantity of units: 1,000 images, 1,000,000 tokens
+    request_formats: tuple[str, ...]  # what `experiment.input_formats` may name
+    throughput: str  # the figure a tier is sized on (its capacity plan, the SLO search's best): throughput_img_s, ...
+    cost: str  # the headline cost figure, at the throughput: cost_per_1k_images_usd, cost_per_1m_output_tokens_usd
+    latency: str  # the latency figure its Pareto plot and simple SLO read: latency_p99_ms, ttft_p99_ms
+    slo_targets: tuple[str, ...]  # the keys of experiment.slo its search and goodput read
+    metrics: tuple[Metric, ...]  # its own figures (the engine's catalog declares the ones every workload shares)
+    figures: Figures  # its figures over merged windows, beyond the shared ones (latency, requests/s, errors)
+    throughput_of: Callable[[Any], float]  # the throughput of one window: what the stability rule compares
+    params_of: Callable[[Any], dict[str, str]] = lambda samples: {}  # what its samples say as params
+    # The engine's steps for an image model: ship the model's file, cross-check outputs against the reference,
+    # time the runtime's ceiling, build the image corpus. A workload that does not serve an image model skips them.
+    image_model: bool = False
+
+    @property
+    def cost_label(self) -> str:
+        """`$ per 1k images`, `$ per 1M tokens`."""
+        quantity = {1e3: "1k", 1e6: "1M"}.get(self.per, f"{self.per:g}")
+        return f"$ per {quantity} {self.unit}s"
