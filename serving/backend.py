@@ -13,12 +13,13 @@ from typing import Any
 
 from serving.clients.base import ClientSpec
 from serving.corpus import InputSource
-from serving.model_config import ModelConfig
+from serving.model_config import ModelConfig, ServedModel
 from serving.models import output_dims, preprocessing
 from serving.node import NodeInfo
 from serving.protocols import InputFormat
 from serving.runtime import Runtime
 from serving.settings import BackendSettings
+from serving.workloads.generative.prompts import PromptSource
 
 
 @dataclass
@@ -47,7 +48,7 @@ class BackendContext:
     """What every backend needs from the sweep: where to run and what to serve."""
 
     name: str  # the backend's name in experiment.backends, e.g. triton_onnx
-    model: ModelConfig  # what to serve
+    model: ServedModel  # what to serve: an image model (ModelConfig), or a language model an endpoint serves
     node: NodeInfo  # the tier node the server runs on
     ray_options: dict[str, Any]  # Ray placement for actors on that node (tier resource / label selector)
     host: str = "127.0.0.1"
@@ -61,7 +62,8 @@ class BackendContext:
     # The tier promises a GPU (`gpu.requires_gpu`, outside an emulated cluster): a server that would compute on the
     # CPU is skipped or failed instead of falling back, so no CPU figure is filed under a GPU tier's name.
     requires_gpu: bool = False
-    inputs: InputSource = field(default_factory=InputSource)  # what the clients' requests carry (serving.corpus)
+    # what the clients' requests carry: images (serving.corpus), or conversations (a generative PromptSource)
+    inputs: InputSource | PromptSource = field(default_factory=InputSource)
     # Which of the servers sharing one card this is (a shared card's tier runs several copies at once): 0 the first
     tenant: int = 0
 
@@ -189,8 +191,13 @@ class Backend(ABC):
 
     def _spec(self, target: str, url: str, model_name: str, input_format: str, batch_size: int,
               kind: type[ClientSpec] = ClientSpec) -> ClientSpec:
-        """A `kind` of spec (a backend's own subclass adds its transport's fields) for the model's shapes."""
+        """A `kind` of spec (a backend's own subclass adds its transport's fields) for the model's shapes (a language
+        model's requests carry conversations: no shapes)."""
         model = self.context.model
+        if not isinstance(model, ModelConfig):
+            return kind(target=target, url=url, model_name=model_name, input_format=input_format,
+                        batch_size=batch_size, input_shape=(), output_shape=(),
+                        timeout_s=self.context.request_timeout_s, inputs=self.context.inputs)
         return kind(
             target=target,
             url=url,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -44,13 +44,24 @@ class PreprocessConfig:
 
 
 @dataclass
-class ModelConfig:
+class ServedModel:
+    """What every model a sweep measures has: its name (the trial param `model`). Each workload's models extend it: an
+    image model (`ModelConfig`, below), a language model (`serving.workloads.generative.model.LanguageModelConfig`);
+    the files of conf/model/ name their schema (`base_model`, `base_language_model`)."""
+
+    name: str = MISSING
+    workload: ClassVar[str] = ""  # the workload its requests are (experiment.workload must be it)
+
+
+@dataclass
+class ModelConfig(ServedModel):
     """The image model to serve (a classifier, or any model returning one tensor per batch), from one of
     `serving.model_config.ModelSource`: a factory (torchvision-style or `timm:<name>`) with seeded random or local
     weights, a TorchScript or torch.export program, or an ONNX file. Files are checked before anything starts and
     travel to the tier nodes through Ray's object store."""
 
     name: str = MISSING  # the Triton model name and the trial param `model`
+    workload: ClassVar[str] = "image"
     source: str = "factory"  # ModelSource: factory | torchscript | torch_export | onnx
     # factory: a callable taking (weights=None, num_classes=...), e.g. torchvision.models.resnet18, or timm:<model>
     factory: str | None = None

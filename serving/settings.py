@@ -44,6 +44,8 @@ class BackendSettings(ABC):
     reloadable: ClassVar[tuple[str, ...]] = ()
     # False for a server tierbench does not start (an endpoint): the tier's node then only hosts the clients.
     launches_server: ClassVar[bool] = True
+    # The workloads its servers serve (serving/workloads/): an experiment of another refuses the entry.
+    workloads: ClassVar[tuple[str, ...]] = ("image",)
 
     @property
     @abstractmethod
@@ -55,6 +57,10 @@ class BackendSettings(ABC):
         """The key of these settings and the share of a GPU one server asks Ray for on a node where Ray schedules
         GPUs, all its replicas together (servers sharing a card must fit on it); None where it asks for none."""
         return None
+
+    def serves(self, workload: str) -> bool:
+        """Whether its servers serve `workload`'s requests (`experiment.workload`)."""
+        return workload in self.workloads
 
     def check(self, name: str, model: ModelConfig, cluster: ClusterSwitches) -> list[str]:
         """What is wrong with `backends.<name>`: one message per problem, naming the key, the value and the fix."""

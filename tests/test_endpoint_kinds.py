@@ -63,7 +63,7 @@ def test_credentials_settings_are_refused_when_they_cannot_work() -> None:
 
 
 def test_every_kind_a_config_may_name_has_its_protocol_and_no_other() -> None:
-    from serving.endpoint.kinds import KINDS
+    from serving.endpoint.backend import KINDS
     from serving.endpoint.settings import KIND_NAMES
 
     assert tuple(KINDS) == KIND_NAMES and all(kind.name == name for name, kind in KINDS.items())

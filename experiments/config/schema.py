@@ -14,9 +14,11 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from serving.model_config import ModelConfig
+from serving.model_config import ModelConfig, ServedModel
 from serving.registry import backend_packages
 from serving.settings import BackendSettings
+from serving.workloads.generative.config import PromptsConfig
+from serving.workloads.generative.model import LanguageModelConfig
 
 # The `backend` config group: one schema per backend package (serving/registry.py), named in conf/backends/ as
 # `/backend/<name>@<entry>`.
@@ -103,9 +105,14 @@ class StabilityConfig:
 
 @dataclass
 class SloConfig:
-    """Find the highest load whose p99 stays within `p99_ms` (null: no search)."""
+    """Find the highest load whose p99 stays within `p99_ms` (null: no search); a generative sweep's targets are its
+    time to first token and time per output token (`ttft_p99_ms`, `tpot_p99_ms`)."""
 
     p99_ms: float | None = None  # the p99 target (ms); null: no search
+    # Generative: the p99 time to first token and time per output token the search keeps within (either or both), and
+    # each request's bounds for goodput (a request answered with TTFT and TPOT within them is good); null: none
+    ttft_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
     # A request answered later than this (ms) is not good: goodput counts the requests answered well within it
     # (null: within p99_ms, where set; with neither, no goodput)
     deadline_ms: float | None = None
@@ -169,12 +176,18 @@ class ExperimentConfig:
     """The trial matrix and how each trial is measured."""
 
     name: str = MISSING  # the experiment's name, logged with its trials
+    # What is sent and in what unit it is priced (serving/workloads/): image (images, $ per 1k images) | generative
+    # (conversations to an OpenAI-compatible server, $ per 1M tokens). The model must be of it (conf/model/)
+    workload: str = "image"
     backends: list[str] = field(default_factory=list)  # entries of conf/backends/ to measure (`backends.<entry>`)
     # http | grpc; for Triton with the client on the server's machine also http_shm, grpc_shm (system shared memory)
     # and http_cuda_shm, grpc_cuda_shm (GPU)
     protocols: list[str] = field(default_factory=list)
-    input_formats: list[str] = field(default_factory=list)  # tensor | jpeg | jpeg_base64 (base64 JPEGs in JSON)
-    batch_sizes: list[int] = field(default_factory=list)  # images per request, each at most model.max_batch_size
+    # image: tensor | jpeg | jpeg_base64 (base64 JPEGs in JSON); generative: chat_stream | completions_stream (every
+    # token timed) | chat | completions (answered whole)
+    input_formats: list[str] = field(default_factory=list)
+    # images per request, each at most model.max_batch_size (generative: [1], one conversation per request)
+    batch_sizes: list[int] = field(default_factory=list)
     concurrency: list[int] = field(default_factory=list)  # closed loop: request loops in flight, one trial each
     # Only these stacks, `variant/protocol/input_format` (e.g. fastapi/http/jpeg_base64), instead of every combination
     # of backends x protocols x input formats; each part must be listed in its key above.
@@ -229,6 +242,8 @@ class ExperimentConfig:
     # is refused); python: the actors' asyncio client. Every trial records the engine that measured it.
     load_engine: str = "auto"
     inputs: InputsConfig = field(default_factory=InputsConfig)  # the images requests carry (docs/inputs.md)
+    # the conversations generative requests carry and their lengths (docs/generative.md)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)  # top-1 against the reference, and its bound
 
 
@@ -379,7 +394,8 @@ class TierbenchConfig:
     """The whole config: one sweep is one GPU tier x the experiment matrix."""
 
     gpu: GpuTierConfig = MISSING
-    model: ModelConfig = MISSING
+    # the model measured: an image model (conf/model/ files on base_model) or a language model (base_language_model)
+    model: ServedModel = MISSING
     experiment: ExperimentConfig = MISSING
     cluster: ClusterConfig = MISSING
     clients: ClientsConfig = field(default_factory=ClientsConfig)
@@ -403,6 +419,7 @@ def register_configs() -> None:
     cs.store(name="tierbench_schema", node=TierbenchConfig)
     cs.store(group="gpu", name="base_gpu", node=GpuTierConfig)
     cs.store(group="model", name="base_model", node=ModelConfig)
+    cs.store(group="model", name="base_language_model", node=LanguageModelConfig)
     cs.store(group="experiment", name="base_experiment", node=ExperimentConfig)
     cs.store(group="cluster", name="base_cluster", node=ClusterConfig)
     for name, schema in BACKEND_SCHEMAS.items():

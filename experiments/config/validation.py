@@ -28,7 +28,8 @@ from experiments.config.search import check_search
 from experiments.config.shares import tenants, validate_share
 from experiments.config.stacks import Stack
 from experiments.config.trace import check_trace
-from serving.protocols import PROTOCOLS, InputFormat
+from experiments.config.workloads import check_prompts, check_workload
+from serving.protocols import PROTOCOLS
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -100,20 +101,24 @@ def validate(cfg: TierbenchConfig) -> None:
     _check_identity(cfg.gpu)
     validate_owned(cfg.gpu.owned)
     _check_list("experiment.backends", exp.backends, sorted(cfg.backends))
+    workload = check_workload(cfg)
     _check_list("experiment.protocols", exp.protocols, PROTOCOLS)
-    _check_list("experiment.input_formats", exp.input_formats, [str(f) for f in InputFormat])
+    _check_list("experiment.input_formats", exp.input_formats, [str(f) for f in workload.request_formats])
     _check_stacks(exp)
     if exp.matrix not in list(TrialMatrix):
         _fail("experiment.matrix", exp.matrix, f"choose from {[str(m) for m in TrialMatrix]} (full: every batch size "
               "at every load; axes: batch sizes at the lowest load, loads at the smallest batch size)")
-    _check_positive_ints("experiment.batch_sizes", exp.batch_sizes, cfg.model.max_batch_size, "model.max_batch_size")
+    if workload.image_model:
+        _check_positive_ints("experiment.batch_sizes", exp.batch_sizes, cfg.model.max_batch_size,
+                             "model.max_batch_size")
     if exp.load_mode not in list(LoadMode):
         _fail("experiment.load_mode", exp.load_mode, f"choose from {[str(m) for m in LoadMode]}")
     check_trace(exp)
     _check_loads(LoadMode(exp.load_mode), exp)
     _check_engine(exp)
-    check_inputs(exp.inputs)
-    check_accuracy(exp.accuracy)
+    if workload.image_model:
+        check_inputs(exp.inputs)
+        check_accuracy(exp.accuracy)
     for key in ("window_s", "warmup_s", "request_timeout_s", "trial_timeout_s", "client_num_cpus"):
         if getattr(exp, key) <= 0:
             _fail(f"experiment.{key}", getattr(exp, key), "must be > 0")
@@ -164,7 +169,11 @@ def validate(cfg: TierbenchConfig) -> None:
     check_search(cfg)
     _check_cluster(cfg.cluster)
     _check_crosscheck(cfg.crosscheck)
-    check_model(cfg.model)  # last: it loads and runs a model the user brings
+    # last: it loads and runs the model the user brings, or builds the prompts with the model's tokenizer
+    if workload.image_model:
+        check_model(cfg.model)
+    else:
+        check_prompts(cfg)
 
 
 def _check_stacks(exp: ExperimentConfig) -> None:

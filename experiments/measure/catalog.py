@@ -34,8 +34,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("measured_s", "s", Pool.SUM, "seconds the figures were measured over: the last windows' span, longer than "
            "their count times window_s where experiment.stability.min_requests joined short ones"),
     # What the requests carried (serving.corpus: distinct images, sent in turn; docs/inputs.md).
-    Metric("payload_bytes", "bytes", Pool.MEAN, "image data one request carries (tensor, JPEG files or their base64 "
-                                                "text), the mean over the client's distinct requests"),
+    Metric("payload_bytes", "bytes", Pool.MEAN, "data one request carries (image: the tensor, JPEG files or their "
+                                                "base64 text; generative: its JSON body), the mean over the client's "
+                                                "distinct requests"),
     Metric("payload_bytes_per_image", "bytes", Pool.MEAN, "image data per image, the mean over the distinct requests"),
     Metric("payload_image_bytes_p50", "bytes", Pool.MEAN, "the median image's data over the distinct requests"),
     Metric("payload_image_bytes_min", "bytes", Pool.MIN, "the smallest image's data"),
@@ -187,10 +188,12 @@ PATTERNS: tuple[tuple[re.Pattern[str], Metric], ...] = (
                                                       "http_<status>, grpc_<code>, timeout, reset, refused, invalid, "
                                                       "other, and for streamed answers truncated and stream_error "
                                                       "(serving/clients/outcomes.py)")),
-    (re.compile(r"^series_(?:t_s|offered_rps|throughput_img_s|goodput_img_s|error_rate|latency_p(?:50|99)_ms)$"),
+    (re.compile(r"^series_(?:t_s|offered_rps|throughput_img_s|output_tokens_s|goodput_img_s|error_rate|"
+                r"latency_p(?:50|99)_ms)$"),
      Metric("series_<figure>", "per bin", Pool.MEAN, "the trial over time, as MLflow step metrics (step: the bin, "
-                                                     "a fifth of a window): t_s, offered_rps, throughput_img_s, "
-                                                     "goodput_img_s, error_rate, latency_p50_ms, latency_p99_ms; "
+                                                     "a fifth of a window): t_s, offered_rps, throughput_img_s "
+                                                     "(generative: output_tokens_s), goodput_img_s, error_rate, "
+                                                     "latency_p50_ms, latency_p99_ms; "
                                                      "the run's own value is the last bin's")),
 )
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}

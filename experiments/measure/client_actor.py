@@ -17,6 +17,7 @@ from serving.clients.base import ClientSpec, InferenceClient, PoolStats, load_cl
 from serving.corpus import InputSource, prepare_inputs
 from serving.node import current_location
 from serving.protocols import parse_protocol
+from serving.workloads.generative.prompts import PromptSource
 
 if TYPE_CHECKING:
     from experiments.config.schema import ExperimentConfig
@@ -39,6 +40,17 @@ class LoadClientActor:
     def prepare_inputs(self, source: InputSource, preprocessing_json: str, tensors: bool) -> dict[str, float]:
         """The corpus (and its tensors) built on this node before any trial is timed (serving.corpus)."""
         return prepare_inputs(source, preprocessing_json, tensors)
+
+    def prepare_prompts(self, source: PromptSource) -> dict[str, float]:
+        """The conversations (and their token counts, by the model's tokenizer) built on this node before any trial
+        is timed: every client of the node takes them from the same cache."""
+        import time
+
+        from serving.workloads.generative.prompts import pool_stats, prompt_pool
+
+        start = time.perf_counter()
+        stats = pool_stats(prompt_pool(source))
+        return {**stats, "prompts_prepare_s": time.perf_counter() - start}
 
     def engine_status(self) -> EngineStatus:
         """The compiled engine on this node (built here on first use)."""
@@ -131,6 +143,13 @@ class ClientPool:
 
         first = next(iter(self._actors.values()))[0]
         return ray.get(first.prepare_inputs.remote(source, preprocessing_json, tensors), timeout=timeout_s)
+
+    def prepare_prompts(self, source: PromptSource, timeout_s: float = 1800.0) -> dict[str, float]:
+        """The conversations a generative sweep sends, built on the clients' node before a server is measured."""
+        import ray
+
+        first = next(iter(self._actors.values()))[0]
+        return ray.get(first.prepare_prompts.remote(source), timeout=timeout_s)
 
     def engine_for(self, spec: ClientSpec, protocol: str) -> tuple[LoadEngine, str]:
         """The engine that measures a trial with `spec` over `protocol`, and why not the one asked for."""

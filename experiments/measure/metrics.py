@@ -283,24 +283,31 @@ def time_series(windows: list[WindowSamples], bins_per_window: int,
                 deadline_ms: float | None) -> list[dict[str, float]]:
     """The trial over time: every window cut in `bins_per_window` bins, each with its start (`t_s`, seconds from the
     first window's), the requests scheduled in it per second (`offered_rps`, failed ones included), the images
-    answered well that completed in it (`throughput_img_s`), with a deadline those answered within it
-    (`goodput_img_s`), and the error rate and latency p50 / p99 of the requests scheduled in it."""
+    answered well that completed in it (`throughput_img_s`; requests whose tokens were traced: their output tokens,
+    `output_tokens_s`), with a deadline those answered within it (`goodput_img_s`), and the error rate and latency
+    p50 / p99 of the requests scheduled in it."""
     out: list[dict[str, float]] = []
     origin = windows[0].window_start if windows else 0.0
     for window in windows:
         edges = np.linspace(window.window_start, window.window_end, bins_per_window + 1)
         failed, images = window.failures, window.images_per_request
         latency_ms = window.latency_s * 1e3
+        tokens = (np.array([t.output_tokens for t in window.detail], dtype=np.float64)
+                  if window.detail is not None else None)
         for start, end in zip(edges[:-1], edges[1:], strict=True):
             span = end - start
             ok = (window.intended_s >= start) & (window.intended_s < end)
             bad = int(np.count_nonzero((failed.intended_s >= start) & (failed.intended_s < end)))
             scheduled = int(np.count_nonzero(ok)) + bad
+            answered = (window.done_s >= start) & (window.done_s < end)
             point = {"t_s": float(start - origin), "offered_rps": scheduled / span,
-                     "throughput_img_s": int(np.count_nonzero((window.done_s >= start) & (window.done_s < end)))
-                     * images / span, "error_rate": bad / scheduled if scheduled else 0.0}
-            if deadline_ms is not None:
-                point["goodput_img_s"] = int(np.count_nonzero(latency_ms[ok] <= deadline_ms)) * images / span
+                     "error_rate": bad / scheduled if scheduled else 0.0}
+            if tokens is not None:
+                point["output_tokens_s"] = float(tokens[answered].sum()) / span
+            else:
+                point["throughput_img_s"] = int(np.count_nonzero(answered)) * images / span
+                if deadline_ms is not None:
+                    point["goodput_img_s"] = int(np.count_nonzero(latency_ms[ok] <= deadline_ms)) * images / span
             if ok.any():
                 p50, p99 = np.percentile(latency_ms[ok], [50, 99])
                 point.update(latency_p50_ms=float(p50), latency_p99_ms=float(p99))

@@ -18,6 +18,7 @@ from experiments.measure.metrics import good_deadline_ms, time_series, window_st
 from experiments.measure.samples import WindowSamples
 from experiments.plan import Trial
 from serving.clients.base import ClientSpec, PoolStats
+from serving.workloads.registry import workload as workload_named
 
 if TYPE_CHECKING:
     from experiments.config.schema import ExperimentConfig
@@ -136,11 +137,13 @@ class WindowStretch:
 class Measurement:
     samples: WindowSamples  # the merged samples of the final, agreeing windows
     warmup: list[WarmupStats]
-    payloads: PoolStats  # what the requests carried (the first actor's pool: every actor builds the same)
+    # what the requests carried (the first actor's pool: every actor builds the same): images' payloads, or a
+    # generative client's PromptPoolStats
+    payloads: PoolStats
     actors_used: int
     windows: int
     stable: bool
-    window_stats: list[tuple[float, float]]  # (img/s, latency percentile ms) of every window
+    window_stats: list[tuple[float, float]]  # (the workload's throughput, latency percentile ms) of every window
     counters_before: dict[str, float] | None = None  # server counters at the final windows' boundaries
     counters_after: dict[str, float] | None = None
     counters_span_s: float = 0.0  # seconds between the two reads (the windows' length, give or take a read)
@@ -184,6 +187,7 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
     tenant_of = [tenant for _, _, tenant in shares]
     deadline = time.monotonic() + exp.trial_timeout_s
     stability = exp.stability
+    workload = workload_named(exp.workload)
     ramp = int(exp.arrivals.ramp_steps) if trial.load_mode is LoadMode.RAMP else 0
 
     def remaining(reserve: float = 0.0) -> float:
@@ -222,7 +226,7 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
                 continue
             recent = windows[-stability.windows:]
             stable = len(recent) == stability.windows and windows_stable(recent, stability.percent,
-                                                                         stability.latency_percentile)
+                                                                         stability.latency_percentile, workload)
             if stable or len(windows) >= stability.max_windows:
                 break
         final = windows if ramp else windows[-stability.windows:]
@@ -239,7 +243,7 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         actors_used=tenant_of.count(0),
         client_niceness=max(niceness for _, niceness in started),
         windows=len(windows), stable=stable,
-        window_stats=[window_stats(w, stability.latency_percentile) for w in windows],
+        window_stats=[window_stats(w, stability.latency_percentile, workload) for w in windows],
         counters_before=before, counters_after=after, counters_span_s=span_s, counters_read_s=read_s,
         series=time_series(windows, SERIES_BINS_PER_WINDOW, good_deadline_ms(exp.slo)),
         neighbours=[WindowSamples.merge(own[first:]) for own in beside] if neighbours else None,

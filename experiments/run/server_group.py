@@ -21,10 +21,10 @@ from typing import Any
 
 from hydra.utils import get_class
 
-from experiments.config.inputs import input_source
 from experiments.config.schema import TierbenchConfig
 from experiments.config.shares import tenants
 from experiments.config.stacks import input_formats_of
+from experiments.config.workloads import request_source
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.efficiency import VERDICT_TAGS
 from experiments.measure.telemetry import NodeTelemetry, start_node_telemetry
@@ -38,6 +38,7 @@ from serving.backend import Backend, BackendContext, ServerHandle
 from serving.model_config import ModelConfig
 from serving.model_files import model_identity
 from serving.node import NodeInfo
+from serving.workloads.registry import workload as workload_named
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def build_backend(cfg: TierbenchConfig, name: str, node: NodeInfo, ray_options: 
         warmup_batch_sizes=tuple(int(b) for b in cfg.experiment.batch_sizes),
         input_formats=input_formats_of(cfg.experiment, name),
         requires_gpu=bool(cfg.gpu.requires_gpu) and not emulated,
-        inputs=input_source(cfg.experiment.inputs),
+        inputs=request_source(cfg),
         tenant=tenant,
     )
     settings = cfg.backends[name]
@@ -119,6 +120,7 @@ class ServerGroup:
                  done_keys: set[str] | None = None, emulated: bool = False, model: StagedModel | None = None,
                  relay: ServerRelay | None = None) -> None:
         self.cfg = cfg
+        self.image_model = workload_named(cfg.experiment.workload).image_model
         self.model = model or StagedModel(cfg.model, cfg.model)
         self.group = group
         self.node = node
@@ -245,7 +247,7 @@ class ServerGroup:
         slo = dataclasses.asdict(self.cfg.experiment.slo)
         settings = self.cfg.backends[point.variant].identity()
         return trial_key(point.at_load(0), {**measurement_settings(self.cfg.experiment), "slo": slo}, settings,
-                         model_identity(self.cfg.model))
+                         model_identity(self.cfg.model) if self.image_model else {})
 
     def _search(self, point: Trial) -> None:
         exp = self.cfg.experiment
@@ -327,8 +329,9 @@ class ServerGroup:
                     self._fail(pending, off_gpu, self.stop(), finish)
                     return False
                 self.telemetry = start_node_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
+                # a language model has no reference to compare with: the endpoint's check asked it for tokens
                 self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options,
-                                              self.model.in_driver)
+                                              self.model.in_driver) if self.image_model else None
                 return True
             except Exception as exc:  # noqa: BLE001 - a server that won't serve fails its trials, not the sweep
                 log.error("%s did not start or answer (attempt %d of %d): %s", self.group.variant, attempt,

@@ -29,6 +29,7 @@ from experiments.config.search import space_of
 from experiments.config.shares import share_params
 from experiments.config.typed import typed
 from experiments.config.validation import clients_only, validate
+from experiments.config.workloads import request_source
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.metrics import is_stalled
 from experiments.plan import Trial, TrialGroup, plan_trials
@@ -44,10 +45,11 @@ from experiments.run.resume import resume_command
 from experiments.run.server_group import Finish, ServerGroup, ServerRelay, StagedModel, build_backend
 from experiments.run.tier_ceiling import TierCeiling
 from experiments.run.trial import new_record
-from serving.model_config import ModelConfig
+from serving.model_config import ServedModel
 from serving.model_files import ShippedFile, ship
 from serving.models import preprocessing
 from serving.node import NodeInfo, busy_elsewhere
+from serving.workloads.registry import workload as workload_named
 
 log = logging.getLogger(__name__)
 NOT_RUN = "not run: "  # the reason of a trial whose node was lost before its turn
@@ -77,6 +79,7 @@ class TierSweep:
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
         # Every backend an endpoint elsewhere: the node held runs only the clients, and the tier is the servers'.
         self.clients_only = clients_only(cfg)
+        self.workload = workload_named(cfg.experiment.workload)
 
     def run(self) -> int:
         with ray_cluster(self.cfg.cluster, self.tier, self.clients_only) as view:
@@ -137,10 +140,11 @@ class TierSweep:
             self.publisher.open()
         self.publisher.tier_file(CLUSTER_FILE, self.folder.cluster_file.read_text())
         model = self._stage_model(options)
-        self.ceiling = TierCeiling(self.cfg, node, lambda name: build_backend(self.cfg, name, node, options,
-                                                                              place.emulated, model.on_node))
-        if self.ceiling.measure(self.groups, model.on_node, options, self.folder.ceiling_file):
-            self.publisher.tier_file(CEILING_FILE, self.folder.ceiling_file.read_text())
+        if self.workload.image_model:  # the runtimes' in-process ceiling: of an image model's servers
+            self.ceiling = TierCeiling(self.cfg, node, lambda name: build_backend(self.cfg, name, node, options,
+                                                                                  place.emulated, model.on_node))
+            if self.ceiling.measure(self.groups, model.on_node, options, self.folder.ceiling_file):
+                self.publisher.tier_file(CEILING_FILE, self.folder.ceiling_file.read_text())
         done_keys = self._ok_keys()
         self.clients = ClientPool(self.cfg.experiment, place.client_options,
                                   self.cfg.cluster.schedule_timeout_s).start()
@@ -211,6 +215,8 @@ class TierSweep:
         """The model's file, if any, shipped once through Ray's object store and staged on the tier's node (again
         on a replacement node); the servers load that copy, the reference the driver's own."""
         model = self.cfg.model
+        if not self.workload.image_model:  # a language model's weights are its server's business
+            return StagedModel(model, model)
         if self.shipped is None:
             self.shipped = ship(model)
         if self.shipped is None:
@@ -302,9 +308,18 @@ class TierSweep:
                      "http://127.0.0.1:5000/#/experiments/%s/runs?workflowType=machine_learning)", uri,
                      self.publisher.tracker.experiment_id)
 
-    def _prepare_inputs(self, model: ModelConfig) -> None:
-        """The corpus built on the clients' node before any server starts, its figures kept with the tier."""
+    def _prepare_inputs(self, model: ServedModel) -> None:
+        """The corpus (or the conversations) built on the clients' node before any server starts, its figures kept
+        with the tier."""
         exp = self.cfg.experiment
+        if not self.workload.image_model:
+            stats = self.clients.prepare_prompts(request_source(self.cfg))
+            log.info("inputs: %d prompts from %s ready on the clients' node (prompt tokens p50 %s, max_tokens p50 "
+                     "%s; %.1f s)", stats.get("pool_prompts", 0), exp.prompts.source,
+                     f"{stats['pool_input_tokens_p50']:g}" if "pool_input_tokens_p50" in stats else "unknown",
+                     f"{stats.get('pool_max_tokens_p50', 0):g}", stats.get("prompts_prepare_s", 0.0))
+            self._save_inputs(stats)
+            return
         shape = tuple(int(d) for d in model.input_shape)
         stats = self.clients.prepare_inputs(input_source(exp.inputs),
                                             preprocessing(model).to_json() if len(shape) == 3 else "",
@@ -312,6 +327,9 @@ class TierSweep:
         log.info("inputs: corpus %s ready on the clients' node (%d images, median %.1f KB, up to %.1f MP; %.1f s)",
                  inputs_settings(exp.inputs)["inputs"], stats["corpus_images"], stats["corpus_bytes_p50"] / 1e3,
                  stats["corpus_megapixels_max"], stats["corpus_prepare_s"])
+        self._save_inputs(stats)
+
+    def _save_inputs(self, stats: dict[str, float]) -> None:
         text = json.dumps(stats, indent=1, sort_keys=True)
         (self.folder.path / INPUTS_FILE).write_text(text)
         self.publisher.tier_file(INPUTS_FILE, text)
@@ -410,6 +428,12 @@ def _summary(record: TrialRecord) -> str:
         flags += (f"  ({m['repeats']:.0f} repeats, 95 %: p99 {m['latency_p99_ms_ci_low']:.1f}-"
                   f"{m['latency_p99_ms_ci_high']:.1f} ms, {m['throughput_img_s_ci_low']:.1f}-"
                   f"{m['throughput_img_s_ci_high']:.1f} img/s)")
+    if "output_tokens_s" in m:  # a generative trial: its tokens
+        timing = (f"TTFT p50 {m['ttft_p50_ms']:.1f} ms  p99 {m['ttft_p99_ms']:.1f} ms  TPOT p50 "
+                  f"{m.get('tpot_p50_ms', float('nan')):.2f} ms" if "ttft_p50_ms" in m else
+                  f"p50 {m['latency_p50_ms']:.1f} ms  p99 {m['latency_p99_ms']:.1f} ms")
+        return (f"{timing}  {m['output_tokens_s']:.1f} tok/s  "
+                f"${m.get('cost_per_1m_output_tokens_usd', float('nan')):.3f}/1M tok{flags}")
     return (f"p50 {m['latency_p50_ms']:.1f} ms  p99 {m['latency_p99_ms']:.1f} ms  {m['throughput_img_s']:.1f} img/s"
             f"  ${m.get('cost_per_1k_images_usd', float('nan')):.4f}/1k img{flags}")
 

@@ -45,6 +45,7 @@ from serving.clients.base import ClientSpec
 from serving.model_files import model_identity
 from serving.models import output_dims
 from serving.node import NodeInfo
+from serving.workloads.registry import workload as workload_named
 
 log = logging.getLogger(__name__)
 MEASUREMENT_KEYS = ("warmup_requests", "warmup_s", "window_s", "client_actors", "max_in_flight", "load_engine")
@@ -59,13 +60,15 @@ def repeat_settings(exp: ExperimentConfig) -> dict[str, Any]:
 
 def arrival_settings(exp: ExperimentConfig) -> dict[str, Any]:
     """The shape of a gamma, bursts or ramp load (params; their identity comes with them) and the goodput's
-    deadline, where there is one."""
+    deadline and targets, where there are some."""
     arrivals, mode = exp.arrivals, LoadMode(exp.load_mode)
     shape = {LoadMode.GAMMA: {"arrivals_cv": arrivals.cv},
              LoadMode.BURSTS: {"burst_on_s": arrivals.burst_on_s, "burst_off_s": arrivals.burst_off_s},
              LoadMode.RAMP: {"ramp_steps": arrivals.ramp_steps, "ramp_start": arrivals.ramp_start}}.get(mode, {})
     deadline = good_deadline_ms(exp.slo)
-    return {**shape, **({"goodput_deadline_ms": deadline} if deadline is not None else {})}
+    targets = {f"goodput_{key}": getattr(exp.slo, key) for key in ("ttft_p99_ms", "tpot_p99_ms")
+               if getattr(exp.slo, key) is not None}
+    return {**shape, **({"goodput_deadline_ms": deadline} if deadline is not None else {}), **targets}
 
 
 def measurement_settings(exp: ExperimentConfig) -> dict[str, Any]:
@@ -76,7 +79,15 @@ def measurement_settings(exp: ExperimentConfig) -> dict[str, Any]:
         del stability["min_requests"]
     settings["stability"] = stability
     return {**settings, **repeat_settings(exp), **trace_settings(exp), **arrival_settings(exp),
-            **inputs_settings(exp.inputs)}
+            **request_settings(exp)}
+
+
+def request_settings(exp: ExperimentConfig) -> dict[str, Any]:
+    """What the requests carry, as params and identity: the image corpus, or a generative sweep's prompts (and its
+    workload: an image trial's identity predates workloads and says nothing of it)."""
+    if workload_named(exp.workload).image_model:
+        return inputs_settings(exp.inputs)
+    return {"workload": exp.workload, **exp.prompts.settings()}
 
 
 def priced_usd_per_hour(cfg: TierbenchConfig, params: dict[str, Any]) -> float:
@@ -107,14 +118,19 @@ def new_record(cfg: TierbenchConfig, trial: Trial, node: NodeInfo, handle: Serve
         **repeat_settings(exp),
         **trace_settings(exp),
         **arrival_settings(exp),
-        **inputs_settings(exp.inputs),
+        **request_settings(exp),
         **accuracy_settings(exp.accuracy),
         **(handle.params if handle else {}),
+        "workload": exp.workload,
     }
     if trial_nodes(params) > 1:  # what its cost figures are priced at, for readers of its MLflow run
         params[PRICED_PARAM] = priced_usd_per_hour(cfg, params)
-    model = model_identity(cfg.model)
-    params.update(model_source=cfg.model.source, model_output_shape=list(output_dims(cfg.model)), **model)
+    if workload_named(exp.workload).image_model:
+        model = model_identity(cfg.model)
+        params.update(model_source=cfg.model.source, model_output_shape=list(output_dims(cfg.model)), **model)
+    else:  # a language model tierbench does not load: its name (the trial's) and tokenizer say which
+        model = {}
+        params["model_tokenizer"] = cfg.model.tokenizer or ""
     key = trial_key(trial, measurement, settings.identity(), model)
     return TrialRecord(trial=trial, key=key, status=status, reason=reason, params=params)
 
@@ -163,6 +179,9 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     servers of a shared card are loaded alike at the same time, and their figures join the trial's."""
     record = new_record(cfg, trial, node, handle)
     exp = cfg.experiment
+    workload = workload_named(exp.workload)
+    # an image trial's goodput counts images within the deadline; a generative one's is its workload's own figure
+    deadline = good_deadline_ms(exp.slo) if workload.image_model else None
     try:
         result = _measure_with_enough_clients(cfg, trial, backend, handle, clients, record, neighbours)
     except Exception as exc:  # noqa: BLE001 - any failure of the measurement fails the trial, with why
@@ -171,7 +190,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
     samples = record.samples = result.samples
     if samples.requests == 0:
         failures = samples.failures
-        record.metrics = outcome_metrics(samples, good_deadline_ms(exp.slo)) if failures.count else {}
+        record.metrics = outcome_metrics(samples, deadline) if failures.count else {}
         first = next(iter(samples.error_messages.values()), "")
         record.status, record.reason = Status.FAILED, (
             f"every request inside the measurement window failed ({failures.count}: "
@@ -179,7 +198,7 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
             if failures.count else "no request completed inside the measurement window")
         return record
     record.metrics = {
-        **window_metrics(samples, priced_usd_per_hour(cfg, record.params)),
+        **window_metrics(samples, priced_usd_per_hour(cfg, record.params), workload, exp.slo),
         **result.payloads.metrics(),
         # each distinct request sent this many times in the final windows, on average (above 1: bytes repeated)
         "input_repeats": samples.requests / result.payloads.distinct_requests,
@@ -194,9 +213,10 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         "stable": float(result.stable),
         **client_metrics(samples),
         **server_reported_metrics(samples),
-        **outcome_metrics(samples, good_deadline_ms(exp.slo)),
+        **outcome_metrics(samples, deadline),
         **answer_gap_metrics(samples),
     }
+    record.params.update(workload.params_of(samples))
     if trial.load_mode.open_loop:
         record.metrics.update(open_loop_metrics(samples, trial.request_rate))
         record.tags["overloaded"] = str(record.metrics["overloaded"] == 1).lower()

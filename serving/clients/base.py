@@ -17,12 +17,15 @@ import ssl
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from serving.clients.wire import WireRequest
 from serving.corpus import InputSource, RequestInputs, request_pool
+
+if TYPE_CHECKING:
+    from serving.workloads.generative.prompts import PromptSource
 
 
 @dataclass(frozen=True)
@@ -49,9 +52,10 @@ class ClientSpec:
     basic_auth_env: str = ""
     client_cert: str = ""
     client_key: str = ""
-    # What the requests carry (serving.corpus), and how an encoded image becomes the model's tensor (the model's
-    # serving.images.Preprocessing as JSON; "": the default) for `tensor` requests.
-    inputs: InputSource = field(default_factory=InputSource)
+    # What the requests carry (images: serving.corpus; conversations: a generative workload's PromptSource), and how
+    # an encoded image becomes the model's tensor (the model's serving.images.Preprocessing as JSON; "": the default)
+    # for `tensor` requests.
+    inputs: InputSource | PromptSource = field(default_factory=InputSource)
     preprocessing: str = ""
 
 

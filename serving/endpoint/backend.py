@@ -14,13 +14,15 @@ from urllib.parse import urlsplit
 
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
-from serving.endpoint.kinds import KINDS, EndpointKind, EndpointModel
+from serving.endpoint.kinds import EndpointKind, EndpointModel, HttpKind, OipKind, TorchServeKind
+from serving.endpoint.openai import OpenAIKind, usage_problem
 from serving.endpoint.probe import EndpointError, fetch, round_trip_ms
 from serving.endpoint.settings import EndpointSettings
-from serving.endpoint.template import TemplateSpec
 from serving.protocols import InputFormat, parse_protocol
 
 log = logging.getLogger(__name__)
+# The protocols an endpoint may speak (`backends.<entry>.kind`), one of each by name.
+KINDS: dict[str, EndpointKind] = {kind.name: kind for kind in (OipKind(), TorchServeKind(), HttpKind(), OpenAIKind())}
 
 
 class EndpointBackend(Backend):
@@ -63,19 +65,16 @@ class EndpointBackend(Backend):
         """A client's spec for this endpoint: its kind's client and URL, its gRPC metadata, its TLS files and
         credentials' variables (never their contents), the tensors its metadata named, the plain API's keys."""
         settings, meta = self.settings, self.meta
-        kind = TemplateSpec if settings.kind == "http" else ClientSpec
         spec = self._spec(self.kind.clients.get((transport, input_format), ""),
                           self.kind.client_url(settings, transport, self.model_name), self.model_name, input_format,
-                          batch_size, kind=kind)
+                          batch_size, kind=self.kind.spec_kind)
         fields = {"tls": settings.tls, "ca_file": settings.ca_file or "", "token_env": settings.token_env or "",
                   "basic_auth_env": settings.basic_auth_env or "", "client_cert": settings.client_cert or "",
                   "client_key": settings.client_key or "",
                   "grpc_metadata": tuple(sorted((str(k), str(v)) for k, v in (settings.grpc_metadata or {}).items()))}
         if meta is not None and meta.input_name:
             fields |= {"input_name": meta.input_name, "output_name": meta.output_name or spec.output_name}
-        if kind is TemplateSpec:
-            fields |= {"input_key": settings.input_key, "output_key": settings.output_key}
-        return replace(spec, **fields)
+        return replace(spec, **fields, **self.kind.spec_fields(settings, meta, self.context))
 
     def _probe_spec(self) -> ClientSpec:
         """What the checks before the trials connect with (HTTP, the endpoint's TLS and credentials)."""
@@ -94,8 +93,12 @@ class EndpointBackend(Backend):
         self._check_files()
         spec = self._probe_spec()
         timeout_s = float(settings.probe_timeout_s)
-        self.meta = meta = self.kind.check(settings, spec, name, tuple(self.context.model.input_shape), timeout_s,
+        input_shape = tuple(getattr(self.context.model, "input_shape", ()))  # an image model's; none of a language one
+        self.meta = meta = self.kind.check(settings, spec, name, input_shape, timeout_s,
                                            tuple(self.context.input_formats))
+        problem = usage_problem(meta, name, getattr(self.context.model, "tokenizer", None))
+        if problem:
+            raise EndpointError(problem)
         if settings.metrics_url:
             self._check_metrics(spec)
         rtt_ms = round_trip_ms(settings.url, spec, name, timeout_s, path=self.kind.round_trip_path(settings))
@@ -114,6 +117,7 @@ class EndpointBackend(Backend):
             params["endpoint_grpc"] = settings.grpc_url
         if settings.metrics_url:
             params["endpoint_metrics_url"] = settings.metrics_url
+        params.update(meta.params)
         return ServerHandle(server_mode="endpoint", urls=urls, params=params,
                             metrics={"endpoint_rtt_p50_ms": rtt_ms}, on_gpu=None, remote=True)
 

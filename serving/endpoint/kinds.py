@@ -6,20 +6,24 @@ there, what it takes), where the network's round trip is timed, and how its Prom
     torchserve  TorchServe's inference API: REST `/predictions/<model>` and its gRPC service
     http        a plain HTTP API at `<url><path>` (serving/endpoint/template.py: raw tensor, JPEG bytes, base64 JPEG
                 in JSON)
+    openai      an OpenAI-compatible API, the generative workload's (serving/endpoint/openai.py)
+
+`serving.endpoint.backend.KINDS` holds one of each by name.
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from serving import torchserve_metrics
 from serving.clients.base import ClientSpec
 from serving.endpoint.probe import EndpointError, fetch, metadata_problem, oip_model, refused
 from serving.endpoint.settings import EndpointSettings
+from serving.endpoint.template import TemplateSpec
 from serving.oip import triton_metrics
 from serving.protocols import InputFormat
 
@@ -36,12 +40,20 @@ class EndpointModel:
     input_name: str | None = None
     output_name: str | None = None
     input_shape: tuple[int, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)  # what else the check found, as trial params
+    pin_output: str = ""  # kind=openai: how a request pins its output length (serving.workloads.generative.api)
+    stream_usage: bool | None = None  # kind=openai: whether a streamed answer reports its usage
 
 
 class EndpointKind(ABC):
     name: ClassVar[str]
     clients: ClassVar[dict[tuple[str, str], str]]  # (transport, input format) -> the client class's import path
     health_path: ClassVar[str]  # a cheap GET under the URL: the network's round trip is timed on it
+    spec_kind: ClassVar[type[ClientSpec]] = ClientSpec  # the spec its clients take
+
+    def spec_fields(self, settings: EndpointSettings, meta: EndpointModel | None, context: Any) -> dict[str, Any]:
+        """What its clients' specs carry beyond the common fields (`context`: the backend's `BackendContext`)."""
+        return {}
 
     def transports(self) -> set[str]:
         return {transport for transport, _ in self.clients}
@@ -179,6 +191,10 @@ class HttpKind(EndpointKind):
                ("http", JPEG): "serving.endpoint.template.TemplateHttpClient",
                ("http", JPEG_BASE64): "serving.endpoint.template.TemplateHttpClient"}
     health_path = ""
+    spec_kind = TemplateSpec
+
+    def spec_fields(self, settings: EndpointSettings, meta: EndpointModel | None, context: Any) -> dict[str, Any]:
+        return {"input_key": settings.input_key, "output_key": settings.output_key}
 
     def client_url(self, settings: EndpointSettings, transport: str, model: str) -> str:
         return f"{settings.url.rstrip('/')}{settings.path}"
@@ -199,5 +215,3 @@ class HttpKind(EndpointKind):
                                 f"requests at with backends.{name}.path=/ROUTE")
         return EndpointModel(spec.model_name, "")
 
-
-KINDS: dict[str, EndpointKind] = {kind.name: kind for kind in (OipKind(), TorchServeKind(), HttpKind())}

@@ -38,9 +38,12 @@ class OipModel:
     output_datatype: str
 
 
-def _send(url: str, spec: ClientSpec, timeout_s: float, method: str) -> tuple[int, bytes]:
-    data = b"" if method == "POST" else None  # an empty POST: a route's or a model's presence, not an inference
-    request = urllib.request.Request(url, data=data, headers=auth_headers(spec), method=method)
+def _send(url: str, spec: ClientSpec, timeout_s: float, method: str, body: bytes | None = None) -> tuple[int, bytes]:
+    headers = auth_headers(spec)
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    data = body if body is not None else (b"" if method == "POST" else None)  # empty: a route's or model's presence
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s, context=tls_context(spec)) as response:  # noqa: S310
             return response.status, response.read()
@@ -48,11 +51,12 @@ def _send(url: str, spec: ClientSpec, timeout_s: float, method: str) -> tuple[in
         return exc.code, exc.read()
 
 
-def fetch(url: str, spec: ClientSpec, name: str, timeout_s: float, method: str = "GET") -> tuple[int, bytes]:
-    """`method` (GET, OPTIONS, or an empty POST) `url`; an unreachable host, a refused connection or a failed TLS
-    handshake raise EndpointError naming `backends.<name>.url`."""
+def fetch(url: str, spec: ClientSpec, name: str, timeout_s: float, method: str = "GET",
+          body: bytes | None = None) -> tuple[int, bytes]:
+    """`method` (GET, OPTIONS, or a POST: empty, or of a JSON `body`) `url`; an unreachable host, a refused connection
+    or a failed TLS handshake raise EndpointError naming `backends.<name>.url`."""
     try:
-        return _send(url, spec, timeout_s, method)
+        return _send(url, spec, timeout_s, method, body)
     except urllib.error.URLError as exc:
         reason = exc.reason
         if isinstance(reason, ssl.SSLError):  # a failed verification among them

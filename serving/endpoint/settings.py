@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from serving.settings import BackendSettings, is_positive_int
@@ -15,7 +15,10 @@ if TYPE_CHECKING:
     from serving.settings import ClusterSwitches
 
 # The protocols an endpoint may speak, by the names a config gives them; what each means is serving/endpoint/kinds.py.
-KIND_NAMES = ("oip", "torchserve", "http")
+KIND_NAMES = ("oip", "torchserve", "http", "openai")
+# The workload each kind's requests are (an OpenAI-compatible server answers conversations; the others, images).
+KIND_WORKLOADS = {"oip": "image", "torchserve": "image", "http": "image", "openai": "generative"}
+PIN_OUTPUT = ("auto", "ignore_eos", "min_tokens", "none")
 # A gRPC metadata key as HTTP/2 carries it: lower case, digits, `-`, `_`, `.` (a `-bin` key's value is binary).
 METADATA_KEY = re.compile(r"^[0-9a-z_.-]+$")
 
@@ -33,7 +36,9 @@ class EndpointSettings(BackendSettings):
     # routes to. Logged with the trial, so never a credential (token_env, basic_auth_env)
     grpc_metadata: dict[str, str] = field(default_factory=dict)
     # The protocol it speaks (serving/endpoint/kinds.py): oip (Open Inference Protocol / KServe v2: Triton, KServe,
-    # MLServer), torchserve (TorchServe's inference API, REST and gRPC), http (a plain HTTP API at `path`)
+    # MLServer), torchserve (TorchServe's inference API, REST and gRPC), http (a plain HTTP API at `path`), openai
+    # (an OpenAI-compatible API: vLLM, SGLang, TGI, TensorRT-LLM, llama.cpp, transformers serve, Ray Serve LLM;
+    # experiment.workload=generative)
     kind: str = "oip"
     model_name: str | None = None  # the model's name there (null: model.name)
     tier: str | None = None  # the GPU tier its server runs on: a sweep of another tier skips it (null: any tier)
@@ -56,6 +61,10 @@ class EndpointSettings(BackendSettings):
     # The server's Prometheus metrics (Triton: http://HOST:8002/metrics; TorchServe: :8082/metrics): its own queue /
     # compute time per request and its count of images, read around every window (null: the client's view only)
     metrics_url: str | None = None
+    # kind=openai: how a request asks for exactly its max_tokens: auto (the first of ignore_eos, min_tokens the server
+    # takes, asked before the trials) | ignore_eos | min_tokens | none (the model may stop early; the served lengths
+    # say by how much)
+    pin_output: str = "auto"
 
     server_mode_hint: ClassVar[str] = "endpoint"
     launches_server: ClassVar[bool] = False
@@ -63,6 +72,15 @@ class EndpointSettings(BackendSettings):
     @property
     def family(self) -> str:
         return "endpoint"
+
+    def serves(self, workload: str) -> bool:
+        return KIND_WORKLOADS.get(self.kind) == workload
+
+    def identity(self) -> dict[str, Any]:
+        identity = super().identity()
+        if self.kind != "openai":  # a setting of kind=openai alone: the other kinds' trials keep the keys they had
+            del identity["pin_output"]
+        return identity
 
     @property
     def tls(self) -> bool:
@@ -111,6 +129,14 @@ class EndpointSettings(BackendSettings):
 
     def _check_kind(self, name: str) -> list[str]:
         problems = []
+        if self.pin_output not in PIN_OUTPUT:
+            problems.append(self.refuse(name, "pin_output", f"one of {list(PIN_OUTPUT)}"))
+        if self.kind == "openai":
+            if self.grpc_url is not None:
+                problems.append(self.refuse(name, "grpc_url", "null with kind=openai (the OpenAI API is HTTP)"))
+            if self.metrics_url is not None:
+                problems.append(self.refuse(name, "metrics_url", "null with kind=openai (an OpenAI-compatible "
+                                                                 "server's own metrics are not read yet)"))
         if self.kind == "http":
             if self.grpc_url is not None:
                 problems.append(self.refuse(name, "grpc_url", "null with kind=http (a plain HTTP API has no gRPC "

@@ -155,15 +155,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("cost_per_1m_good_output_tokens_usd", "USD", Pool.MEAN, "price per hour (x endpoint_nodes) / 3600 / "
                                                                     "goodput tokens per second x 1M"),
     # what the client's requests carried (serving.workloads.generative.prompts.pool_stats)
-    Metric("prompts", "count", Pool.MIN, "distinct requests in the client's pool"),
-    Metric("conversations", "count", Pool.MIN, "distinct conversations they come from"),
-    Metric("prompt_tokens_mean", "tokens", Pool.MEAN, "the pool's prompt tokens by the tokenizer, on average"),
-    Metric("prompt_tokens_p50", "tokens", Pool.MEAN, "the pool's median prompt, in tokens"),
-    Metric("prompt_tokens_min", "tokens", Pool.MIN, "the pool's shortest prompt, in tokens"),
-    Metric("prompt_tokens_max", "tokens", Pool.MAX, "the pool's longest prompt, in tokens"),
-    Metric("max_tokens_mean", "tokens", Pool.MEAN, "the pool's max_tokens, on average"),
-    Metric("max_tokens_p50", "tokens", Pool.MEAN, "the pool's median max_tokens"),
-    Metric("max_tokens_min", "tokens", Pool.MIN, "the pool's smallest max_tokens"),
-    Metric("max_tokens_max", "tokens", Pool.MAX, "the pool's largest max_tokens"),
-    Metric("turns_max", "count", Pool.MAX, "the most user turns of a conversation in the pool"),
+    Metric("pool_prompts", "count", Pool.MIN, "distinct requests in the client's pool"),
+    Metric("pool_conversations", "count", Pool.MIN, "distinct conversations they come from"),
+    Metric("pool_turns_max", "count", Pool.MAX, "the most user turns of a conversation in the pool"),
+    *family("pool_input_tokens_{}", ("mean", "p50", "min", "max"), "tokens", Pool.MEAN,
+            "the pool's prompts in tokens by the model's tokenizer (chat template applied): {}"),
+    *family("pool_max_tokens_{}", ("mean", "p50", "min", "max"), "tokens", Pool.MEAN,
+            "the pool's max_tokens: {}"),
 )

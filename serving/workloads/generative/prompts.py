@@ -2,7 +2,12 @@
 prompts of set token lengths (fixed or drawn: uniform, normal, lognormal; seeded), a user's JSONL of conversations
 (OpenAI messages, or the ShareGPT layout), multi-turn chats that resend their growing prefix, or the small corpus that
 ships with tierbench (`corpus/conversations.jsonl`). Token lengths are the model's own tokenizer's (a local folder,
-`serving.workloads.generative.tokenizer`); nothing is fetched."""
+`serving.workloads.generative.tokenizer`); nothing is fetched.
+
+Each request carries both forms: `messages` for /v1/chat/completions, and `text` for /v1/completions, the same
+conversation as `role: content` lines ending in `assistant:` (`tokenizer.plain_text`: a model-neutral rendering, since
+a completions endpoint applies no template). `input_tokens` counts the chat form, template applied, as a chat server
+counts it; the server's usage says what the plain text cost."""
 
 from __future__ import annotations
 
@@ -128,9 +133,10 @@ def _conversation(line: str, layout: str, where: str) -> Conversation:
         if not isinstance(turn, dict):
             raise PromptError(f"{where}: message {number} is a JSON {type(turn).__name__}, not an object with "
                               f"{role_key!r} and {content_key!r}: {LINE_FIX}")
-        role = roles.get(turn.get(role_key))  # type: ignore[arg-type]
+        given = turn.get(role_key)
+        role = roles.get(given) if isinstance(given, str) else None
         if role is None:
-            raise PromptError(f"{where}: message {number} has {role_key}={turn.get(role_key)!r}: give one of "
+            raise PromptError(f"{where}: message {number} has {role_key}={given!r}: give one of "
                               f"{', '.join(roles)} ({layout} layout)")
         content = turn.get(content_key)
         if not isinstance(content, str):
@@ -285,24 +291,26 @@ def _words(rng: np.random.Generator, chars: int) -> str:
 
 def _text(rng: np.random.Generator, tokens: int, tokenizer: LocalTokenizer | None) -> str:
     """Text of `tokens` tokens: exactly, by the tokenizer, where its merges allow (cut the token ids, decode, and
-    check the text re-encodes to that many); without one, about CHARS_PER_TOKEN characters a token."""
+    check the text re-encodes to that many), with no space at either end (chat templates often trim it, which would
+    change the count); without a tokenizer, about CHARS_PER_TOKEN characters a token."""
     if tokenizer is None:
         return _words(rng, CHARS_PER_TOKEN * tokens)[:CHARS_PER_TOKEN * tokens].strip()
-    text = _words(rng, 6 * tokens + 32)
-    ids = tokenizer.encode(text)
-    while len(ids) < tokens + 8:  # a tokenizer of long tokens: add sentences until the cut has room
-        text += " " + _words(rng, 6 * tokens + 32)
+    best, best_miss = "", (tokens, True)
+    for _ in range(4):  # a cut that lands on a space: other words, another cut
+        text = _words(rng, 6 * tokens + 32)
         ids = tokenizer.encode(text)
-    best, best_miss = "", tokens
-    for shift in (0, -1, 1, -2, 2, -3, 3, -4, 4):
-        if tokens + shift < 1:
-            continue
-        candidate = tokenizer.decode(ids[:tokens + shift])
-        miss = abs(tokenizer.count(candidate) - tokens)
-        if miss == 0 and candidate == candidate.strip():
-            return candidate
-        if miss < best_miss or (miss == best_miss == 0 and best != best.strip()):
-            best, best_miss = candidate, miss
+        while len(ids) < tokens + 8:  # a tokenizer of long tokens: add sentences until the cut has room
+            text += " " + _words(rng, 6 * tokens + 32)
+            ids = tokenizer.encode(text)
+        for shift in (0, -1, 1, -2, 2, -3, 3):
+            if tokens + shift < 1:
+                continue
+            candidate = tokenizer.decode(ids[:tokens + shift])
+            miss = (abs(tokenizer.count(candidate) - tokens), candidate != candidate.strip())
+            if miss == (0, False):
+                return candidate
+            if miss < best_miss:
+                best, best_miss = candidate, miss
     return best
 
 

@@ -57,12 +57,14 @@ class Behaviour:
     cut_after: int | None = None
     error_status: int | None = None
     error_event: bool = False
+    loop: str = "auto"  # auto (uvloop when importable) | uvloop | asyncio
 
     def __post_init__(self) -> None:
         checks = {"ttft_ms": self.ttft_ms >= 0, "itl_ms": self.itl_ms >= 0,
                   "tokens_per_chunk": self.tokens_per_chunk >= 1, "fail_every": self.fail_every >= 1, "cut_after": self.cut_after is None or self.cut_after >= 0,
                   "strict_status": 400 <= self.strict_status <= 599,
-                  "error_status": self.error_status is None or 400 <= self.error_status <= 599}
+                  "error_status": self.error_status is None or 400 <= self.error_status <= 599,
+                  "loop": self.loop in ("auto", "uvloop", "asyncio")}
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"stand-in: {name}={getattr(self, name)!r} is out of range (see Behaviour's fields)")
@@ -422,8 +424,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0: any free port (the ready line says which)")
-    p.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto", help="auto: uvloop if importable")
     d = Behaviour()
+    p.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default=d.loop, help="auto: uvloop if importable")
     p.add_argument("--model", default=d.model, help="the one model name it serves")
     p.add_argument("--ttft-ms", type=float, default=d.ttft_ms, help="time to first token")
     p.add_argument("--itl-ms", type=float, default=d.itl_ms, help="time between tokens")
@@ -440,19 +442,19 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = vars(parser().parse_args(argv))
-    host, port, loop = args.pop("host"), args.pop("port"), args.pop("loop")
+    host, port = args.pop("host"), args.pop("port")
     try:
         behaviour = Behaviour(**args)
     except ValueError as exc:
         sys.exit(str(exc))
     factory = None
-    if loop != "asyncio":
+    if behaviour.loop != "asyncio":
         try:
             import uvloop
 
             factory = uvloop.new_event_loop
         except ImportError:
-            if loop == "uvloop":
+            if behaviour.loop == "uvloop":
                 sys.exit("stand-in: --loop uvloop, but uvloop is not installed (pip install uvloop)")
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(serve(behaviour, host, port))

@@ -57,8 +57,9 @@ class LocalTokenizer:
         return bool(getattr(self._tokenizer, "chat_template", None))
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, no special tokens (no BOS): what the text itself costs."""
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
+        """Token ids of `text`, no special tokens (no BOS): what the text itself costs. Quiet about texts longer than
+        the model's context: the pool's context check says that once, with the keys to change."""
+        return list(self._tokenizer.encode(text, add_special_tokens=False, verbose=False))
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of `ids`, spaces as they were (no clean-up), so decode then encode gives the ids back."""
