@@ -29,10 +29,13 @@ os.environ.setdefault(SESSION_VARIABLE, uuid.uuid4().hex)
 # tests are running at the same time. (A worker's children inherit the suffixed value and keep it.)
 if (_worker := os.environ.get("PYTEST_XDIST_WORKER")) and not os.environ[SESSION_VARIABLE].endswith(f"-{_worker}"):
     os.environ[SESSION_VARIABLE] += f"-{_worker}"
-# Ray's own processes and every registered backend's (`BackendPackage.process_names`): a new server is seen as soon
-# as its package is registered.
+# Servers a workload's tests run that belong to no backend package: the generative stand-in and `transformers serve`
+# (tests/generative_servers.py).
+WORKLOAD_PROCESS_NAMES = ("serving.workloads.generative.standin", "transformers serve")
+# Ray's own processes, every registered backend's (`BackendPackage.process_names`: a new server is seen as soon as its
+# package is registered) and the workloads' test servers.
 SERVER_PROCESS_NAMES = (*RAY_PROCESS_NAMES, *(name for package in backend_packages().values()
-                                              for name in package.process_names))
+                                              for name in package.process_names), *WORKLOAD_PROCESS_NAMES)
 
 
 def marked_processes(variable: str, value: str) -> set[int]:

@@ -22,8 +22,12 @@ from experiments.measure.intervals import (
 )
 from experiments.measure.metrics import PERCENTILES, cost_metrics, latency_metrics, percentile_metrics
 from experiments.measure.samples import WindowSamples
+from serving.metric import cost_per
+from serving.workloads.registry import workload as workload_named
+from serving.workloads.workload import Workload
 
 log = logging.getLogger(__name__)
+IMAGE = workload_named("image")
 THROUGHPUT = "throughput_img_s"
 # The figures of the raw latencies that get a bootstrap interval, in the order `_latency_figures` computes them.
 LATENCY_FIGURES = (*(f"latency_p{p}_ms" for p in PERCENTILES), "latency_mean_ms")
@@ -62,7 +66,8 @@ def cost_intervals(usd_per_hour: float, throughput: Interval) -> dict[str, float
     return out
 
 
-def pooled_metrics(repeats: list[tuple[WindowSamples, dict[str, float]]], usd_per_hour: float) -> dict[str, float]:
+def pooled_metrics(repeats: list[tuple[WindowSamples, dict[str, float]]], usd_per_hour: float,
+                   workload: Workload = IMAGE) -> dict[str, float]:
     """One trial's metrics from its measured repeats (each repeat's raw samples and metrics), with `repeats` (how
     many were pooled) and `<figure>_ci_low` / `<figure>_ci_high` for every figure that has an interval; its cost at
     `usd_per_hour`, what the nodes that served it cost per hour."""
@@ -73,14 +78,43 @@ def pooled_metrics(repeats: list[tuple[WindowSamples, dict[str, float]]], usd_pe
     out.update(latency_metrics(np.concatenate([s.latency_s for s in samples])))
     if "send_latency_p50_ms" in out:
         out.update(percentile_metrics("send_latency", np.concatenate([s.send_latency_s for s in samples])))
-    out.update(cost_metrics(usd_per_hour, out[THROUGHPUT]))
     out["repeats"] = float(len(repeats))
     figures = cluster_bootstrap([s.latency_s * 1e3 for s in samples], _latency_figures)
     for name, interval in zip(LATENCY_FIGURES, figures, strict=True):
         out.update(interval_metrics(name, interval))
-    rates = [m[THROUGHPUT] for m in all_metrics]
-    if min(rates) > 0:  # a repeat that served nothing (an overloaded open loop) leaves the rate without an interval
-        throughput = log_t_interval(rates)
-        out.update(interval_metrics(THROUGHPUT, throughput))
-        out.update(cost_intervals(usd_per_hour, throughput))
+    if workload.image_model:
+        out.update(cost_metrics(usd_per_hour, out[THROUGHPUT]))
+        rates = [m[THROUGHPUT] for m in all_metrics]
+        if min(rates) > 0:  # a repeat that served nothing (an overloaded open loop) leaves the rate without an interval
+            throughput = log_t_interval(rates)
+            out.update(interval_metrics(THROUGHPUT, throughput))
+            out.update(cost_intervals(usd_per_hour, throughput))
+        return out
+    out.update(_pooled_raw_figures(samples, workload))
+    for cost, rate, quantity in workload.costs:
+        rates = [m.get(rate, 0.0) for m in all_metrics]
+        if min(rates) <= 0:
+            continue
+        out[cost] = cost_per(usd_per_hour, out[rate], quantity)
+        interval = log_t_interval(rates)
+        out.update(interval_metrics(rate, interval))
+        out.update(interval_metrics(cost, interval.map(lambda t, q=quantity: cost_per(usd_per_hour, t, q))))
+    return out
+
+
+def _pooled_raw_figures(samples: list[WindowSamples], workload: Workload) -> dict[str, float]:
+    """A workload's per-request figures (a generative trial's TTFT, TPOT, ITL) from every repeat's raw values pooled,
+    each family's percentiles with their two-level bootstrap intervals."""
+    out: dict[str, float] = {}
+    per_repeat = [workload.raw_figures(s) for s in samples]
+    for family in dict.fromkeys(f for raw in per_repeat for f in raw):
+        groups = [raw.get(family, np.zeros(0)) * 1e3 for raw in per_repeat]
+        pooled = np.concatenate(groups)
+        if pooled.size == 0:
+            continue
+        names = (*(f"{family}_p{p}_ms" for p in PERCENTILES), f"{family}_mean_ms")
+        out.update(zip(names, _latency_figures(pooled).tolist(), strict=True))
+        if all(g.size for g in groups):
+            for name, interval in zip(names, cluster_bootstrap(groups, _latency_figures), strict=True):
+                out.update(interval_metrics(name, interval))
     return out

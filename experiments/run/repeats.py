@@ -17,6 +17,7 @@ from experiments.results.records import Status, TrialRecord
 from experiments.run.trial import new_record, priced_usd_per_hour
 from serving.backend import ServerHandle
 from serving.node import NodeInfo
+from serving.workloads.registry import workload as workload_named
 
 if TYPE_CHECKING:
     from experiments.config.schema import TierbenchConfig
@@ -64,7 +65,8 @@ class Repeats:
             record.reason = (f"repeat {len(verdicts)} of {self.planned}: {failed.reason}" if failed is not None
                              else f"no repeat of {self.planned} was measured")
             return record
-        record.metrics = pooled_metrics([(r.samples, r.metrics) for r in ok], priced_usd_per_hour(cfg, record.params))
+        record.metrics = pooled_metrics([(r.samples, r.metrics) for r in ok], priced_usd_per_hour(cfg, record.params),
+                                        workload_named(cfg.experiment.workload))
         for repeat in ok:
             record.tags.update({k: v for k, v in repeat.tags.items() if k not in ("run_level", "repeat", "attempt",
                                                                                    "earlier_failure")})

@@ -30,6 +30,12 @@ class Workload:
     figures: Figures  # its figures over merged windows, beyond the shared ones (latency, requests/s, errors)
     throughput_of: Callable[[Any], float]  # the throughput of one window: what the stability rule compares
     params_of: Callable[[Any], dict[str, str]] = lambda samples: {}  # what its samples say as params
+    # Its figures priced at the tier's price: (cost figure, the rate it is computed from, the units it prices), e.g.
+    # ("cost_per_1m_tokens_usd", "total_tokens_s", 1e6). The repeats of a trial pool each rate and price it again.
+    costs: tuple[tuple[str, str, float], ...] = ()
+    # Its per-request raw figures by family, in seconds (a generative trial's "ttft", "tpot", "itl"): the repeats of a
+    # trial pool them and compute `<family>_p<N>_ms` again, with intervals.
+    raw_figures: Callable[[Any], dict[str, Any]] = lambda samples: {}
     # The engine's steps for an image model: ship the model's file, cross-check outputs against the reference,
     # time the runtime's ceiling, build the image corpus. A workload that does not serve an image model skips them.
     image_model: bool = False

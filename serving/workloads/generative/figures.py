@@ -23,7 +23,8 @@ from serving.workloads.generative.tokens import TokenTrace
 PER_MILLION = 1e6
 
 
-def _percentiles(prefix: str, seconds: np.ndarray) -> dict[str, float]:
+def percentile_figures(prefix: str, seconds: np.ndarray) -> dict[str, float]:
+    """`<prefix>_p50_ms` ... `<prefix>_p99_ms` and `<prefix>_mean_ms` of `seconds` (none of an empty array)."""
     if seconds.size == 0:
         return {}
     ms = seconds * 1e3
@@ -76,9 +77,8 @@ def window_figures(samples: Any, usd_per_hour: float, ttft_ms: float | None = No
     if not traces:
         return out
     r = per_request(samples.intended_s, samples.send_s, samples.done_s, traces)
-    out.update(_percentiles("ttft", r["ttft_s"][~np.isnan(r["ttft_s"])]))
-    out.update(_percentiles("tpot", r["tpot_s"][~np.isnan(r["tpot_s"])]))
-    out.update(_percentiles("itl", r["itl_s"]))
+    for name, seconds in raw_figures(samples).items():
+        out.update(percentile_figures(name, seconds))
     output, requested = r["output_tokens"], r["requested_tokens"]
     out.update(output_tokens_mean=float(output.mean()), output_tokens_min=float(output.min()),
                output_tokens_max=float(output.max()), requested_tokens_mean=float(requested.mean()),
@@ -105,6 +105,15 @@ def window_figures(samples: Any, usd_per_hour: float, ttft_ms: float | None = No
             out["cost_per_1m_good_output_tokens_usd"] = cost_per_million(usd_per_hour,
                                                                          out["goodput_output_tokens_s"])
     return out
+
+
+def raw_figures(samples: Any) -> dict[str, np.ndarray]:
+    """Each answered request's TTFT and TPOT and every ITL, in seconds (the repeats of a trial pool them)."""
+    if not samples.detail:
+        return {}
+    r = per_request(samples.intended_s, samples.send_s, samples.done_s, samples.detail)
+    return {"ttft": r["ttft_s"][~np.isnan(r["ttft_s"])], "tpot": r["tpot_s"][~np.isnan(r["tpot_s"])],
+            "itl": r["itl_s"]}
 
 
 def window_params(samples: Any) -> dict[str, str]:

@@ -26,4 +26,7 @@ WORKLOAD = Workload(
     figures=_figures,
     throughput_of=figures.throughput,
     params_of=figures.window_params,
+    costs=(("cost_per_1m_output_tokens_usd", "output_tokens_s", 1e6),
+           ("cost_per_1m_tokens_usd", "total_tokens_s", 1e6)),
+    raw_figures=figures.raw_figures,
 )
