@@ -71,9 +71,12 @@ class TransformersServe:
         try:
             wait_until(self._healthy, self.timeout_s, lambda: self.process.poll() is None,
                        f"transformers serve {self.model}", interval_s=0.5)
-        except BaseException as exc:
+        except Exception as exc:
             self._stop()
             raise RuntimeError(f"{exc}; its log ({self.log_path}):\n{tail(self.log_path)}") from exc
+        except BaseException:
+            self._stop()
+            raise
         return self
 
     def _healthy(self) -> bool:

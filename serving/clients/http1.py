@@ -189,15 +189,17 @@ class _StreamConnection(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
-        self._buffer = bytearray()  # bytes not yet framed (the head, a chunk's size line)
+        self._buffer = b""  # bytes not yet framed (the head, a chunk's size line)
         self._head: tuple[int, dict[str, str]] | None = None
         self._chunked = False
-        self._left = -1  # body bytes still to come: of the body (Content-Length), of this chunk (chunked); -1: open
+        # body bytes still to come: of the body (Content-Length), of this chunk (chunked); -1: open (close-delimited,
+        # or a chunk's size line next); -2: a chunk's closing CRLF next
+        self._left = -1
         self._trailer = False  # chunked: the last chunk came, its trailer section follows
         self._sse = False
-        self._body = bytearray()  # what the body carried (an event stream: what is not yet a whole line)
+        self._body = bytearray()  # what the body carried, when it is not an event stream
+        self._partial = b""  # an event stream's bytes not yet a whole event
         self._events: list[tuple[float, bytes]] = []
-        self._data: list[bytes] = []  # the `data` lines of the event being read
         self._arrived = 0.0  # when the latest bytes arrived
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -225,13 +227,13 @@ class _StreamConnection(asyncio.Protocol):
         self._arrived = arrived = time.perf_counter()
         try:
             if self._head is None:
-                self._buffer += data
-                end = self._buffer.find(HEADER_END)
+                data = self._buffer + data
+                end = data.find(HEADER_END)
                 if end < 0:
+                    self._buffer = data
                     return
-                self._head = self._parse_head(bytes(self._buffer[:end]))
-                data = bytes(self._buffer[end + len(HEADER_END):])
-                self._buffer = bytearray()
+                self._head = self._parse_head(data[:end])
+                self._buffer, data = b"", data[end + len(HEADER_END):]
             if self._chunked:
                 self._dechunk(data, arrived)
             else:
@@ -273,65 +275,70 @@ class _StreamConnection(asyncio.Protocol):
             self._complete(True)
 
     def _dechunk(self, data: bytes, arrived: float) -> None:
-        """Chunked framing, chunk by chunk as the bytes arrive."""
-        buffer = self._buffer
-        buffer += data
-        at = 0
+        """Chunked framing: the chunks the bytes complete, taken at once (one event stream read per packet)."""
+        buffer = self._buffer + data if self._buffer else data
+        at, size_of, left, parts = 0, len(buffer), self._left, []
+        ended = False
         while True:
-            if self._trailer:
+            if self._trailer:  # trailer fields, then the empty line
                 end = buffer.find(b"\r\n", at)
-                while end >= 0 and end != at:  # trailer fields, then the empty line
+                while end > at:
                     at = end + 2
                     end = buffer.find(b"\r\n", at)
-                if end < 0:
-                    break
-                del buffer[:end + 2]
-                self._complete(True)
-                return
-            if self._left > 0:
-                take = min(self._left, len(buffer) - at)
+                if end == at:
+                    at, ended = end + 2, True
+                break
+            if left > 0:
+                take = min(left, size_of - at)
                 if take <= 0:
                     break
-                self._take(bytes(buffer[at:at + take]), arrived)
+                parts.append(buffer[at:at + take])
                 at += take
-                self._left -= take
-                if self._left:
+                left -= take
+                if left:
                     break
-                self._left = -2  # the chunk's closing CRLF
-            if self._left == -2:
-                if len(buffer) - at < 2:
+                left = -2
+            if left == -2:
+                if size_of - at < 2:
                     break
                 at += 2
-                self._left = -1
+                left = -1
             line_end = buffer.find(b"\r\n", at)
             if line_end < 0:
                 break
-            size = int(bytes(buffer[at:line_end]).split(b";", 1)[0], 16)
+            size_line = buffer[at:line_end]
+            size = int(size_line.split(b";", 1)[0] if b";" in size_line else size_line, 16)  # extensions are rare
             at = line_end + 2
             if size == 0:
                 self._trailer = True
             else:
-                self._left = size
-        del buffer[:at]
+                left = size
+        self._left, self._buffer = left, buffer[at:]
+        if parts:
+            self._take(parts[0] if len(parts) == 1 else b"".join(parts), arrived)
+        if ended:
+            self._complete(True)
 
     def _take(self, data: bytes, arrived: float) -> None:
-        """Body bytes: kept whole, or, in an event stream, cut into lines and events as they complete."""
-        body = self._body
-        body += data
+        """Body bytes: kept whole, or, in an event stream, cut into events as they complete (each event's `data`
+        lines joined, other fields and comments dropped)."""
         if not self._sse:
+            self._body += data
             return
-        start = 0
-        while (end := body.find(b"\n", start)) >= 0:
-            line = bytes(body[start:end]).rstrip(b"\r")
-            start = end + 1
-            if not line:  # a blank line ends the event
-                if self._data:
-                    self._events.append((arrived, b"\n".join(self._data)))
-                    self._data = []
-            elif line.startswith(b"data:"):
-                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
-            # other fields (event:, id:, retry:) and comments (":") carry nothing tierbench reads
-        del body[:start]
+        text = self._partial + data if self._partial else data
+        if b"\r" in text:
+            text = text.replace(b"\r\n", b"\n")
+        blocks = text.split(b"\n\n")
+        self._partial = blocks.pop()  # what is not yet a whole event
+        events = self._events
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:  # the usual event: one data line
+                events.append((arrived, block[6:]))
+                continue
+            data_lines = [line[6:] if line[5:6] == b" " else line[5:] for line in block.split(b"\n")
+                          if line.startswith(b"data:")]
+            if data_lines:
+                events.append((arrived, b"\n".join(data_lines)))
 
     def _complete(self, ended: bool) -> None:
         status, headers = self._head

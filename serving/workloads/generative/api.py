@@ -9,6 +9,7 @@ that stops early serves fewer tokens than asked, and every answer records the le
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -67,15 +68,29 @@ def request_body(prompt: Prompt, model: str, request_format: RequestFormat, pin:
 
 @dataclass
 class Answer:
-    """What one answer said: its text, the arrival of each part that carried output (streamed: one per event with
-    text; whole: none), the server's token counts where it gave them, and why it stopped."""
+    """What one answer said: the arrival of each event that carried output (streamed: one per event with text;
+    whole: none) and that output, the server's token counts where it gave them, and why it stopped."""
 
-    text: str
     output_arrivals: list[float]  # perf_counter of each event that carried output
-    output_parts: list[str]  # the text of each of those events
+    output: list[str | bytes]  # each of those events' text, or its raw data where it was not parsed (see `text`)
+    chat: bool = True
     prompt_tokens: int | None = None  # the server's `usage`
     completion_tokens: int | None = None
     finish_reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The answer's text (the events the stream's reading only scanned are parsed here, when it is asked for)."""
+        return "".join(part if isinstance(part, str) else _event_text(part, self.chat) for part in self.output)
+
+
+# An event with more than output: the usage, a finish reason, an error (parsed whole); else one carrying output, a
+# non-empty string as its content, text or reasoning. Both scan the raw JSON: a quote inside a JSON string is
+# escaped, so these keys only match the event's own (or a whole string value that reads so, which only costs a
+# parse). Scanning an event costs ~2 µs on a slow core, parsing it as JSON ~7 µs: most of the client's budget per
+# token (benchmarks/stream_client_cost.py).
+_MORE_THAN_OUTPUT = re.compile(rb'"(?:usage"\s*:\s*\{|finish_reason"\s*:\s*"|error"\s*:)')
+_OUTPUT = re.compile(rb'"(?:content|text|reasoning_content|reasoning)"\s*:\s*"(?!")')
 
 
 def _choice_text(choice: dict, chat: bool) -> str:
@@ -84,6 +99,10 @@ def _choice_text(choice: dict, chat: bool) -> str:
         # reasoning models stream their reasoning first: the user waits on it as on any other token
         return (part.get("content") or "") + (part.get("reasoning_content") or part.get("reasoning") or "")
     return choice.get("text") or ""
+
+
+def _event_text(data: bytes, chat: bool) -> str:
+    return "".join(_choice_text(choice, chat) for choice in json.loads(data).get("choices") or ())
 
 
 def _read_usage(answer: Answer, message: dict) -> None:
@@ -102,33 +121,42 @@ def _error_text(message: dict) -> str:
     return str(error)[:300]
 
 
+def _parse(data: bytes) -> dict:
+    try:
+        message = json.loads(data)
+    except ValueError as exc:
+        raise RequestError(Outcome.INVALID, 0, f"an event that is not JSON: {data[:200]!r}") from exc
+    if not isinstance(message, dict):
+        raise RequestError(Outcome.INVALID, 0, f"an event that is not a JSON object: {data[:200]!r}")
+    return message
+
+
 def read_stream(events: list[tuple[float, bytes]], chat: bool, complete: bool) -> Answer:
     """An event stream's answer; RequestError when it carried an error event (`stream_error`) or ended before the
-    answer finished (`truncated`: the connection closed or the body ended without `[DONE]` or a finish reason)."""
-    answer = Answer("", [], [])
+    answer finished (`truncated`: the connection closed or the body ended without `[DONE]` or a finish reason).
+    Events that only carry output are scanned, not parsed (`_OUTPUT`): their text is parsed if `Answer.text` is read."""
+    answer = Answer([], [], chat)
     done = False
     for arrived, data in events:
         if data == b"[DONE]":
             done = True
-            continue
-        try:
-            message = json.loads(data)
-        except ValueError as exc:
-            raise RequestError(Outcome.INVALID, 0, f"an event that is not JSON: {data[:200]!r}") from exc
-        if not isinstance(message, dict):
-            raise RequestError(Outcome.INVALID, 0, f"an event that is not a JSON object: {data[:200]!r}")
-        if "error" in message:
-            raise RequestError(Outcome.STREAM_ERROR, 0, f"an error event after {len(answer.output_arrivals)} "
-                                                        f"tokens' events: {_error_text(message)}")
-        for choice in message.get("choices") or ():
-            text = _choice_text(choice, chat)
-            if text:
+        elif _MORE_THAN_OUTPUT.search(data) is None:
+            if _OUTPUT.search(data) is not None:
                 answer.output_arrivals.append(arrived)
-                answer.output_parts.append(text)
-            if choice.get("finish_reason"):
-                answer.finish_reason = str(choice["finish_reason"])
-        _read_usage(answer, message)
-    answer.text = "".join(answer.output_parts)
+                answer.output.append(data)
+        else:
+            message = _parse(data)
+            if "error" in message:
+                raise RequestError(Outcome.STREAM_ERROR, 0, f"an error event after {len(answer.output_arrivals)} "
+                                                            f"events with output: {_error_text(message)}")
+            for choice in message.get("choices") or ():
+                text = _choice_text(choice, chat)
+                if text:
+                    answer.output_arrivals.append(arrived)
+                    answer.output.append(text)
+                if choice.get("finish_reason"):
+                    answer.finish_reason = str(choice["finish_reason"])
+            _read_usage(answer, message)
     if not (done or (complete and answer.finish_reason)):
         how = "the connection closed" if not complete else "the body ended"
         raise RequestError(Outcome.TRUNCATED, 0, f"the stream was cut: {how} after {len(events)} events "
@@ -144,6 +172,6 @@ def read_body(body: bytes, chat: bool) -> Answer:
         choice = message["choices"][0]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise RequestError(Outcome.INVALID, 0, f"an answer without choices: {body[:200]!r}") from exc
-    answer = Answer(_choice_text(choice, chat), [], [], finish_reason=choice.get("finish_reason"))
+    answer = Answer([], [_choice_text(choice, chat)], chat, finish_reason=choice.get("finish_reason"))
     _read_usage(answer, message)
     return answer

@@ -126,7 +126,7 @@ class OpenAIClient(InferenceClient):
         elif self._tokenizer is not None:
             output, counted_by = self._tokenizer.count(answer.text), CountedBy.TOKENIZER
         else:
-            output, counted_by = len(answer.output_parts), CountedBy.EVENTS
+            output, counted_by = len(answer.output_arrivals), CountedBy.EVENTS
         input_tokens = answer.prompt_tokens if answer.prompt_tokens is not None else prompt.input_tokens
         arrivals = np.asarray(answer.output_arrivals, dtype=np.float64) - sent
         return TokenTrace(arrivals, int(output), int(input_tokens), int(prompt.max_tokens), str(counted_by))

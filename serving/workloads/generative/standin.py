@@ -41,10 +41,11 @@ MAX_HEAD_BYTES = 64 * 1024
 class Behaviour:
     """What the stand-in serves and how; each field is the CLI flag of the same name (`ttft_ms` is `--ttft-ms`).
 
-    Failure modes hit every `fail_every`-th generation request: `error_status` answers that HTTP status at once;
-    `error_event` streams `cut_after` tokens (half of them when unset), then an SSE error event and [DONE] (as vLLM
-    does); `cut_after` alone closes the connection after that many tokens (no finish, no [DONE]). Not streamed,
-    `cut_after` closes the connection when its last token is due, `error_event` answers 500."""
+    Failure modes hit every `fail_every`-th generation request (counted from the last `POST /stats/reset`), the
+    first set of: `error_status` answers that HTTP status at once; `error_event` streams `cut_after` tokens (half of
+    them when unset), then an SSE error event and [DONE] (as vLLM does); `cut_after` alone closes the connection
+    after that many tokens (no finish, no [DONE]). Not streamed, `cut_after` closes the connection without an answer
+    when its last token is due, and `error_event` answers 500."""
 
     model: str = "standin"
     ttft_ms: float = 40.0
@@ -60,14 +61,16 @@ class Behaviour:
     loop: str = "auto"  # auto (uvloop when importable) | uvloop | asyncio
 
     def __post_init__(self) -> None:
-        checks = {"ttft_ms": self.ttft_ms >= 0, "itl_ms": self.itl_ms >= 0,
-                  "tokens_per_chunk": self.tokens_per_chunk >= 1, "fail_every": self.fail_every >= 1, "cut_after": self.cut_after is None or self.cut_after >= 0,
-                  "strict_status": 400 <= self.strict_status <= 599,
-                  "error_status": self.error_status is None or 400 <= self.error_status <= 599,
-                  "loop": self.loop in ("auto", "uvloop", "asyncio")}
-        for name, ok in checks.items():
+        allowed = {"ttft_ms": (self.ttft_ms >= 0, ">= 0"), "itl_ms": (self.itl_ms >= 0, ">= 0"),
+                   "tokens_per_chunk": (self.tokens_per_chunk >= 1, ">= 1"),
+                   "fail_every": (self.fail_every >= 1, ">= 1"),
+                   "cut_after": (self.cut_after is None or self.cut_after >= 0, "unset or >= 0"),
+                   "strict_status": (400 <= self.strict_status <= 599, "400-599"),
+                   "error_status": (self.error_status is None or 400 <= self.error_status <= 599, "unset or 400-599"),
+                   "loop": (self.loop in ("auto", "uvloop", "asyncio"), "auto, uvloop or asyncio")}
+        for name, (ok, what) in allowed.items():
             if not ok:
-                raise ValueError(f"stand-in: {name}={getattr(self, name)!r} is out of range (see Behaviour's fields)")
+                raise ValueError(f"stand-in: {name}={getattr(self, name)!r}; allowed: {what}")
 
     @property
     def failure_mode(self) -> str | None:
@@ -153,15 +156,15 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
     try:
         method, target, version = lines[0].split(" ", 2)
         headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:] if line)}
-    except ValueError as exc:
-        raise HttpError(400, f"malformed request head: {lines[0][:80]!r}") from exc
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        body = b""
-        while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
-            body += (await reader.readexactly(size + 2))[:-2]
-        await reader.readuntil(b"\r\n")  # the (empty) trailer
-    else:
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            body = b""
+            while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                body += (await reader.readexactly(size + 2))[:-2]
+            await reader.readuntil(b"\r\n")  # the (empty) trailer
+        else:
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
+    except ValueError as exc:  # a line without ':', a length that is no number
+        raise HttpError(400, f"malformed request: {exc}") from exc
     connection = headers.get("connection", "").lower()
     keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
     return Request(method, target.split("?", 1)[0], keep_alive, body, time.monotonic())
@@ -478,6 +481,11 @@ class StandIn:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def model(self) -> str:
+        """The one model name it serves."""
+        return self.behaviour.model
+
     def __enter__(self) -> StandIn:
         from serving.process import free_ports, start_process, tail, wait_until
 
@@ -486,7 +494,7 @@ class StandIn:
             os.close(fd)
             self.log_path = Path(self._own_log)
         env = None if self.env is None else {**os.environ, **self.env}
-        for attempt in range(3):  # a free port can be taken before the child binds it
+        for attempt in range(3):  # a free port can be taken before the child binds it: try another
             (self.port,) = free_ports(1)
             cmd = [sys.executable, "-m", "serving.workloads.generative.standin", "--host", "127.0.0.1", "--port",
                    str(self.port), *self.behaviour.to_args()]
@@ -494,13 +502,16 @@ class StandIn:
             try:
                 wait_until(lambda: self._get("/health") is not None, self.timeout_s,
                            lambda: self.process.poll() is None, f"the stand-in ({' '.join(cmd[2:])})", 0.05)
-                return self
-            except BaseException as exc:
+            except Exception as exc:
                 self._stop()
-                if attempt < 2 and "Address already in use" in tail(self.log_path):
-                    continue
-                raise RuntimeError(f"{exc}; its log ({self.log_path}):\n{tail(self.log_path)}") from exc
-        raise AssertionError("unreachable")
+                if attempt == 2 or "Address already in use" not in tail(self.log_path):
+                    raise RuntimeError(f"{exc}; its log ({self.log_path}):\n{tail(self.log_path)}") from exc
+            except BaseException:
+                self._stop()
+                raise
+            else:
+                return self
+        return self  # not reached: the last attempt returns or raises
 
     def __exit__(self, *exc_info: Any) -> None:
         self._stop()
