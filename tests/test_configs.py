@@ -14,16 +14,21 @@ from experiments.plan import plan_trials
 from serving.paths import REPO_ROOT
 
 # Every option of every group composes and validates. Options interact through validate() only where an experiment
-# meets a model (batch sizes within its max_batch_size, backend settings sized by it): those pairs all, the other
-# groups' options each once beside the defaults (their checks read nothing of the other groups).
-# The model examples (conf/model/examples/) name files the user brings: tests/test_user_models.py gives them files.
+# meets a model of its workload (batch sizes within its max_batch_size, backend settings sized by it, prompts within
+# its context): those pairs all, the other groups' options each once beside the defaults (their checks read nothing
+# of the other groups). The model examples (conf/model/examples/) name files the user brings:
+# tests/test_user_models.py gives them files.
 BUILT_IN_MODELS = [m for m in options("model") if not m.startswith("examples/")]
-CASES = [*(dict(experiment=e, model=m) for e in options("experiment") for m in BUILT_IN_MODELS),
+IMAGE_MODELS = [m for m in BUILT_IN_MODELS if type(load_config([f"model={m}"]).model).workload == "image"]
+WORKLOAD_OF = {e: load_config([f"experiment={e}"]).experiment.workload for e in options("experiment")}
+CASES = [*(dict(experiment=e, model=m) for e in options("experiment") for m in BUILT_IN_MODELS
+           if type(load_config([f"model={m}"]).model).workload == WORKLOAD_OF[e]),
          *(dict(gpu=g) for g in options("gpu")), *(dict(cluster=c) for c in options("cluster"))]
 
 
 # What an option needs from the user besides (an endpoint's URL: tests/test_endpoint.py refuses it missing).
-NEEDS = {"endpoint": ["backends.endpoint.url=http://10.0.0.5:8000"]}
+NEEDS = {"endpoint": ["backends.endpoint.url=http://10.0.0.5:8000"],
+         "generative": ["backends.openai.url=http://10.0.0.5:8000"]}
 
 
 @pytest.mark.parametrize("choice", CASES, ids=[",".join(f"{k}={v}" for k, v in c.items()) for c in CASES])
@@ -80,7 +85,7 @@ def test_checked_in_triton_configs_match_the_model_configs() -> None:
     from serving.export import INPUT_NAME, OUTPUT_NAME
     from serving.triton.repository import read_config
 
-    for model in BUILT_IN_MODELS:
+    for model in IMAGE_MODELS:
         cfg = load_config([f"model={model}"]).model
         pbtxt = read_config(Path(REPO_ROOT / "model_repository" / model / "config.pbtxt"))
         assert pbtxt.name == model and pbtxt.platform == "onnxruntime_onnx"

@@ -127,3 +127,25 @@ def test_the_registry_is_all_there_is_of_backends_in_the_config_tree() -> None:
     """Every file of conf/backends/ but default.yaml is a registered backend's variants file."""
     files = {p.stem for p in (REPO_ROOT / "conf" / "backends").glob("*.yaml")} - {"default"}
     assert files == set(backend_packages())
+
+
+def test_every_registered_workload_is_one_folder_found_by_one_registry_line() -> None:
+    """A workload is `serving/workloads/<name>/` holding its `WORKLOAD` in workload.py, imports no other workload's
+    package, and declares only figures of its own (none the engine's catalog already has)."""
+    from experiments.measure import catalog
+    from serving.workloads.registry import WORKLOADS, workloads
+
+    names = set(workloads())
+    assert {path.split(".")[2] for path in WORKLOADS} == names, "one line each: serving.workloads.<name>.workload"
+    assert all(path == f"serving.workloads.{path.split('.')[2]}.workload" for path in WORKLOADS)
+    wrong = []
+    for name in sorted(names):
+        wrong += violations(f"serving/workloads/{name}/", tuple(f"serving.workloads.{other}"
+                                                               for other in sorted(names - {name})))
+    assert not wrong, f"a workload's package imports no other workload's: {wrong}"
+    engine_own = {m.name for m in catalog.METRICS} - {m.name for w in workloads().values() for m in w.metrics}
+    for workload in workloads().values():
+        clash = sorted({m.name for m in workload.metrics} & engine_own)
+        assert not clash, f"workload {workload.name} declares figures the catalog has: {clash}"
+        assert workload.throughput in {m.name for m in catalog.METRICS}, "its throughput is a declared metric"
+        assert workload.cost in {m.name for m in catalog.METRICS}, "its cost is a declared metric"

@@ -181,6 +181,7 @@ def test_streamed_chat_layout(standin) -> None:
     assert all(e["object"] == "chat.completion.chunk" and e["model"] == "standin" for e in reply.data[:-1])
     assert len({e["id"] for e in reply.data[:-1]}) == 1
     assert finish["choices"][0]["finish_reason"] == "length"
+    assert all(e["usage"] is None for e in (role, *token_events, finish))  # as OpenAI's, with include_usage
     assert usage["choices"] == []
     assert usage["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
     assert done == "[DONE]"
@@ -191,6 +192,7 @@ def test_streamed_completions_layout(standin) -> None:
     reply = fetch(standin.url, COMPLETIONS, completion(max_tokens=4, stream=True))
     assert reply.status == 200 and reply.complete
     *token_events, finish, done = reply.data  # no usage: include_usage was not asked
+    assert not any("usage" in e for e in (*token_events, finish))
     assert [e["choices"][0]["text"] for e in token_events] == [TOKEN_TEXT] * 4
     assert all(e["object"] == "text_completion" for e in token_events)
     assert finish["choices"][0]["finish_reason"] == "length" and finish["choices"][0]["text"] == ""

@@ -21,6 +21,8 @@ import yaml
 
 from experiments.config.compose import CONF_DIR
 from experiments.config.schema import BACKEND_SCHEMAS, TierbenchConfig
+from serving.model_config import ModelConfig, ServedModel
+from serving.workloads.generative.model import LanguageModelConfig
 
 PAGE = "configuration/reference.md"
 # Anchor of a backend class's setting: the `backend` config group, as entries name it (`/backend/<class>@<entry>`).
@@ -82,8 +84,11 @@ def schema_dataclasses() -> dict[str, type]:
     serving/model_config.py), by name: the types a field nests."""
     import experiments.config.schema as schema
     import serving.model_config as model_config
+    import serving.workloads.generative.config as prompts
+    import serving.workloads.generative.model as language_model
 
-    return {name: obj for module in (schema, model_config) for name, obj in vars(module).items()
+    modules = (schema, model_config, prompts, language_model)
+    return {name: obj for module in modules for name, obj in vars(module).items()
             if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__}
 
 
@@ -212,6 +217,14 @@ def sections() -> list[tuple[str, list[str], list[Row]]]:
             for name, cls in BACKEND_SCHEMAS.items():
                 intro = f'<a id="{BACKEND_ANCHOR}.{name}"></a>{_cell(_first_line(cls.__doc__))}'
                 out.append((f"### Class `{name}`", [intro], rows(cls, "backends.<entry>", f"{BACKEND_ANCHOR}.{name}")))
+        elif f.name == "model":  # one schema per workload: each file of conf/model/ names its own
+            out.append(("## model", [_cell(_first_line(ServedModel.__doc__)), "", "Options (`model=<option>`, files "
+                                     "in `conf/model/`):", "", *_choices("model")], []))
+            out.append(("### Image models (`base_model`)", [_cell(_first_line(ModelConfig.__doc__))],
+                        rows(ModelConfig, "model")))
+            out.append(("### Language models (`base_language_model`)",
+                        [_cell(_first_line(LanguageModelConfig.__doc__))],
+                        rows(LanguageModelConfig, "model", "language_model")))
         elif nested is None:
             top.append(f.name)
         else:

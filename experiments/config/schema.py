@@ -109,9 +109,9 @@ class SloConfig:
     time to first token and time per output token (`ttft_p99_ms`, `tpot_p99_ms`)."""
 
     p99_ms: float | None = None  # the p99 target (ms); null: no search
-    # Generative: the p99 time to first token and time per output token the search keeps within (either or both), and
-    # each request's bounds for goodput (a request answered with TTFT and TPOT within them is good); null: none
+    # Generative: the time to first token's p99 target (ms), and each request's bound for goodput; null: none
     ttft_p99_ms: float | None = None
+    # Generative: the time per output token's p99 target (ms), and each request's bound for goodput; null: none
     tpot_p99_ms: float | None = None
     # A request answered later than this (ms) is not good: goodput counts the requests answered well within it
     # (null: within p99_ms, where set; with neither, no goodput)

@@ -43,6 +43,14 @@ class ReportOptions:
     capacity: Traffic | None = None  # size a capacity plan for this traffic (within slo_p99_ms, else the sweep's)
     source: str = ""  # where the runs were read (tracking URI and experiment), for the header
     price_max_age_days: int = PRICE_MAX_AGE_DAYS  # a price seen longer than this before the trials is called stale
+    # A generative sweep's targets (`--ttft-p99-ms`, `--tpot-p99-ms`, else experiment.slo.*): its answer's pick and the
+    # token capacity plan keep within them (experiments.report.generative)
+    ttft_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    # A generative sweep's capacity plan (`--peak-rps`, `--headroom`): nodes for this peak of requests/s, each request
+    # as long as the chosen point's measured answers, + headroom (None: DEFAULT_HEADROOM). An image plan's: `capacity`.
+    peak_rps: float | None = None
+    headroom: float | None = None
 
 
 @dataclass
@@ -61,28 +69,7 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
     prices = {name: info.prices for name, info in data.tiers.items()}
     doc = Document(f"tierbench report — sweep {data.sweep_id}")
     report = Report(doc)
-    counts = data.trials["status"].value_counts()
-    doc.p(f"{len(data.trials)} trials on {len(data.tiers)} tier(s) ({', '.join(labels.values())}): "
-          f"{', '.join(f'{counts.get(s, 0)} {s}' for s in Status)}. "
-          f"Read from {options.source or 'MLflow'}; generated {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}.")
-    emulated = [labels[t] for t, info in data.tiers.items() if info.emulated]
-    if emulated:
-        doc.note(f"**Emulated results**: tier(s) {', '.join(emulated)} ran on an emulated cluster (Ray nodes on "
-                 "one machine declaring the tier), not on that GPU. Their latency, throughput and cost figures "
-                 "test the software only and say nothing about the named GPU; every table marks them "
-                 "`(emulated)`.")
-    stale = stale_prices_note(data, options.price_max_age_days) if not ok.empty else None  # nothing priced else
-    if stale:
-        doc.note(stale)
-    if data.superseded:
-        doc.note(f"{data.superseded} older run(s) of trials that were run again are left out (the latest `ok` "
-                 "run of each trial counts).")
-    retried = data.trials[data.trials["earlier_failure"] != ""]
-    if not retried.empty:
-        doc.note(f"{len(retried)} trial(s) were measured again on a fresh server after their server failed under them "
-                 "(`experiment.trial_retries`; the failed attempts stay in MLflow, tagged `retried`): "
-                 + "; ".join(f"{r.tier} · {r.stack} · b{r.batch_size} · {r.load} (first: {r.earlier_failure[:120]})"
-                             for r in retried.itertuples()) + ".")
+    stale = header(doc, data, labels, options)
     repeated = _repeats_note(ok)
     if repeated:
         doc.note(repeated)
@@ -116,9 +103,37 @@ def build_report(data: SweepData, folder: Path, options: ReportOptions) -> Repor
             doc.h(1, f"Tier {labels[tier]}")
             doc.p("No trial succeeded on this tier: see “Failed and skipped trials” below.")
     slo_search_section(doc, data, labels)
-    _problems(doc, data)
+    problems_section(doc, data)
     method_section(doc, data)
     return report
+
+
+def header(doc: Document, data: SweepData, labels: dict[str, str], options: ReportOptions) -> str | None:
+    """What opens every report, whatever its workload: the trials by status, where they were read, and the notes on
+    emulated tiers, stale prices, superseded runs and retried trials; returns the stale prices' note (None: none)."""
+    counts = data.trials["status"].value_counts()
+    doc.p(f"{len(data.trials)} trials on {len(data.tiers)} tier(s) ({', '.join(labels.values())}): "
+          f"{', '.join(f'{counts.get(s, 0)} {s}' for s in Status)}. "
+          f"Read from {options.source or 'MLflow'}; generated {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}.")
+    emulated = [labels[t] for t, info in data.tiers.items() if info.emulated]
+    if emulated:
+        doc.note(f"**Emulated results**: tier(s) {', '.join(emulated)} ran on an emulated cluster (Ray nodes on "
+                 "one machine declaring the tier), not on that GPU. Their latency, throughput and cost figures "
+                 "test the software only and say nothing about the named GPU; every table marks them "
+                 "`(emulated)`.")
+    stale = stale_prices_note(data, options.price_max_age_days) if not data.ok.empty else None  # none priced else
+    if stale:
+        doc.note(stale)
+    if data.superseded:
+        doc.note(f"{data.superseded} older run(s) of trials that were run again are left out (the latest `ok` "
+                 "run of each trial counts).")
+    retried = data.trials[data.trials["earlier_failure"] != ""]
+    if not retried.empty:
+        doc.note(f"{len(retried)} trial(s) were measured again on a fresh server after their server failed under them "
+                 "(`experiment.trial_retries`; the failed attempts stay in MLflow, tagged `retried`): "
+                 + "; ".join(f"{r.tier} · {r.stack} · b{r.batch_size} · {r.load} (first: {r.earlier_failure[:120]})"
+                             for r in retried.itertuples()) + ".")
+    return stale
 
 
 def _repeats_note(ok: pd.DataFrame) -> str | None:
@@ -141,12 +156,12 @@ def _answer(doc: Document, report: Report, data: SweepData, labels: dict[str, st
         report.summary.append("no successful trial")
         return
     prices = {name: info.prices for name, info in data.tiers.items()}
-    lines = answer_lines(data, labels, prices, options.slo_p99_ms, lambda row: _price_label(data, row))
+    lines = answer_lines(data, labels, prices, options.slo_p99_ms, lambda row: price_label(data, row))
     doc.bullets(lines)
     report.summary += [line.replace("**", "").replace("*", "") for line in lines]
 
 
-def _price_label(data: SweepData, row: pd.Series) -> str:
+def price_label(data: SweepData, row: pd.Series) -> str:
     """The price a priced point is at, as the report names it: `4 nodes × primary $0.36/h` for an endpoint's
     replicas behind its URL."""
     count = int(nodes(row))
@@ -157,7 +172,7 @@ def _price_label(data: SweepData, row: pd.Series) -> str:
     return fleet + str(row["price"])
 
 
-def _problems(doc: Document, data: SweepData) -> None:
+def problems_section(doc: Document, data: SweepData) -> None:
     doc.h(1, "Failed and skipped trials")
     bad = tables.problems(data.trials)
     if bad.empty:

@@ -19,6 +19,7 @@ from experiments.config.shares import SHARE_PARAMS
 from experiments.measure.efficiency import VERDICT_TAGS
 from experiments.report.marks import other_engine, trial_marks
 from experiments.results.records import Status
+from serving.workloads.registry import DEFAULT as DEFAULT_WORKLOAD
 
 # Trial params that identify an operating point; batch and concurrency become integers.
 KEY_PARAMS = ("gpu_tier", "backend", "backend_variant", "protocol", "input_format", "batch_size", "concurrency")
@@ -28,6 +29,10 @@ LOAD_PARAMS = ("load_mode", "request_rate")
 INFO_PARAMS = ("model", "server_mode", "window_s", "warmup_requests", "client_actors", "load_engine", "trace",
                "trace_mean_to_peak", "client_hostnames", "endpoint_url", "endpoint_model", "endpoint_platform",
                "goodput_deadline_ms", "inputs", "audit_max_speedup", "max_top1_drop")
+# What was measured, beyond images: the workload (`experiment.workload`; absent in stores written before workloads:
+# image), and a generative trial's token accounting, goodput targets and prompts (serving/workloads/generative/).
+WORKLOAD_PARAMS = ("workload", "tokens_counted_by", "goodput_ttft_p99_ms", "goodput_tpot_p99_ms", "endpoint_pin_output",
+                   "prompts", "input_tokens", "output_tokens")
 # What held a trial back, against its runtime's in-process ceiling (`experiments.measure.efficiency`): the runtime's
 # key (a param) and the verdict (tags). Empty where the sweep logged none (ceiling off, untimed runtime, older sweeps).
 CEILING_PARAMS = ("ceiling_runtime",)
@@ -88,6 +93,14 @@ class SweepData:
     # The caching audit's twins (experiment.inputs.audit: one input repeated), in the columns of `trials`: never an
     # answer, only compared with the same point sent distinct inputs (experiments.report.audit_section).
     repeated: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def workloads(self) -> list[str]:
+        """The workloads its trials measured (their `workload` param), one for a sweep: `image` for trials logged
+        before workloads were (and frames built without the column)."""
+        if "workload" not in self.trials:
+            return [DEFAULT_WORKLOAD]
+        return sorted(self.trials["workload"].fillna(DEFAULT_WORKLOAD).astype(str).unique()) or [DEFAULT_WORKLOAD]
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -260,8 +273,9 @@ def tidy_trials(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         "trial_key": _column(runs, "tags.trial_key").fillna(runs["run_id"]),
         NODES: _node_counts(runs),
     })
-    for key in (*KEY_PARAMS[1:], *LOAD_PARAMS, *INFO_PARAMS, *SHARE_PARAMS):
+    for key in (*KEY_PARAMS[1:], *LOAD_PARAMS, *INFO_PARAMS, *SHARE_PARAMS, *WORKLOAD_PARAMS):
         out[key] = _column(runs, f"params.{key}")
+    out["workload"] = out["workload"].fillna(DEFAULT_WORKLOAD)
     out["variant"] = out.pop("backend_variant").fillna(out["backend"])
     for key in CEILING_PARAMS:
         out[key] = _column(runs, f"params.{key}", "").fillna("").astype(str)

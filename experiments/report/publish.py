@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,17 +15,33 @@ from urllib.parse import urlparse
 from experiments.config.capacity import configured_traffic
 from experiments.report.build import Report, ReportOptions, build_report
 from experiments.report.capacity_section import refuse_unpriced
-from experiments.report.data import SweepData, load_sweep
+from experiments.report.data import ReportError, SweepData, load_sweep
+from experiments.report.generative.build import build_generative_report
 from experiments.results.layout import REPORT_DIR, report_folder
 from experiments.results.records import Status
 from experiments.results.redaction import redact
 from serving.process import unreachable
+from serving.workloads.registry import workload
 
 if TYPE_CHECKING:
     from experiments.config.schema import TierbenchConfig
 
 log = logging.getLogger(__name__)
 NOTE_TAG = "mlflow.note.content"  # the run description the MLflow UI shows
+# Each workload's report (`experiment.workload`, the trials' `workload` param): its sections, in order.
+BUILDERS: dict[str, Callable[[SweepData, Path, ReportOptions], Report]] = {
+    "image": build_report,
+    "generative": build_generative_report,
+}
+# The options that only one workload's report takes, by workload: (option, its flag, its sweep key, what the other
+# workload's report takes in its place).
+ONLY_FOR = {
+    "image": (("slo_p99_ms", "--slo-p99-ms", "experiment.slo.p99_ms", "--ttft-p99-ms and --tpot-p99-ms"),
+              ("capacity", "--traffic-img-s", "capacity.traffic_img_s", "--peak-rps")),
+    "generative": (("ttft_p99_ms", "--ttft-p99-ms", "experiment.slo.ttft_p99_ms", "--slo-p99-ms"),
+                   ("tpot_p99_ms", "--tpot-p99-ms", "experiment.slo.tpot_p99_ms", "--slo-p99-ms"),
+                   ("peak_rps", "--peak-rps", "capacity.peak_rps", "--traffic-img-s")),
+}
 
 
 @dataclass
@@ -85,12 +102,39 @@ def _log_headline_metrics(client: Any, run_id: str, data: SweepData) -> None:
     counts = data.trials["status"].value_counts()
     values = {f"trials_{s}": float(counts.get(s, 0)) for s in Status}
     values |= {"trials_overloaded": float(ok["overloaded"].sum()), "trials_unstable": float(ok["unstable"].sum())}
+    # The workload's headline figures: min_cost_per_1k_images_usd, min_latency_p99_ms, max_throughput_img_s for
+    # images; min_cost_per_1m_output_tokens_usd, min_ttft_p99_ms, max_output_tokens_s for tokens.
+    measured = workload(_workload(data))
     if not sustained.empty:  # an overloaded trial's latency and cost describe no load the server could keep up
-        values |= {"min_cost_per_1k_images_usd": float(sustained["cost_per_1k_images_usd"].min()),
-                   "min_latency_p99_ms": float(sustained["latency_p99_ms"].min())}
-    if not ok.empty:  # what the server served flat out, overloaded or not
-        values["max_throughput_img_s"] = float(ok["throughput_img_s"].max())
+        values |= {f"min_{name}": float(sustained[name].min()) for name in (measured.cost, measured.latency)
+                   if name in sustained}
+    if not ok.empty and measured.throughput in ok:  # what the server served flat out, overloaded or not
+        values[f"max_{measured.throughput}"] = float(ok[measured.throughput].max())
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in values.items()])
+
+
+def _workload(data: SweepData) -> str:
+    """The one workload the sweep measured; ReportError for a sweep of several or one without a report."""
+    found = data.workloads
+    if len(found) > 1:
+        raise ReportError(f"sweep {data.sweep_id!r} mixes workloads {found}: a report covers one; give each its own "
+                          "sweep_id")
+    if found[0] not in BUILDERS:
+        raise ReportError(f"sweep {data.sweep_id!r} measured the workload {found[0]!r}, which has no report: one of "
+                          f"{sorted(BUILDERS)}")
+    return found[0]
+
+
+def report_builder(data: SweepData, options: ReportOptions) -> Callable[[SweepData, Path, ReportOptions], Report]:
+    """The report of the sweep's workload; ReportError for an option only another workload's report takes (naming the
+    one this workload takes instead)."""
+    name = _workload(data)
+    for other, keys in ONLY_FOR.items():
+        for option, flag, key, instead in keys if other != name else ():
+            if getattr(options, option) is not None:
+                raise ReportError(f"{flag} ({key}) is not allowed for sweep {data.sweep_id!r}: it measured the "
+                                  f"{name} workload, and {flag} is the {other} report's; give {instead} instead")
+    return BUILDERS[name]
 
 
 def make_report(uri: str, experiment: str, sweep_id: str, results_dir: Path, options: ReportOptions,
@@ -98,14 +142,15 @@ def make_report(uri: str, experiment: str, sweep_id: str, results_dir: Path, opt
     """Load the sweep, build and write its report (default folder `<results_dir>/<sweep_id>/report/`), and
     attach it to the sweep run unless told not to."""
     data = load_sweep(uri, experiment, sweep_id)
+    build = report_builder(data, options)  # before the folder's old plots go
     if options.capacity is not None:
-        refuse_unpriced(data, options.slo_p99_ms)  # before the folder's old plots go
+        refuse_unpriced(data, options.slo_p99_ms)
     folder = out or report_folder(results_dir, data.sweep_id)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("*.png"):  # plots of tiers no longer in the sweep must not linger
         stale.unlink()
     options.source = options.source or f"experiment `{experiment}` in `{redact(uri)}`"
-    report = build_report(data, folder, options)
+    report = build(data, folder, options)
     md, html = write_report(report, folder)
     logged = log_report(uri, data, folder, report.summary) if log_to_mlflow else None
     return Published(folder, md, html, data, report, logged)
@@ -136,6 +181,12 @@ def sweep_answer(cfg: TierbenchConfig) -> list[str]:
 
     slo = cfg.experiment.slo.p99_ms
     options = ReportOptions(slo_p99_ms=float(slo) if slo else None, capacity=configured_traffic(cfg.capacity))
+    if getattr(cfg.experiment, "workload", "image") == "generative":  # its targets and plan, where the sweep set them
+        targets, capacity = cfg.experiment.slo, cfg.capacity
+        options.ttft_p99_ms = _number(getattr(targets, "ttft_p99_ms", None))
+        options.tpot_p99_ms = _number(getattr(targets, "tpot_p99_ms", None))
+        options.peak_rps = _number(getattr(capacity, "peak_rps", None))  # once the schema has it
+        options.headroom = _number(getattr(capacity, "headroom", None)) if options.peak_rps is not None else None
     uri = tracking_uri(cfg.mlflow.tracking_uri)
     later = f"make it with `python -m runners.report {cfg.sweep_id}`"
     if not _server_answers(uri):   # MLflow's client would retry an unreachable server for minutes
@@ -145,6 +196,10 @@ def sweep_answer(cfg: TierbenchConfig) -> list[str]:
     except (ReportError, ConnectionError, OSError) as exc:
         return [f"no report: {exc}; {later}"]
     return answer_lines(published)
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _server_answers(uri: str, timeout_s: float = 5.0) -> bool:

@@ -41,8 +41,10 @@ def point_numeric(frame: pd.DataFrame) -> list[bool]:
     return [False, True, False] + [True] * (frame.shape[1] - 3)
 
 
-def overloaded_section(doc: Document, data: SweepData, labels: dict[str, str]) -> None:
-    """The overloaded trials, apart, with what arrived, what was served and how far the backlog grew."""
+def overloaded_section(doc: Document, data: SweepData, labels: dict[str, str], throughput: str = THROUGHPUT,
+                       unit: str = "img/s") -> None:
+    """The overloaded trials, apart, with what arrived, what was served and how far the backlog grew; `throughput`
+    is the figure they served, shown as `unit` (a generative sweep's: output_tokens_s, output tok/s)."""
     rows = data.ok[data.ok["overloaded"]]
     if rows.empty:
         return
@@ -58,11 +60,11 @@ def overloaded_section(doc: Document, data: SweepData, labels: dict[str, str]) -
     frame = pd.DataFrame({
         "tier": rows["tier"].map(lambda t: labels.get(t, t)), "stack": rows["stack"], "b": rows["batch_size"],
         "load": rows["load"].astype(str), "offered req/s": rows.get("offered_rate_rps"),
-        "served req/s": rows.get("requests_s"), "img/s": rows[THROUGHPUT],
+        "served req/s": rows.get("requests_s"), unit: rows[throughput],
         "backlog growth": rows.get("backlog_growth_requests"), "p50 ms": rows[P50],
         "why": [_why(row) for _, row in rows.iterrows()],
     })
-    out = format_frame(frame, {"offered req/s": rate, "served req/s": rate, "img/s": rate, "p50 ms": ms,
+    out = format_frame(frame, {"offered req/s": rate, "served req/s": rate, unit: rate, "p50 ms": ms,
                                "backlog growth": count})
     doc.table(out, [False, False, True, False, True, True, True, True, True, False])
 

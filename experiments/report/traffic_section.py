@@ -18,6 +18,7 @@ from experiments.report.data import SweepData
 from experiments.report.render import Document, count, format_frame, ms, rate
 
 DOCS = "docs/traffic.md"
+TOKENS = "output_tokens_s"  # a generative trial's bins count its output tokens/s where an image trial's count images
 KNEE_SHARE = 0.9  # a bin serves well less than this share of what it was offered: the ramp's knee
 MAX_PLOTS = 8
 DPI = 110
@@ -27,7 +28,7 @@ def _share(value: float) -> str:
     return f"{value:.1%}"
 
 
-def _errors(doc: Document, data: SweepData, labels: dict[str, str]) -> list[str]:
+def _errors(doc: Document, data: SweepData, labels: dict[str, str], goodput: tuple[str, str]) -> list[str]:
     trials = data.trials
     if "error_rate" not in trials.columns:
         return []
@@ -46,10 +47,10 @@ def _errors(doc: Document, data: SweepData, labels: dict[str, str]) -> list[str]
         rows.append({"tier": labels.get(r["tier"], r["tier"]), "stack": r["stack"], "b": int(r["batch_size"]),
                      "load": r["load"], "status": r["status"], "failed": _share(float(r["error_rate"])),
                      "by class": ", ".join(f"{k} {_share(v)}" for k, v in found.items()),
-                     "goodput img/s": float(r.get("goodput_img_s", np.nan)),
+                     goodput[1]: float(r.get(goodput[0], np.nan)),
                      "p99 ms": float(r.get("latency_p99_ms", np.nan)),
                      "p99 all ms": float(r.get("latency_all_p99_ms", np.nan))})
-    frame = format_frame(pd.DataFrame(rows), {"goodput img/s": rate, "p99 ms": ms, "p99 all ms": ms}, default=count)
+    frame = format_frame(pd.DataFrame(rows), {goodput[1]: rate, "p99 ms": ms, "p99 all ms": ms}, default=count)
     doc.table(frame, [False, False, True, False, False, True, False, True, True, True])
     return [f"{len(failing)} trial(s) had requests fail (up to {_share(float(failing['error_rate'].max()))}): "
             "see “Requests that failed”"]
@@ -82,12 +83,33 @@ def _stalls(doc: Document, stalled: pd.DataFrame, labels: dict[str, str]) -> lis
             f"{ms(float(stalled['answer_gap_max_ms'].max()))} ms while requests waited (see “Stalls”)"]
 
 
-def knee(series: pd.DataFrame, images_per_request: int) -> pd.Series | None:
-    """The first bin that served well (goodput, else throughput) less than KNEE_SHARE of the images it was offered;
-    None when every bin kept up."""
-    served = series["goodput_img_s"] if "goodput_img_s" in series else series["throughput_img_s"]
+def served(series: pd.DataFrame) -> pd.Series:
+    """What each bin served well: its images' goodput, else their throughput; a generative trial's output tokens/s."""
+    for name in ("goodput_img_s", "throughput_img_s", TOKENS):
+        if name in series:
+            return series[name]
+    raise KeyError(f"no served rate among the series' {list(series.columns)}")
+
+
+def per_request(series: pd.DataFrame, row: pd.Series) -> float:
+    """What one request offers in the unit `served` counts: its images (batch size), or for tokens the trial's
+    measured output tokens per request (else the max_tokens it asked for)."""
+    if TOKENS not in series:
+        return int(row["batch_size"])
+    for name in ("output_tokens_mean", "requested_tokens_mean"):
+        value = pd.to_numeric(row.get(name), errors="coerce")
+        if pd.notna(value) and value > 0:
+            return float(value)
+    return float("nan")
+
+
+def knee(series: pd.DataFrame, images_per_request: float) -> pd.Series | None:
+    """The first bin that served well (goodput, else throughput; output tokens/s for tokens) less than KNEE_SHARE of
+    what it was offered (`images_per_request`: the unit's count per request, `per_request`); None when every bin kept
+    up."""
+    served_now = served(series)
     offered = series["offered_rps"] * images_per_request
-    behind = series[(offered > 0) & (served < KNEE_SHARE * offered)]
+    behind = series[(offered > 0) & (served_now < KNEE_SHARE * offered)]
     return None if behind.empty else behind.iloc[0]
 
 
@@ -97,16 +119,18 @@ def _plot(series: pd.DataFrame, row: pd.Series, title: str, path: Path, deadline
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    images = int(row["batch_size"])
+    images = per_request(series, row)
+    unit = "output tokens/s" if TOKENS in series else "images/s"
     ramp = row["load_mode"] == LoadMode.RAMP
     fig, axes = plt.subplots(1, 3 if ramp else 2, figsize=(15 if ramp else 11, 4.2))
     t = series["t_s"]
     rates_ax, latency_ax = axes[0], axes[1]
     rates_ax.step(t, series["offered_rps"] * images, where="post", label="offered", color="grey")
-    rates_ax.step(t, series["throughput_img_s"], where="post", label="served", color="tab:blue")
+    rates_ax.step(t, series[TOKENS if TOKENS in series else "throughput_img_s"], where="post", label="served",
+                  color="tab:blue")
     if "goodput_img_s" in series:
         rates_ax.step(t, series["goodput_img_s"], where="post", label="served well (goodput)", color="tab:green")
-    rates_ax.set(xlabel="seconds into the measurement", ylabel="images/s", title="rate")
+    rates_ax.set(xlabel="seconds into the measurement", ylabel=unit, title="rate")
     rates_ax.legend(fontsize=8)
     for name, style in (("latency_p99_ms", "-"), ("latency_p50_ms", ":")):
         if name in series:
@@ -124,7 +148,7 @@ def _plot(series: pd.DataFrame, row: pd.Series, title: str, path: Path, deadline
         errors_ax.legend(loc="lower right", fontsize=8)
     latency_ax.legend(fontsize=8, loc="upper left")
     if ramp:
-        _knee_plot(axes[2], series, images)
+        _knee_plot(axes[2], series, images, unit)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
@@ -132,34 +156,38 @@ def _plot(series: pd.DataFrame, row: pd.Series, title: str, path: Path, deadline
     return path
 
 
-def _knee_plot(ax: Any, series: pd.DataFrame, images: int) -> None:
+def _knee_plot(ax: Any, series: pd.DataFrame, images: float, unit: str = "images/s") -> None:
     offered = series["offered_rps"] * images
-    served = series["goodput_img_s"] if "goodput_img_s" in series else series["throughput_img_s"]
-    top = float(max(offered.max(), served.max(), 1.0))
+    served_now = served(series)
+    top = float(max(offered.max(), served_now.max(), 1.0))
     ax.plot([0, top], [0, top], color="grey", lw=0.8, linestyle="--", label="served = offered")
-    ax.scatter(offered, served, s=14, color="tab:green")
+    ax.scatter(offered, served_now, s=14, color="tab:green")
     found = knee(series, images)
     if found is not None:
         x = float(found["offered_rps"]) * images
-        ax.axvline(x, color="crimson", lw=1, label=f"knee ≈ {x:.4g} img/s offered")
-    ax.set(xlabel="offered images/s (bin)", ylabel="served well, images/s", title="the ramp's knee")
+        short = "img/s" if unit == "images/s" else "tok/s"
+        ax.axvline(x, color="crimson", lw=1, label=f"knee ≈ {x:.4g} {short} offered")
+    ax.set(xlabel=f"offered {unit} (bin)", ylabel=f"served well, {unit}", title="the ramp's knee")
     ax.legend(fontsize=8)
 
 
 def traffic_section(doc: Document, images: dict[str, Path], folder: Path, data: SweepData,
-                    labels: dict[str, str]) -> list[str]:
-    """The section (nothing when no request failed and no trial's load changed with time); its summary lines."""
+                    labels: dict[str, str], goodput: tuple[str, str] = ("goodput_img_s", "goodput img/s"),
+                    served_what: str = "images served and served well (answered within the deadline)") -> list[str]:
+    """The section (nothing when no request failed and no trial's load changed with time); its summary lines.
+    `goodput`: the failed trials' goodput figure and its column; `served_what`: what the bins count (a generative
+    sweep's: its goodput in output tokens/s, and the output tokens its bins served, whose knee is in tokens/s)."""
     shown = [(run_id, frame) for run_id, frame in data.series.items() if not frame.empty and "t_s" in frame]
     failing = "error_rate" in data.trials.columns and (data.trials["error_rate"].fillna(0) > 0).any()
     stalled = stalled_trials(data.trials)
     if not shown and not failing and stalled.empty:
         return []
     doc.h(1, "Errors and traffic over time")
-    summary = _errors(doc, data, labels) + _stalls(doc, stalled, labels)
+    summary = _errors(doc, data, labels, goodput) + _stalls(doc, stalled, labels)
     if not shown:
         return summary
     doc.p(f"Each trial whose load changes with time, bin by bin (a fifth of a window; {DOCS}): the rate offered "
-          "against the images served and served well (answered within the deadline), and the latency of the "
+          f"against the {served_what}, and the latency of the "
           "requests scheduled in each bin. A ramp's knee is the first bin that served well less than "
           f"{KNEE_SHARE:.0%} of what it was offered.")
     rows = data.trials.set_index("run_id")
@@ -172,9 +200,13 @@ def traffic_section(doc: Document, images: dict[str, Path], folder: Path, data: 
         images[name] = _plot(frame, row, title, folder / name, None if pd.isna(deadline) else float(deadline))
         doc.image(name, title)
         if row["load_mode"] == LoadMode.RAMP:
-            found = knee(frame, int(row["batch_size"]))
-            knees.append(f"{title}: " + (f"goodput left the offered line at ≈ {found['offered_rps']:.4g} req/s "
-                                         f"offered ({found['t_s']:.1f} s in, p99 "
+            found = knee(frame, per_request(frame, row))
+            what, tokens = "goodput", ""
+            if TOKENS in frame and found is not None:  # a generative ramp: its knee in output tokens/s
+                what = "output tokens/s"
+                tokens = f" (≈ {found['offered_rps'] * per_request(frame, row):.4g} output tokens/s)"
+            knees.append(f"{title}: " + (f"{what} left the offered line at ≈ {found['offered_rps']:.4g} req/s "
+                                         f"offered{tokens} ({found['t_s']:.1f} s in, p99 "
                                          f"{found.get('latency_p99_ms', float('nan')):.4g} ms)"
                                          if found is not None else "it kept up through the whole ramp"))
     if len(shown) > MAX_PLOTS:

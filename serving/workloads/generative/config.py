@@ -26,6 +26,13 @@ class LengthConfig:
 
 
 @dataclass
+class OutputLengthConfig(LengthConfig):
+    """The length each request asks for (max_tokens), fixed or drawn per request (seeded)."""
+
+    mean: float = 64.0  # fixed: the length; drawn: the lengths' mean
+
+
+@dataclass
 class PromptsConfig:
     """What a generative request carries (docs/generative.md, "Prompts")."""
 
@@ -34,10 +41,10 @@ class PromptsConfig:
     source: str = SYNTHETIC
     layout: str = "auto"  # a JSONL's layout: openai | sharegpt | auto (told apart line by line)
     input_tokens: LengthConfig = field(default_factory=LengthConfig)  # synthetic: each user turn's length
-    output_tokens: LengthConfig = field(default_factory=lambda: LengthConfig(mean=64.0))  # what each request asks
+    output_tokens: OutputLengthConfig = field(default_factory=OutputLengthConfig)  # what each request asks
     turns: int = 1  # synthetic: user turns per conversation (> 1: each resends the conversation so far)
     conversations: int = 256  # distinct conversations in each client's pool
-    seed: int = 0
+    seed: int = 0  # the seed of every draw (lengths, synthetic text): each client actor builds the same pool
 
     def source_for(self, model: LanguageModelConfig, repeated: bool = False) -> PromptSource:
         """The clients' source, with the model's tokenizer and context length."""

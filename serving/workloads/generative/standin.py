@@ -207,9 +207,9 @@ class StandInServer:
         self.counter = PromptCounter(behaviour.tokenizer)
         self.ttft_s, self.itl_s = behaviour.ttft_ms / 1e3, behaviour.itl_ms / 1e3
         self.tasks: set[asyncio.Task] = set()
-        self.requests = 0  # generation requests, failing ones included
+        self.requests = 0  # generation requests since the last reset, failing ones included: the failure count
         self.lateness = array("d")  # seconds each chunk was written after its time
-        self.served = 0  # generation requests, for ids and the failure count
+        self.served = 0  # generation requests since the start: their ids
 
     def stats(self) -> dict[str, Any]:
         late = sorted(self.lateness)
@@ -310,12 +310,13 @@ class StandInServer:
         if failure == "error_status":
             raise HttpError(b.error_status, f"stand-in failure: --error-status {b.error_status}", "server_error")
         chat = request.path == CHAT
+        include_usage = bool(payload.get("stream") and (payload.get("stream_options") or {}).get("include_usage"))
         answer = Answer(chat, f"{'chatcmpl' if chat else 'cmpl'}-standin-{self.served}", b.model,
-                        {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n})
+                        {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n},
+                        include_usage)
         if not payload.get("stream"):
             return await self.whole(request, writer, answer, n, failure)
-        include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-        return await self.stream(request, writer, answer, n, failure, include_usage)
+        return await self.stream(request, writer, answer, n, failure)
 
     def due(self, request: Request, token: int) -> float:
         return request.t0 + self.ttft_s + token * self.itl_s
@@ -339,7 +340,7 @@ class StandInServer:
         return True
 
     async def stream(self, request: Request, writer: asyncio.StreamWriter, answer: Answer, n: int,
-                     failure: str | None, include_usage: bool) -> bool:
+                     failure: str | None) -> bool:
         """Streamed: headers (and chat's role chunk) at once, then each chunk when its last token is due."""
         writer.write(head(200, "text/event-stream", request.keep_alive) + (sse(answer.role()) if answer.chat else b""))
         cut_after = self.behaviour.cut_after
@@ -361,27 +362,30 @@ class StandInServer:
             writer.write(sse({"error": {"message": "stand-in failure: --error-event", "type": "server_error",
                                         "param": None, "code": 500}}))
         else:
-            writer.write(sse(answer.finish()) + (sse(answer.usage_chunk()) if include_usage else b""))
+            writer.write(sse(answer.finish()) + (sse(answer.usage_chunk()) if answer.include_usage else b""))
         writer.write(sse(b"[DONE]") + b"0\r\n\r\n")
         return True
 
 
 @dataclass
 class Answer:
-    """One request's answer in OpenAI's layouts (chat or completions; chunks or whole)."""
+    """One request's answer in OpenAI's layouts (chat or completions; chunks or whole). With `include_usage`, every
+    chunk before the usage chunk carries `"usage": null`, as OpenAI's do."""
 
     chat: bool
     id: str
     model: str
     usage: dict[str, int]
+    include_usage: bool = False
 
     def __post_init__(self) -> None:
         self.created = int(time.time())
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         kind = "chat.completion.chunk" if self.chat else "text_completion"
+        usage = {"usage": None} if self.include_usage else {}
         return json.dumps({"id": self.id, "object": kind, "created": self.created, "model": self.model,
-                           "choices": choices, **extra}).encode()
+                           "choices": choices, **usage, **extra}).encode()
 
     def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
         if self.chat:
