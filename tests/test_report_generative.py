@@ -52,6 +52,10 @@ POINTS = {
     ("l4", "vllm", "ramp", 0, 8.0): (300.0, 40.0, 300.0, 100.0),
 }
 NODES = {("a100", "tgi"): 2}
+# a100 at c16 was measured 3 times: its pooled figures carry 95 % intervals (the others were measured once).
+REPEATED = {("a100", "vllm", "closed", 16, 0.0): {"repeats": 3.0, "ttft_p99_ms_ci_low": 140.0,
+                                                  "ttft_p99_ms_ci_high": 160.0, "output_tokens_s_ci_low": 1600.0,
+                                                  "output_tokens_s_ci_high": 2500.0}}
 UNSTABLE = {("a100", "tgi", "closed", 4, 0.0)}
 OVERLOADED = {("l4", "vllm", "poisson", 0, 50.0)}
 # The ramp's bins: offered req/s x 100 tokens a request against the output tokens/s served; the fourth falls behind.
@@ -77,6 +81,7 @@ def _run(key: tuple[str, str, str, int, float], index: int) -> dict[str, Any]:
                "cost_per_1m_tokens_usd": nodes * price / 3600 / (5 * out) * 1e6, "goodput_share": 0.99,
                "goodput_output_tokens_s": 0.9 * out,
                "stable": 0.0 if key in UNSTABLE else 1.0, "overloaded": 1.0 if key in OVERLOADED else 0.0}
+    metrics |= REPEATED.get(key, {})
     if mode != "closed":
         metrics |= {"offered_rate_rps": rate, "backlog_growth_requests": 40.0 if key in OVERLOADED else 0.0}
     params = {"gpu_tier": tier, "backend": "endpoint", "backend_variant": variant, "protocol": "http",
@@ -87,7 +92,8 @@ def _run(key: tuple[str, str, str, int, float], index: int) -> dict[str, Any]:
               **{f"price_{name}_per_hour_usd": str(usd) for name, usd in PRICES[tier].items() if name != "primary"}}
     tags = {"status": "ok", "run_level": "trial", "sweep_id": SWEEP_ID, "trial_key": f"k{index}", "gpu_tier": tier,
             "emulated": "false", "synthetic": "true", "mlflow.runName": f"{tier}/{variant}/http/chat_stream/b1/{load}"}
-    return {"run_id": f"run{index:02d}", "start_time": pd.Timestamp("2026-12-01", tz="UTC") + pd.Timedelta(minutes=index),
+    start = pd.Timestamp("2026-12-01", tz="UTC") + pd.Timedelta(minutes=index)
+    return {"run_id": f"run{index:02d}", "start_time": start,
             **{f"tags.{k}": v for k, v in tags.items()}, **{f"params.{k}": v for k, v in params.items()},
             **{f"metrics.{k}": v for k, v in metrics.items()}}
 
@@ -145,11 +151,12 @@ def test_the_answer_picks_the_cheapest_point_at_the_primary_price_and_within_the
     lines = answer_lines(data, {t: t for t in data.tiers}, prices, TARGETS, _price_label)
     assert lines[0].startswith("Cheapest operating point with TTFT p99 ≤ 200 ms and TPOT p99 ≤ 30 ms, at each tier's "
                                "primary price: **a100 · vllm/http/chat_stream · c16**: **$0.5 per 1M output tokens** "
-                               "($0.1 per 1M tokens in + out; TTFT p99 150.0 ms, TPOT p99 20.0 ms"), lines[0]
+                               "(95 % interval $0.4–$0.625) ($0.1 per 1M tokens in + out; TTFT p99 150.0 ms (95 % "
+                               "interval 140.0–160.0), TPOT p99 20.0 ms"), lines[0]
     assert ("Answered well within TTFT ≤ 200 ms and TPOT ≤ 30 ms (the sweep's targets): 99.0% of its requests, "
             "**$0.556 per 1M good output tokens**.") in lines[0]  # $1000 / 1,800 good output tok/s
     assert lines[1] == ("At any listed price: **a100 · vllm/http/chat_stream · c16** at price spot: **$0.25 per 1M "
-                        "output tokens**.")
+                        "output tokens** (95 % interval $0.2–$0.312).")  # spot: $500 / 2,500 and / 1,600 tok/s
     assert lines[2].startswith("Cheapest operating point at each tier's primary price, whatever its latency: **l4 · "
                                "vllm/http/chat_stream · c16**: **$0.4 per 1M output tokens**"), lines[2]
     assert lines[3].startswith("Lowest TTFT p99: **a100 · vllm/http/chat_stream · c1**: 20.0 ms"), lines[3]
@@ -209,11 +216,43 @@ def test_the_report_speaks_of_tokens_and_writes_its_plots(data: SweepData, tmp_p
         assert heading in md, heading
     assert "| a100 | a100 · vllm/http/chat_stream · c16 | 128.0 | 2,000.0 | 7,680.0 | 4 | spot $1.8/h |" in md
     assert "**Sized from the measured grid point**" in md
+    assert "| vllm/http/chat_stream | c16 | 75.0 | 150.0 (140.0–160.0) |" in md  # the token table's intervals
+    assert "| 2,000.0 (1,600.0–2,500.0) | 15.6 | 0.0% | 99.0% | $0.5 ($0.4–$0.625) |" in md
+    assert "| $0.25 ($0.2–$0.312) |" in md  # at the spot price, from the rate's interval
+    assert "1 trial(s) were measured 3 times each (`experiment.repeats`)" in md
     assert "**Answers shorter than asked**" in md
-    assert any(line.startswith("ramp l4 · vllm/http/chat_stream · b1 · ramp-r8: output tokens/s left the offered line "
-                               "at ≈ 8 req/s offered (≈ 800 output tokens/s)") for line in report.summary), report.summary
+    knee = ("ramp l4 · vllm/http/chat_stream · b1 · ramp-r8: output tokens/s left the offered line at ≈ 8 req/s "
+            "offered (≈ 800 output tokens/s)")  # 8 req/s x 100 tokens offered, 500 served: below 90 %
+    assert any(line.startswith(knee) for line in report.summary), report.summary
     assert any(line.startswith("capacity plan for 50 req/s peak (+20 %): cheapest 4 × a100 · vllm/http/chat_stream · "
                                "c16") for line in report.summary)
+
+
+def test_answers_not_streamed_and_a_tier_without_a_price_still_report(tmp_path: Path) -> None:
+    """Answers not streamed have no TTFT, ITL or TPOT (no metric logged at all); a tier whose runs carry no price has
+    no cost figure: the report says so, and the pick comes from what is priced."""
+    rows = []
+    for i, key in enumerate(k for k in POINTS if k[2] == "closed"):
+        timed = ("metrics.ttft", "metrics.tpot", "metrics.itl")
+        row = {k: v for k, v in _run(key, i).items() if not k.startswith(timed)}
+        row["params.input_format"] = "chat"
+        if key[0] == "l4":
+            row.pop("params.price_per_hour_usd")
+        rows.append(row)
+    trials, _ = tidy_trials(pd.DataFrame(rows))
+    data = SweepData(SWEEP_ID, "0", None, trials, tier_infos(pd.DataFrame(), trials))
+    prices = {tier: info.prices for tier, info in data.tiers.items()}
+    assert prices["l4"] == []
+    lines = answer_lines(data, {t: t for t in data.tiers}, prices, TARGETS, _price_label)
+    assert lines[0] == "Nothing measured meets TTFT p99 ≤ 200 ms and TPOT p99 ≤ 30 ms: no trial has the figures (an " \
+                       "answer not streamed has no TTFT or TPOT)."
+    assert lines[1].startswith("Cheapest operating point at each tier's primary price, whatever its latency: **a100 · "
+                               "vllm/http/chat · c16**: **$0.5 per 1M output tokens**"), lines[1]
+    assert "No trial streamed its answers: none has a time to first token." in lines
+    report = build_generative_report(data, tmp_path, ReportOptions(peak_rps=5.0))
+    md = report.document.to_markdown()
+    assert "No trial has a TTFT p99 (an answer not streamed has none)." in md
+    assert "No trial on this tier has a cost figure" in md and not report.images
 
 
 def test_options_of_the_other_workload_are_refused(data: SweepData) -> None:
@@ -263,35 +302,68 @@ def _log(uri: str) -> str:
         if key[2] == "ramp":
             metrics += [Metric(f"series_{name}", float(value), 0, step) for name in RAMP.columns
                         for step, value in enumerate(RAMP[name])]
-        client.log_batch(run, metrics=metrics,
-                         params=[Param(k.removeprefix("params."), v) for k, v in row.items() if k.startswith("params.")],
-                         tags=[RunTag(k.removeprefix("tags."), v) for k, v in row.items() if k.startswith("tags.")])
+        params = [Param(k.removeprefix("params."), v) for k, v in row.items() if k.startswith("params.")]
+        tags = [RunTag(k.removeprefix("tags."), v) for k, v in row.items() if k.startswith("tags.")]
+        client.log_batch(run, metrics=metrics, params=params, tags=tags)
         client.set_terminated(run)
     client.set_terminated(sweep)
     return sweep
 
 
-def test_the_command_reports_a_generative_sweep_from_mlflow(tmp_path: Path) -> None:
-    from mlflow.tracking import MlflowClient
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, Path]:
+    """The synthetic sweep in a temporary MLflow store: its URI, the sweep run's id and a folder for results."""
+    folder = tmp_path_factory.mktemp("generative")
+    uri = premigrated_store(folder / "mlflow")
+    return uri, _log(uri), folder / "runs"
 
-    uri = premigrated_store(tmp_path / "mlflow")
-    sweep = _log(uri)
+
+def test_the_command_reports_a_generative_sweep_from_mlflow(store: tuple[str, str, Path]) -> None:
+    uri, _, runs = store
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = report_cli.main([SWEEP_ID, "--tracking-uri", uri, "--results-dir", str(tmp_path / "runs"),
-                                "--no-log", "--ttft-p99-ms", "200", "--tpot-p99-ms", "30", "--peak-rps", "50"])
+        code = report_cli.main([SWEEP_ID, "--tracking-uri", uri, "--results-dir", str(runs), "--no-log",
+                                "--ttft-p99-ms", "200", "--tpot-p99-ms", "30", "--peak-rps", "50"])
     printed = out.getvalue()
     assert code == 0, printed
     assert "  - Cheapest operating point with TTFT p99 ≤ 200 ms and TPOT p99 ≤ 30 ms, at each tier's primary price: " \
            "a100 · vllm/http/chat_stream · c16: $0.5 per 1M output tokens" in printed
-    folder = tmp_path / "runs" / SWEEP_ID / "report"
+    folder = runs / SWEEP_ID / "report"
     assert {p.name for p in folder.glob("*.png")} >= {"pareto_ttft.png", "pareto_tpot.png"}
     assert any(p.name.startswith("traffic_") for p in folder.glob("*.png"))  # the ramp, from its step metrics
+    with contextlib.redirect_stdout(io.StringIO()):
+        refused = report_cli.main([SWEEP_ID, "--tracking-uri", uri, "--results-dir", str(runs), "--no-log",
+                                   "--slo-p99-ms", "50"])
+    assert refused == 2 and (folder / "pareto_ttft.png").exists()  # refused before the old plots went
 
-    published = make_report(uri, "tierbench", SWEEP_ID, tmp_path / "runs", ReportOptions(), log_to_mlflow=True)
+
+def test_the_sweep_run_carries_the_token_headline_figures(store: tuple[str, str, Path]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri, sweep, runs = store
+    published = make_report(uri, "tierbench", SWEEP_ID, runs, ReportOptions(), log_to_mlflow=True)
     assert published.logged_to == sweep
     metrics = MlflowClient(uri).get_run(sweep).data.metrics
     assert metrics["min_cost_per_1m_output_tokens_usd"] == pytest.approx(0.4)
     assert metrics["min_ttft_p99_ms"] == pytest.approx(20.0)
     assert metrics["max_output_tokens_s"] == pytest.approx(2000.0)
     assert "min_cost_per_1k_images_usd" not in metrics and metrics["trials_overloaded"] == 1
+
+
+def test_the_end_of_a_sweep_answers_within_its_targets_and_plans_its_peak(store: tuple[str, str, Path]) -> None:
+    """`sweep_answer` takes a generative sweep's targets from experiment.slo, and its peak from capacity.peak_rps
+    where the config has one (read defensively: the schema may not have it yet)."""
+    from types import SimpleNamespace as Config
+
+    from experiments.report.publish import sweep_answer
+
+    uri, _, runs = store
+    cfg = Config(sweep_id=SWEEP_ID, results_dir=str(runs), mlflow=Config(tracking_uri=uri, experiment="tierbench"),
+                 experiment=Config(workload="generative", slo=Config(p99_ms=None, ttft_p99_ms=200.0, tpot_p99_ms=30.0)),
+                 capacity=Config(traffic_img_s=None, peak_img_s=None, headroom=0.2, peak_rps=50.0))
+    lines = sweep_answer(cfg)
+    assert any(line.startswith("  - Cheapest operating point with TTFT p99 ≤ 200 ms and TPOT p99 ≤ 30 ms") for line in
+               lines), lines
+    assert any(line.startswith("  - capacity plan for 50 req/s peak (+20 %): cheapest 4 × a100") for line in lines)
+    del cfg.capacity.peak_rps  # a schema without the key: no plan, no failure
+    assert not any("capacity plan" in line for line in sweep_answer(cfg))

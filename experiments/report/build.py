@@ -1,7 +1,9 @@
 """Assemble the report of one sweep: the answer first (cheapest option at the SLO), then prices, cross-tier
 tables, per-tier tables in the study's shape, problems, and how the numbers were made. Overloaded trials are
 listed apart and kept out of every cost figure; unstable figures are marked wherever they appear. Each section is
-written by its own module (`*_section`, `deploy`, `studies`, `served`); here they are put in order."""
+written by its own module (`*_section`, `deploy`, `studies`, `served`); here they are put in order. This is the image
+report's order; a generative sweep's is `experiments.report.generative.build`, which shares `header`, `price_label` and
+`problems_section` from here."""
 
 from __future__ import annotations
 

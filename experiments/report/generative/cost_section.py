@@ -64,6 +64,9 @@ def cost_section(doc: Document, images: dict[str, Path], folder: Path, priced: p
           "(prompt + output tokens per second). At each tier's primary price unless a column names another. "
           + STACK_NOTE)
     primary = at_price(priced)
+    if primary.empty:
+        doc.p("No tier has a primary price: no cost figure (see “Prices”).")
+        return
     tiers = sorted(primary["tier"].unique())
     if len(tiers) > 1:
         pivot = primary.pivot_table(index=POINT, columns="tier", values=COST, aggfunc="first", observed=True)

@@ -86,6 +86,9 @@ def priced_points(sustained: pd.DataFrame, prices_by_tier: dict[str, list[Price]
     """Long table: every point of `sustained` at every listed price of its tier. Its cost columns (COST, TOTAL_COST)
     are at the row's `price`, for the nodes that served it (`usd_per_hour` = nodes × the price), with their 95 %
     intervals from the rates' where the point was measured several times; cheapest per output token first."""
+    # A figure no trial has (TTFT and TPOT where no answer was streamed) reads as missing, never as an error.
+    sustained = sustained.assign(**{name: np.nan for name in (TTFT_P50, TTFT, TPOT_P50, TPOT, OUTPUT_RATE, TOTAL_RATE)
+                                    if name not in sustained.columns})
     spread = [end for name in (TTFT, TPOT, OUTPUT_RATE, TOTAL_RATE) for end in metric_names(name)
               if end in sustained.columns]
     shown = [c for c in PRICED_FIGURES if c in sustained.columns]
@@ -97,7 +100,7 @@ def priced_points(sustained: pd.DataFrame, prices_by_tier: dict[str, list[Price]
             f["price"] = price.name
             f["usd_per_hour"] = fleet_usd_per_hour(price.usd_per_hour, f[NODES])
             for cost, rate, quantity in COSTS:
-                f[cost] = _cost_at(f["usd_per_hour"], rows.get(rate, pd.Series(np.nan, rows.index)), quantity)
+                f[cost] = _cost_at(f["usd_per_hour"], rows[rate], quantity)
                 low, high = metric_names(rate)
                 if low in rows and high in rows:  # a higher rate is a lower cost: the ends swap
                     f[metric_names(cost)[0]] = _cost_at(f["usd_per_hour"], rows[high], quantity)
@@ -158,6 +161,8 @@ def capacity_points(sustained: pd.DataFrame, targets: Targets) -> dict[str, pd.S
     """Per tier, the point a capacity plan is sized from: the most output tokens/s per node within `targets` (every
     point without any), stable ones first, with a measured answer length; tiers with none left out."""
     out: dict[str, pd.Series] = {}
+    if OUTPUT_RATE not in sustained:
+        return out
     for tier, rows in sustained.groupby("tier", sort=True):
         rows = rows[targets.met(rows) & (per_node_rate(rows) > 0)]
         if "output_tokens_mean" in rows:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from experiments.measure.intervals import metric_names
 from experiments.report.data import NODES, SweepData, TierInfo, nodes
 from experiments.report.generative.cost_section import STACK_NOTE
 from experiments.report.generative.points import (
@@ -35,6 +36,9 @@ TOKEN_COLUMNS = {
     "goodput_share": "goodput", COST: "$/1M out", TOTAL_COST: "$/1M total", "tokens_counted_by": "counted by",
     SHORT_SHARE: "short", TOKENS_PER_EVENT: "tok/event",
 }
+
+
+TOKEN_COST_ENDS = tuple(end for cost in (COST, TOTAL_COST) for end in metric_names(cost))
 
 
 def _share(value: object) -> str:
@@ -78,8 +82,12 @@ def _token_table(doc: Document, rows: pd.DataFrame, primary: pd.DataFrame) -> No
           f"the primary price, none for an overloaded trial ({OVERLOADED}); counted by: who counted the tokens "
           "(`usage`: the server's, `tokenizer`: the model's tokenizer, `events`: one per streamed event); short: the "
           "share of answers shorter than asked; tok/event: output tokens per streamed event.")
-    costs = primary.set_index(POINT)[[c for c in (COST, TOTAL_COST, *_ends(primary)) if c in primary]]
-    frame = rows.drop(columns=[c for c in costs.columns if c in rows]).join(costs, on=POINT)
+    # Costs at the primary price, recomputed for every point (none where it overloaded, or the tier has no price).
+    frame = rows.drop(columns=[c for c in (COST, TOTAL_COST, *TOKEN_COST_ENDS) if c in rows])
+    if primary.empty:
+        frame = frame.assign(**{COST: float("nan"), TOTAL_COST: float("nan")})
+    else:
+        frame = frame.join(primary.set_index(POINT)[[COST, TOTAL_COST, *_ends(primary)]], on=POINT)
     shown = {m: c for m, c in TOKEN_COLUMNS.items() if m in frame and frame[m].notna().any()}
     table = frame[[*POINT, *shown]].rename(columns=shown).assign(load=frame["load"].astype(str))
     out = format_frame(table, FORMATS, marks=load_marks(table, frame[MARKS]),
@@ -89,7 +97,8 @@ def _token_table(doc: Document, rows: pd.DataFrame, primary: pd.DataFrame) -> No
 
 
 def _ends(frame: pd.DataFrame) -> list[str]:
-    return [c for c in frame.columns if c.endswith(("_ci_low", "_ci_high")) and c.startswith(("cost_", ))]
+    """The cost columns' interval ends a priced frame carries."""
+    return [c for c in TOKEN_COST_ENDS if c in frame.columns]
 
 
 def _callouts(doc: Document, rows: pd.DataFrame) -> None:
