@@ -70,6 +70,9 @@ def window_figures(samples: Any, usd_per_hour: float, ttft_ms: float | None = No
     out: dict[str, float] = {}
     output_s, input_s = token_rate(samples.completed_detail, samples.duration_s)
     out.update(output_tokens_s=output_s, input_tokens_s=input_s, total_tokens_s=output_s + input_s)
+    served = sum(t.output_tokens for t in samples.completed_detail)
+    if samples.clients and served:  # the client's own cost per token: near its budget, it measures itself
+        out["client_cpu_us_per_token"] = sum(c.cpu_s for c in samples.clients) / served * 1e6
     if output_s > 0:
         out["cost_per_1m_output_tokens_usd"] = cost_per_million(usd_per_hour, output_s)
         out["cost_per_1m_tokens_usd"] = cost_per_million(usd_per_hour, output_s + input_s)
@@ -155,6 +158,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("input_tokens_mean", "tokens", Pool.MEAN, "prompt tokens per request, on average (the server's usage, "
                                                      "else the tokenizer's count)"),
     Metric("input_tokens_max", "tokens", Pool.MAX, "the longest prompt, in tokens"),
+    Metric("client_cpu_us_per_token", "us", Pool.MEAN, "the clients' CPU per output token answered: streamed, about "
+                                                       "25 us is a client core's budget at 40,000 tokens/s"),
     Metric("tokens_per_event_mean", "ratio", Pool.MEAN, "output tokens per streamed event: above 1 the server packs "
                                                         "several tokens per event, and ITL is per event"),
     Metric("goodput_rps", "req/s", Pool.GEOMETRIC, "requests answered well within the TTFT and TPOT targets "
