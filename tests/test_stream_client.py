@@ -232,3 +232,10 @@ def test_a_streaming_connection_is_reused_after_a_whole_answer() -> None:
 
     answers, connections = asyncio.run(scenario())
     assert connections == 1 and all(a.complete and len(a.events) == 5 for a in answers)
+
+
+def test_the_requests_carry_the_endpoints_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIERBENCH_TEST_OPENAI_TOKEN", "tok-123")
+    client = OpenAIClient(_spec("http://127.0.0.1:1", token_env="TIERBENCH_TEST_OPENAI_TOKEN"))
+    request = client._request_bytes(client.pool[0])
+    assert b"\r\nAuthorization: Bearer tok-123\r\n" in request and b"POST /v1/chat/completions HTTP/1.1" in request

@@ -74,7 +74,7 @@ class EndpointSettings(BackendSettings):
         return "endpoint"
 
     def serves(self, workload: str) -> bool:
-        return KIND_WORKLOADS.get(self.kind) == workload
+        return KIND_WORKLOADS.get(self.kind, workload) == workload  # an unknown kind: its own check refuses it
 
     def identity(self) -> dict[str, Any]:
         identity = super().identity()
@@ -93,8 +93,9 @@ class EndpointSettings(BackendSettings):
         if "@" in authority.partition("/")[0]:
             # Checked first, with or without a scheme, and never echoed: the value holds a secret.
             problems.append(f"backends.{name}.url carries credentials (user info before '@'), which tierbench would "
-                            "have to log: remove them and give a bearer token through backends."
-                            f"{name}.token_env=VARIABLE instead")
+                            "have to log: remove them and give them through an environment variable instead: a "
+                            f"bearer token with backends.{name}.token_env=VARIABLE, or user:password with "
+                            f"backends.{name}.basic_auth_env=VARIABLE")
         elif parts.scheme not in ("http", "https") or not parts.hostname:
             problems.append(self.refuse(name, "url", "the endpoint's base URL, http://HOST:PORT or https://HOST:PORT "
                                                      "(e.g. backends.endpoint.url=http://10.0.0.5:8000)"))
