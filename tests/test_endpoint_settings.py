@@ -23,7 +23,7 @@ def test_a_sweep_without_a_url_is_refused_naming_it() -> None:
 
 def test_credentials_in_the_url_are_refused_without_echoing_them() -> None:
     message = refusal("backends.endpoint.url=http://alice:s3cret-pw@10.0.0.5:8000")
-    assert "backends.endpoint.url" in message and "token_env" in message
+    assert "backends.endpoint.url" in message and "token_env" in message and "basic_auth_env" in message
     assert "s3cret-pw" not in message and "alice" not in message
 
 
