@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runners import SUPPORTED_PYTHON
-from serving.protocols import InputFormat
+from serving.workloads.image.formats import InputFormat
 
 if TYPE_CHECKING:
     from experiments.config.schema import TierbenchConfig

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.clients.base import ClientSpec
-from serving.corpus import InputSource
 from serving.model_config import ModelConfig, ServedModel
 from serving.models import output_dims, preprocessing
 from serving.node import NodeInfo
-from serving.protocols import InputFormat
 from serving.runtime import Runtime
 from serving.settings import BackendSettings
 from serving.workloads.generative.prompts import PromptSource
+from serving.workloads.image.corpus import InputSource
+from serving.workloads.image.formats import InputFormat
 
 
 @dataclass
@@ -62,7 +62,8 @@ class BackendContext:
     # The tier promises a GPU (`gpu.requires_gpu`, outside an emulated cluster): a server that would compute on the
     # CPU is skipped or failed instead of falling back, so no CPU figure is filed under a GPU tier's name.
     requires_gpu: bool = False
-    # what the clients' requests carry: images (serving.corpus), or conversations (a generative PromptSource)
+    # what the clients' requests carry: images (serving.workloads.image.corpus), or conversations (a generative
+    # PromptSource)
     inputs: InputSource | PromptSource = field(default_factory=InputSource)
     # Which of the servers sharing one card this is (a shared card's tier runs several copies at once): 0 the first
     tenant: int = 0

@@ -265,9 +265,9 @@ class _OnnxCaller(_Caller):
         if self.runtime.precision in ("int8", "fp16"):  # the file a Triton variant serves (INT8: the built-in corpus)
             import onnx
 
-            from serving.corpus import InputSource
             from serving.models import preprocessing
             from serving.triton.quantize import served_onnx
+            from serving.workloads.image.corpus import InputSource
 
             graph = onnx.load(path, load_external_data=False).graph  # its input's name, without a session
             weights = {w.name for w in graph.initializer}

@@ -33,8 +33,8 @@ class ModelSource(StrEnum):
 @dataclass
 class PreprocessConfig:
     """How a JPEG becomes the model's input, as the model was trained: every JPEG path (Ray Serve's replica,
-    Triton's preprocess model, the cross-check's reference) uses it (`serving.images.Preprocessing`). The crop is
-    `model.input_shape`'s height and width."""
+    Triton's preprocess model, the cross-check's reference) uses it
+    (`serving.workloads.image.preprocessing.Preprocessing`). The crop is `model.input_shape`'s height and width."""
 
     resize_shorter_to: int | None = None  # null: the crop / 0.875 (256 for a 224 crop)
     mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])  # of [0, 1] pixels, in RGB order

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from hydra.utils import get_method
 
-from serving.images import Preprocessing
 from serving.model_config import ModelConfig, ModelSource
+from serving.workloads.image.preprocessing import Preprocessing
 
 if TYPE_CHECKING:
     import torch

@@ -12,7 +12,7 @@ import torch
 from PIL import Image, ImageDraw
 from torch import nn
 
-from serving.images import Preprocessing, decode_and_preprocess
+from serving.workloads.image.preprocessing import Preprocessing, decode_and_preprocess
 
 SIZE = 64
 CLASSES = 3

@@ -1,5 +1,5 @@
-"""The images requests carry (serving.corpus): the synthetic corpus, a user's folder with labels, and the pool of
-distinct requests each client sends in turn."""
+"""The images requests carry (serving.workloads.image.corpus): the synthetic corpus, a user's folder with labels, and
+the pool of distinct requests each client sends in turn."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.validation import validate
 from serving.clients.base import ClientSpec
-from serving.corpus import CorpusError, InputSource, folder_corpus, request_pool, synthetic_corpus
 from serving.oip.clients import OipHttpClient
+from serving.workloads.image.corpus import CorpusError, InputSource, folder_corpus, request_pool, synthetic_corpus
 
 
 def _spec(input_format: str = "jpeg", batch: int = 1, **inputs) -> ClientSpec:

@@ -52,8 +52,8 @@ def test_grpc_metadata_is_text_and_never_a_credential() -> None:
 
 
 def test_a_kind_tierbench_does_not_speak_is_refused() -> None:
-    assert "backends.endpoint.kind='kserve_v1' is not allowed: one of ['oip', 'torchserve', 'http', 'openai']" in refusal(
-        URL, "backends.endpoint.kind=kserve_v1")
+    assert ("backends.endpoint.kind='kserve_v1' is not allowed: one of ['oip', 'torchserve', 'http', 'openai']"
+            in refusal(URL, "backends.endpoint.kind=kserve_v1"))
 
 
 @pytest.mark.parametrize("name", ["MY-TOKEN", "$TOKEN", "A TOKEN", "''"])

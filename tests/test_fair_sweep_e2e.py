@@ -13,7 +13,7 @@ import pytest
 import experiments.run.server_group as server_group
 from experiments.config.compose import load_config
 from experiments.run.sweep import run_sweep
-from serving.corpus import synthetic_corpus
+from serving.workloads.image.corpus import synthetic_corpus
 from tests import helpers
 from tests.helpers import store_overrides, store_uri
 from tests.processes import orphan_regions, owned_environment

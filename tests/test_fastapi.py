@@ -16,9 +16,9 @@ from experiments.config.compose import load_config
 from experiments.run.server_group import build_backend
 from serving.backend import ServerHandle
 from serving.clients.base import jpeg_batch, load_client, tensor_batch
-from serving.images import decode_and_preprocess
 from serving.models import preprocessing, reference_runner
 from serving.pytorch.facts import TorchFacts
+from serving.workloads.image.preprocessing import decode_and_preprocess
 from tests.helpers import CPU_NODE, GPU_NODE
 from tests.processes import owned_environment
 
@@ -53,7 +53,7 @@ def test_clients_reach_the_json_api_and_the_open_inference_protocol() -> None:
     backend = _backend()
     handle = ServerHandle("fastapi", {"http": "http://127.0.0.1:8000"})
     base64 = backend.client_spec(handle, "http", "jpeg_base64", 4)
-    assert (base64.target, base64.url) == ("serving.clients.json_images.JsonImagesClient",
+    assert (base64.target, base64.url) == ("serving.workloads.image.json_images.JsonImagesClient",
                                            "http://127.0.0.1:8000/predict")
     tensor, jpeg = (backend.client_spec(handle, "http", f, 2) for f in ("tensor", "jpeg"))
     assert (tensor.target, tensor.model_name, tensor.input_name) == ("serving.oip.clients.OipHttpClient", "tiny",

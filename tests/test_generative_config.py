@@ -109,3 +109,12 @@ def test_image_trials_keep_the_keys_they_had_before_workloads() -> None:
             for trial in group.trials:
                 found[f"{trial.name}|{overrides[0]}"] = new_record(cfg, trial, CPU_NODE).key
     assert found == recorded
+
+
+def test_the_token_capacity_plan_takes_a_peak_in_requests_per_second() -> None:
+    validate(load_config([*GENERATIVE, "capacity.peak_rps=20"]))
+    assert "capacity.peak_rps=-1.0 is not allowed" in refusal("capacity.peak_rps=-1")
+    assert "capacity.traffic_img_s=100.0 is not allowed: a generative sweep's plan" in refusal(
+        "capacity.traffic_img_s=100")
+    with pytest.raises(ConfigError, match="capacity.peak_rps=5.0 is not allowed: a generative sweep's peak"):
+        validate(load_config(["capacity.peak_rps=5"]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serving.images import decode_and_preprocess, sample_jpegs
+from serving.workloads.image.preprocessing import decode_and_preprocess, sample_jpegs
 
 
 def test_sample_jpegs_are_distinct_realistic_and_deterministic() -> None:

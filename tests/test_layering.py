@@ -131,7 +131,8 @@ def test_the_registry_is_all_there_is_of_backends_in_the_config_tree() -> None:
 
 def test_every_registered_workload_is_one_folder_found_by_one_registry_line() -> None:
     """A workload is `serving/workloads/<name>/` holding its `WORKLOAD` in workload.py, imports no other workload's
-    package, and declares only figures of its own (none the engine's catalog already has)."""
+    package nor a backend's (a backend may import a workload's modules, never the other way), and declares only figures
+    of its own (none the engine's catalog already has)."""
     from experiments.measure import catalog
     from serving.workloads.registry import WORKLOADS, workloads
 
@@ -143,6 +144,9 @@ def test_every_registered_workload_is_one_folder_found_by_one_registry_line() ->
         wrong += violations(f"serving/workloads/{name}/", tuple(f"serving.workloads.{other}"
                                                                for other in sorted(names - {name})))
     assert not wrong, f"a workload's package imports no other workload's: {wrong}"
+    backends = tuple(f"serving.{name}" for name in sorted(backend_packages()))
+    wrong = violations("serving/workloads/", backends)
+    assert not wrong, f"a workload serves every backend that speaks it, so it imports none: {wrong}"
     engine_own = {m.name for m in catalog.METRICS} - {m.name for w in workloads().values() for m in w.metrics}
     for workload in workloads().values():
         clash = sorted({m.name for m in workload.metrics} & engine_own)

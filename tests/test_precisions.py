@@ -13,9 +13,9 @@ import pytest
 import torch
 from onnx import TensorProto, numpy_helper
 
-from serving.corpus import InputSource
-from serving.images import decode_and_preprocess
 from serving.triton.quantize import fp16_onnx, int8_qdq
+from serving.workloads.image.corpus import InputSource
+from serving.workloads.image.preprocessing import decode_and_preprocess
 from tests import labelled_task
 
 

@@ -1,10 +1,10 @@
 """One preprocessing definition: the same JPEG gives the same tensor on every path that decodes it.
 
-Paths: the reference (`serving.images`, what the cross-check feeds PyTorch), Ray Serve's replica over HTTP
-and over gRPC (from the bytes each client puts on the wire: the Open Inference Protocol, and the routes from before
-it), and Triton's preprocess model (the rendered copy,
-run on the BYTES tensor the Triton client writes, with a stand-in for Triton's `triton_python_backend_utils`).
-The real server's preprocess model is compared in tests/test_triton_transport.py.
+Paths: the reference (`serving.workloads.image.preprocessing`, what the cross-check feeds PyTorch), Ray Serve's replica
+over HTTP and over gRPC (from the bytes each client puts on the wire: the Open Inference Protocol, and the routes from
+before it), and Triton's preprocess model (the rendered copy, run on the BYTES tensor the Triton client writes, with a
+stand-in for Triton's `triton_python_backend_utils`). The real server's preprocess model is compared in
+tests/test_triton_transport.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 
 from experiments.config.compose import load_config
 from serving.clients.base import ClientSpec, jpeg_batch
-from serving.images import DEFAULT_PREPROCESSING, decode_and_preprocess
 from serving.paths import REPO_ROOT
+from serving.workloads.image.preprocessing import DEFAULT_PREPROCESSING, decode_and_preprocess
 from tests.helpers import fake_triton_utils
 
 SPEC = ClientSpec(target="", url="", model_name="resnet18", input_format="jpeg", batch_size=5,
@@ -64,7 +64,7 @@ def load_rendered_preprocess_model(repository: Path, model: str, monkeypatch: py
 def test_triton_preprocess_model_runs_the_same_code_on_the_wire_bytes(tmp_path, monkeypatch, reference) -> None:
     model = _rendered_preprocess_model(tmp_path, monkeypatch)
     copied = tmp_path / "resnet18_preprocess" / "1" / "tierbench_images.py"
-    assert copied.read_bytes() == (REPO_ROOT / "serving" / "images.py").read_bytes()
+    assert copied.read_bytes() == (REPO_ROOT / "serving" / "workloads" / "image" / "preprocessing.py").read_bytes()
 
     # The BYTES tensor the Triton client writes (into shared memory, or the body): Triton's layout, decoded
     # by tritonclient's own deserialiser into the object array the model receives.
@@ -141,7 +141,7 @@ def test_ray_serve_oip_replica_decodes_the_clients_wire_bytes_to_the_same_tensor
 def test_the_json_api_replica_decodes_the_base64_wire_bytes_to_the_same_tensor(replica, reference) -> None:
     from dataclasses import replace
 
-    from serving.clients import json_images
+    from serving.workloads.image import json_images
 
     client = json_images.JsonImagesClient(replace(SPEC, input_format="jpeg_base64", url="127.0.0.1:1/predict"))
     head, _, body = client.wire_request().payload.partition(b"\r\n\r\n")
@@ -153,9 +153,9 @@ def test_the_json_api_replica_decodes_the_base64_wire_bytes_to_the_same_tensor(r
 def test_payload_bytes_are_the_same_jpeg_files_for_every_client() -> None:
     from dataclasses import replace
 
-    from serving.clients.json_images import JsonImagesClient
     from serving.ray_serve.clients import RayServeGrpcClient, RayServeHttpClient
     from serving.triton.clients import TritonGrpcClient, TritonHttpClient
+    from serving.workloads.image.json_images import JsonImagesClient
 
     expected = sum(len(image) for image in jpeg_batch(SPEC))
     for cls in (RayServeHttpClient, RayServeGrpcClient, TritonHttpClient, TritonGrpcClient):

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving.images import DEFAULT_PREPROCESSING
 from serving.paths import REPO_ROOT
 from serving.triton.installation import INSTALLATIONS, TritonServerKind
 from serving.triton.repository import TritonVariant, read_config, render_repository
 from serving.triton.server import TritonServer
+from serving.workloads.image.preprocessing import DEFAULT_PREPROCESSING
 
 SOURCE = read_config(REPO_ROOT / "model_repository" / "resnet18" / "config.pbtxt")
 

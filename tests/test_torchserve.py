@@ -179,7 +179,7 @@ def test_client_specs_batching_params_and_the_probe() -> None:
     assert (rest.target, rest.url) == ("serving.torchserve.clients.TorchServeRestClient",
                                        "http://127.0.0.1:1/predictions/tiny")
     base64 = backend.client_spec(handle, "http", "jpeg_base64", 3)
-    assert base64.target == "serving.clients.json_images.JsonImagesClient" and base64.url == rest.url
+    assert base64.target == "serving.workloads.image.json_images.JsonImagesClient" and base64.url == rest.url
     assert backend.client_spec(handle, "grpc", "tensor", 3).url == "127.0.0.1:2"
     assert backend.batching_params() == {"server_batching": True, "server_instances": 2, "server_max_batch_size": 4,
                                          "server_batch_wait_ms": 5.0, "server_preferred_batch_sizes": "",

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from serving.clients import json_images
 from serving.clients.base import parse_server_timing, tensor_batch
-from serving.images import sample_jpegs
 from serving.torchserve import config as ts_config
 from serving.torchserve.handler import TierbenchHandler
 from serving.torchserve.payloads import BadRequest, jpeg_files
+from serving.workloads.image import json_images
+from serving.workloads.image.preprocessing import sample_jpegs
 from tests.torchserve_helpers import ATOL, MODEL, expected_for, jpeg_reference, spec
 
 

@@ -14,10 +14,10 @@ import pytest
 import tritonclient.http as triton_http
 
 from experiments.config.compose import load_config
-from serving.images import sample_jpegs
 from serving.paths import REPO_ROOT
 from serving.triton.ensemble import JPEG_INPUT, ensemble_model_name
 from serving.triton.repository import TritonVariant
+from serving.workloads.image.preprocessing import sample_jpegs
 from tests.processes import owned_environment
 
 pytestmark = pytest.mark.slow

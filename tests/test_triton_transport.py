@@ -16,12 +16,12 @@ import pytest
 from experiments.config.compose import load_config
 from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import load_client
-from serving.images import decode_and_preprocess, sample_jpegs
 from serving.node import NodeInfo
 from serving.paths import REPO_ROOT
 from serving.triton.backend import TritonBackend
 from serving.triton.repository import TritonVariant
 from serving.triton.settings import TritonSettings
+from serving.workloads.image.preprocessing import decode_and_preprocess, sample_jpegs
 from tests.processes import owned_environment
 
 pytestmark = pytest.mark.slow

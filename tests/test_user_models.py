@@ -14,8 +14,8 @@ import torch
 from experiments.config.compose import load_config, options
 from experiments.config.errors import ConfigError
 from experiments.config.validation import validate
-from serving.images import sample_jpegs
 from serving.models import build_model, preprocessing, reference_runner
+from serving.workloads.image.preprocessing import sample_jpegs
 from tests import user_models
 
 SMALL = ["experiment.batch_sizes=[1]"]
@@ -151,7 +151,7 @@ def test_model_preprocessing_is_torchvisions_for_what_the_config_says() -> None:
     cfg = load_config([*user_models.SHAPE, *user_models.PREPROCESS]).model
     trained_with = T.Compose([T.Resize(72, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(64),
                               T.ToTensor(), T.Normalize([0.5] * 3, [0.25] * 3)])
-    from serving.images import preprocess_image
+    from serving.workloads.image.preprocessing import preprocess_image
 
     for jpeg in sample_jpegs():
         image = Image.open(io.BytesIO(jpeg))
@@ -170,7 +170,7 @@ def test_preprocessing_reaches_every_jpeg_path_from_the_config(tmp_path, monkeyp
     classifier = read_config(Path("model_repository/tiny/config.pbtxt"))
     classifier.input[0].dims[:] = [3, 64, 64]
     render_jpeg_ensemble(classifier, tmp_path, 1, wanted)
-    # The stub loads its own copy of serving/images.py: compare the values, not the classes.
+    # The stub loads its own copy of serving/workloads/image/preprocessing.py: compare the values, not the classes.
     assert load_rendered_preprocess_model(tmp_path, "tiny", monkeypatch).preprocessing.to_json() == wanted.to_json()
 
     from serving.ray_serve.deployment import TorchImageClassifier

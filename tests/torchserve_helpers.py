@@ -10,11 +10,11 @@ import numpy as np
 from experiments.config.compose import load_config
 from serving.backend import BackendContext
 from serving.clients.base import ClientSpec
-from serving.images import decode_and_preprocess
 from serving.models import preprocessing, reference_runner
 from serving.node import NodeInfo
 from serving.torchserve.backend import TorchServeBackend
 from serving.torchserve.settings import TorchServeSettings
+from serving.workloads.image.preprocessing import decode_and_preprocess
 
 CFG = load_config(["model=tiny"])
 TINY = CFG.model

@@ -86,6 +86,18 @@ def configured_traffic(capacity: CapacityConfig) -> Traffic | None:
 def check_capacity(cfg: TierbenchConfig) -> None:
     """A sweep's `capacity.*`: the plan sizes nodes from the SLO search, so it needs `experiment.slo.p99_ms`."""
     capacity = cfg.capacity
+    generative = cfg.experiment.workload == "generative"
+    if capacity.peak_rps is not None:
+        if not generative:
+            raise not_allowed("capacity.peak_rps", capacity.peak_rps, "a generative sweep's peak in requests/s; an "
+                              f"image sweep's traffic is {CONFIG_KEYS[0]} (images/s)")
+        if not (isinstance(capacity.peak_rps, int | float) and capacity.peak_rps > 0):
+            raise not_allowed("capacity.peak_rps", capacity.peak_rps, "the peak requests/s to size the nodes for, > 0")
+        if not 0 <= capacity.headroom <= 1:
+            raise not_allowed("capacity.headroom", capacity.headroom, "spare capacity above the peak, in [0, 1]")
+    if generative and capacity.traffic_img_s is not None:
+        raise not_allowed(CONFIG_KEYS[0], capacity.traffic_img_s, "a generative sweep's plan is sized in requests/s: "
+                          "capacity.peak_rps=R")
     if capacity.traffic_img_s is None:
         if capacity.peak_img_s is not None:
             raise not_allowed(CONFIG_KEYS[1], capacity.peak_img_s, f"it sizes a capacity plan: give the average "

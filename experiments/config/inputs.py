@@ -1,11 +1,11 @@
-"""`experiment.inputs`: which images the requests carry (serving.corpus), checked before any server starts, and
-shipped to the clients as an `InputSource`."""
+"""`experiment.inputs`: which images the requests carry (serving.workloads.image.corpus), checked before any server
+starts, and shipped to the clients as an `InputSource`."""
 
 from __future__ import annotations
 
 from experiments.config.errors import ConfigError
 from experiments.config.schema import AccuracyConfig, InputsConfig
-from serving.corpus import SYNTHETIC, CorpusError, InputSource, image_files, read_labels
+from serving.workloads.image.corpus import SYNTHETIC, CorpusError, InputSource, image_files, read_labels
 
 
 def input_source(inputs: InputsConfig, repeated: bool = False) -> InputSource:

@@ -9,9 +9,9 @@ import json
 from functools import lru_cache
 
 from experiments.config.errors import ConfigError
-from serving.images import CHANNEL_ORDERS, INTERPOLATIONS
 from serving.model_config import ModelConfig, ModelSource, PreprocessConfig
 from serving.models import TIMM_PREFIX, build_model, example_batch, is_classifier, model_file, output_dims
+from serving.workloads.image.preprocessing import CHANNEL_ORDERS, INTERPOLATIONS
 
 
 def check_model(model_cfg: ModelConfig) -> None:

@@ -147,7 +147,7 @@ class SearchConfig:
 
 @dataclass
 class InputsConfig:
-    """What requests carry (serving.corpus; docs/inputs.md): distinct images, sent in turn."""
+    """What requests carry (serving.workloads.image.corpus; docs/inputs.md): distinct images, sent in turn."""
 
     # `synthetic` (built-in, seeded) | a folder of JPEG, PNG, WebP images (at the same path on the clients' node)
     source: str = "synthetic"
@@ -387,6 +387,9 @@ class CapacityConfig:
     traffic_img_s: float | None = None  # the average traffic, images/s; null: no capacity plan
     peak_img_s: float | None = None  # the peak the nodes are sized for, >= traffic_img_s; null: the average
     headroom: float = DEFAULT_HEADROOM  # spare capacity above the peak, a fraction in [0, 1]: 0.2 sizes for 1.2 x it
+    # Generative: the peak requests/s the plan is sized for, in tokens (each request the measured output tokens of
+    # the point chosen within experiment.slo.ttft_p99_ms / tpot_p99_ms); null: no plan
+    peak_rps: float | None = None
 
 
 @dataclass

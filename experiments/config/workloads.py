@@ -25,8 +25,8 @@ def _fail(key: str, value: Any, fix: str) -> None:
 
 
 def request_source(cfg: TierbenchConfig, repeated: bool = False) -> Any:
-    """What the clients build their requests from: the image corpus (`serving.corpus.InputSource`), or a generative
-    sweep's conversations (`PromptSource`, with the model's tokenizer)."""
+    """What the clients build their requests from: the image corpus (`serving.workloads.image.corpus.InputSource`),
+    or a generative sweep's conversations (`PromptSource`, with the model's tokenizer)."""
     if workload_of(cfg).image_model:
         return input_source(cfg.experiment.inputs, repeated)
     return cfg.experiment.prompts.source_for(cfg.model, repeated)

@@ -1,7 +1,9 @@
 """Every metric a trial, a repeat or an SLO summary carries, declared once: its name, its unit, how the repeats of a
-trial pool it, and what it means. Pooling (`experiments.measure.pooled`) asks this, never a list of its own, so a
-new metric is added here and nowhere else; one that is not here is pooled as a mean with a warning, and the tests
-fail on it (tests/test_metric_catalog.py). docs/metrics.md is rendered from it.
+trial pool it, and what it means. The engine's own (every workload's) are declared here, each workload's beside the
+code that computes them (`serving/workloads/<name>/figures.py`: `Workload.metrics`), and this catalog holds them all.
+Pooling (`experiments.measure.pooled`) asks this, never a list of its own, so a new metric is declared once and
+nowhere else; one that is not declared is pooled as a mean with a warning, and the tests fail on it
+(tests/test_metric_catalog.py). docs/metrics.md is rendered from it.
 
 Names are the MLflow metric names; a family (`latency_p{50,90,95,99}_ms`) is declared by its members."""
 
@@ -12,8 +14,9 @@ import re
 from serving.metric import PERCENTILES, Metric, Pool, family
 from serving.workloads.registry import workloads
 
-METRICS: tuple[Metric, ...] = (
-    # Latency and throughput, from the measurement windows' raw samples (experiments.measure.metrics).
+ENGINE: tuple[Metric, ...] = (
+    # Latency and throughput, from the measurement windows' raw samples (experiments.measure.metrics); what a trial
+    # serves in its workload's unit is the workload's figure (throughput_img_s, output_tokens_s).
     *family("latency_p{}_ms", PERCENTILES, "ms", Pool.SAMPLES,
              "the p{} of request latency, from when the request was due (its loop free, or its arrival) to its answer"),
     Metric("latency_mean_ms", "ms", Pool.SAMPLES, "mean request latency"),
@@ -22,28 +25,19 @@ METRICS: tuple[Metric, ...] = (
     Metric("answer_gap_max_ms", "ms", Pool.MAX, "the longest time between two answers while a request was in flight "
                                                 "all along: about the service time when busy; far longer (tag "
                                                 "`stalled`) when the server froze"),
-    Metric("throughput_img_s", "img/s", Pool.GEOMETRIC, "images answered inside the windows per second"),
     Metric("requests_s", "req/s", Pool.GEOMETRIC, "requests answered inside the windows per second"),
     Metric("request_count", "count", Pool.SUM, "requests scheduled inside the windows"),
     Metric("completed_requests", "count", Pool.SUM, "requests answered inside the windows"),
-    Metric("cost_per_1k_images_usd", "USD", Pool.PRICED,
-           "price per hour (x endpoint_nodes for an endpoint) / 3600 / throughput x 1000"),
-    Metric("images_per_usd", "img/USD", Pool.PRICED, "images a dollar buys at this throughput"),
     Metric("windows", "count", Pool.SUM, "measurement windows until the last ones agreed (or the most allowed)"),
     Metric("stable", "flag", Pool.MIN, "1 when the last windows agreed within experiment.stability.percent"),
     Metric("measured_s", "s", Pool.SUM, "seconds the figures were measured over: the last windows' span, longer than "
            "their count times window_s where experiment.stability.min_requests joined short ones"),
-    # What the requests carried (serving.corpus: distinct images, sent in turn; docs/inputs.md).
+    # What the requests carried: each client's pool of distinct requests, sent in turn (docs/inputs.md).
     Metric("payload_bytes", "bytes", Pool.MEAN, "data one request carries (image: the tensor, JPEG files or their "
                                                 "base64 text; generative: its JSON body), the mean over the client's "
                                                 "distinct requests"),
-    Metric("payload_bytes_per_image", "bytes", Pool.MEAN, "image data per image, the mean over the distinct requests"),
-    Metric("payload_image_bytes_p50", "bytes", Pool.MEAN, "the median image's data over the distinct requests"),
-    Metric("payload_image_bytes_min", "bytes", Pool.MIN, "the smallest image's data"),
-    Metric("payload_image_bytes_max", "bytes", Pool.MAX, "the largest image's data"),
     Metric("distinct_requests", "count", Pool.MIN, "distinct requests each client sent in turn (its pool: the corpus "
                                                    "once over, or fewer within experiment.inputs.pool_mib)"),
-    Metric("distinct_images", "count", Pool.MIN, "distinct images those requests carry"),
     Metric("input_repeats", "ratio", Pool.MEAN, "requests inside the windows per distinct request: above 1 the "
                                                 "windows sent some bytes more than once (a cache could answer them)"),
     Metric("warmup_s", "s", Pool.MEAN, "seconds of warm-up before the first window"),
@@ -58,11 +52,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("failed_requests", "count", Pool.SUM, "requests scheduled inside the windows that failed"),
     *family("latency_all_p{}_ms", PERCENTILES, "ms", Pool.MEAN,
              "the p{} of latency over every request, failed ones included (logged when any failed)"),
-    Metric("goodput_img_s", "img/s", Pool.GEOMETRIC, "images of the requests answered well within "
-                                                     "experiment.slo.deadline_ms (else slo.p99_ms), per second"),
-    Metric("goodput_share", "share", Pool.MEAN, "those requests' share of the requests scheduled"),
-    Metric("cost_per_1k_good_images_usd", "USD", Pool.MEAN, "price per hour (x endpoint_nodes) / 3600 / goodput "
-                                                            "x 1000: what an image answered well in time costs"),
+    Metric("goodput_share", "share", Pool.MEAN, "the share of the requests scheduled inside the windows answered well "
+                                                "within the SLO's targets (images: experiment.slo.deadline_ms, else "
+                                                "slo.p99_ms; generative: its TTFT, TPOT and deadline)"),
     # Open loop: the rates side by side, and what coordinated omission would hide.
     Metric("target_rate_rps", "req/s", Pool.MEAN, "the configured arrival rate"),
     Metric("offered_rate_rps", "req/s", Pool.MEAN, "arrivals scheduled in the windows per second, answered or failed"),
@@ -179,8 +171,9 @@ METRICS: tuple[Metric, ...] = (
     *family("slo_{}_at_max", ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_util_pct"),
              "share", Pool.MEAN, "the trial figure {} at the highest load within the target"),
 )
-# Each workload's own figures (serving/workloads/<name>/: a generative trial's TTFT, ITL, tokens/s, $ per 1M tokens).
-METRICS += tuple(m for workload in workloads().values() for m in workload.metrics)
+# Each workload's own figures (serving/workloads/<name>/figures.py: an image trial's img/s and $ per 1k images, a
+# generative trial's TTFT, ITL, tokens/s and $ per 1M tokens).
+METRICS: tuple[Metric, ...] = (*ENGINE, *(m for workload in workloads().values() for m in workload.metrics))
 # A family whose members are named by what was measured: the share failed by each error class.
 PATTERNS: tuple[tuple[re.Pattern[str], Metric], ...] = (
     (re.compile(r"^error_rate_(?:http_\d+|grpc_\d+|[a-z]+(?:_[a-z]+)?)$"),
@@ -215,15 +208,23 @@ def undeclared(names: object) -> list[str]:
 
 
 def render_markdown() -> str:
-    """docs/metrics.md: one table row per metric."""
+    """docs/metrics.md: one table row per metric, the engine's first, then each workload's own."""
     lines = ["# Metrics", "",
-             "Every metric a trial run carries in MLflow, rendered from `experiments/measure/catalog.py` (the one "
-             "place a metric is declared; `tests/test_metric_catalog.py` checks this page is current). *Pooled* "
-             "says how the repeats of a trial (`experiment.repeats`) make its one figure; each pooled figure with an "
-             "interval also has `<metric>_ci_low` and `<metric>_ci_high` "
-             "([Confidence intervals](confidence-intervals.md)).",
-             "", "| metric | unit | pooled | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{m.name}` | {m.unit} | {m.pool} | {m.doc} |" for m in (*METRICS, *(m for _, m in PATTERNS))]
+             "Every metric a trial run carries in MLflow, rendered from the catalog, `experiments/measure/catalog.py`: "
+             "the engine's own (the load, the clients, the servers, the node, the cross-check, the ceiling, the SLO "
+             "search) are declared there, each workload's own beside the code that computes them, in its folder "
+             "(`serving/workloads/<name>/`); "
+             "`tests/test_metric_catalog.py` checks this page is current. *Pooled* says how the repeats of a trial "
+             "(`experiment.repeats`) make its one figure; each pooled figure with an interval also has "
+             "`<metric>_ci_low` and `<metric>_ci_high` ([Confidence intervals](confidence-intervals.md))."]
+    sections = [("The engine's metrics", "", (*ENGINE, *(m for _, m in PATTERNS)))]
+    sections += [(f"The `{w.name}` workload's metrics",
+                  f"Declared in `serving/workloads/{w.name}/`; priced in {w.cost_label}.", w.metrics)
+                 for w in workloads().values() if w.metrics]
+    for title, intro, metrics in sections:
+        lines += ["", f"## {title}", "", *([intro, ""] if intro else []),
+                  "| metric | unit | pooled | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{m.name}` | {m.unit} | {m.pool} | {m.doc} |" for m in metrics]
     return "\n".join(lines) + "\n"
 
 

@@ -14,10 +14,10 @@ from experiments.measure.engine.build import EngineStatus, engine_status
 from experiments.measure.load import LoadGenerator, LoadPoint, WarmupStats, take_client_priority
 from experiments.measure.samples import WindowSamples
 from serving.clients.base import ClientSpec, InferenceClient, PoolStats, load_client
-from serving.corpus import InputSource, prepare_inputs
 from serving.node import current_location
 from serving.protocols import parse_protocol
 from serving.workloads.generative.prompts import PromptSource
+from serving.workloads.image.corpus import InputSource, prepare_inputs
 
 if TYPE_CHECKING:
     from experiments.config.schema import ExperimentConfig
@@ -38,7 +38,8 @@ class LoadClientActor:
         return current_location()
 
     def prepare_inputs(self, source: InputSource, preprocessing_json: str, tensors: bool) -> dict[str, float]:
-        """The corpus (and its tensors) built on this node before any trial is timed (serving.corpus)."""
+        """The corpus (and its tensors) built on this node before any trial is timed
+        (serving.workloads.image.corpus)."""
         return prepare_inputs(source, preprocessing_json, tensors)
 
     def prepare_prompts(self, source: PromptSource) -> dict[str, float]:

@@ -3,8 +3,8 @@
 Before a server group is measured, the same inputs go through every (protocol, input format) path its trials
 use (one request of `crosscheck.images` images each: the first images of the corpus the load sends) and the
 logits are compared with the reference: the model (`serving.models`) in PyTorch, float32, on the CPU (ONNX
-Runtime's CPU provider for an ONNX model), fed the same tensor or the same JPEGs preprocessed by `serving.images`
-as the model's config says. The figures (worst path) go on every
+Runtime's CPU provider for an ONNX model), fed the same tensor or the same JPEGs preprocessed by
+`serving.workloads.image.preprocessing` as the model's config says. The figures (worst path) go on every
 trial of the group as `crosscheck_top1_agreement` and `crosscheck_max_abs_diff` (a model that is not a classifier,
 `model.output_shape` set, is compared by max abs diff only: it has no top-1); beyond the tolerance for
 the backend's arithmetic (`crosscheck.tolerances.<fp32|fp16|bf16|int8>`) the group is not measured: its trials fail
@@ -37,7 +37,7 @@ from serving.backend import Backend, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.model_config import ModelConfig
 from serving.models import is_classifier, reference_name
-from serving.protocols import InputFormat
+from serving.workloads.image.formats import InputFormat
 
 if TYPE_CHECKING:
     from experiments.config.schema import TierbenchConfig
@@ -167,8 +167,8 @@ def reference_logits(model_cfg: ModelConfig, spec: ClientSpec, reference: Any = 
     """What the reference (`serving.models.reference_runner`: PyTorch float32 on the CPU, or ONNX Runtime's CPU
     provider for an ONNX model) returns for the payload a client of `spec` sends."""
     from serving.clients.base import jpeg_batch, tensor_batch
-    from serving.images import decode_and_preprocess
     from serving.models import preprocessing, reference_runner
+    from serving.workloads.image.preprocessing import decode_and_preprocess
 
     if InputFormat(spec.input_format).images:  # the same JPEGs, binary or base64: decoded alike
         batch = decode_and_preprocess(jpeg_batch(spec), preprocessing(model_cfg))
@@ -229,9 +229,9 @@ def served_outputs_on_node(specs: list[ClientSpec], images: int) -> list[np.ndar
 def _reference_on_corpus(model_json: str, spec: ClientSpec, images: int) -> tuple[np.ndarray, np.ndarray | None]:
     """The reference's outputs on the corpus's first `images` images as a client of `spec` sends them, and their
     labels (None for an unlabelled corpus)."""
-    from serving.corpus import corpus_tensors
-    from serving.images import Preprocessing, decode_and_preprocess
     from serving.models import reference_runner
+    from serving.workloads.image.corpus import corpus_tensors
+    from serving.workloads.image.preprocessing import Preprocessing, decode_and_preprocess
 
     model_cfg = ModelConfig.from_dict(json.loads(model_json))
     corpus = spec.inputs.corpus()

@@ -4,8 +4,9 @@ its server (`serving/<backend>/`); what they all share lives here (the spec, the
 A client actor opens one client and shares it among its concurrent request loops (one event loop: the
 aio clients are safe there; they are not thread-safe). Its requests are built once, before the load, so load
 generation measures the server and the transport, not payload construction: a pool of distinct requests
-(`request_pool`: consecutive images of the input corpus, `serving.corpus`, bounded by `InputSource.pool_mib`), sent
-in turn, so that no two requests in a window carry the same bytes unless the window sends more than the pool holds.
+(`request_pool`: consecutive images of the input corpus, `serving.workloads.image.corpus`, bounded by
+`InputSource.pool_mib`), sent in turn, so that no two requests in a window carry the same bytes unless the window
+sends more than the pool holds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from serving.clients.wire import WireRequest
-from serving.corpus import InputSource, RequestInputs, request_pool
+from serving.workloads.image.corpus import InputSource, RequestInputs, request_pool
 
 if TYPE_CHECKING:
     from serving.workloads.generative.prompts import PromptSource
@@ -52,9 +53,9 @@ class ClientSpec:
     basic_auth_env: str = ""
     client_cert: str = ""
     client_key: str = ""
-    # What the requests carry (images: serving.corpus; conversations: a generative workload's PromptSource), and how
-    # an encoded image becomes the model's tensor (the model's serving.images.Preprocessing as JSON; "": the default)
-    # for `tensor` requests.
+    # What the requests carry (images: serving.workloads.image.corpus; conversations: a generative workload's
+    # PromptSource), and how an encoded image becomes the model's tensor (the model's
+    # serving.workloads.image.preprocessing.Preprocessing as JSON; "": the default) for `tensor` requests.
     inputs: InputSource | PromptSource = field(default_factory=InputSource)
     preprocessing: str = ""
 

@@ -18,7 +18,8 @@ from serving.endpoint.kinds import EndpointKind, EndpointModel, HttpKind, OipKin
 from serving.endpoint.openai import OpenAIKind, usage_problem
 from serving.endpoint.probe import EndpointError, fetch, round_trip_ms
 from serving.endpoint.settings import EndpointSettings
-from serving.protocols import InputFormat, parse_protocol
+from serving.protocols import parse_protocol
+from serving.workloads.image.formats import InputFormat
 
 log = logging.getLogger(__name__)
 # The protocols an endpoint may speak (`backends.<entry>.kind`), one of each by name.

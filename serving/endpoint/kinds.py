@@ -25,7 +25,7 @@ from serving.endpoint.probe import EndpointError, fetch, metadata_problem, oip_m
 from serving.endpoint.settings import EndpointSettings
 from serving.endpoint.template import TemplateSpec
 from serving.oip import triton_metrics
-from serving.protocols import InputFormat
+from serving.workloads.image.formats import InputFormat
 
 TENSOR, JPEG, JPEG_BASE64 = InputFormat.TENSOR, InputFormat.JPEG, InputFormat.JPEG_BASE64
 
@@ -135,7 +135,7 @@ class TorchServeKind(EndpointKind):
     name = "torchserve"
     clients = {("http", TENSOR): "serving.torchserve.clients.TorchServeRestClient",
                ("http", JPEG): "serving.torchserve.clients.TorchServeRestClient",
-               ("http", JPEG_BASE64): "serving.clients.json_images.JsonImagesClient",
+               ("http", JPEG_BASE64): "serving.workloads.image.json_images.JsonImagesClient",
                ("grpc", TENSOR): "serving.torchserve.clients.TorchServeGrpcClient",
                ("grpc", JPEG): "serving.torchserve.clients.TorchServeGrpcClient"}
     health_path = "/ping"

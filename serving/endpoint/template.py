@@ -18,13 +18,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from serving.clients import json_images
 from serving.clients.base import ClientSpec
 from serving.clients.http1 import HttpResponse, multipart_body
 from serving.clients.http_client import HttpInferenceClient
 from serving.clients.wire import WireRequest
-from serving.corpus import RequestInputs
-from serving.protocols import InputFormat
+from serving.workloads.image import json_images
+from serving.workloads.image.corpus import RequestInputs
+from serving.workloads.image.formats import InputFormat
 
 TENSOR_CONTENT_TYPE = "application/octet-stream"
 JPEG_CONTENT_TYPE = "image/jpeg"

@@ -4,7 +4,7 @@ named by `$TIERBENCH_FASTAPI_CONFIG` (the model config, device, options, batch s
 
 Routes:
 - `POST /predict`: `{"images": ["<base64 JPEG>", ...]}` -> `{"logits": [[...], ...]}` (`jpeg_base64`, the 5-way
-  study's request; `serving.clients.json_images`), the body validated by a pydantic model as FastAPI does;
+  study's request; `serving.workloads.image.json_images`), the body validated by a pydantic model as FastAPI does;
 - the Open Inference Protocol over HTTP (`/v2/...`: the tensor model `<model>` and the JPEG model `<model>_jpeg`,
   binary tensor extension), the same routes Triton and the Ray Serve deployment answer;
 - `GET /info`: how the model runs here (device, dtype, warm-up).
@@ -27,8 +27,8 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel
 
-from serving.clients import json_images
 from serving.clients.base import TIMING_HEADER
+from serving.workloads.image import json_images
 
 CONFIG_VARIABLE = "TIERBENCH_FASTAPI_CONFIG"
 READY_DIR_VARIABLE = "TIERBENCH_FASTAPI_READY_DIR"

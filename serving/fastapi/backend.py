@@ -18,13 +18,13 @@ from serving.fastapi.facts import FastApiFacts
 from serving.fastapi.settings import FastApiSettings
 from serving.host_actor import place_host, stop_host
 from serving.oip.protocol import model_signatures
-from serving.protocols import InputFormat
 from serving.pytorch.backend import TorchBackend
+from serving.workloads.image.formats import InputFormat
 
 log = logging.getLogger(__name__)
 
 OIP_CLIENT = "serving.oip.clients.OipHttpClient"
-JSON_CLIENT = "serving.clients.json_images.JsonImagesClient"
+JSON_CLIENT = "serving.workloads.image.json_images.JsonImagesClient"
 PREDICT_ROUTE = "/predict"
 
 

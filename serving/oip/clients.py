@@ -25,8 +25,8 @@ from serving.clients.base import ClientSpec, InferenceClient
 from serving.clients.grpc_client import GrpcInferenceClient
 from serving.clients.http1 import HttpResponse
 from serving.clients.http_client import HttpInferenceClient
-from serving.corpus import RequestInputs
-from serving.protocols import InputFormat
+from serving.workloads.image.corpus import RequestInputs
+from serving.workloads.image.formats import InputFormat
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"

@@ -155,8 +155,8 @@ class ModelSignature:
 
 
 def model_signatures(model_cfg: ModelConfig) -> dict[str, ModelSignature]:
-    """The server's models by the input format they take (`tensor`, `jpeg`; serving.protocols.InputFormat):
-    the model itself and its JPEG twin, named as Triton names them."""
+    """The server's models by the input format they take (`tensor`, `jpeg`;
+    serving.workloads.image.formats.InputFormat): the model itself and its JPEG twin, named as Triton names them."""
     from serving.models import output_dims
 
     name, batch, outputs = str(model_cfg.name), int(model_cfg.max_batch_size), output_dims(model_cfg)

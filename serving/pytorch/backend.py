@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 
 from serving.backend import Backend, BackendContext
 from serving.model_config import ModelSource
-from serving.protocols import InputFormat
 from serving.pytorch.facts import TorchFacts
 from serving.pytorch.settings import TorchSettings
 from serving.runtime import Runtime
+from serving.workloads.image.formats import InputFormat
 
 
 class TorchBackend(Backend):

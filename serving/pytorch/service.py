@@ -1,6 +1,7 @@
 """The model answering image requests in PyTorch, whichever server carries them (the Ray Serve replica, the FastAPI
 service): requests decoded (Open Inference Protocol tensors, JPEG files, base64 JPEGs in JSON), JPEGs preprocessed
-with the one definition every JPEG path shares (`serving.images`), the model run, and the server's own time reported.
+with the one definition every JPEG path shares (`serving.workloads.image.preprocessing`), the model run, and the
+server's own time reported.
 
 Inference runs on one worker thread, like one Triton model instance; decoding runs beside it on the default executor.
 A server-side batcher (Ray Serve's `@serve.batch`, or `WhenFreeBatcher`) is plugged in as `batcher`: it merges
@@ -81,7 +82,7 @@ class ImageService:
         return await self.forward(batch)
 
     async def preprocessed(self, jpegs: list[bytes]) -> np.ndarray:
-        from serving.images import decode_and_preprocess
+        from serving.workloads.image.preprocessing import decode_and_preprocess
 
         return await asyncio.get_running_loop().run_in_executor(None, decode_and_preprocess, jpegs,
                                                                 self.preprocessing)

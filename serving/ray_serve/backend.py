@@ -18,16 +18,16 @@ from serving.backend import BackendContext, ServerHandle, formable_batches
 from serving.clients.base import ClientSpec
 from serving.oip.protocol import model_signatures
 from serving.process import free_ports
-from serving.protocols import InputFormat
 from serving.pytorch.backend import TorchBackend
 from serving.ray_serve.cluster import DIRECT_INGRESS_SWITCH, HAPROXY_SWITCH, haproxy_sizing
 from serving.ray_serve.settings import RayServeTorchSettings
+from serving.workloads.image.formats import InputFormat
 
 log = logging.getLogger(__name__)
 
 CLIENTS = {"http": "serving.ray_serve.clients.RayServeHttpClient",
            "grpc": "serving.ray_serve.clients.RayServeGrpcClient"}
-JSON_CLIENT = "serving.clients.json_images.JsonImagesClient"  # jpeg_base64, to the route prefix itself
+JSON_CLIENT = "serving.workloads.image.json_images.JsonImagesClient"  # jpeg_base64, to the route prefix itself
 GRPC_SERVICER = "serving.ray_serve.proto.classifier_pb2_grpc.add_ImageClassifierServicer_to_server"
 # tritonclient's servicer, through a module that makes its messages picklable (Serve's proxy pickles requests)
 OIP_GRPC_SERVICER = "serving.ray_serve.proto.oip_service.add_GRPCInferenceServiceServicer_to_server"

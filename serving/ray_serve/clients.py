@@ -16,7 +16,7 @@ import numpy as np
 
 from serving.clients.base import TIMING_HEADER, ClientSpec, ServerReport, jpeg_batch, parse_server_timing, tensor_batch
 from serving.oip.clients import OipGrpcClient, OipHttpClient
-from serving.protocols import InputFormat
+from serving.workloads.image.formats import InputFormat
 
 JPEG_CONTENT_TYPE = "image/jpeg"
 TENSOR_CONTENT_TYPE = "application/octet-stream"

@@ -5,11 +5,11 @@ OIP (serving/oip/protocol.py): under the app's route prefix, `GET /v2`, `/v2/hea
 `/v2/models/<name>[/versions/1]`, `.../ready`, `.../config` (a Triton model config, what perf_analyzer reads) and
 `POST .../infer` (JSON tensors, or Triton's binary tensor extension); errors are 400 (404: an unknown model or route)
 with a JSON `{"error": ...}` body. Models: `<model>` (`input` FP32 [-1, C, H, W]) and `<model>_jpeg` (`jpeg` BYTES
-[-1, 1], decoded and preprocessed in the replica with `serving.images`, the definition every JPEG path shares), both
-returning `logits`, as Triton names them. gRPC: `inference.GRPCInferenceService` (tritonclient's `service_pb2`; the
-proxy calls the method named like the RPC): ServerLive, ServerReady, ServerMetadata, ModelReady, ModelMetadata,
-ModelConfig, ModelInfer. Serve's gRPC proxy routes a call to the application named in its `application` metadata,
-or to the only application when exactly one is deployed on the cluster: clients that send none (perf_analyzer)
+[-1, 1], decoded and preprocessed in the replica with `serving.workloads.image.preprocessing`, the definition every JPEG
+path shares), both returning `logits`, as Triton names them. gRPC: `inference.GRPCInferenceService` (tritonclient's
+`service_pb2`; the proxy calls the method named like the RPC): ServerLive, ServerReady, ServerMetadata, ModelReady,
+ModelMetadata, ModelConfig, ModelInfer. Serve's gRPC proxy routes a call to the application named in its `application`
+metadata, or to the only application when exactly one is deployed on the cluster: clients that send none (perf_analyzer)
 reach it only then.
 
 Server-Timing (the replica's own time, its wait for its forward pass and the images of that pass,
@@ -36,7 +36,6 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from serving.clients import json_images
 from serving.node import gpu_ids as node_gpu_ids
 from serving.oip import protocol as oip
 from serving.oip.protocol import OipError
@@ -49,6 +48,7 @@ from serving.ray_serve.clients import (
     TIMING_METADATA,
 )
 from serving.ray_serve.proto.oip_service import service_pb2 as pb  # (and its requests picklable)
+from serving.workloads.image import json_images
 
 if TYPE_CHECKING:
     from serving.pytorch.service import Pass
@@ -143,7 +143,7 @@ class TorchImageClassifier:
 
     async def _classify_http(self, request: Request) -> Response:
         """The route prefix itself: JPEGs (`X-Image-Lengths`) or a raw float32 tensor in, raw logits out; or base64
-        JPEGs in JSON, JSON logits out (`serving.clients.json_images`, the studies' JSON API)."""
+        JPEGs in JSON, JSON logits out (`serving.workloads.image.json_images`, the studies' JSON API)."""
         body = await request.body()
         content_type = request.headers.get("content-type", "")
         json_api = content_type.startswith(json_images.CONTENT_TYPE)

@@ -18,18 +18,18 @@ from typing import Any
 from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.host_actor import host_counters, place_host, stop_host
-from serving.protocols import InputFormat
 from serving.pytorch.backend import TorchBackend
 from serving.torchserve import config as ts_config
 from serving.torchserve.facts import TorchServeFacts
 from serving.torchserve.settings import TorchServeSettings
 from serving.torchserve_metrics import HANDLER_COUNTERS, breakdown, served_images
+from serving.workloads.image.formats import InputFormat
 
 log = logging.getLogger(__name__)
 
 CLIENTS = {"http": "serving.torchserve.clients.TorchServeRestClient",
            "grpc": "serving.torchserve.clients.TorchServeGrpcClient"}
-JSON_CLIENT = "serving.clients.json_images.JsonImagesClient"  # jpeg_base64, to /predictions/<model>
+JSON_CLIENT = "serving.workloads.image.json_images.JsonImagesClient"  # jpeg_base64, to /predictions/<model>
 HOST_CALL_MARGIN_S = 60.0  # beyond the server's own start timeout: archiving, and the actor's own start
 
 

@@ -5,7 +5,8 @@ REST: `POST <url>` (`http://host:port/predictions/<model>`) through the project'
 gRPC: `InferenceAPIsService/Predictions` on a `grpc.aio` channel, the `PredictionsRequest` serialized once, its input
 map `{"tensor": bytes}` or `{"image0": jpeg, ...}`. The answer is the float32 outputs as raw bytes either way;
 the handler's Server-Timing comes back as a REST header only (TorchServe's gRPC answers carry no metadata).
-`jpeg_base64` (REST only) is the shared JSON client (`serving.clients.json_images.JsonImagesClient`) at the same URL.
+`jpeg_base64` (REST only) is the image workload's JSON client (`serving.workloads.image.json_images.JsonImagesClient`)
+at the same URL.
 `payload_bytes` counts the image data (the tensor, or the JPEG files), as every client does.
 """
 
@@ -19,9 +20,9 @@ from serving.clients.base import ClientSpec, InferenceClient
 from serving.clients.grpc_client import GrpcInferenceClient
 from serving.clients.http1 import HttpResponse, multipart_body
 from serving.clients.http_client import HttpInferenceClient
-from serving.corpus import RequestInputs
-from serving.protocols import InputFormat
 from serving.torchserve.payloads import PREDICTIONS, TENSOR_CONTENT_TYPE, TENSOR_KEY, image_key, outputs_of
+from serving.workloads.image.corpus import RequestInputs
+from serving.workloads.image.formats import InputFormat
 
 
 class TorchServeClient(InferenceClient):
@@ -31,7 +32,8 @@ class TorchServeClient(InferenceClient):
         super().__init__(spec)
         if spec.input_format not in (InputFormat.TENSOR, InputFormat.JPEG):
             raise ValueError(f"{type(self).__name__}: input format {spec.input_format!r} is not sent as binary "
-                             "(jpeg_base64 goes through serving.clients.json_images.JsonImagesClient over REST)")
+                             "(jpeg_base64 goes through serving.workloads.image.json_images.JsonImagesClient over "
+                             "REST)")
 
     @staticmethod
     def named_inputs(inputs: RequestInputs) -> dict[str, bytes]:

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from serving.clients.base import TIMING_HEADER
-from serving.protocols import InputFormat
 from serving.pytorch.service import timing
 from serving.torchserve.config import HANDLER_CONFIG
 from serving.torchserve.payloads import BadRequest, decode, encode, error_body
 from serving.torchserve_metrics import FORWARD_PASSES, IMAGES_SERVED, REQUESTS_REJECTED, REQUESTS_SERVED
+from serving.workloads.image.formats import InputFormat
 
 BAD_REQUEST = 400
 

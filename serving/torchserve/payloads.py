@@ -8,7 +8,7 @@ its keys:
 
     tensor       REST body (octet-stream) or gRPC input "tensor": float32 C-order [N, C, H, W] bytes
     jpeg         REST multipart fields or gRPC input keys image0..image<N-1>: the JPEG files
-    jpeg_base64  REST application/json {"images": [...]} (serving.clients.json_images; REST only)
+    jpeg_base64  REST application/json {"images": [...]} (serving.workloads.image.json_images; REST only)
 
 The answer is the outputs [N, *output dims]: raw float32 bytes (tensor, jpeg), or `{"logits": [...]}` JSON
 (jpeg_base64). A request the handler cannot read is answered 400 with a JSON error of TorchServe's own shape.
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from serving.clients import json_images
-from serving.images import Preprocessing, decode_and_preprocess
-from serving.protocols import InputFormat
+from serving.workloads.image import json_images
+from serving.workloads.image.formats import InputFormat
+from serving.workloads.image.preprocessing import Preprocessing, decode_and_preprocess
 
 BODY_KEY = "body"  # REST: the request body
 TENSOR_KEY = "tensor"  # gRPC: the float32 tensor

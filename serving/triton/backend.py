@@ -16,7 +16,7 @@ from serving.backend import Backend, BackendContext, ServerHandle, formable_batc
 from serving.clients.base import ClientSpec
 from serving.host_actor import host_counters, place_host, stop_host
 from serving.paths import MODEL_REPOSITORY
-from serving.protocols import InputFormat, parse_protocol
+from serving.protocols import parse_protocol
 from serving.runtime import Engine, Runtime
 from serving.triton.accelerators import gpu_extra
 from serving.triton.clients import TritonClientSpec
@@ -24,6 +24,7 @@ from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
 from serving.triton.installation import BundledTriton, TritonInstallation, installation_kind
 from serving.triton.repository import TritonVariant, instances_on_gpu, precision
 from serving.triton.settings import Accelerator, TritonSettings
+from serving.workloads.image.formats import InputFormat
 
 log = logging.getLogger(__name__)
 NO_GPU_DOCS = "docs/troubleshooting.md#skipped-no-gpu"

@@ -1,11 +1,11 @@
 """Server-side JPEG input for Triton: a Python-backend preprocess model chained to the classifier by an ensemble.
 
-`<model>_jpeg` (platform `ensemble`) takes a BYTES input `jpeg` of dims [1] (a request carries [B, 1]: one
-encoded image per row, any lengths) and returns the classifier's `logits`. Its first step,
-`<model>_preprocess`, runs `serving/images.py` (copied next to its model.py) on the Python backend; the second
-is the classifier itself, whatever backend serves it (Python backend + ONNX Runtime in the bundled server,
-native ONNX Runtime / TensorRT in NVIDIA's container). Triton requires the ensemble's `max_batch_size` not to
-exceed its members', and an (empty) version folder.
+`<model>_jpeg` (platform `ensemble`) takes a BYTES input `jpeg` of dims [1] (a request carries [B, 1]: one encoded image
+per row, any lengths) and returns the classifier's `logits`. Its first step, `<model>_preprocess`, runs
+`serving/workloads/image/preprocessing.py` (copied next to its model.py) on the Python backend; the second is the
+classifier itself, whatever backend serves it (Python backend + ONNX Runtime in the bundled server, native
+ONNX Runtime / TensorRT in NVIDIA's container). Triton requires the ensemble's `max_batch_size` not to exceed its
+members', and an (empty) version folder.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving.images import Preprocessing
 from serving.oip.protocol import JPEG_INPUT, jpeg_model_name
 from serving.triton.repository import fresh_version_dir, write_config
+from serving.workloads.image import preprocessing as image_preprocessing
+from serving.workloads.image.preprocessing import Preprocessing
 
 PREPROCESSED = "preprocessed"
 PREPROCESS_MODEL_FILE = Path(__file__).parent / "python_backend" / "preprocess.py"
-IMAGES_MODULE = Path(__file__).parents[1] / "images.py"
+IMAGES_MODULE = Path(image_preprocessing.__file__)  # imports no tierbench module: the stub runs it as a lone file
 IMAGES_MODULE_COPY = "tierbench_images.py"
 PREPROCESSING_PARAMETER = "preprocessing"  # the model's `Preprocessing`, as JSON
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving.corpus import InputSource
 from serving.export import ExportReport, ensure_onnx
 from serving.model_config import ModelConfig
 from serving.models import model_file, output_dims, preprocessing
@@ -36,6 +35,7 @@ from serving.triton.installation import TritonInstallation, find_installation
 from serving.triton.quantize import served_onnx
 from serving.triton.repository import TritonVariant, classifier_config, read_config, render_repository
 from serving.triton.server import TritonServer
+from serving.workloads.image.corpus import InputSource
 
 log = logging.getLogger(__name__)
 MAX_DEFAULT_PREPROCESS_INSTANCES = 8

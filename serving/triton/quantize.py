@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.corpus import InputSource, corpus_tensors
-from serving.images import Preprocessing
+from serving.workloads.image.corpus import InputSource, corpus_tensors
+from serving.workloads.image.preprocessing import Preprocessing
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from typing import Protocol
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from serving.corpus import InputSource
 from serving.triton.settings import Accelerator
+from serving.workloads.image.corpus import InputSource
 
 PYTHON_MODEL_FILE = Path(__file__).parent / "python_backend" / "model.py"
 

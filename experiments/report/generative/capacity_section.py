@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from experiments.config.prices import HOURS_PER_MONTH
+from experiments.report.capacity import primary
 from experiments.report.data import SweepData
 from experiments.report.generative.answer import point_name
 from experiments.report.generative.points import Targets, TokenPlan, capacity_points
@@ -59,11 +60,11 @@ def capacity_section(doc: Document, data: SweepData, labels: dict[str, str], tar
                  + ", ".join(point_name(plan.point, labels) for plan in unstable) + ". Measure it again before buying.")
     if missing:
         doc.p(f"No point {within} on: {', '.join(labels.get(t, t) for t in missing)}.")
-    primary = [(plan, plan.usd_per_month(data.tiers[plan.tier].prices[0])) for plan in found
-               if data.tiers[plan.tier].prices]
-    if not primary:
+    at_primary = [(plan, primary(data.tiers[plan.tier].prices)) for plan in found]
+    monthly = [(plan, plan.usd_per_month(price)) for plan, price in at_primary if price is not None]
+    if not monthly:
         return []
-    best, monthly = min(primary, key=lambda pair: (pair[1], pair[0].nodes))
+    best, cost = min(monthly, key=lambda pair: (pair[1], pair[0].nodes))
     return [f"capacity plan for {peak_rps:,g} req/s peak (+{headroom * 100:g} %): cheapest {best.nodes} × "
-            f"{point_name(best.point, labels).strip('*')} at {usd(float(monthly))}/month (primary price; sized from "
+            f"{point_name(best.point, labels).strip('*')} at {usd(float(cost))}/month (primary price; sized from "
             "the measured grid, no load search)"]

@@ -1,9 +1,10 @@
 """Triton Python-backend model: decode JPEGs and preprocess them into the classifier's input tensor.
 
 The first step of the `<model>_jpeg` ensemble (see `serving.triton.ensemble`). The preprocessing is the
-project's one definition, `serving/images.py`, copied next to this file as `tierbench_images.py` when the
-repository is rendered: the stub runs Python in isolated mode (PYTHONPATH is ignored), and a copy guarantees
-the server runs the very code the Ray Serve path and the reference run. Needs numpy and Pillow.
+project's one definition, `serving/workloads/image/preprocessing.py`, copied next to this file as
+`tierbench_images.py` when the repository is rendered: the stub runs Python in isolated mode (PYTHONPATH is
+ignored), and a copy guarantees the server runs the very code the Ray Serve path and the reference run. Needs numpy
+and Pillow.
 """
 
 import importlib.util
@@ -30,7 +31,8 @@ class TritonPythonModel:
         self.input_name = config["input"][0]["name"]
         self.output_name = config["output"][0]["name"]
         images = _load_images_module()
-        # The model's preprocessing (serving.images.Preprocessing), written into this model's config when rendered.
+        # The model's preprocessing (serving.workloads.image.preprocessing.Preprocessing), written into this model's
+        # config when rendered.
         self.preprocessing = images.Preprocessing.from_json(config["parameters"]["preprocessing"]["string_value"])
         self.decode_and_preprocess = images.decode_and_preprocess
 

@@ -1,5 +1,5 @@
 """The images requests carry: a folder of the user's own (JPEG, PNG, WebP of any size), or the built-in synthetic
-corpus (`serving.synthetic_images`: generated from a seed, nothing downloaded).
+corpus (`serving.workloads.image.synthetic`: generated from a seed, nothing downloaded).
 
 Distinct inputs matter: a server or proxy that caches answers, a decoder that is fast on one image and slow on
 another, preprocessing whose cost follows the image's size: none of it shows when every request carries the same
@@ -9,7 +9,7 @@ small, as uploads are), aspect ratios, photographic and flat content, JPEG quali
 The corpus is built once per machine (`$TIERBENCH_CACHE`, else `$XDG_CACHE_HOME/tierbench`, else ~/.cache/tierbench,
 under `corpus/`) and read from there by every client on the node. Every input format uses it: `jpeg` and
 `jpeg_base64` send the encoded files, `tensor` sends them decoded and preprocessed as the model's config says
-(`serving.images`), cached beside them per preprocessing.
+(`serving.workloads.image.preprocessing`), cached beside them per preprocessing.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from serving import paths, synthetic_images
-from serving.images import Preprocessing, decode_and_preprocess
+from serving import paths
+from serving.workloads.image import synthetic
+from serving.workloads.image.preprocessing import Preprocessing, decode_and_preprocess
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +73,10 @@ class Corpus:
 @lru_cache(maxsize=4)
 def synthetic_corpus(count: int = 512, seed: int = 0) -> Corpus:
     """The synthetic corpus of `count` images from `seed`, built on first use on this node (seconds) and cached."""
-    folder = cache_root() / f"synthetic-v{synthetic_images.VERSION}-seed{seed}-n{count}"
+    folder = cache_root() / f"synthetic-v{synthetic.VERSION}-seed{seed}-n{count}"
     if not (folder / "manifest.json").exists():
         log.info("building the synthetic corpus (%d images, seed %d) in %s", count, seed, folder)
-        synthetic_images.build(folder, seed, count)
+        synthetic.build(folder, seed, count)
     files = tuple(f"{index:05d}.jpg" for index in range(count))
     pixels = tuple(json.loads((folder / "manifest.json").read_text())["pixels"])
     return Corpus(f"{SYNTHETIC}-seed{seed}-n{count}", tuple((folder / f).read_bytes() for f in files), files, pixels)

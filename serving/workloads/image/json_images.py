@@ -21,7 +21,7 @@ import numpy as np
 from serving.clients.http1 import HttpResponse
 from serving.clients.http_client import HttpInferenceClient
 from serving.clients.wire import WireRequest
-from serving.corpus import RequestInputs
+from serving.workloads.image.corpus import RequestInputs
 
 CONTENT_TYPE = "application/json"
 IMAGES_KEY = "images"

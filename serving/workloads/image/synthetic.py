@@ -1,4 +1,4 @@
-"""The built-in synthetic corpus's images, generated from a seed (serving.corpus caches them per node).
+"""The built-in synthetic corpus's images, generated from a seed (serving.workloads.image.corpus caches them per node).
 
 They vary what a photo collection varies: sizes from thumbnails to 12 MP (most of them small, as uploads are),
 aspect ratios, photographic content (crops of real photographs shipped with matplotlib, with a camera's grain),
