@@ -49,7 +49,7 @@ class ServedModel:
     image model (`ModelConfig`, below), a language model (`serving.workloads.generative.model.LanguageModelConfig`);
     the files of conf/model/ name their schema (`base_model`, `base_language_model`)."""
 
-    name: str = MISSING
+    name: str = MISSING  # the model's name: the trial param `model` (each workload's model says what else it names)
     workload: ClassVar[str] = ""  # the workload its requests are (experiment.workload must be it)
 
 

@@ -20,9 +20,13 @@ ALL = "experiment.backends=[pytorch,pytorch_batched,triton_onnx,triton_onnx_dynb
 def test_every_entry_is_typed_validates_and_has_its_family() -> None:
     names = list(load_config().backends)
     behind_haproxy = [name for name in names if "haproxy" in name]  # HAProxy replaces the proxy: a sweep of its own
-    cfg = load_config([f"experiment.backends=[{','.join(n for n in names if n not in behind_haproxy)}]",
+    generative = [name for name in names if load_config().backends[name].serves("generative")]  # a sweep of tokens
+    assert generative == ["openai"]
+    image = [n for n in names if n not in behind_haproxy and n not in generative]
+    cfg = load_config([f"experiment.backends=[{','.join(image)}]",
                        "cluster.serve_direct_ingress=true", "backends.endpoint.url=http://10.0.0.5:8000"])
     validate(cfg)
+    validate(load_config(["experiment=generative", "model=tiny_llama", "backends.openai.url=http://10.0.0.5:8000"]))
     validate(load_config([f"experiment.backends=[{','.join(behind_haproxy)},pytorch_direct]"]))
     assert behind_haproxy == ["pytorch_haproxy", "pytorch_haproxy_batched"]
     families = {name: cfg.backends[name].family for name in cfg.backends}
@@ -36,7 +40,8 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
                         "triton_trt_fp16": "triton_trt", "triton_trt_dynbatch": "triton_trt",
                         "triton_onnx_int8": "triton_onnx", "triton_onnx_fp16": "triton_onnx",
                         "triton_trt_int8": "triton_trt", "fastapi": "fastapi",
-                        "torchserve": "torchserve", "torchserve_batched": "torchserve", "endpoint": "endpoint"}
+                        "torchserve": "torchserve", "torchserve_batched": "torchserve", "endpoint": "endpoint",
+                        "openai": "endpoint"}
 
 
 def test_variants_differ_from_their_class_defaults_only_where_they_say() -> None:
