@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -38,7 +39,7 @@ def _event(message: dict | str) -> bytes:
 
 
 class _Streamer(asyncio.Protocol):
-    """Answers every request with `tokens` chat events, token k at the request's arrival + k x `itl_s`."""
+    """Answers every request with `tokens` chat events, token k at the request's arrival + (k + 1) x `itl_s`."""
 
     def __init__(self, tokens: int, itl_s: float) -> None:
         self.tokens, self.itl_s = tokens, itl_s
@@ -65,11 +66,20 @@ class _Streamer(asyncio.Protocol):
         self.buffer = self.buffer[end + 4 + length:]
         self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
                              + _event({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
+        asyncio.get_running_loop().create_task(self._stream())
+
+    async def _stream(self) -> None:
+        """One task per answer, each token written when due (by the loop's clock, never earlier), in order: timers
+        due at nearly the same moment may run in any order, a task's steps cannot."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         for k in range(self.tokens):
-            loop.call_at(start + (k + 1) * self.itl_s, self.transport.write, self.token)
-        loop.call_at(start + self.tokens * self.itl_s, self.transport.write, self.tail)
+            delay = start + (k + 1) * self.itl_s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self.transport.is_closing():
+                return
+            self.transport.write(self.token if k < self.tokens - 1 else self.token + self.tail)
 
 
 def serve(port: int, tokens: int, itl_s: float) -> None:
@@ -113,15 +123,20 @@ def measure(url: str, concurrency: int, seconds: float) -> dict[str, float]:
         load = ClosedLoopLoad(client.infer, concurrency, timeout_s=30.0, images_per_request=1)
         load.start()
         await load.wait_warm(concurrency * 2, 1.0, 60.0)
+        usage0 = resource.getrusage(resource.RUSAGE_SELF)
         start, cpu0, calls0 = load.now(), time.process_time(), calls[0]
         window = await load.collect(start, start + seconds)
         cpu, packets = time.process_time() - cpu0, calls[0] - calls0
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        user, system = usage.ru_utime - usage0.ru_utime, usage.ru_stime - usage0.ru_stime
         await load.stop()
         await client.close()
         chunks = sum(t.output_after_s.size for t in window.completed_detail)
         span = load.now() - start
+        per_chunk = 1e6 * (window.duration_s / span) / max(chunks, 1)  # the CPU over the span, per chunk in the window
         return {"chunks_s": chunks / window.duration_s, "client_cpu_cores": cpu / span,
-                "cpu_us_per_chunk": cpu / max(chunks, 1) * 1e6 * (window.duration_s / span),
+                "cpu_us_per_chunk": cpu * per_chunk, "user_us_per_chunk": user * per_chunk,
+                "kernel_us_per_chunk": system * per_chunk,
                 "chunks_per_read": chunks / max(packets, 1), "ttft_p50_ms": float(
                     sorted(t.first_token_after_s for t in window.detail)[len(window.detail) // 2] * 1e3),
                 "answers": float(window.completed), "errors": float(window.failures.count)}
@@ -164,7 +179,8 @@ def main() -> None:
             log.close()
         row["goal_met"] = row["cpu_us_per_chunk"] <= GOAL_US
         rows.append(row)
-    report(args.name, ["concurrency", "itl_ms", "chunks_s", "client_cpu_cores", "cpu_us_per_chunk", "chunks_per_read",
+    report(args.name, ["concurrency", "itl_ms", "chunks_s", "client_cpu_cores", "cpu_us_per_chunk", "user_us_per_chunk",
+                       "kernel_us_per_chunk", "chunks_per_read",
                        "ttft_p50_ms", "answers", "errors", "goal_met"], rows,
            {"goal_us_per_chunk": GOAL_US, "seconds": args.seconds})
 
