@@ -11,10 +11,10 @@ def test_missing_tiers_fail_fast_and_are_named(tmp_path) -> None:
     """cluster=local is this machine: a GPU tier its GPU does not match is refused, naming the GPU found and the
     tier asked, before Ray starts. Overrides after -m count like those before it."""
     before = server_processes()
-    proc, seconds = run_sweep_command(["gpu=a100,rtx4090", "-m", *store_overrides(tmp_path)])
+    proc, _ = run_sweep_command(["gpu=a100,rtx4090", "-m", *store_overrides(tmp_path)])
     output = proc.stderr + proc.stdout
     assert proc.returncode == 2, output
-    assert seconds < 60
+    assert "stopped the local Ray this sweep started" not in output, "refused before Ray started"
     assert "unrecognized arguments" not in output
     for tier, name in (("a100", "'NVIDIA A100-SXM4-80GB'"), ("rtx4090", "'NVIDIA GeForce RTX 4090'")):
         assert f"gpu={tier} with cluster=local: tier {tier}" in output and f"needs a GPU named {name}" in output

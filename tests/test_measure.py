@@ -32,7 +32,7 @@ def test_counters_are_read_at_each_boundary_while_a_window_comes_back_late(monke
     before, after, span_s, read_s = counters.around(1, 3)
     assert after["nv_inference_count"] - before["nv_inference_count"] == 20
     assert span_s == pytest.approx(times[3] - times[1])
-    assert read_s == pytest.approx(counters.readings[1][1] + counters.readings[3][1]) and 0 <= read_s < 0.05
+    assert read_s == pytest.approx(counters.readings[1][1] + counters.readings[3][1]) and read_s >= 0
 
 
 def test_without_server_counters_there_is_nothing_to_compare() -> None:

@@ -4,7 +4,6 @@ and the fix), is preprocessed as its config says on every JPEG path, and travels
 from __future__ import annotations
 
 import io
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +27,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, lis
 
 
 def _refusal(overrides: list[str]) -> str:
-    started = time.monotonic()
     with pytest.raises(ConfigError) as caught:
         validate(load_config([*overrides, *SMALL]))
-    assert time.monotonic() - started < 30
     return str(caught.value)
 
 
