@@ -38,9 +38,14 @@ def samples(traces: list[TokenTrace], waits_s: list[float], tails_s: list[float]
     done = send + np.array([t.output_after_s[-1] if t.streamed else 0.0 for t in traces]) + np.asarray(tails_s)
     failures = Failures(intended_s=np.zeros(failed), send_s=np.zeros(failed), done_s=np.zeros(failed),
                         outcome=np.full(failed, 8), status=np.zeros(failed, dtype=np.int64))
+    if completed is None:  # the same requests completed inside the window
+        completed, c_intended, c_send, c_done = traces, intended, send, done
+    else:  # others, each sent when due and done at its last output
+        c_intended = c_send = np.zeros(len(completed))
+        c_done = np.array([t.output_after_s[-1] if t.streamed else 0.0 for t in completed])
     return WindowSamples(0.0, duration_s, 1, intended, send, done, np.full(n, math.nan), np.zeros(n, dtype=np.int32),
-                         completed=n, sent=n, failures=failures, detail=traces,
-                         completed_detail=traces if completed is None else completed)
+                         completed=n, sent=n, failures=failures, detail=traces, completed_detail=completed,
+                         completed_intended_s=c_intended, completed_send_s=c_send, completed_done_s=c_done)
 
 
 def test_ttft_counts_from_when_the_request_was_due_and_tpot_from_the_first_token_to_the_end() -> None:
@@ -150,3 +155,13 @@ def test_repeats_pool_the_raw_token_figures_and_price_the_pooled_rate() -> None:
     assert pooled["cost_per_1m_output_tokens_usd"] == pytest.approx(1e6 / 55.0 / 1000.0)
     assert "output_tokens_s_ci_low" in pooled and "cost_per_1m_output_tokens_usd_ci_high" in pooled
     assert "throughput_img_s" not in pooled
+
+
+def test_goodput_counts_good_answers_as_tokens_per_second_counts_answers_never_more() -> None:
+    """Rates by completion, the share by schedule: a good answer completed inside the window counts in the rate even
+    when it was due before the window; goodput never exceeds what was answered."""
+    early = trace(0.05, 0.01, 11)
+    window = samples([trace(0.05, 0.01, 11)], [0], [0], completed=[early, early, trace(0.5, 0.01, 11)])
+    m = window_metrics(window, 3.6, GENERATIVE, SloConfig(ttft_p99_ms=100))
+    assert m["goodput_rps"] == pytest.approx(2 / 10.0) and m["goodput_output_tokens_s"] == pytest.approx(2.2)
+    assert m["goodput_output_tokens_s"] <= m["output_tokens_s"] and m["goodput_share"] == 1.0

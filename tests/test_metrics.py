@@ -12,6 +12,7 @@ from experiments.measure.metrics import (
     is_stable,
     is_stalled,
     open_loop_metrics,
+    outcome_metrics,
     server_count_metrics,
     server_reported_metrics,
     window_metrics,
@@ -228,3 +229,15 @@ def test_a_busy_serial_servers_gaps_are_its_service_time() -> None:
     m = answer_gap_metrics(_answered(send, done))
     assert m["answer_gap_max_ms"] == pytest.approx(160.0)
     assert not is_stalled({**m, "latency_p50_ms": 640.0})
+
+
+def test_request_count_is_every_request_scheduled_in_the_windows_the_error_rate_counts_over() -> None:
+    """One definition: the requests scheduled inside the windows, answered or failed; error_rate is the failed share
+    of them, and the latency samples are the rest."""
+    s = _samples([5.0] * 80, completed=80, sent=100)
+    s.failures = Failures(intended_s=np.full(20, 1.0), send_s=np.full(20, 1.0), done_s=np.full(20, 2.0),
+                          outcome=np.full(20, 3), status=np.zeros(20, dtype=np.int64))
+    m = {**window_metrics(s, 3.6), **outcome_metrics(s, None)}
+    assert m["request_count"] == 100 and m["failed_requests"] == 20
+    assert m["error_rate"] == pytest.approx(m["failed_requests"] / m["request_count"])
+    assert s.requests == m["request_count"] - m["failed_requests"]

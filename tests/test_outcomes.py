@@ -14,7 +14,7 @@ from aiohttp import web
 
 from experiments.config.schema import SloConfig
 from experiments.measure.load import ClosedLoopLoad, OpenLoopLoad
-from experiments.measure.metrics import good_deadline_ms, outcome_metrics, over_error_budget
+from experiments.measure.metrics import good_deadline_ms, outcome_metrics, over_error_budget, window_metrics
 from experiments.measure.samples import WindowSamples
 from serving.clients.base import ServerReport
 from serving.clients.outcomes import Outcome, RequestError, classify, error_class
@@ -127,13 +127,35 @@ def test_goodput_counts_only_answers_within_the_deadline() -> None:
     intended = np.arange(10) * 0.1
     latency = np.array([0.010, 0.020, 0.030, 0.200, 0.010, 0.500, 0.010, 0.010, 0.010, 0.040])
     samples = WindowSamples(0.0, 1.0, 4, intended, intended, intended + latency, np.full(10, np.nan),
-                            np.zeros(10, dtype=np.int32), completed=10, sent=10)
+                            np.zeros(10, dtype=np.int32), completed=10, sent=10, completed_intended_s=intended,
+                            completed_send_s=intended, completed_done_s=intended + latency)
     assert good_deadline_ms(SloConfig(p99_ms=50.0)) == 50.0
     assert good_deadline_ms(SloConfig(p99_ms=50.0, deadline_ms=25.0)) == 25.0
     assert good_deadline_ms(SloConfig()) is None
     metrics = outcome_metrics(samples, deadline_ms=50.0)
     assert metrics["goodput_img_s"] == pytest.approx(8 * 4 / 1.0) and metrics["goodput_share"] == 0.8
     assert metrics["error_rate"] == 0.0 and "latency_all_p99_ms" not in metrics
+
+
+def test_goodput_is_counted_as_throughput_is_never_above_it() -> None:
+    """Good answers are counted as they completed, as throughput counts answers: a window whose first requests were
+    due before it (answered well inside it) and whose last are answered after it reads a goodput no higher than its
+    throughput, while the share stays that of the requests due inside the window."""
+    intended = np.arange(10) * 0.1 + 0.05
+    latency = np.full(10, 0.2)
+    done = intended + latency
+    inside = done < 1.0  # 8 of the 10 due inside the window were answered inside it
+    early = np.array([-0.15, -0.05])  # two due before the window, answered inside it
+    samples = WindowSamples(0.0, 1.0, 4, intended, intended, done, np.full(10, np.nan), np.zeros(10, dtype=np.int32),
+                            completed=int(inside.sum()) + 2, sent=10,
+                            completed_intended_s=np.concatenate([early, intended[inside]]),
+                            completed_send_s=np.concatenate([early, intended[inside]]),
+                            completed_done_s=np.concatenate([early + 0.2, done[inside]]))
+    metrics = {**window_metrics(samples, 3.6), **outcome_metrics(samples, deadline_ms=250.0)}
+    assert metrics["goodput_img_s"] == pytest.approx(metrics["throughput_img_s"]) == pytest.approx(10 * 4)
+    assert metrics["goodput_share"] == 1.0
+    tighter = outcome_metrics(samples, deadline_ms=150.0)
+    assert tighter["goodput_img_s"] == 0.0 <= metrics["throughput_img_s"]
 
 
 def test_the_error_budget_names_the_classes_and_keeps_the_figures() -> None:

@@ -218,8 +218,9 @@ def sections() -> list[tuple[str, list[str], list[Row]]]:
                 intro = f'<a id="{BACKEND_ANCHOR}.{name}"></a>{_cell(_first_line(cls.__doc__))}'
                 out.append((f"### Class `{name}`", [intro], rows(cls, "backends.<entry>", f"{BACKEND_ANCHOR}.{name}")))
         elif f.name == "model":  # one schema per workload: each file of conf/model/ names its own
-            out.append(("## model", [_cell(_first_line(ServedModel.__doc__)), "", "Options (`model=<option>`, files "
-                                     "in `conf/model/`):", "", *_choices("model")], rows(ServedModel, "model", "any_model")))
+            intro = [_cell(_first_line(ServedModel.__doc__)), "", "Options (`model=<option>`, files in `conf/model/`):",
+                     "", *_choices("model")]
+            out.append(("## model", intro, rows(ServedModel, "model", "any_model")))
             out.append(("### Image models (`base_model`)", [_cell(_first_line(ModelConfig.__doc__))],
                         rows(ModelConfig, "model")))
             out.append(("### Language models (`base_language_model`)",

@@ -26,7 +26,9 @@ ENGINE: tuple[Metric, ...] = (
                                                 "all along: about the service time when busy; far longer (tag "
                                                 "`stalled`) when the server froze"),
     Metric("requests_s", "req/s", Pool.GEOMETRIC, "requests answered inside the windows per second"),
-    Metric("request_count", "count", Pool.SUM, "requests scheduled inside the windows"),
+    Metric("request_count", "count", Pool.SUM, "requests scheduled inside the windows, answered or failed (the "
+                                               "denominator of error_rate; the latency figures are of those answered "
+                                               "well: request_count - failed_requests)"),
     Metric("completed_requests", "count", Pool.SUM, "requests answered inside the windows"),
     Metric("windows", "count", Pool.SUM, "measurement windows until the last ones agreed (or the most allowed)"),
     Metric("stable", "flag", Pool.MIN, "1 when the last windows agreed within experiment.stability.percent"),

@@ -267,6 +267,8 @@ class LoadGenerator(ABC):
             error_messages=dict(self.error_messages),
             detail=[detail[i] for i in np.flatnonzero(inside)] if recorded else None,
             completed_detail=[detail[i] for i in np.flatnonzero(completed_in)] if recorded else [],
+            completed_intended_s=intended[completed_in], completed_send_s=sent[completed_in],
+            completed_done_s=done[completed_in],
         )
         self._forget_before(window_start)
         return samples

@@ -71,7 +71,8 @@ def window_metrics(samples: WindowSamples, price_per_hour_usd: float, workload: 
     trial's images per second and $ per 1k images, a generative one's tokens per second, TTFT, ITL, TPOT, $ per 1M
     tokens (with `slo`'s targets, its goodput)."""
     metrics = {**latency_metrics(samples.latency_s), "requests_s": samples.completed / samples.duration_s,
-               "request_count": float(samples.requests), "completed_requests": float(samples.completed)}
+               # every request scheduled inside the windows, answered or failed: error_rate's denominator
+               "request_count": float(samples.arrivals), "completed_requests": float(samples.completed)}
     metrics.update(workload.figures(samples, price_per_hour_usd, slo))
     return metrics
 
@@ -245,7 +246,8 @@ def outcome_metrics(samples: WindowSamples, deadline_ms: float | None) -> dict[s
     """Errors and goodput over the requests scheduled inside the windows: the share that failed (in all, and by error
     class: `error_rate_http_503`, `error_rate_timeout`, ...), the latency of every request, failed ones included
     (when any failed: the latency figures above are of the requests answered well), and with a deadline the goodput:
-    images of requests answered well within it, per second, and their share of the requests scheduled."""
+    images of requests answered well within it, per second (counted as they completed, as throughput is: never above
+    it), and the share of the requests scheduled answered well within it."""
     failed = samples.failures
     scheduled = samples.requests + failed.count
     out = {"error_rate": failed.count / scheduled if scheduled else 0.0, "failed_requests": float(failed.count)}
@@ -255,8 +257,10 @@ def outcome_metrics(samples: WindowSamples, deadline_ms: float | None) -> dict[s
         everything = np.concatenate([samples.latency_s, failed.done_s - failed.intended_s])
         out.update(percentile_metrics("latency_all", everything))
     if deadline_ms is not None:
+        # the rate by completion, as throughput's (never above it); the share of the requests scheduled
+        good_answers = int(np.count_nonzero(samples.completed_latency_s * 1e3 <= deadline_ms))
+        out["goodput_img_s"] = good_answers * samples.images_per_request / samples.duration_s
         good = int(np.count_nonzero(samples.latency_s * 1e3 <= deadline_ms))
-        out["goodput_img_s"] = good * samples.images_per_request / samples.duration_s
         out["goodput_share"] = good / scheduled if scheduled else 0.0
     return out
 
@@ -306,8 +310,9 @@ def time_series(windows: list[WindowSamples], bins_per_window: int,
                 point["output_tokens_s"] = float(tokens[answered].sum()) / span
             else:
                 point["throughput_img_s"] = int(np.count_nonzero(answered)) * images / span
-                if deadline_ms is not None:
-                    point["goodput_img_s"] = int(np.count_nonzero(latency_ms[ok] <= deadline_ms)) * images / span
+                if deadline_ms is not None:  # of the answers counted above, those within the deadline
+                    within = answered & (latency_ms <= deadline_ms)
+                    point["goodput_img_s"] = int(np.count_nonzero(within)) * images / span
             if ok.any():
                 p50, p99 = np.percentile(latency_ms[ok], [50, 99])
                 point.update(latency_p50_ms=float(p50), latency_p99_ms=float(p99))

@@ -92,6 +92,17 @@ class WindowSamples:
     # whenever scheduled, the same records: what is counted by completion (tokens served) is summed over them.
     detail: list | None = None
     completed_detail: list = field(default_factory=list)
+    # The requests that completed inside the window (whenever scheduled), answered well: when each was due, sent and
+    # done. What is counted by completion (throughput, and goodput: those answered within a deadline) reads them, so a
+    # rate of good answers never exceeds the rate of answers.
+    completed_intended_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    completed_send_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    completed_done_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def completed_latency_s(self) -> np.ndarray:
+        """The latency of each request that completed inside the window, from when it was due."""
+        return self.completed_done_s - self.completed_intended_s
 
     @property
     def duration_s(self) -> float:
@@ -163,4 +174,6 @@ class WindowSamples:
             error_messages={k: v for p in reversed(parts) for k, v in p.error_messages.items()},
             detail=detail,
             completed_detail=[d for p in parts for d in p.completed_detail],
+            **{key: np.concatenate([getattr(p, key) for p in parts])
+               for key in ("completed_intended_s", "completed_send_s", "completed_done_s")},
         )

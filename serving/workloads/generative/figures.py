@@ -93,21 +93,34 @@ def window_figures(samples: Any, usd_per_hour: float, ttft_ms: float | None = No
     if events.sum() > 0:
         out["tokens_per_event_mean"] = float(output[r["streamed"]].sum() / events.sum())
     if ttft_ms is not None or tpot_ms is not None or deadline_ms is not None:
-        good = np.ones(output.size, dtype=bool)
-        if ttft_ms is not None:
-            good &= np.nan_to_num(r["ttft_s"], nan=np.inf) * 1e3 <= ttft_ms
-        if tpot_ms is not None:  # a one-token answer has no pace to miss
-            good &= np.nan_to_num(r["tpot_s"], nan=0.0) * 1e3 <= tpot_ms
-        if deadline_ms is not None:
-            good &= (samples.done_s - samples.intended_s) * 1e3 <= deadline_ms
+        # the rates by completion, as tokens/s (never above it); the share of the requests scheduled
+        done = per_request(samples.completed_intended_s, samples.completed_send_s, samples.completed_done_s,
+                           samples.completed_detail)
+        good_done = _good(done, samples.completed_done_s - samples.completed_intended_s, ttft_ms, tpot_ms,
+                          deadline_ms)
+        good = _good(r, samples.done_s - samples.intended_s, ttft_ms, tpot_ms, deadline_ms)
         scheduled = output.size + samples.failures.count
-        out.update(goodput_rps=float(good.sum()) / samples.duration_s,
-                   goodput_output_tokens_s=float(output[good].sum()) / samples.duration_s,
+        out.update(goodput_rps=float(good_done.sum()) / samples.duration_s,
+                   goodput_output_tokens_s=float(done["output_tokens"][good_done].sum()) / samples.duration_s,
                    goodput_share=float(good.sum()) / scheduled if scheduled else 0.0)
         if out["goodput_output_tokens_s"] > 0:
             out["cost_per_1m_good_output_tokens_usd"] = cost_per_million(usd_per_hour,
                                                                          out["goodput_output_tokens_s"])
     return out
+
+
+def _good(requests: dict[str, np.ndarray], latency_s: np.ndarray, ttft_ms: float | None, tpot_ms: float | None,
+          deadline_ms: float | None) -> np.ndarray:
+    """Which of `requests` (`per_request`'s) were answered within the targets set (a one-token answer has no pace to
+    miss; an answer not streamed has no first token to be late with)."""
+    good = np.ones(latency_s.size, dtype=bool)
+    if ttft_ms is not None:
+        good &= np.nan_to_num(requests["ttft_s"], nan=np.inf) * 1e3 <= ttft_ms
+    if tpot_ms is not None:
+        good &= np.nan_to_num(requests["tpot_s"], nan=0.0) * 1e3 <= tpot_ms
+    if deadline_ms is not None:
+        good &= latency_s * 1e3 <= deadline_ms
+    return good
 
 
 def raw_figures(samples: Any) -> dict[str, np.ndarray]:
