@@ -10,7 +10,7 @@ from experiments.config.choices import SearchStrategy
 from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.validation import validate
-from experiments.measure.efficiency import Bottleneck, efficiency_metrics, verdict
+from experiments.measure.efficiency import Bottleneck, client_side_verdict, efficiency_metrics, verdict
 from experiments.run.settings_search import SearchSpace, search_settings
 from serving.inprocess import RESIDENT, ROUND_TRIP, InProcessPoint, RuntimeTiming
 from serving.runtime import Engine, Runtime
@@ -174,3 +174,20 @@ def test_direct_ingress_turns_on_when_a_backend_needs_it() -> None:
     with pytest.raises(ConfigError, match="backends.pytorch_direct.direct_ingress=True .* set "
                                           "cluster.serve_direct_ingress=true"):
         validate(refused)
+
+
+def test_an_endpoint_without_its_servers_metrics_gets_the_verdicts_the_client_can_decide() -> None:
+    """No runtime ceiling and no server breakdown: a busy client, a node whose CPU was full and a network round trip
+    that takes most of a request are still named; nothing else is guessed."""
+    params = {"load_mode": "closed", "concurrency": 4, "batch_size": 1}
+    client = client_side_verdict({"client_cpu_util_max": 0.95, "latency_p50_ms": 20.0}, params, 0.8)
+    assert client is not None and client.bottleneck is Bottleneck.CLIENT
+    far = client_side_verdict({"latency_mean_ms": 20.0, "endpoint_rtt_p50_ms": 12.0}, params, 0.8)
+    assert far is not None and far.bottleneck is Bottleneck.TRANSPORT and "12.00 ms" in far.evidence
+    cpu = client_side_verdict({"latency_mean_ms": 20.0, "node_cpu_util_pct": 97.0}, params, 0.8)
+    assert cpu is not None and cpu.bottleneck is Bottleneck.CPU
+    assert client_side_verdict({"latency_mean_ms": 20.0, "endpoint_rtt_p50_ms": 0.3}, params, 0.8) is None
+    # with the server's own time per request (its metrics URL), the breakdown's verdicts too
+    queued = client_side_verdict({"latency_mean_ms": 20.0, "endpoint_rtt_p50_ms": 0.3, "server_request_ms": 19.0,
+                                  "server_queue_ms": 15.0}, params, 0.8)
+    assert queued is not None and queued.bottleneck is Bottleneck.QUEUE

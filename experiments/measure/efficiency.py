@@ -32,6 +32,11 @@ The verdict (tags `bottleneck`, `bottleneck_evidence`, `bottleneck_fix`), first 
    (`PROXIES`: Serve's own, or HAProxy), or the time outside the server (client p50 side: loopback,
    (de)serialising, the HTTP/gRPC stack), when it is >= `DOMINANT_SHARE` of the mean request;
 5. load: otherwise: the server computes most of each request and the device still idles: too little work in flight.
+
+A trial without its runtime's ceiling (a server tierbench did not start, whose node it does not see; a generative
+server) gets what the client can decide (`client_side_verdict`): 1, a node's full CPU where one was sampled, the
+network's round trip to an endpoint taking >= `DOMINANT_SHARE` of a request, and with the server's own time per
+request (an endpoint's metrics URL) 4 and 5; else no verdict.
 """
 
 from __future__ import annotations
@@ -153,10 +158,7 @@ def _pct(share: float) -> str:
     return f"{share * 100:.0f} %"
 
 
-def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, client_cpu_limit: float,
-            node_cpus: int) -> Verdict:
-    """What holds this trial back, from its own figures (see the module's docstring for the rules)."""
-    m = metrics
+def _client_verdict(m: dict[str, float], client_cpu_limit: float) -> Verdict | None:
     client = m.get("client_cpu_util_max")
     if client is not None and client > client_cpu_limit:
         return Verdict(Bottleneck.CLIENT, f"the busiest client actor used {_pct(client)} of a core (limit "
@@ -165,6 +167,40 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
         return Verdict(Bottleneck.CLIENT, f"{_pct(m['late_fraction'])} of the arrivals left more than 5 ms late, and "
                                           f"the client's own timer ran p99 {m['client_loop_lag_p99_ms_max']:.0f} ms "
                                           "late: the client fell behind its schedule")
+    return None
+
+
+def client_side_verdict(metrics: dict[str, float], params: dict[str, Any], client_cpu_limit: float) -> Verdict | None:
+    """What the client can decide of a trial without its runtime's ceiling (a server tierbench did not start, a
+    generative server): a client-bound trial, a node whose CPU was full, the network's round trip or the server's own
+    breakdown (an endpoint's metrics URL, Server-Timing) taking most of a request. None when none of it shows: the
+    server's side is then not known to the client."""
+    m = metrics
+    found = _client_verdict(m, client_cpu_limit)
+    if found is not None:
+        return found
+    node_cpu = m.get("node_cpu_util_pct")
+    if node_cpu is not None and node_cpu >= NODE_CPU_BUSY:
+        return Verdict(Bottleneck.CPU, f"the node's CPU was {node_cpu:.0f} % busy over the window")
+    latency = m.get("latency_mean_ms") or m.get("latency_p50_ms")
+    rtt = m.get("endpoint_rtt_p50_ms")
+    if latency and rtt is not None and rtt >= DOMINANT_SHARE * latency:
+        return Verdict(Bottleneck.TRANSPORT, f"the network's round trip to the endpoint ({rtt:.2f} ms, p50 of small "
+                                             f"requests before the trials) is {rtt / latency:.0%} of a {latency:.2f} "
+                                             "ms request")
+    server = m.get("server_request_ms", m.get("server_replica_ms"))
+    if latency and server is not None:
+        return verdict(m, params, False, client_cpu_limit, 0)
+    return None
+
+
+def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, client_cpu_limit: float,
+            node_cpus: int) -> Verdict:
+    """What holds this trial back, from its own figures (see the module's docstring for the rules)."""
+    m = metrics
+    found = _client_verdict(m, client_cpu_limit)
+    if found is not None:
+        return found
     busy = m.get("gpu_util_pct")
     share = m.get("ceiling_share")
     share_text = f"{_pct(share)} of the runtime's in-process throughput at batch {m['ceiling_batch']:.3g}" if (

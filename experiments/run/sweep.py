@@ -31,6 +31,7 @@ from experiments.config.typed import typed
 from experiments.config.validation import clients_only, validate
 from experiments.config.workloads import request_source
 from experiments.measure.client_actor import ClientPool
+from experiments.measure.efficiency import client_side_verdict
 from experiments.measure.metrics import is_stalled
 from experiments.plan import Trial, TrialGroup, plan_trials
 from experiments.results.layout import CEILING_FILE, CLUSTER_FILE, INPUTS_FILE, SERVER_LOGS_DIR, TierFolder
@@ -373,6 +374,11 @@ class TierSweep:
                 record.params.get("client_actors_used", 1), record.trial.protocol)))
         if self.ceiling is not None:
             self.ceiling.annotate(record)
+        if record.status == Status.OK and record.tags.get("run_level", "trial") == "trial" and (
+                "bottleneck" not in record.tags):  # no ceiling to judge by: what the client can decide
+            judged = client_side_verdict(record.metrics, record.params, float(self.cfg.experiment.client_cpu_limit))
+            if judged is not None:
+                record.tags.update(judged.tags())
         write_record(record, trial_dir)
         self.publisher.trial(record, trial_dir)
         if record.status == Status.FAILED:
