@@ -60,7 +60,22 @@ def test_a_cpu_tier_is_a_node_of_its_cpus_and_no_gpu() -> None:
     with_gpu = tier_gpu_problem(cpu, ["NVIDIA L4"], [23034], cpu_count=8)
     assert "its GPU variants would be priced as a CPU node" in with_gpu
     assert cpu_tiers_for(8) == ["c7i_2xlarge"] and cpu_tiers_for(2) == [] and cpu_tiers_for(8, ["NVIDIA L4"]) == []
-    assert tier_gpu_problem(tiers["local"], ["NVIDIA L4"], [23034], cpu_count=3) is None, "local is any machine"
+    assert tier_gpu_problem(tiers["local"], [], [], cpu_count=3) is None, "local is any machine"
+
+
+def test_a_gpu_machine_is_never_priced_as_the_cpu_vm_local_stands_for() -> None:
+    """`local` is any machine, priced by default as a 2-vCPU CPU VM: a node with a GPU no tier lists (an RTX A6000,
+    an L40, a B200) is refused there until the machine's own price is given, naming both fixes."""
+    import dataclasses
+
+    local = known_tiers()["local"]
+    problem = tier_gpu_problem(local, ["NVIDIA RTX A6000"], [49140], cpu_count=32)
+    assert "priced as a CPU machine" in problem and "'NVIDIA RTX A6000'" in problem
+    assert "gpu.price_per_hour_usd=USD" in problem and "conf/gpu/<tier>.yaml" in problem
+    priced = dataclasses.replace(local, price_per_hour_usd=0.79, price_source="my A6000 box")
+    assert tier_gpu_problem(priced, ["NVIDIA RTX A6000"], [49140], cpu_count=32) is None
+    shared = known_tiers()["local_shared2"]
+    assert "priced as a CPU machine" in tier_gpu_problem(shared, ["NVIDIA RTX A6000"], [49140])
 
 
 def test_the_right_name_with_the_wrong_memory_is_not_the_tier_and_unknown_memory_is_not_held_against_it() -> None:

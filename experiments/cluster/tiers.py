@@ -223,6 +223,23 @@ def cpu_tier_problem(tier_cfg: GpuTierConfig, gpu_names: Sequence[str], cpu_coun
     return None
 
 
+def cpu_priced_gpu_problem(tier_cfg: GpuTierConfig, gpu_names: Sequence[str],
+                           conf_dir: Path = CONF_GPU_DIR) -> str | None:
+    """Why a GPU node may not run under a tier of any machine (`local`) still at its file's price, a CPU node's: its
+    GPU variants would be priced as a CPU VM. None without a GPU, or once the price is the user's own."""
+    if not gpu_names or tier_cfg.cpus is not None:
+        return None
+    filed = known_tiers(conf_dir).get(tier_cfg.name)
+    if filed is None or filed.gpu_names or float(filed.price_per_hour_usd) != float(tier_cfg.price_per_hour_usd):
+        return None
+    cards = ", ".join(repr(n) for n in gpu_names)
+    return (f"tier {tier_cfg.name} ({tier_cfg.display_name}) is priced as a CPU machine "
+            f"(${float(tier_cfg.price_per_hour_usd):g}/h: {tier_cfg.price_source or 'its file'}), and this node has "
+            f"GPU {cards}: its GPU figures would be priced as a CPU VM's. Give what this machine costs "
+            f"(gpu.price_per_hour_usd=USD gpu.price_source='...'), or add a tier for its GPU (conf/gpu/<tier>.yaml "
+            "with its NVML name in gpu_names and its price; `python -m runners.prices` lists offers of it)")
+
+
 def cpu_tiers_for(cpu_count: int, gpu_names: Sequence[str] = (), conf_dir: Path = CONF_GPU_DIR) -> list[str]:
     """The CPU tiers this node is exactly (their CPUs, no GPU)."""
     return [name for name, tier in known_tiers(conf_dir).items()
@@ -237,7 +254,8 @@ def tier_gpu_problem(tier_cfg: GpuTierConfig, gpu_names: Sequence[str], memory_m
     mode, slices and CUDA_VISIBLE_DEVICES (None: no GPU in MIG mode). One rule for runners.node, runners.doctor and
     the tier job."""
     if not tier_cfg.requires_gpu:
-        return cpu_tier_problem(tier_cfg, gpu_names, cpu_count)
+        return cpu_tier_problem(tier_cfg, gpu_names, cpu_count) or cpu_priced_gpu_problem(tier_cfg, gpu_names,
+                                                                                            conf_dir)
     mig = mig or MigState()
     if gpu_matches_tier(tier_cfg, gpu_names, memory_mib, mig):
         if tier_cfg.mig_profile and not mig.pinned:
