@@ -6,6 +6,7 @@ fixture that keeps the engine's files under pytest's tmp_path is in tests/confte
 
 from __future__ import annotations
 
+import math
 import signal
 import socket
 import subprocess
@@ -106,9 +107,10 @@ def done(batch: np.ndarray) -> np.ndarray:
 
 
 async def cut_windows(load: CompiledLoad, count: int, window_s: float = 0.5,
-                      run_queue: RunQueueWait | None = None) -> list:
-    """Open and start the load, wait for it to warm up, then cut `count` windows of `window_s` from its stream; the
-    load is stopped whatever happens."""
+                      run_queue: RunQueueWait | None = None, on_grid: bool = False) -> list:
+    """Open and start the load, wait for it to warm up, then cut `count` windows of `window_s` from its stream (with
+    `on_grid`, from a multiple of `window_s` since the epoch, as a sweep cuts a gamma load's); the load is stopped
+    whatever happens."""
     await load.open()
     if run_queue is not None:
         run_queue.watch(load._proc.pid)
@@ -116,6 +118,8 @@ async def cut_windows(load: CompiledLoad, count: int, window_s: float = 0.5,
     try:
         await load.wait_warm(5, 0.2, 10)
         start = load.now()
+        if on_grid:
+            start = math.ceil(start / window_s) * window_s
         parts = []
         for i in range(count):
             parts.append(await load.collect(start + i * window_s, start + (i + 1) * window_s))

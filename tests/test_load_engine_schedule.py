@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.config.choices import LoadMode
+from experiments.measure.arrivals import GammaShape
 from experiments.measure.engine import records
 from experiments.measure.engine.compiled_load import CompiledLoad
 from experiments.measure.load import LATE_AFTER_S, LoadPoint
@@ -63,3 +64,14 @@ def test_compiled_open_loop_is_on_time_at_a_modest_rate() -> None:
 
     own = lateness - run_queue.during(monotonic_ns(part.intended_s), monotonic_ns(part.send_s)) / 1e9
     assert np.sum(own > LATE_AFTER_S) <= 0.01 * part.requests, part.clients[0].late_sends
+
+
+def test_a_gamma_load_offers_each_window_of_its_grid_the_rate_asked_of_it() -> None:
+    """Gamma arrivals of CV 3 at 60/s, on the grid of 1 s windows (the engine's schedule starts at the time it is
+    told, `--open-at`, so the grid the schedule was drawn on is the one the windows are cut on): 60 in each window,
+    give or take the one a float rounding moves, however bursty inside."""
+    with http_server(HttpBehaviour(body=BODY)) as srv:
+        load = CompiledLoad(http_wire(srv.port), LoadPoint(LoadMode.GAMMA, 60, GammaShape(3.0, 1.0)), 5, 1,
+                            horizon_s=30)
+        parts = asyncio.run(cut_windows(load, 3, window_s=1.0, on_grid=True))
+    assert [p.arrivals for p in parts] == [60, 60, 60], [p.arrivals for p in parts]

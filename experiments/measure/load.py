@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments.config.choices import LoadMode
-from experiments.measure.arrivals import Shape
+from experiments.measure.arrivals import Schedule, Shape
 from experiments.measure.samples import ClientHealth, Failures, WindowSamples
 from serving.clients.base import ServerReport
 from serving.clients.outcomes import Outcome, classify, error_class
@@ -383,7 +383,8 @@ class OpenLoopLoad(ClientLoad):
         self.arrival = LoadMode(arrival)
         self.max_in_flight = max_in_flight
         self._rng = np.random.default_rng(seed + actor_index)
-        self._arrivals = shape.arrivals(rate, self._rng) if shape is not None else None
+        self._shape = shape
+        self._arrivals: Schedule | None = None  # the shape's schedule, from when the load starts
         self._last_launched = 0.0
 
     def _launched_through(self) -> float:
@@ -401,6 +402,8 @@ class OpenLoopLoad(ClientLoad):
         slots = asyncio.Semaphore(self.max_in_flight)
         pending: set[asyncio.Task] = set()
         intended = self.now()
+        if self._shape is not None:  # from the load's start: a shape on the epoch's grid lines its periods up there
+            self._arrivals = self._shape.arrivals(self.rate, self._rng, start=intended)
         while not self._stopping:
             intended += self._gap()
             # Sleep by the clock the samples use (asyncio's timer runs on another): never send before the

@@ -24,7 +24,7 @@ class Replay:
     shape: tuple[float, ...]
     span_s: float
 
-    def arrivals(self, rate: float, rng: np.random.Generator) -> Arrivals:
+    def arrivals(self, rate: float, rng: np.random.Generator, start: float | None = None) -> Arrivals:
         """The schedule at `rate` req/s at the busiest step (an actor's share of the trial's rate)."""
         return Arrivals(self, rate, rng)
 

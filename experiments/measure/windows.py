@@ -6,6 +6,7 @@ The server's counters are read at the window boundaries, so its own count covers
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -204,6 +205,9 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         warmup = ray.get([a.wait_warm.remote(per_actor_warmup, exp.warmup_s, warm_timeout) for a in used],
                          timeout=warm_timeout + 5)
         start = time.time() + WINDOW_LEAD_S
+        period = getattr(shape, "period_s", None)
+        if period:  # arrivals on the epoch's grid of windows (gamma): the windows on the same grid, each one period
+            start = math.ceil(start / period) * period
         counters = BoundaryCounters(probe, start, exp.window_s)
         windows: list[WindowSamples] = []
         beside: list[list[WindowSamples]] = [[] for _ in neighbours]  # each neighbour's windows

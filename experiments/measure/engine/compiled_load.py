@@ -45,6 +45,9 @@ STDERR_TAIL = 1500
 # root, no CAP_SYS_NICE) it keeps the actor's.
 # The schedule covers the longest a trial may run; an engine that reaches its end fails the trial.
 SCHEDULE_MARGIN = 1.2
+# An open loop's schedule starts this long after its gaps are written, at a time the engine waits for (--open-at): the
+# engine's own start (its connections opened) comes well before it; a later one sends the first arrivals late.
+OPEN_LEAD_S = 0.5
 # The engine's first message of each error class, on its stderr: `loadgen: [http_503] HTTP 503 from the server: ...`
 CLASS_LINE = re.compile(r"^loadgen: \[(?P<cls>[a-z0-9_]+)\] (?P<text>.*)$", re.MULTILINE)
 
@@ -101,9 +104,13 @@ class CompiledLoad(LoadGenerator):
             rng = np.random.default_rng(self.seed + self.actor_index)
             count = max(1000, math.ceil(rate * self.horizon_s * SCHEDULE_MARGIN))
             shape = self.load.shape
-            gaps = shape.arrivals(rate, rng).take(count) if shape is not None else self.load.mode.gaps(rate, rng, count)
+            # the schedule starts a little ahead, at a time the engine waits for: a shape on the epoch's grid (gamma's
+            # periods, the measurement windows) is lined up on it as the Python client's is on its own start
+            begin = time.time() + OPEN_LEAD_S
+            gaps = (shape.arrivals(rate, rng, start=begin).take(count) if shape is not None
+                    else self.load.mode.gaps(rate, rng, count))
             gaps.astype("<f8").tofile(folder / "gaps.f64")
-            args += ["--open", str(folder / "gaps.f64")]
+            args += ["--open", str(folder / "gaps.f64"), "--open-at", str(int(begin * 1e9 - self._offset))]
         else:
             args += ["--closed", str(int(self.load.load))]
         return args

@@ -32,6 +32,8 @@
  *               is one body. h2: every body goes with the same --headers
  *   --headers   h2: one "name: value" per line, pseudo-headers (:method :scheme :path :authority) first
  *   GAPS_FILE   float64 seconds between arrivals (the first arrival comes gaps[0] after the load starts)
+ *   --open-at   the open loop's start, CLOCK_MONOTONIC ns: the first arrival comes gaps[0] after it (or after the
+ *               engine's own start, when that is later): a schedule made on a clock grid stays on it
  *   --first-response  the body of the first successful response is written there (the caller checks it)
  *   --drain     seconds a stop waits for the requests in flight (default 3)
  *   --nice      the scheduling priority to run at, where the OS allows it (root, CAP_SYS_NICE); the one it runs
@@ -289,6 +291,7 @@ static struct {
     const char *first_response_path;
     int nice;  /* INT32_MIN: leave the inherited one */
     int64_t drain_ns;
+    int64_t open_at_ns;   /* open loop: the schedule's start (CLOCK_MONOTONIC), when later than the engine's own */
     int any_size;  /* responses may differ in size (text: JSON numbers); else each must be the first's size */
 } cfg = {.nice = INT32_MIN, .drain_ns = 3000000000LL, .max_in_flight = 1024, .connections = 1, .timeout_ns = 60000000000LL, .heartbeat_ns = 5000000LL};
 
@@ -1555,7 +1558,7 @@ static void arm(int tfd, int64_t at) {
 static void usage(void) {
     fprintf(stderr,
             "usage: loadgen (--http1 HOST PORT | --h2 HOST PORT --headers FILE) --request FILE [--lengths FILE] "
-            "(--closed N | --open GAPS) [--max-in-flight N] [--connections N] [--timeout S] [--first-response FILE] "
+            "(--closed N | --open GAPS [--open-at NS]) [--max-in-flight N] [--connections N] [--timeout S] [--first-response FILE] "
             "[--heartbeat-ms MS] [--nice N] [--drain S] [--any-size] | --version\n");
     exit(64);
 }
@@ -1601,6 +1604,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--heartbeat-ms")) cfg.heartbeat_ns = (int64_t)(atof(NEXT()) * 1e6);
         else if (!strcmp(a, "--nice")) cfg.nice = atoi(NEXT());
         else if (!strcmp(a, "--drain")) cfg.drain_ns = (int64_t)(atof(NEXT()) * 1e9);
+        else if (!strcmp(a, "--open-at")) cfg.open_at_ns = strtoll(NEXT(), NULL, 10);
         else if (!strcmp(a, "--any-size")) cfg.any_size = 1;
         else usage();
 #undef NEXT
@@ -1679,7 +1683,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < cfg.closed; i++) dispatch(NULL, now_ns());
         pump_all();
     } else {
-        next_arrival = start_ns + (int64_t)(cfg.gaps[0] * 1e9);
+        next_arrival = (cfg.open_at_ns > start_ns ? cfg.open_at_ns : start_ns) + (int64_t)(cfg.gaps[0] * 1e9);
     }
     out_flush(0);
 
