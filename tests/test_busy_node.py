@@ -6,9 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from serving.node import busy_cores, busy_elsewhere
 
 
+@pytest.mark.slow
 def test_a_spinning_process_shows_as_a_busy_core() -> None:
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers import store_overrides
 from tests.processes import server_processes
 from tests.sweep_process import run_sweep_command
 
 
+@pytest.mark.slow
 def test_missing_tiers_fail_fast_and_are_named(tmp_path) -> None:
     """cluster=local is this machine: a GPU tier its GPU does not match is refused, naming the GPU found and the
     tier asked, before Ray starts. Overrides after -m count like those before it."""

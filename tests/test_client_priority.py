@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 # Asking for a lower priority (a higher niceness) needs no privilege, so the test holds as any user; a thread started
 # before the call is reniced too (Linux keeps a niceness per thread), and one started after inherits it.
 SCRIPT = textwrap.dedent("""
@@ -28,6 +30,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_every_thread_of_the_client_takes_the_niceness_asked_for() -> None:
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60, check=True)
     asked, got, every = out.stdout.split(maxsplit=2)

@@ -49,6 +49,7 @@ def built_ids(site: Path, page: str) -> set[str] | None:
     return set(re.findall(r'id="([^"]+)"', html.read_text())) if html.exists() else None
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict(site: Path) -> None:
     assert (site / "configuration" / "reference" / "index.html").exists()
 
@@ -62,6 +63,7 @@ def test_readme_is_short_and_keeps_the_two_setup_commands() -> None:
     assert [line for line in started if line.startswith("python3 -m venv")] == list(SETUP_COMMANDS)
 
 
+@pytest.mark.slow
 def test_the_reference_documents_every_schema_field(site: Path) -> None:
     documented = {(r.schema, r.field): r for r in all_rows()}
     ids = built_ids(site, "configuration/reference.md")
@@ -83,6 +85,7 @@ def _files_naming_docs() -> list[Path]:
             and not p.startswith("docs/") and (REPO_ROOT / p).is_file()]
 
 
+@pytest.mark.slow
 def test_every_docs_path_in_code_and_readme_exists(site: Path) -> None:
     """`docs/troubleshooting.md#bad-input` in an error message, a docstring or the README: the page is in the site
     and has that heading (MkDocs makes a heading's anchor from its words)."""

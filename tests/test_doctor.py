@@ -101,6 +101,7 @@ def test_a_gpu_tier_on_this_machine_is_not_ok_and_names_the_gpu_found(this_node)
     assert diagnose(this_node, "a100", emulated=True).ok, "an emulated node stands in for the tier on purpose"
 
 
+@pytest.mark.slow
 @cpu_machine
 def test_the_doctor_command_exits_non_zero_for_a_tier_the_node_cannot_serve(capsys: pytest.CaptureFixture) -> None:
     assert doctor_main([]) == 0 and "on tier local:" in capsys.readouterr().out
@@ -134,6 +135,7 @@ def test_supported_pythons_are_pyprojects_requires_python() -> None:
 
 @pytest.mark.parametrize("python", sorted(glob.glob(str(REPO_ROOT.home() / ".pyenv/versions/3.1[03].*/bin/python")))
                          or [pytest.param("", marks=pytest.mark.skip(reason="no pyenv Python 3.10 / 3.13 here"))])
+@pytest.mark.slow
 def test_a_checkout_run_by_an_unsupported_python_stops_with_one_line(python: str) -> None:
     proc = subprocess.run([python, "-m", "runners.sweep"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],

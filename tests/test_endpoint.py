@@ -64,6 +64,7 @@ def test_an_unreachable_endpoint_names_the_url_setting() -> None:
         endpoint_backend(url).start()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [401, 403])
 def test_401_and_403_say_how_to_give_a_token(stub: StubOip, status: int) -> None:
     stub.status = status
@@ -73,6 +74,7 @@ def test_401_and_403_say_how_to_give_a_token(stub: StubOip, status: int) -> None
     assert f"answered {status}" in message and "backends.endpoint.token_env=VARIABLE" in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [401, 403])
 def test_401_and_403_with_a_token_name_its_variable_never_the_token(stub: StubOip, status: int,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,6 +88,7 @@ def test_401_and_403_with_a_token_name_its_variable_never_the_token(stub: StubOi
     assert stub.seen == [("/v2/models/tiny", f"Bearer {token}")], "the token went in the header"
 
 
+@pytest.mark.slow
 def test_404_names_model_name(stub: StubOip) -> None:
     with pytest.raises(EndpointError, match=r"backends\.endpoint\.model_name='resnet50'.*404.*model_name=NAME"):
         oip_model(stub.url, oip_spec(model="resnet50"), "endpoint", 5)
@@ -96,6 +99,7 @@ def test_404_names_model_name(stub: StubOip) -> None:
 
 @pytest.mark.parametrize("body", [b"<html>it works</html>", b'{"name": "tiny"}', b'{"inputs": [], "outputs": []}',
                                   b'{"inputs": [{"name": "x"}], "outputs": [{"name": "y"}]}'])
+@pytest.mark.slow
 def test_a_200_that_is_not_oip_metadata(stub: StubOip, body: bytes) -> None:
     stub.body = body
     with pytest.raises(EndpointError, match=r"answered 200 but not with Open Inference Protocol model metadata.*"
@@ -103,6 +107,7 @@ def test_a_200_that_is_not_oip_metadata(stub: StubOip, body: bytes) -> None:
         oip_model(stub.url, oip_spec(), "endpoint", 5)
 
 
+@pytest.mark.slow
 def test_another_status_asks_whether_it_speaks_oip(stub: StubOip) -> None:
     stub.status, stub.body = 500, b"boom"
     with pytest.raises(EndpointError, match=r"answered HTTP 500 \(\"?'?boom.*backends\.endpoint\.kind=oip"):
@@ -153,6 +158,7 @@ def test_a_bytes_input_takes_jpeg_files_and_the_sweep_must_send_only_those() -> 
     assert wide and "one JPEG per image, [batch, 1]" in wide
 
 
+@pytest.mark.slow
 def test_start_takes_a_jpeg_model_when_the_sweep_sends_jpeg(stub: StubOip) -> None:
     stub.body = json.dumps({**tiny_metadata(), "inputs": [{"name": "images", "datatype": "BYTES",
                                                            "shape": [-1, 1]}]}).encode()
@@ -164,6 +170,7 @@ def test_start_takes_a_jpeg_model_when_the_sweep_sends_jpeg(stub: StubOip) -> No
         endpoint_backend(stub.url, "experiment.input_formats=[tensor,jpeg]").start()
 
 
+@pytest.mark.slow
 def test_start_refuses_a_model_with_other_tensors(stub: StubOip) -> None:
     stub.body = json.dumps(tiny_metadata(shape=(-1, 3, 299, 299))).encode()
     with pytest.raises(EndpointError, match=r"model\.input_shape"):
@@ -173,6 +180,7 @@ def test_start_refuses_a_model_with_other_tensors(stub: StubOip) -> None:
         endpoint_backend(stub.url).start()
 
 
+@pytest.mark.slow
 def test_start_checks_and_times_the_endpoint_and_starts_nothing(stub: StubOip) -> None:
     backend = endpoint_backend(stub.url)
     handle = backend.start()
@@ -187,6 +195,7 @@ def test_start_checks_and_times_the_endpoint_and_starts_nothing(stub: StubOip) -
     assert backend.stop() == {} and backend.gpu_tier_reason() is None
 
 
+@pytest.mark.slow
 def test_round_trip_is_a_positive_float_and_carries_the_token(stub: StubOip, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TOKEN_ENV, "rtt-token")
     rtt = round_trip_ms(stub.url, oip_spec(token_env=TOKEN_ENV), "endpoint", 5, requests=5)
@@ -199,6 +208,7 @@ def test_round_trip_to_a_server_gone_names_the_url_setting() -> None:
         round_trip_ms(f"http://127.0.0.1:{closed_port()}", oip_spec(), "endpoint", 5)
 
 
+@pytest.mark.slow
 def test_tls_unverified_names_ca_file_and_verified_with_it(tls_stub: StubOip, certificate) -> None:
     cert, _ = certificate
     with pytest.raises(EndpointError, match=r"backends\.endpoint\.url: the TLS handshake .*"
@@ -212,6 +222,7 @@ def test_tls_unverified_names_ca_file_and_verified_with_it(tls_stub: StubOip, ce
         endpoint_backend(tls_stub.url).start()
 
 
+@pytest.mark.slow
 def test_start_verifies_tls_with_the_ca_file(tls_stub: StubOip, certificate) -> None:
     """(fixed in ca27dd8: the checks before the trials ignored ca_file)"""
     cert, _ = certificate
@@ -219,6 +230,7 @@ def test_start_verifies_tls_with_the_ca_file(tls_stub: StubOip, certificate) -> 
     assert handle.params["endpoint_tls"] is True and handle.metrics["endpoint_rtt_p50_ms"] > 0
 
 
+@pytest.mark.slow
 def test_start_sends_the_token_and_names_its_variable_when_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """The checks before the trials connect as the trials do (fixed in ca27dd8: they sent no token)."""
     monkeypatch.setenv(TOKEN_ENV, "probe-token")
@@ -284,6 +296,7 @@ def test_the_host_header_never_carries_user_info() -> None:
         assert b"s3cret" not in head and b"alice" not in head
 
 
+@pytest.mark.slow
 def test_the_python_client_speaks_tls_verified_against_ca_file(tls_stub: StubOip, certificate) -> None:
     import ssl
 
@@ -376,6 +389,7 @@ def test_metrics_url_must_be_a_plain_url() -> None:
     accepted(URL, "backends.endpoint.metrics_url=http://10.0.0.5:8002/metrics")
 
 
+@pytest.mark.slow
 def test_triton_metrics_give_the_server_side_breakdown_and_its_image_count(stub: StubOip) -> None:
     stub.metrics = triton_metrics_text("tiny", 10, 500)
     backend = endpoint_backend(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
@@ -390,6 +404,7 @@ def test_triton_metrics_give_the_server_side_breakdown_and_its_image_count(stub:
     assert backend.served_images(before, after) == 160
 
 
+@pytest.mark.slow
 def test_metrics_without_the_models_counters_name_the_setting(stub: StubOip) -> None:
     stub.metrics = triton_metrics_text("another_model", 1, 0)
     backend = endpoint_backend(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")
@@ -398,6 +413,7 @@ def test_metrics_without_the_models_counters_name_the_setting(stub: StubOip) -> 
         backend.start()
 
 
+@pytest.mark.slow
 def test_a_metrics_read_that_fails_later_leaves_the_trial_the_clients_view(stub: StubOip) -> None:
     stub.metrics = triton_metrics_text("tiny", 1, 0)
     backend = endpoint_backend(stub.url, f"backends.endpoint.metrics_url={stub.url}/metrics")

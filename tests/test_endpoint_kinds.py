@@ -156,6 +156,7 @@ def api() -> Iterator[StubApi]:
         yield app
 
 
+@pytest.mark.slow
 def test_a_plain_api_is_checked_with_an_empty_post_to_its_route(api: StubApi) -> None:
     handle = endpoint_backend(api.url, "backends.endpoint.kind=http").start()
     assert ("POST", "/predict", None) in api.seen and handle.params["endpoint_kind"] == "http"
@@ -168,6 +169,7 @@ def test_a_plain_api_is_checked_with_an_empty_post_to_its_route(api: StubApi) ->
         endpoint_backend(api.url, "backends.endpoint.kind=http").start()
 
 
+@pytest.mark.slow
 def test_basic_authentication_comes_from_its_variable(api: StubApi, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(BASIC_ENV, "reader:s3cret-pass")
     backend = endpoint_backend(api.url, "backends.endpoint.kind=http", f"backends.endpoint.basic_auth_env={BASIC_ENV}")
@@ -188,6 +190,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pa
     return {"server": self_signed_cert(folder / "server"), "client": self_signed_cert(folder / "client")}
 
 
+@pytest.mark.slow
 def test_mutual_tls_sends_the_client_certificate_and_names_it_when_missing(certificates) -> None:
     (server_cert, server_key), (client_cert, client_key) = certificates["server"], certificates["client"]
     app = StubOip()

@@ -109,6 +109,7 @@ def test_highest_load_and_clients_only() -> None:
     assert not clients_only(load_config(["model=tiny"]))
 
 
+@pytest.mark.slow
 def test_a_bad_value_on_the_command_line_exits_2_naming_the_key_and_no_password(tmp_path: Path) -> None:
     proc, _ = run_sweep_command([*ENDPOINT, f"results_dir={tmp_path / 'runs'}",
                                  f"mlflow.tracking_uri={store_uri(tmp_path)}", "report=false",

@@ -276,6 +276,7 @@ def test_cpu_onnxruntime_has_no_tensorrt_provider_library() -> None:
     assert ort_tensorrt_missing_libs() == ("libonnxruntime_providers_tensorrt.so",)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build two tiny shared libraries")
 def test_missing_libraries_names_what_the_loader_cannot_find(tmp_path: Path) -> None:
     (tmp_path / "dep.c").write_text("int dep(void) { return 1; }\n")

@@ -13,6 +13,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_ruff_finds_nothing() -> None:
     pytest.importorskip("ruff", reason="ruff (a dev dependency: pip install -e '.[dev]') lints the repository")
     # --no-cache: nothing written into the tree; the whole repository takes well under a second.

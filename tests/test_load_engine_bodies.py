@@ -154,6 +154,7 @@ def assert_in_turn(seen: list[int], pool: int, reorder: int) -> None:
     assert displacement.max() <= reorder, (displacement.max(), np.bincount(displacement))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_one_request_at_a_time_carries_the_bodies_exactly_in_turn(protocol: str) -> None:
     """One request in flight: the server sees body 0, 1, 2, 3, 4, 0, 1, ... and nothing else."""
@@ -180,6 +181,7 @@ def test_compiled_load_sends_a_pool_in_turn_closed_and_open(protocol: str, mode:
     assert_in_turn(recorder.seen, len(SIZES), reorder=12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_bodies_too_large_for_one_write_are_each_sent_whole(protocol: str) -> None:
     """602 KB inputs and others past the engine's 256 KiB per write, two loops: each request's writes resume from
@@ -198,6 +200,7 @@ def test_bodies_too_large_for_one_write_are_each_sent_whole(protocol: str) -> No
     (b"\x01" * 12, "holds 12 bytes: it must hold one or more uint64 lengths"),
     (b"", "holds 0 bytes: it must hold one or more uint64 lengths"),
 ])
+@pytest.mark.slow
 def test_a_lengths_file_that_does_not_fit_the_request_file_is_refused(lengths: bytes, expect: str,
                                                                       tmp_path: Path) -> None:
     """Before any connection is opened (none could be: nothing listens on the port): exit 2, an error record, and

@@ -24,6 +24,7 @@ def test_the_engine_builds_here_and_speaks_both_protocols() -> None:
     assert status.http2, "libnghttp2.so.14 is on this machine kind (curl's dependency): gRPC must be available"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not NGHTTP2_HEADER.exists(), reason="libnghttp2-dev's header is not installed here")
 def test_the_engine_declares_nghttp2s_abi_as_its_header_does(tmp_path: Path) -> None:
     """The engine loads libnghttp2 with dlopen and declares the few types it uses: they must match the library's."""

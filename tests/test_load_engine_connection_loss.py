@@ -53,6 +53,7 @@ def test_connections_the_server_ends_with_a_goaway_are_replaced_without_failures
     assert connections >= 4  # 0.9 s and more of windows, a connection ending every 0.15 s
 
 
+@pytest.mark.slow
 def test_a_connection_closed_mid_response_is_a_reset_and_the_load_goes_on_on_another() -> None:
     """Every 10th response stops half-way and its connection closes: RESET, the next request on a new connection."""
     with http_stand(every(10, "cut")) as srv:
@@ -70,6 +71,7 @@ def test_a_connection_closed_mid_response_is_a_reset_and_the_load_goes_on_on_ano
 
 @pytest.mark.parametrize(("protocol", "load", "slots"), [("http", "closed", 3), ("http", "open", 4),
                                                          ("grpc", "closed", 1), ("grpc", "open", 1)])
+@pytest.mark.slow
 def test_a_server_gone_is_refused_at_a_paced_rate_until_the_engine_is_stopped(protocol: str, load: str, slots: int,
                                                                              tmp_path: Path) -> None:
     """The server answers, then goes away: the requests in flight (if any) are RESET, and the engine goes on
@@ -109,6 +111,7 @@ def test_a_server_gone_is_refused_at_a_paced_rate_until_the_engine_is_stopped(pr
         assert beats["bytes"].max() <= 3
 
 
+@pytest.mark.slow
 def test_the_load_stops_once_the_server_is_gone() -> None:
     """Through CompiledLoad: the last GONE_AFTER requests all refused or reset fail the load (its window raises),
     and the engine is stopped right then, not left trying until the trial's stop."""

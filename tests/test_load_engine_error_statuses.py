@@ -53,6 +53,7 @@ def test_error_statuses_are_recorded_at_their_share_and_the_load_goes_on(protoco
         assert np.allclose(np.diff(intended), 1 / rate, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_the_first_response_checked_is_the_first_answered_well() -> None:
     """The first answers are 503s: the body handed to the client's check is the first 200's, not an error's."""
     checked = []
@@ -63,6 +64,7 @@ def test_the_first_response_checked_is_the_first_answered_well() -> None:
     assert part.requests >= 50 and part.failures.count == 0  # the 503s came before the warm-up ended
 
 
+@pytest.mark.slow
 def test_an_error_answered_before_the_request_was_all_sent_is_that_status_on_a_new_connection() -> None:
     """Every 3rd 2 MB request is answered 413 once its head is in, and the server closes without reading the body
     (as a proxy does): each is http_413, even where the server's close reset the engine's send first (what it

@@ -20,6 +20,7 @@ BODY = triton_like_body()
 pytestmark = pytest.mark.usefixtures("engine_folders_in_tmp_path")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["http 500", "grpc error", "timeout"])
 def test_an_error_is_a_record_and_the_engine_goes_on(case: str) -> None:
     """A request that fails is a FAILED record (code = outcome | status << 8), its class's first message on stderr,
@@ -52,6 +53,7 @@ def test_an_error_is_a_record_and_the_engine_goes_on(case: str) -> None:
         assert done(batch).size == 29  # the answers before the server failed every request
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["refused", "size changed", "schedule ran out"])
 def test_a_failure_stops_the_engine_with_its_cause_and_keeps_what_it_measured(case: str, tmp_path: Path) -> None:
     """Exit code 2, an error record, the cause on stderr; the requests that completed before it are on stdout.
@@ -75,6 +77,7 @@ def test_a_failure_stops_the_engine_with_its_cause_and_keeps_what_it_measured(ca
         assert done(batch).size >= 25  # what completed before the failure was written out
 
 
+@pytest.mark.slow
 def test_answers_of_text_may_vary_in_size_when_the_request_says_so() -> None:
     """JSON numbers change length with their digits (a batched forward pass): `--any-size` (WireRequest.sized=False)
     takes them; without it the same server fails the load (above)."""

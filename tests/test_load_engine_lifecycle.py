@@ -46,6 +46,7 @@ def test_stopping_leaves_no_engine_behind() -> None:
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
 
 
+@pytest.mark.slow
 def test_the_engine_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     """A client actor killed by Ray (SIGKILL) takes its engine with it (PR_SET_PDEATHSIG)."""
     with http_server(HttpBehaviour(body=BODY, delay_s=0.01)) as srv:
@@ -73,6 +74,7 @@ def test_the_engine_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
     assert gone, "the engine outlived the process that started it"
 
 
+@pytest.mark.slow
 def test_the_engine_runs_ahead_of_servers_at_rays_worker_niceness_where_the_os_allows() -> None:
     """Started at nice 15 (as Ray starts its workers, the servers among them) and asked for 0, it gets 0 where it
     may raise its priority (root here and in CI), and says which niceness it got in its ready record."""
@@ -92,6 +94,7 @@ def test_the_engine_runs_ahead_of_servers_at_rays_worker_niceness_where_the_os_a
     assert int(ready["code"]) - 20 == (0 if may_raise else 15)
 
 
+@pytest.mark.slow
 def test_a_stop_lets_the_requests_in_flight_finish_instead_of_cancelling_them() -> None:
     """SIGTERM mid-request: nothing new is sent, the 4 calls in flight complete and are recorded, none is cancelled
     on the server (a cancelled gRPC call crashes Triton 2.48-2.52), and the engine exits 0 once they are back, not

@@ -19,6 +19,7 @@ BODY = triton_like_body()
 pytestmark = pytest.mark.usefixtures("engine_folders_in_tmp_path")
 
 
+@pytest.mark.slow
 def test_closed_loop_over_http_records_every_request() -> None:
     timing = "preprocess;dur=1.5, queue;dur=0.75, infer;dur=2.5, batch;desc=4"
     with http_server(HttpBehaviour(body=BODY, server_timing=timing)) as srv:
@@ -40,6 +41,7 @@ def test_closed_loop_over_http_records_every_request() -> None:
     assert (folder / "first.bin").read_bytes() == BODY
 
 
+@pytest.mark.slow
 def test_chunked_responses_and_servers_that_close_each_connection() -> None:
     with http_server(HttpBehaviour(body=BODY, chunked=True, close=True)) as srv:
         batch, code, err, _ = run_engine(http_wire(srv.port), ["--closed", "2"], 1.0)
@@ -49,6 +51,7 @@ def test_chunked_responses_and_servers_that_close_each_connection() -> None:
     assert srv.connections >= d.size  # every response closed its connection: the next request opened another
 
 
+@pytest.mark.slow
 def test_grpc_calls_carry_metadata_and_read_trailers() -> None:
     reply = b"\x0a\x01m" * 100
     behaviour = GrpcBehaviour(reply=reply, server_timing="infer;dur=3.25, batch;desc=2")

@@ -23,6 +23,7 @@ BODY = triton_like_body()
 pytestmark = pytest.mark.usefixtures("engine_folders_in_tmp_path")
 
 
+@pytest.mark.slow
 def test_open_loop_sends_on_its_schedule(tmp_path: Path) -> None:
     """Constant arrivals at 250/s: the k-th intended 4 ms x k after the load's start exactly, none missed, none
     after the engine stopped, sent within a few ms of them. (How many fit in the 1.5 s depends on how fast the engine

@@ -46,6 +46,7 @@ def test_requests_past_the_timeout_fail_as_timeouts_and_the_load_goes_on(protoco
         assert cancelled >= f.count  # its stream reset: the server's call cancelled
 
 
+@pytest.mark.slow
 def test_a_stopped_open_loop_whose_requests_are_never_answered_ends_at_its_drain_limit(tmp_path: Path) -> None:
     """SIGTERM with requests in flight that a silent server never answers: the open loop ends after --drain (0.5 s),
     not never (its timer was left on the schedule's last arrival, spent, with no socket to wake it)."""

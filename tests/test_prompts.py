@@ -183,6 +183,7 @@ def test_tokenizer_errors_name_the_folder_and_the_fix(tiny: Path, tmp_path: Path
         prompt_pool(PromptSource(tokenizer=str(missing)))
 
 
+@pytest.mark.slow
 def test_importing_prompts_does_not_import_transformers() -> None:
     code = ("import sys, serving.workloads.generative.prompts, serving.workloads.generative.lengths; "
             "assert 'transformers' not in sys.modules, 'transformers imported'")

@@ -13,6 +13,7 @@ TIMEOUT = Exception("The current node timed out during startup. This could happe
                     "failed to startup or the GCS has become overloaded.")
 
 
+@pytest.mark.slow
 def test_a_start_that_times_out_is_cleaned_up_and_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict] = []
     left: list[subprocess.Popen] = []
@@ -29,6 +30,7 @@ def test_a_start_that_times_out_is_cleaned_up_and_retried(monkeypatch: pytest.Mo
     assert left[0].wait(timeout=5) is not None, "the failed start's process was stopped before the retry"
 
 
+@pytest.mark.slow
 def test_other_errors_and_a_second_timeout_are_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict] = []
 

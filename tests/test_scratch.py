@@ -14,6 +14,7 @@ import pytest
 from serving import paths
 
 
+@pytest.mark.slow
 def test_a_folder_whose_process_died_is_removed_by_the_next_one(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -134,7 +134,7 @@ def test_bad_behaviour_names_the_field() -> None:
     with pytest.raises(ValueError, match="tokens_per_chunk=0"):
         Behaviour(tokens_per_chunk=0)
     with pytest.raises(TypeError, match="colour"):
-        StandIn(colour="red")
+        Behaviour(colour="red")  # what StandIn(colour="red") is refused by, before it starts anything
 
 
 # --- the stand-in at TTFT 40 ms, ITL 8 ms (one per module) -------------------------------------------------------

@@ -252,6 +252,7 @@ def _process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.slow
 def test_the_sampler_sees_a_server_threads_cpu_and_its_childrens() -> None:
     """A stand-in server whose child spins one thread for the whole window: its busiest thread's CPU is what the
     child's own /proc counters say it got over the window (a full core on a quiet machine, less on a busy one), the

@@ -194,6 +194,7 @@ def test_the_probe_finds_torchserve_the_archiver_and_java() -> None:
     assert facts.version == "0.12.0" and facts.java_version and Path(facts.java_path).exists()
 
 
+@pytest.mark.slow
 def test_the_deploy_folder_archives_and_names_the_same_commands(tmp_path: Path) -> None:
     pytest.importorskip("ts")
     files = backend_on(batch_size=4).deploy_files({})
@@ -221,6 +222,7 @@ def test_the_variant_travels_as_plain_values() -> None:
     assert variant.warmup_batch_sizes == (1, 4)
 
 
+@pytest.mark.slow
 def test_the_launcher_passes_a_sigterm_of_its_own_to_its_whole_group(tmp_path: Path) -> None:
     """Its parent-death signal reaches the launcher alone: the frontend and workers it started must stop with it
     (TorchServe's own launcher would leave them serving). A stand-in `ts.model_server` starts a child and waits."""

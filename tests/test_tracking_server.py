@@ -39,6 +39,7 @@ sys.exit(1 if any(tier.offline_reason for tier in logged) else 0)
 """
 
 
+@pytest.mark.slow
 def test_two_sweeps_writing_at_once_lose_nothing_and_log_nothing_twice(tracking_server, tmp_path: Path) -> None:
     folders = {user: tmp_path / user for user in USERS}
     writers = {user: subprocess.Popen([sys.executable, "-c", WRITER, tracking_server.uri(user), f"team-{user}",

@@ -74,6 +74,7 @@ CLI_ROWS = ["unknown tier in a sweep", "malformed override", "backend setting of
             "batch above the model's max", "unknown backend setting"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides,fragment", [r[1:] for r in ROWS if r[0] in CLI_ROWS], ids=CLI_ROWS)
 def test_bad_input_is_refused_before_anything_starts(tmp_path: Path, overrides: list[str], fragment: str) -> None:
     before = server_processes()

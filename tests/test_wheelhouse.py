@@ -128,6 +128,7 @@ def test_the_cli_refuses_bad_options_before_resolving(capsys):
     assert "--split-mib 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not PYTHON_312.exists(), reason=f"needs pyenv's Python 3.12 ({PYTHON_312})")
 def test_a_small_wheelhouse_for_312_installs_offline_into_a_fresh_venv(tmp_path):
     toy = tmp_path / "toy"
