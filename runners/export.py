@@ -1,7 +1,7 @@
 """`python -m runners.export model=resnet18`: export the model to ONNX in the Triton model repository and
 report how far ONNX Runtime's output is from PyTorch's. A model of your own built in PyTorch (`model=examples/...`;
-an ONNX file is served as is) gets its `config.pbtxt` written beside the file, so `model_repository/<name>/` is what
-NVIDIA's container serves as is."""
+an ONNX file is served as is) gets what each backend writes beside the file (`BackendPackage.exported`: Triton's
+`config.pbtxt`), so `model_repository/<name>/` is what NVIDIA's container serves as is."""
 
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ def main(cfg: DictConfig) -> None:
     from experiments.config.typed import typed
     from serving.export import export_onnx
     from serving.model_config import ModelSource
-    from serving.models import output_dims
-    from serving.triton.repository import classifier_config, write_config
+    from serving.registry import backend_packages
 
     try:
         model = typed(cfg).model
@@ -39,11 +38,9 @@ def main(cfg: DictConfig) -> None:
     print(f"wrote {report.onnx_path}")
     print(f"ONNX Runtime vs PyTorch on a batch of {report.check_batch_size}: "
           f"max abs difference {report.max_abs_diff:.3g}")
-    config_path = MODEL_REPOSITORY / model.name / "config.pbtxt"
-    if not config_path.exists():
-        write_config(classifier_config(model.name, Path(report.onnx_path), model.max_batch_size,
-                                       list(model.input_shape), list(output_dims(model))), config_path)
-        print(f"wrote {config_path}")
+    for package in backend_packages().values():
+        for path in package.exported(model, Path(report.onnx_path), MODEL_REPOSITORY):
+            print(f"wrote {path}")
 
 
 if __name__ == "__main__":

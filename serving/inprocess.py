@@ -27,14 +27,12 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from serving.node import cpu_times
-from serving.paths import cache_root
-from serving.runtime import Engine, Runtime
+from serving.runtime import Runtime
 
 if TYPE_CHECKING:
     from serving.model_config import ModelConfig
@@ -191,129 +189,29 @@ def batch_plan(needed: Iterable[int], max_batch_size: int) -> tuple[list[int], s
     return sorted(powers | needed | {max_batch_size}), needed
 
 
-class _Caller:
-    """One runtime ready to be called at any batch size, in either mode."""
+class RuntimeCaller:
+    """One runtime ready to be called at any batch size, in either mode. Each backend package names the class that
+    times the runtimes its servers run (`BackendPackage.runtime_callers`), made with (model, runtime, engine cache
+    folder or None)."""
 
-    def setup(self) -> None: ...
+    def setup(self) -> None:
+        """Build the model (or session) in this process: the timing's setup time."""
 
     def call(self, batch: np.ndarray, mode: str) -> Callable[[], Any]:
+        """One call of the runtime on `batch` in `mode` (ROUND_TRIP: NumPy in and out; RESIDENT: on the device)."""
         raise NotImplementedError
 
     def versions(self) -> dict[str, str]:
+        """The versions that computed the timing (cached with it)."""
         return {}
-
-
-class _TorchCaller(_Caller):
-    def __init__(self, model_cfg: ModelConfig, runtime: Runtime) -> None:
-        self.model_cfg, self.runtime = model_cfg, runtime
-
-    def setup(self) -> None:
-        import torch
-
-        from serving.pytorch.runner import TorchOptions, TorchRunner
-
-        torch.set_num_threads(self.runtime.threads or os.cpu_count() or 1)
-        options = TorchOptions(half=self.runtime.precision == "fp16", bf16=self.runtime.precision == "bf16",
-                               compile=self.runtime.compile,
-                               compile_mode=self.runtime.compile_mode, channels_last=self.runtime.channels_last)
-        self.torch = torch
-        self.runner = TorchRunner(self.model_cfg, self.runtime.device, options)
-
-    def call(self, batch: np.ndarray, mode: str) -> Callable[[], Any]:
-        torch, runner = self.torch, self.runner
-        if mode == ROUND_TRIP:
-            return lambda: runner.infer(batch)
-        resident = runner.to_device(torch.from_numpy(batch))
-
-        def run_resident() -> None:
-            with torch.inference_mode():
-                runner.model(resident)
-            torch.cuda.synchronize(runner.device)
-
-        return run_resident
-
-    def versions(self) -> dict[str, str]:
-        torch = self.torch
-        out = {"torch": torch.__version__, "torch_cuda": str(torch.version.cuda or "")}
-        if self.runtime.on_gpu:
-            out["cudnn"] = str(torch.backends.cudnn.version())
-            out["device_name"] = torch.cuda.get_device_name(self.runner.device)
-        return out
-
-
-class _OnnxCaller(_Caller):
-    def __init__(self, model_cfg: ModelConfig, runtime: Runtime, engine_cache_dir: str | None) -> None:
-        self.model_cfg, self.runtime, self.engine_cache_dir = model_cfg, runtime, engine_cache_dir
-
-    def setup(self) -> None:
-        import onnxruntime as ort
-
-        from serving.export import ensure_onnx
-        from serving.paths import node_model_repository
-        from serving.triton.ort_probe import preload_gpu_libraries
-        from serving.triton.settings import Accelerator
-
-        provider = self.runtime.provider or Accelerator.CPU.provider
-        accelerator = next(a for a in Accelerator if a.provider == provider)
-        chain = accelerator.providers  # the provider and those it falls back on, as the Triton model is given them
-        if accelerator.gpu:
-            preload_gpu_libraries()
-        options = ort.SessionOptions()
-        if self.runtime.threads:
-            options.intra_op_num_threads = self.runtime.threads
-        path = ensure_onnx(self.model_cfg, node_model_repository()).onnx_path
-        if self.runtime.precision in ("int8", "fp16"):  # the file a Triton variant serves (INT8: the built-in corpus)
-            import onnx
-
-            from serving.models import preprocessing
-            from serving.triton.quantize import served_onnx
-            from serving.workloads.image.corpus import InputSource
-
-            graph = onnx.load(path, load_external_data=False).graph  # its input's name, without a session
-            weights = {w.name for w in graph.initializer}
-            input_name = next(i.name for i in graph.input if i.name not in weights)
-            path = str(served_onnx(Path(path), self.runtime.precision, accelerator is Accelerator.TENSORRT,
-                                   input_name, preprocessing(self.model_cfg), InputSource()))
-        providers = [(name, self._provider_options(name)) for name in chain]
-        self.session = ort.InferenceSession(path, options, providers=providers)
-        got = self.session.get_providers()
-        if got[0] != provider:
-            raise RuntimeError(f"ONNX Runtime {ort.__version__} could not use {provider} here (the session got {got})")
-        self.ort = ort
-        self.input_name = self.session.get_inputs()[0].name
-        self.output_name = self.session.get_outputs()[0].name
-
-    def _provider_options(self, name: str) -> dict[str, Any]:
-        if name == "TensorrtExecutionProvider":
-            cache = self.engine_cache_dir or str(cache_root() / "trt-ceiling")
-            os.makedirs(cache, exist_ok=True)
-            return {"trt_fp16_enable": self.runtime.precision == "fp16",
-                    "trt_int8_enable": self.runtime.precision == "int8", "trt_engine_cache_enable": True,
-                    "trt_engine_cache_path": cache, "trt_timing_cache_enable": True, "trt_timing_cache_path": cache}
-        return {}
-
-    def call(self, batch: np.ndarray, mode: str) -> Callable[[], Any]:
-        session, feeds = self.session, {self.input_name: batch}
-        if mode == ROUND_TRIP:
-            return lambda: session.run([self.output_name], feeds)
-        binding = session.io_binding()
-        binding.bind_ortvalue_input(self.input_name, self.ort.OrtValue.ortvalue_from_numpy(batch, "cuda", 0))
-        binding.bind_output(self.output_name, "cuda", 0)
-
-        def run_resident() -> None:
-            session.run_with_iobinding(binding)  # synchronises the provider's stream before it returns
-
-        return run_resident
-
-    def versions(self) -> dict[str, str]:
-        return {"onnxruntime": self.ort.__version__, "providers": ",".join(self.session.get_providers())}
 
 
 def time_runtime(model_cfg: ModelConfig, runtime: Runtime, needed_batches: Iterable[int], budget: TimingBudget,
                  engine_cache_dir: str | None = None) -> RuntimeTiming:
     """Time `runtime` on this machine at the batch sizes of `batch_plan`, in both modes on a GPU."""
-    caller: _Caller = (_TorchCaller(model_cfg, runtime) if runtime.engine == Engine.TORCH
-                       else _OnnxCaller(model_cfg, runtime, engine_cache_dir))
+    from serving.registry import runtime_caller
+
+    caller = runtime_caller(runtime.engine)(model_cfg, runtime, engine_cache_dir)
     busy = cpu_busy_share()
     started = time.perf_counter()
     caller.setup()

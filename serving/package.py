@@ -1,8 +1,10 @@
 """What a backend package (`serving/<backend>/`) tells the rest of tierbench, through one line of the registry
 (`serving/registry.py`): the settings its config entries extend, the names of its processes, the facts of a node it
-decides by, its rows of the doctor's table, its extra of pyproject.toml and what it asks of a Ray cluster. Everything
-else of the backend stays in its folder: its `Backend` class is named by its settings' `_target_`, its clients by the
-specs it hands out, its deploy files by `Backend.deploy_files`, its variants by conf/backends/<name>.yaml."""
+decides by, its rows of the doctor's table, its extra of pyproject.toml, what it asks of a Ray cluster (the cluster's
+switches among it), how the runtimes its servers compute in are timed in-process and what it writes beside an
+exported model. Everything else of the backend stays in its folder: its `Backend` class is named by its settings'
+`_target_`, its clients by the specs it hands out, its deploy files by `Backend.deploy_files`, its variants by
+conf/backends/<name>.yaml."""
 
 from __future__ import annotations
 
@@ -12,7 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from serving.inprocess import RuntimeCaller
+    from serving.model_config import ModelConfig
     from serving.node import NodeInfo
+    from serving.runtime import Runtime
     from serving.settings import BackendSettings, ClusterSwitches
 
 
@@ -49,3 +56,14 @@ class BackendPackage:
     # entered on joining, left when the sweep lets go of the cluster (stop what the sweep started there that would
     # outlive it).
     joined_cluster: Callable[[], AbstractContextManager[Any]] = nullcontext
+    # The cluster-wide switches its settings may ask for (`BackendSettings.cluster_needs`): keys of the cluster config
+    # (`cluster.<key>`, true, false or null: settled before anything starts, on when a backend of the experiment asks).
+    cluster_switches: tuple[str, ...] = ()
+    # The runtimes its servers compute in (`Backend.runtime`: a `serving.runtime.Engine`), each with the class that
+    # times it in-process, no server around it (`serving.inprocess`, the GPU's ceiling): made with (model, runtime,
+    # engine cache folder or None). Packages whose servers run the same runtime name the same class.
+    runtime_callers: Mapping[str, Callable[[ModelConfig, Runtime, str | None], RuntimeCaller]] = \
+        field(default_factory=dict)
+    # What it writes beside a model exported to ONNX in the model repository so that its own server serves the folder
+    # as is (`runners.export`): given the model, the ONNX file and the repository, the paths it wrote.
+    exported: Callable[[ModelConfig, Path, Path], list[Path]] = lambda model, onnx_path, repository: []

@@ -4,11 +4,16 @@ file conf/backends/<backend>.yaml; docs/architecture.md#adding-a-backend lists e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serving.package import BackendPackage
+
+if TYPE_CHECKING:
+    from serving.inprocess import RuntimeCaller
+    from serving.settings import BackendSettings
 
 BACKEND_PACKAGES = (
     "serving.triton.package",
@@ -26,6 +31,11 @@ def backend_packages() -> dict[str, BackendPackage]:
     return {package.name: package for package in packages}
 
 
+def backend_settings() -> dict[str, type[BackendSettings]]:
+    """Each package's settings class by its name: the schemas of the `backend` config group."""
+    return {name: package.settings for name, package in backend_packages().items()}
+
+
 def ray_node_environment() -> dict[str, str]:
     """What the registered packages ask of the environment of a Ray node tierbench starts (each a default: a user's
     own setting wins)."""
@@ -36,3 +46,17 @@ def ray_node_environment() -> dict[str, str]:
 def node_fact_kinds() -> tuple[type[Any], ...]:
     """The facts any backend decides by, each once, in registry order: what `describe_node` probes."""
     return tuple(dict.fromkeys(kind for package in backend_packages().values() for kind in package.facts))
+
+
+def cluster_switches() -> tuple[str, ...]:
+    """The cluster-wide switches (`cluster.<key>`) any backend may ask for, each once, in registry order."""
+    return tuple(dict.fromkeys(key for package in backend_packages().values() for key in package.cluster_switches))
+
+
+def runtime_caller(engine: str) -> Callable[..., RuntimeCaller]:
+    """The class that times `engine` (a `serving.runtime.Engine`) in-process: the first package whose servers run it
+    names it."""
+    for package in backend_packages().values():
+        if engine in package.runtime_callers:
+            return package.runtime_callers[engine]
+    raise ValueError(f"no registered backend runs the runtime {engine!r}: nothing times it in-process")

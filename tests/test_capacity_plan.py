@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.config.capacity import Traffic, check_capacity, configured_traffic, traffic
+from experiments.config.capacity import Traffic, configured_traffic, traffic
 from experiments.config.compose import load_config
 from experiments.config.errors import ConfigError
 from experiments.config.prices import Price
@@ -204,7 +204,7 @@ def test_bad_traffic_is_refused_with_key_value_and_fix(args: tuple, says: str) -
 
 def test_a_sweeps_capacity_keys_are_checked_up_front() -> None:
     cfg = load_config(["capacity.traffic_img_s=1000", "capacity.peak_img_s=1500", "experiment.slo.p99_ms=50"])
-    check_capacity(cfg)
+    assert cfg.capacity.check("capacity", cfg) == []
     assert configured_traffic(cfg.capacity) == Traffic(1000.0, 1500.0, 0.2)
     assert configured_traffic(load_config().capacity) is None  # the default: no plan
     refusals = [

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from experiments.config.compose import load_config
-from experiments.config.validation import clients_only, highest_load
+from experiments.config.experiment import highest_load
+from experiments.config.validation import clients_only
 from tests.endpoint_helpers import ENDPOINT, TOKEN_ENV, URL, accepted, files_holding, refusal
 from tests.helpers import store_uri
 from tests.sweep_process import run_sweep_command

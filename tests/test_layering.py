@@ -22,6 +22,9 @@ from serving.settings import BackendSettings
 EXPERIMENTS_FLOORS = (("config",), ("plan", "cluster", "prices"), ("measure",), ("results",), ("report",), ("run",))
 # What serving/ holds beside the backend packages (shared by them, or by the engine).
 SHARED_SERVING = ("clients", "oip", "pytorch")
+# Of those, what the backend packages alone share (the PyTorch model behind a server): named by them only, like a
+# backend's own modules.
+BACKENDS_ONLY = ("pytorch",)
 
 
 def imports_of(path: Path) -> set[str]:
@@ -96,6 +99,21 @@ def test_a_backend_package_imports_no_other_backend_package() -> None:
     assert not wrong, f"what two backends share belongs in serving/ beside them ({SHARED_SERVING}): {wrong}"
 
 
+def test_only_its_package_and_the_registry_name_a_backends_modules() -> None:
+    """The engine, the entry points and serving's shared modules reach a backend through its registry entry (its
+    `BackendPackage` hooks, the class its settings' `_target_` names), never by importing its modules: only its own
+    folder and serving/registry.py name them, and only the backend packages name what they alone share."""
+    backends = sorted(backend_packages())
+    wrong = []
+    for name in backends:
+        wrong += [v for v in violations("", (f"serving.{name}",))
+                  if not v.startswith((f"serving/{name}/", "serving/registry.py "))]
+    for name in BACKENDS_ONLY:
+        wrong += [v for v in violations("", (f"serving.{name}",))
+                  if not v.startswith((f"serving/{name}/", *(f"serving/{b}/" for b in backends)))]
+    assert not wrong, f"a backend's modules named outside its package (add a hook to serving/package.py): {wrong}"
+
+
 @pytest.mark.parametrize("name", list(backend_packages()))
 def test_every_registered_backend_package_declares_its_hooks(name: str) -> None:
     package = backend_packages()[name]
@@ -121,6 +139,17 @@ def test_every_registered_backend_package_declares_its_hooks(name: str) -> None:
     if package.extra is not None:
         extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
         assert package.extra in extras, f"pyproject.toml has no extra {package.extra!r}"
+
+    # The cluster's switches it may ask for are keys users type (`cluster.<key>`): each a field of the cluster's schema.
+    from experiments.config.schema import ClusterConfig
+
+    switches = {f.name: f for f in dataclasses.fields(ClusterConfig)}
+    for switch in package.cluster_switches:
+        assert switch in switches and switches[switch].default is None, \
+            f"cluster.{switch}: a field of ClusterConfig, null until settled (`BackendSettings.cluster_needs`)"
+    needs = {key for f in dataclasses.fields(package.settings) if f.type in ("bool", bool)
+             for key in dataclasses.replace(package.settings(), **{f.name: True}).cluster_needs()}
+    assert needs <= set(package.cluster_switches), f"its settings ask for switches it does not declare: {needs}"
 
 
 def test_the_registry_is_all_there_is_of_backends_in_the_config_tree() -> None:

@@ -66,10 +66,10 @@ class Connection:
     async def request(self, path: str, payload: Any = None, method: str | None = None) -> Reply:
         body = b"" if payload is None else json.dumps(payload).encode()
         method = method or ("GET" if payload is None else "POST")
+        reply = Reply(sent=time.monotonic())  # before the write: the server cannot have the request any sooner
         self.writer.write(f"{method} {path} HTTP/1.1\r\nHost: {self.address.netloc}\r\nContent-Type: application/json"
                           f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
         await self.writer.drain()
-        reply = Reply(sent=time.monotonic())
         try:
             await self._read(reply)
         except (asyncio.IncompleteReadError, ConnectionError):

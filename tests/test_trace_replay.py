@@ -77,6 +77,7 @@ def test_an_open_loop_trace_load_takes_its_gaps_from_the_replay() -> None:
     replay = Replay((1.0, 0.5), 2.0)
     load = LoadPoint(LoadMode.TRACE, 20.0, replay).generator(None, 1.0, 1, 0, 64)
     assert isinstance(load, OpenLoopLoad)
+    load._begin(0.0)
     expected = replay.arrivals(20.0, np.random.default_rng(0)).take(10)
     assert [load._gap() for _ in range(10)] == pytest.approx(expected.tolist())
 
@@ -171,7 +172,7 @@ def test_a_trace_without_load_mode_trace_is_refused_not_ignored(monkeypatch: pyt
 def test_a_good_trace_passes_and_names_itself_in_the_trials_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     cfg = _cfg(f"experiment.trace={EXAMPLE}")
-    check_trace(cfg.experiment)
+    assert check_trace(cfg.experiment) == []
     settings = trace_settings(cfg.experiment)
     assert settings["trace"] == EXAMPLE and settings["trace_kind"] == "rate_per_s" and settings["trace_steps"] == 288
     assert settings["trace_mean_to_peak"] == pytest.approx(0.548, abs=0.001) and len(settings["trace_sha256"]) == 16

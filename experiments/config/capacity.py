@@ -8,10 +8,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from experiments.config.errors import not_allowed
-from experiments.config.schema import DEFAULT_HEADROOM, CapacityConfig, TierbenchConfig
+from experiments.config.checks import Checked, refused_by
+from experiments.config.errors import not_allowed, refuse
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
+
+# The capacity plan's spare capacity above the peak unless the user says (`capacity.headroom`, `--headroom`).
+DEFAULT_HEADROOM = 0.2
 
 # Beyond 100 % spare capacity the "headroom" is a different peak: say that peak instead (or a percent was typed).
 MAX_HEADROOM = 1.0
@@ -76,35 +82,49 @@ def traffic(average: Any, peak: Any = None, headroom: Any = DEFAULT_HEADROOM,
     return Traffic(average, peak, headroom)
 
 
+@dataclass
+class CapacityConfig(Checked):
+    """The report's capacity plan (docs/capacity-plan.md): per tier, the nodes that serve this traffic within
+    `experiment.slo.p99_ms` (from the SLO search's highest throughput per node) and what they cost per hour and per
+    month at each listed price. Traffic is in images/s: a request of b images counts b."""
+
+    traffic_img_s: float | None = None  # the average traffic, images/s; null: no capacity plan
+    peak_img_s: float | None = None  # the peak the nodes are sized for, >= traffic_img_s; null: the average
+    headroom: float = DEFAULT_HEADROOM  # spare capacity above the peak, a fraction in [0, 1]: 0.2 sizes for 1.2 x it
+    # Generative: the peak requests/s the plan is sized for, in tokens (each request the measured output tokens of
+    # the point chosen within experiment.slo.ttft_p99_ms / tpot_p99_ms); null: no plan
+    peak_rps: float | None = None
+
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        """The keys of the experiment's workload, and the SLO search the plan sizes nodes from
+        (`experiment.slo.p99_ms`)."""
+        generative = cfg.experiment.workload == "generative"
+        if self.peak_rps is not None:
+            if not generative:
+                return [refuse(f"{key}.peak_rps", self.peak_rps, "a generative sweep's peak in requests/s; an image "
+                                                                 f"sweep's traffic is {CONFIG_KEYS[0]} (images/s)")]
+            if not (isinstance(self.peak_rps, int | float) and self.peak_rps > 0):
+                return [refuse(f"{key}.peak_rps", self.peak_rps, "the peak requests/s to size the nodes for, > 0")]
+            if not 0 <= self.headroom <= 1:
+                return [refuse(f"{key}.headroom", self.headroom, "spare capacity above the peak, in [0, 1]")]
+        if generative and self.traffic_img_s is not None:
+            return [refuse(CONFIG_KEYS[0], self.traffic_img_s, "a generative sweep's plan is sized in requests/s: "
+                                                               "capacity.peak_rps=R")]
+        if self.traffic_img_s is None:
+            if self.peak_img_s is not None:
+                return [refuse(CONFIG_KEYS[1], self.peak_img_s, "it sizes a capacity plan: give the average traffic "
+                                                                f"too, e.g. {CONFIG_KEYS[0]}={self.peak_img_s:g}")]
+            return []
+        problems = refused_by(configured_traffic, self)
+        if not problems and cfg.experiment.slo.p99_ms is None:
+            problems = [refuse(CONFIG_KEYS[0], self.traffic_img_s, "the capacity plan counts nodes from the SLO "
+                               "search's highest throughput within the p99 target: set experiment.slo.p99_ms too, "
+                               "e.g. experiment.slo.p99_ms=50")]
+        return problems
+
+
 def configured_traffic(capacity: CapacityConfig) -> Traffic | None:
     """A sweep's `capacity.*` as the report takes it; None when no traffic is given (no plan)."""
     if capacity.traffic_img_s is None:
         return None
     return traffic(capacity.traffic_img_s, capacity.peak_img_s, capacity.headroom)
-
-
-def check_capacity(cfg: TierbenchConfig) -> None:
-    """A sweep's `capacity.*`: the plan sizes nodes from the SLO search, so it needs `experiment.slo.p99_ms`."""
-    capacity = cfg.capacity
-    generative = cfg.experiment.workload == "generative"
-    if capacity.peak_rps is not None:
-        if not generative:
-            raise not_allowed("capacity.peak_rps", capacity.peak_rps, "a generative sweep's peak in requests/s; an "
-                              f"image sweep's traffic is {CONFIG_KEYS[0]} (images/s)")
-        if not (isinstance(capacity.peak_rps, int | float) and capacity.peak_rps > 0):
-            raise not_allowed("capacity.peak_rps", capacity.peak_rps, "the peak requests/s to size the nodes for, > 0")
-        if not 0 <= capacity.headroom <= 1:
-            raise not_allowed("capacity.headroom", capacity.headroom, "spare capacity above the peak, in [0, 1]")
-    if generative and capacity.traffic_img_s is not None:
-        raise not_allowed(CONFIG_KEYS[0], capacity.traffic_img_s, "a generative sweep's plan is sized in requests/s: "
-                          "capacity.peak_rps=R")
-    if capacity.traffic_img_s is None:
-        if capacity.peak_img_s is not None:
-            raise not_allowed(CONFIG_KEYS[1], capacity.peak_img_s, f"it sizes a capacity plan: give the average "
-                              f"traffic too, e.g. {CONFIG_KEYS[0]}={capacity.peak_img_s:g}")
-        return
-    configured_traffic(capacity)
-    if cfg.experiment.slo.p99_ms is None:
-        raise not_allowed(CONFIG_KEYS[0], capacity.traffic_img_s, "the capacity plan counts nodes from the SLO "
-                          "search's highest throughput within the p99 target: set experiment.slo.p99_ms too, e.g. "
-                          "experiment.slo.p99_ms=50")

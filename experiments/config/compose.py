@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from experiments.config.errors import ConfigError, not_allowed
 from serving.paths import REPO_ROOT
+from serving.settings import BackendSettings
 
 if TYPE_CHECKING:
     from experiments.config.schema import TierbenchConfig
@@ -66,6 +67,8 @@ def composition_error(exc: Exception, overrides: Sequence[str]) -> ConfigError:
     full_key = getattr(cause, "full_key", None)
     if not full_key:
         return ConfigError(" ".join(str(exc).split()))
+    if f"is not a subclass of {BackendSettings.__name__}" in str(getattr(cause, "msg", "")):
+        return _bare_backend_entry(str(full_key), overrides)
     key, value = _override_for(full_key, overrides)
     schema = getattr(cause, "object_type", None)
     if isinstance(cause, AttributeError | KeyError) and dataclasses.is_dataclass(schema):
@@ -77,6 +80,17 @@ def composition_error(exc: Exception, overrides: Sequence[str]) -> ConfigError:
     reason = str(getattr(cause, "msg", cause)).splitlines()[0]  # OmegaConf adds the key and types on more lines
     fix = next((fix for said, fix in TYPE_FIXES.items() if said in reason), None)
     return not_allowed(key, value, reason + "".join(f"; {text}" for text in (fix, advice) if text))
+
+
+def _bare_backend_entry(name: str, overrides: Sequence[str]) -> ConfigError:
+    """`+backends.<name>={...}`: a bare mapping where `backends` holds a backend class's settings (OmegaConf names
+    only the entry, not its parent)."""
+    from serving.registry import backend_settings
+
+    key, value = _override_for(f"backends.{name}", overrides)
+    return not_allowed(key, value, f"an entry extends its class's settings: add it with +backend@backends.{name}="
+                       f"<{' | '.join(backend_settings())}>, then set its keys (e.g. backends.{name}.dynamic_batching="
+                       "true)")
 
 
 def _override_for(full_key: str, overrides: Sequence[str]) -> tuple[str, Any]:

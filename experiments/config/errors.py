@@ -12,8 +12,19 @@ class ConfigError(ValueError):
     docs = "docs/troubleshooting.md#bad-input"
 
     def __str__(self) -> str:
-        return f"{super().__str__()} ({self.docs})"
+        return f"{self.problem} ({self.docs})"
+
+    @property
+    def problem(self) -> str:
+        """The message without the page: a part's problem (`experiments.config.checks`)."""
+        return super().__str__()
+
+
+def refuse(key: str, value: Any, allowed: str) -> str:
+    """The one line a refused value gets: `key=value is not allowed: what is` (a part's problem,
+    `experiments.config.checks`)."""
+    return f"{key}={value!r} is not allowed: {allowed}"
 
 
 def not_allowed(key: str, value: Any, allowed: str) -> ConfigError:
-    return ConfigError(f"{key}={value!r} is not allowed: {allowed}")
+    return ConfigError(refuse(key, value, allowed))

@@ -10,15 +10,46 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from experiments.config.errors import ConfigError
+from experiments.config.checks import Checked
+from experiments.config.errors import refuse
 from experiments.config.prices import cost_per_1k_images
-from experiments.config.schema import OwnedConfig
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
 
 HOURS_PER_YEAR = 8760
 PARAM_PREFIX = "owned_"
 KEYS = ("hardware_usd", "life_years", "utilisation", "usd_per_kwh", "host_watts", "source")
+
+
+@dataclass
+class OwnedConfig(Checked):
+    """The tier priced as hardware you own instead of rent (experiments.config.owned): the purchase amortised over
+    the hours it serves, plus the energy it draws while serving. Off until `hardware_usd` is set."""
+
+    hardware_usd: float | None = None  # what one node cost to buy (its GPUs, host, a share of the rack); null: off
+    life_years: float = 3.0  # years the purchase is written off over
+    utilisation: float = 0.5  # the share of those years the node serves at the measured throughput
+    usd_per_kwh: float = 0.15  # electricity, cooling included (a data centre's PUE times its tariff)
+    host_watts: float = 0.0  # the node's draw beyond its GPUs' measured power (CPUs, fans); a CPU node's whole draw
+    source: str = ""  # where the purchase price and tariff come from
+
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        if self.hardware_usd is None:
+            return []
+        if self.hardware_usd < 0:
+            return [refuse(f"{key}.hardware_usd", self.hardware_usd, "what one node cost, in USD >= 0 (or null: not "
+                                                                     "priced as owned)")]
+        if self.life_years <= 0:
+            return [refuse(f"{key}.life_years", self.life_years, "years > 0 the purchase is written off over")]
+        if not 0 < self.utilisation <= 1:
+            return [refuse(f"{key}.utilisation", self.utilisation, "the share of the node's life it serves, in (0, 1]")]
+        for name in ("usd_per_kwh", "host_watts"):
+            if getattr(self, name) < 0:
+                return [refuse(f"{key}.{name}", getattr(self, name), "a value >= 0")]
+        return []
 
 
 @dataclass(frozen=True)
@@ -55,24 +86,6 @@ class Owned:
         if margin <= 0:
             return None
         return self.hardware_usd / (self.life_years * HOURS_PER_YEAR * margin)
-
-
-def validate_owned(owned: OwnedConfig) -> None:
-    """One ConfigError naming the key, the value and what is allowed."""
-    def fail(key: str, value: Any, allowed: str) -> None:
-        raise ConfigError(f"gpu.owned.{key}={value!r} is not allowed: {allowed}")
-
-    if owned.hardware_usd is None:
-        return
-    if owned.hardware_usd < 0:
-        fail("hardware_usd", owned.hardware_usd, "what one node cost, in USD >= 0 (or null: not priced as owned)")
-    if owned.life_years <= 0:
-        fail("life_years", owned.life_years, "years > 0 the purchase is written off over")
-    if not 0 < owned.utilisation <= 1:
-        fail("utilisation", owned.utilisation, "the share of the node's life it serves, in (0, 1]")
-    for key in ("usd_per_kwh", "host_watts"):
-        if getattr(owned, key) < 0:
-            fail(key, getattr(owned, key), "a value >= 0")
 
 
 def owned_params(owned: OwnedConfig) -> dict[str, Any]:

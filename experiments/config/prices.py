@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from experiments.config.errors import ConfigError
+from experiments.config.errors import refuse
 from serving.metric import cost_per
 
 if TYPE_CHECKING:
@@ -103,27 +103,28 @@ def images_per_usd(usd_per_hour: Any, throughput_img_s: Any, nodes: Any = 1) -> 
     return throughput_img_s * 3600.0 / fleet_usd_per_hour(usd_per_hour, nodes)
 
 
-def validate_prices(gpu: GpuTierConfig) -> None:
-    """Each alternative price: a lower-case identifier (it becomes a param name) with usd_per_hour >= 0 (and
-    `pinned`, where given, true or false)."""
+def check_prices(gpu: GpuTierConfig, key: str = "gpu") -> list[str]:
+    """What is wrong with the tier's alternative prices (`<key>.prices`): each a lower-case identifier (it becomes a
+    param name) with usd_per_hour >= 0 (and `pinned`, where given, true or false); the first problem only."""
     for name, entry in (gpu.prices or {}).items():
-        key = f"gpu.prices.{name}"
+        where = f"{key}.prices.{name}"
         if not NAME_RE.match(str(name)) or name == PRIMARY:
-            raise ConfigError(f"{key}: the name {name!r} is not allowed: use lower-case letters, digits and _ "
-                              f"(not 'primary'), e.g. gpu.prices.runpod_spot")
+            return [f"{where}: the name {name!r} is not allowed: use lower-case letters, digits and _ (not 'primary'), "
+                    f"e.g. {key}.prices.runpod_spot"]
         if not hasattr(entry, "keys"):
-            raise ConfigError(f"{key}={entry!r} is not allowed: give a mapping, e.g. "
-                              f"{key}={{usd_per_hour:0.34,kind:spot,source:URL,seen:2026-03-10}}")
+            return [refuse(where, entry, f"give a mapping, e.g. {where}={{usd_per_hour:0.34,kind:spot,source:URL,"
+                                         "seen:2026-03-10}")]
         unknown = sorted(set(entry.keys()) - set(PRICE_KEYS))
         if unknown:
-            raise ConfigError(f"{key}.{unknown[0]} is not a price key: use {list(PRICE_KEYS)}")
+            return [f"{where}.{unknown[0]} is not a price key: use {list(PRICE_KEYS)}"]
         usd = entry.get("usd_per_hour")
         if not isinstance(usd, int | float) or isinstance(usd, bool) or usd < 0:
-            raise ConfigError(f"{key}.usd_per_hour={usd!r} is not allowed: set a price >= 0 in USD per hour")
+            return [refuse(f"{where}.usd_per_hour", usd, "set a price >= 0 in USD per hour")]
         pinned = entry.get("pinned", False)
         if not isinstance(pinned, bool):
-            raise ConfigError(f"{key}.pinned={pinned!r} is not allowed: true (the price is yours: runners.prices "
-                              f"leaves it alone) or false")
+            return [refuse(f"{where}.pinned", pinned, "true (the price is yours: runners.prices leaves it alone) or "
+                                                      "false")]
+    return []
 
 
 def tier_prices(gpu: GpuTierConfig) -> list[Price]:

@@ -80,14 +80,19 @@ def _yaml(value: Any) -> str:
 
 
 def schema_dataclasses() -> dict[str, type]:
-    """The dataclasses of the config schema (experiments/config/schema.py, and the model's in
-    serving/model_config.py), by name: the types a field nests."""
+    """The dataclasses of the config schema (experiments/config/schema.py and the parts it holds from modules of their
+    own, and the model's in serving/model_config.py), by name: the types a field nests."""
+    import experiments.config.capacity as capacity
+    import experiments.config.experiment as experiment
+    import experiments.config.inputs as inputs
+    import experiments.config.owned as owned
     import experiments.config.schema as schema
+    import experiments.config.search as search
     import serving.model_config as model_config
     import serving.workloads.generative.config as prompts
     import serving.workloads.generative.model as language_model
 
-    modules = (schema, model_config, prompts, language_model)
+    modules = (schema, experiment, inputs, search, owned, capacity, model_config, prompts, language_model)
     return {name: obj for module in modules for name, obj in vars(module).items()
             if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__}
 

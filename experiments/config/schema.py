@@ -1,9 +1,13 @@
-"""Typed schemas for the Hydra config tree (`conf/`), registered in Hydra's ConfigStore.
+"""Typed schemas for the Hydra config tree (`conf/`), registered in Hydra's ConfigStore: the whole config
+(`TierbenchConfig`) and its parts. A part with a module of its own is defined there, with its rules (the experiment's
+in `experiments.config.experiment`, `experiment.inputs` in `.inputs`, `experiment.search` in `.search`, `gpu.owned`
+in `.owned`, `capacity` in `.capacity`); this module's namespace holds every part.
 
 YAML files extend these schemas through their defaults list (`- base_gpu`, ...; an entry of conf/backends/
 with `- /backend/<class>@<name>`), so a misspelt key or a value of the wrong type fails when the config is
-composed. Rules that types cannot express (allowed names, positive sizes) live in
-`experiments.config.validation`; the backend settings classes (`serving/*/settings.py`) check their own.
+composed. What types cannot express (allowed names, ranges, values that need each other) each part checks itself
+(`experiments.config.checks.Checked`; `experiments.config.validation.validate` walks the tree), and the backend
+settings classes (`serving/*/settings.py`) theirs.
 """
 
 from __future__ import annotations
@@ -14,15 +18,33 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from experiments.config.capacity import CapacityConfig
+from experiments.config.checks import Checked, refused_by
+from experiments.config.choices import ClientPlacement
+from experiments.config.errors import refuse
+from experiments.config.experiment import (  # noqa: F401 - the parts of `experiment`, in the schema's namespace
+    ArrivalsConfig,
+    ExperimentConfig,
+    SloConfig,
+    StabilityConfig,
+    highest_load,
+)
+from experiments.config.inputs import AccuracyConfig, InputsConfig  # noqa: F401 - the schema's namespace
+from experiments.config.model_check import check_model
+from experiments.config.owned import OwnedConfig
+from experiments.config.prices import check_prices
+from experiments.config.search import SearchConfig, check_search  # noqa: F401 - the schema's namespace
+from experiments.config.shares import check_share, tenants
+from experiments.config.workloads import check_prompts
 from serving.model_config import ModelConfig, ServedModel
-from serving.registry import backend_packages
+from serving.registry import backend_settings, cluster_switches
 from serving.settings import BackendSettings
-from serving.workloads.generative.config import PromptsConfig
 from serving.workloads.generative.model import LanguageModelConfig
+from serving.workloads.registry import workloads
 
 # The `backend` config group: one schema per backend package (serving/registry.py), named in conf/backends/ as
 # `/backend/<name>@<entry>`.
-BACKEND_SCHEMAS: dict[str, type[BackendSettings]] = {name: p.settings for name, p in backend_packages().items()}
+BACKEND_SCHEMAS: dict[str, type[BackendSettings]] = backend_settings()
 
 
 # A node of tier <name> declares the Ray resource `tier_<name>` (experiments.cluster.tiers), and so does a node type
@@ -35,20 +57,7 @@ NODE_LOCK_RESOURCE = "tierbench_node"
 
 
 @dataclass
-class OwnedConfig:
-    """The tier priced as hardware you own instead of rent (experiments.config.owned): the purchase amortised over
-    the hours it serves, plus the energy it draws while serving. Off until `hardware_usd` is set."""
-
-    hardware_usd: float | None = None  # what one node cost to buy (its GPUs, host, a share of the rack); null: off
-    life_years: float = 3.0  # years the purchase is written off over
-    utilisation: float = 0.5  # the share of those years the node serves at the measured throughput
-    usd_per_kwh: float = 0.15  # electricity, cooling included (a data centre's PUE times its tariff)
-    host_watts: float = 0.0  # the node's draw beyond its GPUs' measured power (CPUs, fans); a CPU node's whole draw
-    source: str = ""  # where the purchase price and tariff come from
-
-
-@dataclass
-class GpuTierConfig:
+class GpuTierConfig(Checked):
     """A GPU tier: what it is called, what it costs and how its nodes are recognised."""
 
     name: str = MISSING  # the tier's name: `gpu=<name>`, the node resource `tier_<name>`, trial param `gpu_tier`
@@ -87,164 +96,29 @@ class GpuTierConfig:
     cpus: int | None = None
     owned: OwnedConfig = field(default_factory=OwnedConfig)  # rent vs own: the report prices the tier both ways
 
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        """Its prices (experiments.config.prices), its identity, and what a share of a card says it is
+        (experiments.config.shares)."""
+        price = self.price_per_hour_usd
+        if price is None or not isinstance(price, int | float) or price < 0:
+            return [refuse(f"{key}.price_per_hour_usd", price, "set a price >= 0 in USD per hour for this tier")]
+        return check_prices(self, key) or self._check_identity(key) or check_share(self, key)
 
-@dataclass
-class StabilityConfig:
-    """perf_analyzer's rule: repeat windows until the last `windows` agree within `percent` on throughput and
-    on the chosen latency percentile (at most `max_windows`)."""
-
-    percent: float = 10.0  # how far apart (%) the agreeing windows may be on throughput and the latency percentile
-    windows: int = 3  # how many of the last windows must agree
-    max_windows: int = 10  # stop there, agreed or not (the trial is then tagged stable=false)
-    latency_percentile: int = 95  # the latency percentile the windows must agree on
-    # each window holds at least this many completed requests: one that holds fewer goes on into the next, measured
-    # as one longer window (up to 8 x window_s), before windows are compared (LoadGen's minimum query count); 0: every
-    # window is window_s long, whatever it holds
-    min_requests: int = 0
-
-
-@dataclass
-class SloConfig:
-    """Find the highest load whose p99 stays within `p99_ms` (null: no search); a generative sweep's targets are its
-    time to first token and time per output token (`ttft_p99_ms`, `tpot_p99_ms`)."""
-
-    p99_ms: float | None = None  # the p99 target (ms); null: no search
-    # Generative: the time to first token's p99 target (ms), and each request's bound for goodput; null: none
-    ttft_p99_ms: float | None = None
-    # Generative: the time per output token's p99 target (ms), and each request's bound for goodput; null: none
-    tpot_p99_ms: float | None = None
-    # A request answered later than this (ms) is not good: goodput counts the requests answered well within it
-    # (null: within p99_ms, where set; with neither, no goodput)
-    deadline_ms: float | None = None
-    # The search also keeps goodput at least this share of the requests offered (e.g. 0.99: at most 1 % failed or
-    # late); null: the p99 rule alone
-    min_goodput_share: float | None = None
-    max_concurrency: int = 64  # the search's highest concurrency (closed loop)
-    max_rate: float = 2000.0  # the search's highest request rate, req/s (open loop)
-
-
-@dataclass
-class ArrivalsConfig:
-    """The open-loop shapes beyond constant and Poisson (experiment.load_mode; docs/traffic.md)."""
-
-    cv: float = 3.0  # gamma: the gaps' coefficient of variation (1: Poisson; above: burstier)
-    burst_on_s: float = 0.25  # bursts: seconds of arrivals at the burst rate, ...
-    burst_off_s: float = 0.75  # ... then seconds of none, over and over; the trial's rate is the mean over both
-    ramp_steps: int = 8  # ramp: the rate rises in this many steps, one measurement window each, ...
-    ramp_start: float = 0.125  # ... from this share of the trial's rate (its peak) to all of it
-
-
-@dataclass
-class SearchConfig:
-    """Search each backend's server settings for the highest throughput within `slo.p99_ms`
-    (experiments/run/settings_search.py). `space`: per backend class (`triton`, `ray_serve`), setting -> the values
-    to try; a backend's own name in place of its class's gives it a space of its own; a backend with neither is
-    measured at its own settings."""
-
-    strategy: str = "none"  # SearchStrategy: none | grid | quick
-    space: dict[str, Any] = field(default_factory=dict)  # backend class (or name) -> setting -> the values to try
-
-
-@dataclass
-class InputsConfig:
-    """What requests carry (serving.workloads.image.corpus; docs/inputs.md): distinct images, sent in turn."""
-
-    # `synthetic` (built-in, seeded) | a folder of JPEG, PNG, WebP images (at the same path on the clients' node)
-    source: str = "synthetic"
-    labels: str | None = None  # a CSV of `file,class index` for the folder's images: each backend's accuracy
-    synthetic_images: int = 512  # the synthetic corpus's size
-    seed: int = 0  # the synthetic corpus's seed
-    pool_mib: float = 64.0  # each client's distinct requests stop at this much payload (a window may repeat them)
-    # The caching audit: each operating point measured twice, with distinct inputs and with one input repeated
-    audit: bool = False
-    audit_max_speedup: float = 0.10  # a stack whose repeated input's p50 is faster by more than this share is flagged
-
-
-@dataclass
-class AccuracyConfig:
-    """How close to the FP32 reference a variant must stay to be chosen (docs/inputs.md, "Accuracy")."""
-
-    # Points of top-1 a variant may lose against the FP32 reference (on the labelled corpus; without labels, its
-    # top-1 disagreement with the reference's, in percent); over it a variant is measured and shown, never chosen.
-    # null: no bound (the accuracy pass runs only where the corpus has labels).
-    max_top1_drop: float | None = None
-    images: int = 512  # corpus images each (protocol, input format) path is evaluated on before its group is measured
-
-
-@dataclass
-class ExperimentConfig:
-    """The trial matrix and how each trial is measured."""
-
-    name: str = MISSING  # the experiment's name, logged with its trials
-    # What is sent and in what unit it is priced (serving/workloads/): image (images, $ per 1k images) | generative
-    # (conversations to an OpenAI-compatible server, $ per 1M tokens). The model must be of it (conf/model/)
-    workload: str = "image"
-    backends: list[str] = field(default_factory=list)  # entries of conf/backends/ to measure (`backends.<entry>`)
-    # http | grpc; for Triton with the client on the server's machine also http_shm, grpc_shm (system shared memory)
-    # and http_cuda_shm, grpc_cuda_shm (GPU)
-    protocols: list[str] = field(default_factory=list)
-    # image: tensor | jpeg | jpeg_base64 (base64 JPEGs in JSON); generative: chat_stream | completions_stream (every
-    # token timed) | chat | completions (answered whole)
-    input_formats: list[str] = field(default_factory=list)
-    # images per request, each at most model.max_batch_size (generative: [1], one conversation per request)
-    batch_sizes: list[int] = field(default_factory=list)
-    concurrency: list[int] = field(default_factory=list)  # closed loop: request loops in flight, one trial each
-    # Only these stacks, `variant/protocol/input_format` (e.g. fastapi/http/jpeg_base64), instead of every combination
-    # of backends x protocols x input formats; each part must be listed in its key above.
-    stacks: list[str] = field(default_factory=list)
-    # TrialMatrix: full (every batch size at every load) | axes (batch sizes at the lowest load, loads at the
-    # smallest batch size: the studies' serial-latency and concurrent-throughput tables)
-    matrix: str = "full"
-    # LoadMode: closed, `concurrency` request loops; constant | poisson | gamma | bursts, open loop at each of
-    # `request_rates` (req/s, the mean); ramp, rising to each of `request_rates` over `arrivals.ramp_steps` windows;
-    # trace, open loop following `trace`, each of `request_rates` its peak (docs/traffic.md, docs/trace-replay.md)
-    load_mode: str = "closed"
-    arrivals: ArrivalsConfig = field(default_factory=ArrivalsConfig)  # the shapes of gamma, bursts and ramp
-    request_rates: list[float] = field(default_factory=list)  # open loop: req/s, one trial each (trace: the peak)
-    # load_mode=trace: a CSV of arrival times (header arrival_s) or of requests/s per step (header rate_per_s), e.g.
-    # conf/traces/diurnal_example.csv (SYNTHETIC). Its whole span is replayed in each window_s, looped; its busiest
-    # step at the trial's rate.
-    trace: str | None = None
-    max_in_flight: int = 1024  # open loop: requests outstanding at most; later ones are sent late (late_requests)
-    # Warm-up ends once both are reached; its requests are dropped from the measurement.
-    warmup_requests: int = 10
-    warmup_s: float = 1.0  # seconds of warm-up (with warmup_requests, both must pass)
-    window_s: float = 5.0  # length of one measurement window, seconds
-    request_timeout_s: float = 60.0  # a request not answered within it fails (outcome `timeout`)
-    # The share of a trial's requests that may fail (an error status, a timeout, a lost connection:
-    # serving.clients.outcomes) before the trial fails; its figures are kept either way, errors by class included
-    max_error_rate: float = 0.01
-    # Longest a trial may take from load start to the end of its window; beyond it the trial fails.
-    trial_timeout_s: float = 600.0
-    # A trial whose server failed under it (a crashed or unhealthy process: the Python backend's stub declares
-    # itself unhealthy when starved of CPU for a second, also when the server answered the trial's other requests)
-    # is measured again this many times on a fresh server. The
-    # failed attempt stays logged, tagged `retried`; the new one carries `attempt` and the earlier reason.
-    trial_retries: int = 1
-    # Measure each trial this many times (1: once). With more, the trial's figures pool its repeats and each gets a
-    # 95 % interval (docs/confidence-intervals.md); every repeat is an MLflow run nested under its trial's run.
-    repeats: int = 1
-    # Each repeat after the first on a fresh server process (stopped and started again): its start-up and memory
-    # layout become part of the spread. Off: every repeat on the server already running.
-    repeat_fresh_server: bool = False
-    stability: StabilityConfig = field(default_factory=StabilityConfig)
-    slo: SloConfig = field(default_factory=SloConfig)
-    search: SearchConfig = field(default_factory=SearchConfig)
-    # Client actors share a trial's load, each with its own async client and connections. 0: automatic, one
-    # actor per `client_concurrency_per_actor` loops, more when an actor's CPU passes `client_cpu_limit`.
-    client_actors: int = 0
-    max_client_actors: int = 4  # automatic actors stop here
-    client_concurrency_per_actor: int = 16  # request loops per actor when client_actors is automatic
-    client_cpu_limit: float = 0.8  # share of a core an actor may use before another is added (else client_bound)
-    client_num_cpus: float = 0.1  # CPUs each client actor asks of Ray
-    # LoadEngine: what sends the requests. auto: the compiled engine (C, experiments/measure/engine/loadgen.c) wherever
-    # it builds and speaks the trial's protocol, else the Python client; compiled: only it (a trial it cannot measure
-    # is refused); python: the actors' asyncio client. Every trial records the engine that measured it.
-    load_engine: str = "auto"
-    inputs: InputsConfig = field(default_factory=InputsConfig)  # the images requests carry (docs/inputs.md)
-    # the conversations generative requests carry and their lengths (docs/generative.md)
-    prompts: PromptsConfig = field(default_factory=PromptsConfig)
-    accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)  # top-1 against the reference, and its bound
+    def _check_identity(self, key: str) -> list[str]:
+        """A GPU tier names its GPU exactly; its memory bounds, where given, are a range; a CPU tier's CPUs are a
+        count."""
+        if self.requires_gpu and not self.gpu_names:
+            return [refuse(f"{key}.gpu_names", [], "a GPU tier names its GPU: its NVML names as nvidia-smi "
+                                                   "--query-gpu=name prints them (or requires_gpu=false for a CPU "
+                                                   "tier)")]
+        if self.cpus is not None and (self.requires_gpu or not isinstance(self.cpus, int) or self.cpus <= 0):
+            return [refuse(f"{key}.cpus", self.cpus, "a CPU tier's logical CPUs, a positive integer, with "
+                                                     "requires_gpu=false (or null)")]
+        memory = list(self.gpu_memory_gib)
+        if memory and (len(memory) != 2 or not 0 < memory[0] <= memory[1]):
+            return [refuse(f"{key}.gpu_memory_gib", memory, "give [low, high] in GiB with 0 < low <= high, or [] for "
+                                                            "any")]
+        return []
 
 
 @dataclass
@@ -257,7 +131,7 @@ class EmulatedNodeConfig:
 
 
 @dataclass
-class ClusterConfig:
+class ClusterConfig(Checked):
     """How the sweep reaches Ray: start one (local, emulated) or join one (address)."""
 
     name: str = MISSING  # local | emulated | address: the file of conf/cluster/
@@ -296,31 +170,50 @@ class ClusterConfig:
     serve_haproxy: bool | None = None
 
     def switches(self) -> dict[str, bool]:
-        """The switches backends are checked against (`BackendSettings.check`), as validation settled them."""
-        return {key: bool(getattr(self, key)) for key in CLUSTER_SWITCHES}
+        """The switches backends ask for (`BackendPackage.cluster_switches`), as validation settled them: what
+        `BackendSettings.check` reads."""
+        return {key: bool(getattr(self, key)) for key in cluster_switches()}
 
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        from experiments.config.autoscaling import load_autoscaling
 
-# ClusterConfig's switches a backend can ask for (`BackendSettings.cluster_needs`); null ones are settled by validation.
-CLUSTER_SWITCHES = ("serve_direct_ingress", "serve_haproxy")
+        for name in ("lease_timeout_s", "scale_up_timeout_s", "schedule_timeout_s"):
+            if getattr(self, name) <= 0:
+                return [refuse(f"{key}.{name}", getattr(self, name), "a time in seconds > 0")]
+        if self.autoscaling_config:  # the file exists and names node types
+            return refused_by(load_autoscaling, str(self.autoscaling_config))
+        return []
 
 
 @dataclass
-class ClientsConfig:
+class ClientsConfig(Checked):
     """Where the load comes from: `colocated` on the tier's node, or `separate` on a client-pool node."""
 
     placement: str = "colocated"  # ClientPlacement
 
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        if self.placement not in list(ClientPlacement):
+            return [refuse(f"{key}.placement", self.placement, f"choose from {[str(p) for p in ClientPlacement]}")]
+        return []
+
 
 @dataclass
-class ToleranceConfig:
+class ToleranceConfig(Checked):
     """How far a backend's logits may be from the PyTorch reference's and still count as the same function."""
 
     max_abs_diff: float = MISSING  # the largest absolute difference of a logit from the reference's
     min_top1_agreement: float = MISSING  # the least share of images whose top-1 class matches the reference's
 
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        if self.max_abs_diff < 0:
+            return [refuse(f"{key}.max_abs_diff", self.max_abs_diff, "must be >= 0")]
+        if not 0 <= self.min_top1_agreement <= 1:
+            return [refuse(f"{key}.min_top1_agreement", self.min_top1_agreement, "must be a fraction in [0, 1]")]
+        return []
+
 
 @dataclass
-class CrosscheckConfig:
+class CrosscheckConfig(Checked):
     """The cross-check of each server group against the PyTorch reference before it is measured
     (experiments/run/crosscheck.py)."""
 
@@ -328,6 +221,19 @@ class CrosscheckConfig:
     images: int = 8  # images in the one request sent through each path
     # by the arithmetic a backend computes in (Backend.numerics): fp32 | fp16 | bf16 | int8
     tolerances: dict[str, ToleranceConfig] = field(default_factory=dict)
+
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        """Its size, and a tolerance for every arithmetic a backend computes in (each checks its own values)."""
+        if self.images < 1:
+            return [refuse(f"{key}.images", self.images, "must be a positive integer")]
+        for numerics in NUMERICS:
+            if numerics not in self.tolerances:
+                return [refuse(f"{key}.tolerances.{numerics}", None, "give max_abs_diff and min_top1_agreement")]
+        return []
+
+
+# The arithmetic a backend computes in (`serving.backend.Backend.numerics`): each has its cross-check tolerance.
+NUMERICS = ("fp32", "fp16", "bf16", "int8")
 
 
 @dataclass
@@ -350,7 +256,7 @@ class ServingConfig:
 
 
 @dataclass
-class TelemetryConfig:
+class TelemetryConfig(Checked):
     """Telemetry of the server's node during each measurement window: its CPU, and its GPUs through NVML (nothing of
     those on CPU-only nodes)."""
 
@@ -360,9 +266,14 @@ class TelemetryConfig:
     cpu: bool = True
     sample_hz: float = 20.0  # NVML samples per second
 
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        if self.sample_hz <= 0:
+            return [refuse(f"{key}.sample_hz", self.sample_hz, "must be > 0 (NVML samples per second, e.g. 20)")]
+        return []
+
 
 @dataclass
-class CeilingConfig:
+class CeilingConfig(Checked):
     """The GPU's own ceiling (experiments/measure/ceiling.py): before a tier's trials, each runtime its servers run is
     timed in-process on the tier's node, and every trial is set against it (docs/ceiling.md)."""
 
@@ -373,27 +284,18 @@ class CeilingConfig:
     cache_dir: str | None = None  # null: ~/.cache/tierbench/ceiling on the node
     timeout_s: float = 900.0  # the whole timing on a node (torch.compile and TensorRT builds happen inside it)
 
-
-# The capacity plan's spare capacity above the peak unless the user says (`capacity.headroom`, `--headroom`).
-DEFAULT_HEADROOM = 0.2
-
-
-@dataclass
-class CapacityConfig:
-    """The report's capacity plan (docs/capacity-plan.md): per tier, the nodes that serve this traffic within
-    `experiment.slo.p99_ms` (from the SLO search's highest throughput per node) and what they cost per hour and per
-    month at each listed price. Traffic is in images/s: a request of b images counts b."""
-
-    traffic_img_s: float | None = None  # the average traffic, images/s; null: no capacity plan
-    peak_img_s: float | None = None  # the peak the nodes are sized for, >= traffic_img_s; null: the average
-    headroom: float = DEFAULT_HEADROOM  # spare capacity above the peak, a fraction in [0, 1]: 0.2 sizes for 1.2 x it
-    # Generative: the peak requests/s the plan is sized for, in tokens (each request the measured output tokens of
-    # the point chosen within experiment.slo.ttft_p99_ms / tpot_p99_ms); null: no plan
-    peak_rps: float | None = None
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        for name in ("min_time_s", "timeout_s"):
+            if getattr(self, name) <= 0:
+                return [refuse(f"{key}.{name}", getattr(self, name), f"a time in seconds > 0 (or {key}.enabled=false: "
+                                                                     "no ceiling)")]
+        if self.min_calls < 1:
+            return [refuse(f"{key}.min_calls", self.min_calls, "a positive number of calls, e.g. 5")]
+        return []
 
 
 @dataclass
-class TierbenchConfig:
+class TierbenchConfig(Checked):
     """The whole config: one sweep is one GPU tier x the experiment matrix."""
 
     gpu: GpuTierConfig = MISSING
@@ -402,8 +304,9 @@ class TierbenchConfig:
     experiment: ExperimentConfig = MISSING
     cluster: ClusterConfig = MISSING
     clients: ClientsConfig = field(default_factory=ClientsConfig)
-    # entry name -> the typed settings of the class that serves it (conf/backends/, BACKEND_SCHEMAS)
-    backends: dict[str, Any] = field(default_factory=dict)
+    # entry name -> the typed settings of the class that serves it (conf/backends/, BACKEND_SCHEMAS: a subclass of
+    # BackendSettings each)
+    backends: dict[str, BackendSettings] = field(default_factory=dict)
     sweep_id: str = MISSING  # names the sweep across tiers (MLflow tag, results folder); the same one resumes it
     results_dir: str = "runs"  # raw per-trial results are written here before they are logged to MLflow
     quiet: bool = False  # no progress bar (the per-trial log lines stay); it is also off when stderr is no terminal
@@ -414,6 +317,71 @@ class TierbenchConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     ceiling: CeilingConfig = field(default_factory=CeilingConfig)
     crosscheck: CrosscheckConfig = field(default_factory=CrosscheckConfig)
+
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        """The rules between the parts, each checked by now: the cluster's switches settled from the experiment's
+        backends, then each of those entries (its class, its own checks against the model, the switches, the batch
+        sizes and the highest load), the servers sharing a card, the settings search (experiments.config.search)."""
+        self._settle_cluster_switches()
+        for name in self.experiment.backends:
+            problems = self._check_backend(name)
+            if problems:
+                return problems
+        return self._check_tenancy() or check_search(self)
+
+    def check_loaded(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        """Last: it loads and runs the model the user brings (experiments.config.model_check), or builds a generative
+        sweep's prompts with the model's tokenizer (experiments.config.workloads.check_prompts)."""
+        if workloads()[self.experiment.workload].image_model:
+            return refused_by(check_model, self.model)
+        return refused_by(check_prompts, self)
+
+    def _settle_cluster_switches(self) -> None:
+        """A cluster switch left null (`cluster.serve_direct_ingress`) is turned on when a backend of the experiment
+        needs it (`BackendSettings.cluster_needs`), else off, before anything starts."""
+        needs: dict[str, bool] = {}
+        for name in self.experiment.backends:
+            for switch, value in self.backends[name].cluster_needs().items():
+                needs[switch] = needs.get(switch, False) or value
+        for switch in cluster_switches():
+            if getattr(self.cluster, switch) is None:
+                setattr(self.cluster, switch, needs.get(switch, False))
+
+    def _check_backend(self, name: str) -> list[str]:
+        """`backends.<name>`: the class its settings name, and the settings' own checks, before any server starts."""
+        from hydra.utils import get_class
+
+        settings = self.backends[name]
+        try:
+            get_class(settings._target_)
+        except Exception as exc:  # noqa: BLE001 - any import failure is a bad _target_
+            return [f"backends.{name}._target_={settings._target_!r} cannot be imported ({exc}): name a Backend "
+                    "class, e.g. serving.triton.backend.TritonBackend"]
+        return [*settings.check(name, self.model, self.cluster.switches()),
+                *settings.refuse_batch_sizes(name, list(self.experiment.batch_sizes)),
+                *settings.refuse_loads(name, *highest_load(self.experiment))]
+
+    def _check_tenancy(self) -> list[str]:
+        """A shared card's tier starts its servers side by side on the card: each one tierbench's, each fitting its
+        share of the GPU Ray schedules."""
+        count = tenants(self.gpu)
+        if count == 1:
+            return []
+        names = list(self.experiment.backends)
+        foreign = [n for n in names if not self.backends[n].launches_server]
+        if foreign:
+            return [refuse("experiment.backends", foreign, f"tier {self.gpu.name} is a card shared by {count} servers "
+                           "tierbench starts on it, and an endpoint is a server it does not start: measure the "
+                           "endpoint on a whole card's tier, or drop it here")]
+        if not self.gpu.requires_gpu:
+            return []
+        for name in names:
+            ask = self.backends[name].gpu_ask()
+            if ask is not None and ask[1] * count > 1 + 1e-9:
+                return [refuse(f"backends.{name}.{ask[0]}", ask[1], f"each of the {count} servers sharing the card on "
+                               f"tier {self.gpu.name} asks Ray for this share of it (all its replicas together): at "
+                               f"most 1/{count} (e.g. backends.{name}.{ask[0]}={1 / count:.4g})")]
+        return []
 
 
 def register_configs() -> None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from experiments.config.checks import Checked
 from experiments.config.choices import SearchStrategy
-from experiments.config.errors import ConfigError
-from experiments.config.schema import BACKEND_SCHEMAS
+from experiments.config.errors import refuse
+from serving.registry import backend_settings
 from serving.settings import BackendSettings, default_of
 
 if TYPE_CHECKING:
@@ -23,9 +25,26 @@ if TYPE_CHECKING:
 SPACE_KEY = "experiment.search.space"
 
 
+@dataclass
+class SearchConfig(Checked):
+    """Search each backend's server settings for the highest throughput within `slo.p99_ms`
+    (experiments/run/settings_search.py). `space`: per backend class (`triton`, `ray_serve`), setting -> the values
+    to try; a backend's own name in place of its class's gives it a space of its own; a backend with neither is
+    measured at its own settings."""
+
+    strategy: str = "none"  # SearchStrategy: none | grid | quick
+    space: dict[str, Any] = field(default_factory=dict)  # backend class (or name) -> setting -> the values to try
+
+    def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
+        """The strategy; the space is checked against the backends it searches, once they are (`check_search`)."""
+        if self.strategy not in list(SearchStrategy):
+            return [refuse(f"{key}.strategy", self.strategy, f"choose from {[str(s) for s in SearchStrategy]}")]
+        return []
+
+
 def settings_class(settings: BackendSettings) -> str:
-    """The `experiment.search.space` key of a backend's settings: its class's name in BACKEND_SCHEMAS."""
-    return next(name for name, schema in BACKEND_SCHEMAS.items() if isinstance(settings, schema))
+    """The `experiment.search.space` key of a backend's settings: its class's name (the `backend` config group's)."""
+    return next(name for name, schema in backend_settings().items() if isinstance(settings, schema))
 
 
 def searching(cfg: TierbenchConfig) -> bool:
@@ -83,68 +102,72 @@ def add_candidate(cfg: TierbenchConfig, variant: str, values: dict[str, Any]) ->
     return name
 
 
-def check_search(cfg: TierbenchConfig) -> None:
-    """Refuse a search that cannot run, naming the key, the value and the fix; nothing is started before."""
+def check_search(cfg: TierbenchConfig) -> list[str]:
+    """What keeps the search asked for from running (a rule of the whole config, `TierbenchConfig.check`: it reads
+    the backends' settings against the model and the settled cluster switches), naming the key, the value and the
+    fix; nothing is started before."""
     exp = cfg.experiment
     search = exp.search
-    if search.strategy not in list(SearchStrategy):
-        raise ConfigError(f"experiment.search.strategy={search.strategy!r} is not allowed: choose from "
-                          f"{[str(s) for s in SearchStrategy]}")
     if not searching(cfg):
-        return
+        return []
     if exp.slo.p99_ms is None:
-        raise ConfigError(f"experiment.slo.p99_ms=None is not allowed with experiment.search.strategy="
-                          f"{search.strategy}: the search keeps the settings with the highest throughput within a p99 "
-                          "target; set one, e.g. experiment.slo.p99_ms=50")
+        return [f"experiment.slo.p99_ms=None is not allowed with experiment.search.strategy={search.strategy}: the "
+                "search keeps the settings with the highest throughput within a p99 target; set one, e.g. "
+                "experiment.slo.p99_ms=50"]
     for key in ("protocols", "input_formats", "batch_sizes"):
         values = getattr(exp, key)
         if len(values) != 1:
-            raise ConfigError(f"experiment.{key}={list(values)} is not allowed with a settings search: a search "
-                              f"finds the best settings for one operating point; give one, e.g. "
-                              f"experiment.{key}=[{values[0]}] (a multirun over it searches each)")
-    unknown = [name for name in search.space if name not in BACKEND_SCHEMAS and name not in cfg.backends]
+            return [f"experiment.{key}={list(values)} is not allowed with a settings search: a search finds the best "
+                    f"settings for one operating point; give one, e.g. experiment.{key}=[{values[0]}] (a multirun over "
+                    "it searches each)"]
+    classes = backend_settings()
+    unknown = [name for name in search.space if name not in classes and name not in cfg.backends]
     if unknown:
-        raise ConfigError(f"{SPACE_KEY}.{unknown[0]} is not allowed: the space is keyed by backend class, one of "
-                          f"{sorted(BACKEND_SCHEMAS)}, or by the name of a backend entry (its own space, in place "
-                          f"of its class's), e.g. one of experiment.backends={list(exp.backends)}")
+        return [f"{SPACE_KEY}.{unknown[0]} is not allowed: the space is keyed by backend class, one of "
+                f"{sorted(classes)}, or by the name of a backend entry (its own space, in place of its class's), e.g. "
+                f"one of experiment.backends={list(exp.backends)}"]
     searched = [v for v in exp.backends if space_of(cfg, v)]
     if not searched:
-        raise ConfigError(f"{SPACE_KEY}={dict(search.space)} is not allowed: no backend of "
-                          f"experiment.backends={list(exp.backends)} is of a class it searches; give values for "
-                          f"their class ({sorted({settings_class(cfg.backends[v]) for v in exp.backends})})")
+        return [refuse(SPACE_KEY, dict(search.space), f"no backend of experiment.backends={list(exp.backends)} is of a "
+                       "class it searches; give values for their class "
+                       f"({sorted({settings_class(cfg.backends[v]) for v in exp.backends})})")]
     for variant in searched:
-        _check_space(cfg, variant, space_of(cfg, variant))
+        problems = _space_problems(cfg, variant, space_of(cfg, variant))
+        if problems:
+            return problems
+    return []
 
 
-def _check_space(cfg: TierbenchConfig, variant: str, space: dict[str, list[Any]]) -> None:
+def _space_problems(cfg: TierbenchConfig, variant: str, space: dict[str, list[Any]]) -> list[str]:
     base = cfg.backends[variant]
     cls = settings_class(base)
     owner = space_key(cfg, variant)
     for key, values in space.items():
         where = f"{SPACE_KEY}.{owner}.{key}"
         if key not in base.searchable:
-            raise ConfigError(f"{where} is not allowed: not a setting the search varies for {cls} (those are "
-                              f"{list(base.searchable)})")
+            return [f"{where} is not allowed: not a setting the search varies for {cls} (those are "
+                    f"{list(base.searchable)})"]
         if not isinstance(values, list) or not values:
-            raise ConfigError(f"{where}={values!r} is not allowed: give a non-empty list of values to try, e.g. "
-                              f"{where}=[{getattr(base, key)!r}]")
+            return [refuse(where, values, f"give a non-empty list of values to try, e.g. {where}="
+                                          f"[{getattr(base, key)!r}]")]
         if len({repr(v) for v in values}) != len(values):
-            raise ConfigError(f"{where}={values!r} is not allowed: a value is listed twice")
+            return [refuse(where, values, "a value is listed twice")]
         switch = base.switched_by.get(key)
         if switch and switch not in space and not getattr(base, switch):
-            raise ConfigError(f"{where}={values!r} is not allowed for backends.{variant}, whose {switch}=false "
-                              f"(the setting only applies with it on): search a variant with {switch}: true, or "
-                              f"add {SPACE_KEY}.{owner}.{switch}=[false,true]")
+            return [f"{where}={values!r} is not allowed for backends.{variant}, whose {switch}=false (the setting "
+                    f"only applies with it on): search a variant with {switch}: true, or add "
+                    f"{SPACE_KEY}.{owner}.{switch}=[false,true]"]
         refused = {repr(v): p for v in values if (p := _value_problems(cfg, base, key, v, switch, variant))}
         if refused:
             value, problem = next(iter(refused.items()))
             own = ""
-            if owner == cls and not any(_value_problems(cfg, BACKEND_SCHEMAS[cls](), key, v, switch)
+            if owner == cls and not any(_value_problems(cfg, backend_settings()[cls](), key, v, switch)
                                         for v in values):  # this variant's own settings refuse: its own space
                 kept = {**space, key: [v for v in values if repr(v) not in refused]}
                 own = (f"; or give {variant} a space of its own, in place of {cls}'s: "
                        f"'+{SPACE_KEY}.{variant}={_hydra_dict({k: v for k, v in kept.items() if v})}'")
-            raise ConfigError(f"{where}={values!r} is not allowed: the value {value} gives: {problem}{own}")
+            return [refuse(where, values, f"the value {value} gives: {problem}{own}")]
+    return []
 
 
 def _value_problems(cfg: TierbenchConfig, base: BackendSettings, key: str, value: Any, switch: str | None,

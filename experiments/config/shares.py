@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.config.errors import not_allowed
+from experiments.config.errors import refuse
 
 if TYPE_CHECKING:
     from experiments.config.schema import GpuTierConfig
@@ -97,56 +97,58 @@ def card_tier(gpu: GpuTierConfig, conf_dir: Path | None = None) -> GpuTierConfig
     return _read_tier(path) if path.is_file() else None
 
 
-def validate_share(gpu: GpuTierConfig, conf_dir: Path | None = None) -> None:
-    """A share of a card says what it is: its share in (0, 1], the card's tier, and, for a MIG slice, its profile
-    and the MIG devices' NVML names made of the card's."""
+def check_share(gpu: GpuTierConfig, key: str = "gpu", conf_dir: Path | None = None) -> list[str]:
+    """What is wrong with what a share of a card says it is (the tier at `key`): its share in (0, 1], the card's
+    tier, and, for a MIG slice, its profile and the MIG devices' NVML names made of the card's; the first problem
+    only."""
     from experiments.config import compose
 
     folder = conf_dir or compose.CONF_DIR / "gpu"
     share = gpu.gpu_share
     if not isinstance(share, int | float) or isinstance(share, bool) or not 0 < share <= 1:
-        raise not_allowed("gpu.gpu_share", share, "the share of one card the tier is, in (0, 1]: 1 for a whole card, "
-                                                  "e.g. 0.14285714 (1/7) for a 1g.10gb slice of an H100")
+        return [refuse(f"{key}.gpu_share", share, "the share of one card the tier is, in (0, 1]: 1 for a whole card, "
+                                                  "e.g. 0.14285714 (1/7) for a 1g.10gb slice of an H100")]
     profile = gpu.mig_profile
     mig_names = [n for n in gpu.gpu_names if MIG_INFIX.lower() in f" {n.lower()} "]
     if profile is None:
         if mig_names:
-            raise not_allowed("gpu.mig_profile", None, f"gpu.gpu_names name MIG devices ({mig_names}): set "
-                                                       "gpu.mig_profile to their profile (e.g. 1g.10gb), gpu.gpu_share "
-                                                       "to its share of the card and gpu.share_of to the card's tier")
+            return [refuse(f"{key}.mig_profile", None, f"{key}.gpu_names name MIG devices ({mig_names}): set "
+                           f"{key}.mig_profile to their profile (e.g. 1g.10gb), {key}.gpu_share to its share of the "
+                           f"card and {key}.share_of to the card's tier")]
         count = tenants(gpu)
         if share < 1 and (count < 2 or count > MAX_TENANTS or abs(share * count - 1) > 1e-3):
-            raise not_allowed("gpu.gpu_share", share, f"a card shared by N servers at once is 1/N of it, N from 2 to "
+            return [refuse(f"{key}.gpu_share", share, f"a card shared by N servers at once is 1/N of it, N from 2 to "
                                                       f"{MAX_TENANTS} (0.5, 0.33333333, 0.25, ...); a MIG slice sets "
-                                                      "gpu.mig_profile too")
+                                                      f"{key}.mig_profile too")]
     else:
         if not MIG_PROFILE_RE.match(str(profile)):
-            raise not_allowed("gpu.mig_profile", profile, "a MIG profile as `nvidia-smi -L` names the slice, e.g. "
-                                                          "1g.10gb or 3g.40gb (null: a whole card)")
+            return [refuse(f"{key}.mig_profile", profile, "a MIG profile as `nvidia-smi -L` names the slice, e.g. "
+                                                          "1g.10gb or 3g.40gb (null: a whole card)")]
         if not gpu.requires_gpu:
-            raise not_allowed("gpu.requires_gpu", gpu.requires_gpu, "a MIG slice is a GPU tier: requires_gpu: true")
+            return [refuse(f"{key}.requires_gpu", gpu.requires_gpu, "a MIG slice is a GPU tier: requires_gpu: true")]
         wrong = [n for n in gpu.gpu_names if not _is_mig_name(n, profile)]
         if not gpu.gpu_names or wrong:
-            raise not_allowed("gpu.gpu_names", list(gpu.gpu_names),
-                              f"a MIG slice's NVML names are its card's with ' MIG {profile}', e.g. "
-                              f"['NVIDIA H100 80GB HBM3 MIG {profile}'] (as nvidia-smi -L lists the slice)")
+            return [refuse(f"{key}.gpu_names", list(gpu.gpu_names),
+                           f"a MIG slice's NVML names are its card's with ' MIG {profile}', e.g. "
+                           f"['NVIDIA H100 80GB HBM3 MIG {profile}'] (as nvidia-smi -L lists the slice)")]
     if share < 1 and not gpu.share_of:
-        raise not_allowed("gpu.share_of", None, f"a share of a card ({share:g}) names the card's tier, e.g. "
-                                                "gpu.share_of=h100_sxm: its price x gpu_share is this tier's")
+        return [refuse(f"{key}.share_of", None, f"a share of a card ({share:g}) names the card's tier, e.g. "
+                                                f"{key}.share_of=h100_sxm: its price x gpu_share is this tier's")]
     if not gpu.share_of:
-        return
+        return []
     tiers = sorted(p.stem for p in folder.glob("*.yaml"))
     if gpu.share_of == gpu.name or gpu.share_of not in tiers:
-        raise not_allowed("gpu.share_of", gpu.share_of, f"the tier of the whole card, another of conf/gpu/ "
-                                                        f"({', '.join(tiers)})")
+        return [refuse(f"{key}.share_of", gpu.share_of, f"the tier of the whole card, another of conf/gpu/ "
+                                                        f"({', '.join(tiers)})")]
     card = card_tier(gpu, folder)
     if card is None or is_share(card):
-        raise not_allowed("gpu.share_of", gpu.share_of, "a whole card's tier (no mig_profile, gpu_share 1, no "
-                                                        "share_of of its own)")
+        return [refuse(f"{key}.share_of", gpu.share_of, "a whole card's tier (no mig_profile, gpu_share 1, no "
+                                                        "share_of of its own)")]
     if profile:
         theirs = {" ".join(n.lower().split()) for n in card.gpu_names}
         foreign = [n for n in card_names(gpu) if " ".join(n.lower().split()) not in theirs]
         if foreign:
-            raise not_allowed("gpu.share_of", gpu.share_of,
-                              f"its card's NVML names {list(card.gpu_names)} are not those this slice's names "
-                              f"are made of ({foreign}): name the tier of the card the slice is cut from")
+            return [refuse(f"{key}.share_of", gpu.share_of,
+                           f"its card's NVML names {list(card.gpu_names)} are not those this slice's names "
+                           f"are made of ({foreign}): name the tier of the card the slice is cut from")]
+    return []

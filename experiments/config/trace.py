@@ -22,7 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.config.errors import not_allowed
+from experiments.config.checks import refused_by
+from experiments.config.errors import not_allowed, refuse
 
 if TYPE_CHECKING:
     from experiments.config.schema import ExperimentConfig
@@ -128,28 +129,32 @@ def trace_settings(exp: ExperimentConfig) -> dict[str, Any]:
             "trace_steps": len(trace.rates), "trace_mean_to_peak": round(trace.mean_to_peak, 6)}
 
 
-def check_trace(exp: ExperimentConfig) -> None:
-    """load_mode=trace needs a readable trace, and its peak (each request rate) within max_in_flight per second; a
-    trace without load_mode=trace would be ignored, so it is refused. Raises ConfigError naming key, value and fix."""
+def check_trace(exp: ExperimentConfig) -> list[str]:
+    """What is wrong with the experiment's trace (a rule of `ExperimentConfig.check`): load_mode=trace needs a readable
+    trace, and its peak (each request rate) within max_in_flight per second; a trace without load_mode=trace would be
+    ignored, so it is refused. Each problem names key, value and fix; the first only."""
     if exp.load_mode != "trace":
         if exp.trace is not None:
-            raise not_allowed(KEY, exp.trace, f"a trace is replayed only with experiment.load_mode=trace (now "
-                              f"{exp.load_mode}): add it, or leave out {KEY}")
-        return
+            return [refuse(KEY, exp.trace, f"a trace is replayed only with experiment.load_mode=trace (now "
+                                           f"{exp.load_mode}): add it, or leave out {KEY}")]
+        return []
     if exp.trace is None or not str(exp.trace).strip():
-        raise not_allowed(KEY, exp.trace, f"experiment.load_mode=trace replays a trace file: give one, e.g. "
-                          f"{KEY}={EXAMPLE} experiment.request_rates=[100] (the replay's peak, req/s)")
-    read_trace(str(exp.trace))
+        return [refuse(KEY, exp.trace, f"experiment.load_mode=trace replays a trace file: give one, e.g. {KEY}="
+                                       f"{EXAMPLE} experiment.request_rates=[100] (the replay's peak, req/s)")]
+    problems = refused_by(read_trace, str(exp.trace))
+    if problems:
+        return problems
     for rate in exp.request_rates:
         if rate > exp.max_in_flight:
-            raise not_allowed("experiment.request_rates", rate, f"with load_mode=trace each rate is the replay's peak, "
-                              f"and at {rate:g} req/s more requests arrive within one second than "
-                              f"experiment.max_in_flight={exp.max_in_flight} lets be outstanding at once: a server "
-                              "answering within a second would still see them sent late by construction; raise "
-                              f"experiment.max_in_flight to at least {math.ceil(rate)}, or lower the rate")
+            return [refuse("experiment.request_rates", rate, f"with load_mode=trace each rate is the replay's peak, "
+                           f"and at {rate:g} req/s more requests arrive within one second than "
+                           f"experiment.max_in_flight={exp.max_in_flight} lets be outstanding at once: a server "
+                           "answering within a second would still see them sent late by construction; raise "
+                           f"experiment.max_in_flight to at least {math.ceil(rate)}, or lower the rate")]
     if exp.slo.p99_ms is not None:
-        raise not_allowed("experiment.slo.p99_ms", exp.slo.p99_ms, "the SLO search finds a node's capacity under a "
-                          "steady load, which the capacity plan sizes nodes with; a trace's throughput is its average, "
-                          "not a capacity. Search with experiment.load_mode=poisson (or closed) in the same sweep_id, "
-                          "and replay the trace without experiment.slo.p99_ms: the report plans the trace's peak "
-                          "from that search")
+        return [refuse("experiment.slo.p99_ms", exp.slo.p99_ms, "the SLO search finds a node's capacity under a "
+                       "steady load, which the capacity plan sizes nodes with; a trace's throughput is its average, "
+                       "not a capacity. Search with experiment.load_mode=poisson (or closed) in the same sweep_id, "
+                       "and replay the trace without experiment.slo.p99_ms: the report plans the trace's peak from "
+                       "that search")]
+    return []

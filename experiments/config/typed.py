@@ -1,6 +1,7 @@
 """The composed config as the schemas' own objects, once, at the edge: every engine function receives a
 `TierbenchConfig` (and its parts), never a `DictConfig`, so a key is an attribute the type checker knows and a
-backend's settings are its settings class, built once.
+backend's settings are its settings class, built once (the schema holds only those in `backends`: a bare mapping there
+is refused when the config is composed, `experiments.config.compose`).
 
 Interpolations (`${now:...}` in `sweep_id`, `${gpu.name}`) are resolved here; Hydra copies the resolver cache to
 every job of a multirun, so the tiers of one sweep still share their `sweep_id`."""
@@ -12,15 +13,14 @@ import dataclasses
 from omegaconf import DictConfig, ListConfig, Node, OmegaConf, open_dict
 
 from experiments.config.errors import not_allowed
-from experiments.config.schema import BACKEND_SCHEMAS, TierbenchConfig
-from serving.settings import BackendSettings
+from experiments.config.schema import TierbenchConfig
 
 # What to do about a value the config leaves unset (`???`), by key; other keys get the generic advice.
 MISSING_ADVICE = {"gpu.price_per_hour_usd": "set a price >= 0 in USD per hour for this tier"}
 
 
 def typed(cfg: DictConfig | TierbenchConfig) -> TierbenchConfig:
-    """`cfg` as a `TierbenchConfig`; ConfigError for an unset value or a backend entry its class cannot take."""
+    """`cfg` as a `TierbenchConfig`; ConfigError for an unset value or a key its schema does not have."""
     if isinstance(cfg, TierbenchConfig):
         return cfg
     if "hydra" in cfg:  # a callback's config, or composed with return_hydra_config: Hydra's node is not the sweep's
@@ -31,8 +31,6 @@ def typed(cfg: DictConfig | TierbenchConfig) -> TierbenchConfig:
     if missing:
         key = missing[0]
         raise not_allowed(key, "???", MISSING_ADVICE.get(key, f"set {key} (the config leaves it unset)"))
-    for name in cfg.backends:
-        check_backend_entry(cfg, name)
     check_known_keys(cfg)
     return OmegaConf.to_object(cfg)
 
@@ -54,15 +52,3 @@ def check_known_keys(node: Node, path: str = "") -> None:
             raise not_allowed(where, OmegaConf.to_container(node, resolve=False).get(key),
                               f"not a setting of {schema.__name__} (its settings: {keys})")
         check_known_keys(node._get_node(key), where)
-
-
-def check_backend_entry(cfg: DictConfig, name: str) -> None:
-    """`backends.<name>` extends a settings class (`+backends.<name>={...}` would add a bare dict); its keys are
-    checked with every other node's (`check_known_keys`)."""
-    node = cfg.backends[name]
-    schema = OmegaConf.get_type(node)
-    if not (isinstance(schema, type) and issubclass(schema, BackendSettings)):
-        raise not_allowed(f"backends.{name}", OmegaConf.to_container(node), "an entry extends its class's settings: "
-                          f"add it with +backend@backends.{name}=<{' | '.join(BACKEND_SCHEMAS)}>, then set its keys "
-                          f"(e.g. backends.{name}.dynamic_batching=true)")
-

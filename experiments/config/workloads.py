@@ -1,16 +1,18 @@
 """`experiment.workload`: the model, the request formats, the backends and the SLO keys of a sweep all of one
-workload (serving/workloads/), and a generative sweep's prompts, tokenizer and lengths checked before anything is
-sent."""
+workload (serving/workloads/), the experiment's rules (`ExperimentConfig.check`), and a generative sweep's prompts,
+tokenizer and lengths checked before anything is sent (last: `TierbenchConfig.check_loaded`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from experiments.config.errors import ConfigError
+from experiments.config.errors import ConfigError, refuse
 from experiments.config.inputs import input_source
-from experiments.config.schema import TierbenchConfig
 from serving.workloads.registry import workloads
 from serving.workloads.workload import Workload
+
+if TYPE_CHECKING:
+    from experiments.config.schema import TierbenchConfig
 
 # What a generative sweep cannot use: it has no image model, corpus or reference.
 IMAGE_ONLY = {"experiment.accuracy.max_top1_drop": lambda cfg: cfg.experiment.accuracy.max_top1_drop,
@@ -18,10 +20,6 @@ IMAGE_ONLY = {"experiment.accuracy.max_top1_drop": lambda cfg: cfg.experiment.ac
               "experiment.inputs.labels": lambda cfg: cfg.experiment.inputs.labels,
               "experiment.slo.p99_ms": lambda cfg: cfg.experiment.slo.p99_ms}
 GENERATIVE_ONLY = ("ttft_p99_ms", "tpot_p99_ms")
-
-
-def _fail(key: str, value: Any, fix: str) -> None:
-    raise ConfigError(f"{key}={value!r} is not allowed: {fix}")
 
 
 def request_source(cfg: TierbenchConfig, repeated: bool = False) -> Any:
@@ -36,45 +34,52 @@ def workload_of(cfg: TierbenchConfig) -> Workload:
     """The experiment's workload; ConfigError naming the ones there are."""
     name = cfg.experiment.workload
     if name not in workloads():
-        _fail("experiment.workload", name, f"one of {sorted(workloads())}")
+        raise ConfigError(_unknown(name))
     return workloads()[name]
 
 
-def check_workload(cfg: TierbenchConfig) -> Workload:
-    """The model is of the experiment's workload, its formats are the workload's, every backend serves it, and what
-    belongs to another workload is left unset; a generative sweep's prompts too. Returns the workload."""
-    workload = workload_of(cfg)
+def _unknown(name: str) -> str:
+    return refuse("experiment.workload", name, f"one of {sorted(workloads())}")
+
+
+def check_workload(cfg: TierbenchConfig) -> list[str]:
+    """What is not of the experiment's workload (a rule of `ExperimentConfig.check`): the model, the request formats,
+    the backends, and what belongs to another workload is left unset; a generative sweep's own rules. The first
+    problem only."""
     exp, model = cfg.experiment, cfg.model
+    if exp.workload not in workloads():
+        return [_unknown(exp.workload)]
+    workload = workloads()[exp.workload]
     if type(model).workload != workload.name:
         examples = {"generative": "model=tiny_llama, or a file of conf/model/ on base_language_model",
                     "image": "model=resnet18, or a file of conf/model/ on base_model"}
         kind = type(model).workload
-        _fail("model", model.name, f"experiment.workload={workload.name} measures {workload.unit}s and model "
-                                   f"{model.name} is {_article(kind)} {kind} model: choose a model of the workload "
-                                   f"({examples.get(workload.name, '')}), or an experiment of the model's")
+        return [refuse("model", model.name, f"experiment.workload={workload.name} measures {workload.unit}s and model "
+                                            f"{model.name} is {_article(kind)} {kind} model: choose a model of the "
+                                            f"workload ({examples.get(workload.name, '')}), or an experiment of the "
+                                            "model's")]
     formats = [str(f) for f in workload.request_formats]
     for value in exp.input_formats or []:
         if value not in formats:
-            _fail("experiment.input_formats", value, f"a {workload.name} sweep sends {formats}")
+            return [refuse("experiment.input_formats", value, f"a {workload.name} sweep sends {formats}")]
     for name in exp.backends:
         if name in cfg.backends and not cfg.backends[name].serves(workload.name):
             settings = cfg.backends[name]
             hint = (" (an OpenAI-compatible server: an endpoint entry with kind=openai, e.g. backends.openai)"
                     if workload.name == "generative" else "")
-            _fail("experiment.backends", name, f"backends.{name} ({settings.family}"
-                  f"{', kind=' + settings.kind if hasattr(settings, 'kind') else ''}) does not serve "
-                  f"{workload.name} requests: list backends that do{hint}")
+            return [refuse("experiment.backends", name, f"backends.{name} ({settings.family}"
+                           f"{', kind=' + settings.kind if hasattr(settings, 'kind') else ''}) does not serve "
+                           f"{workload.name} requests: list backends that do{hint}")]
     if workload.name == "generative":
-        _check_generative(cfg)
-    else:
-        for key in GENERATIVE_ONLY:
-            if getattr(exp.slo, key) is not None:
-                _fail(f"experiment.slo.{key}", getattr(exp.slo, key), "a target of generative sweeps "
-                      "(experiment.workload=generative); an image sweep's is experiment.slo.p99_ms")
-    return workload
+        return _check_generative(cfg)
+    for key in GENERATIVE_ONLY:
+        if getattr(exp.slo, key) is not None:
+            return [refuse(f"experiment.slo.{key}", getattr(exp.slo, key), "a target of generative sweeps "
+                           "(experiment.workload=generative); an image sweep's is experiment.slo.p99_ms")]
+    return []
 
 
-def _check_generative(cfg: TierbenchConfig) -> None:
+def _check_generative(cfg: TierbenchConfig) -> list[str]:
     exp = cfg.experiment
     for key, read in IMAGE_ONLY.items():
         value = read(cfg)
@@ -82,31 +87,27 @@ def _check_generative(cfg: TierbenchConfig) -> None:
             fix = ("say which latency: experiment.slo.ttft_p99_ms (time to first token) and/or "
                    "experiment.slo.tpot_p99_ms (time per output token), in ms" if key.endswith("p99_ms") else
                    "it belongs to image sweeps: leave it unset with experiment.workload=generative")
-            _fail(key, value, fix)
+            return [refuse(key, value, fix)]
     if list(exp.batch_sizes) != [1]:
-        _fail("experiment.batch_sizes", list(exp.batch_sizes), "a generative request is one conversation: [1] (the "
-                                                               "server batches requests itself; measure more at once "
-                                                               "with experiment.concurrency)")
+        return [refuse("experiment.batch_sizes", list(exp.batch_sizes), "a generative request is one conversation: "
+                       "[1] (the server batches requests itself; measure more at once with experiment.concurrency)")]
     if exp.load_engine == "compiled":
-        _fail("experiment.load_engine", exp.load_engine, "the compiled engine records no token: a generative sweep "
-                                                         "is measured by the Python client (auto or python)")
+        return [refuse("experiment.load_engine", exp.load_engine, "the compiled engine records no token: a generative "
+                       "sweep is measured by the Python client (auto or python)")]
     for key in GENERATIVE_ONLY:
         value = getattr(exp.slo, key)
         if value is not None and not (isinstance(value, int | float) and value > 0):
-            _fail(f"experiment.slo.{key}", value, "a target in ms > 0, or null")
+            return [refuse(f"experiment.slo.{key}", value, "a target in ms > 0, or null")]
     if exp.slo.min_goodput_share is not None and exp.slo.ttft_p99_ms is None and exp.slo.tpot_p99_ms is None:
-        _fail("experiment.slo.min_goodput_share", exp.slo.min_goodput_share, "a rule of the SLO search: set "
-              "experiment.slo.ttft_p99_ms and/or tpot_p99_ms too")
-    problems = exp.prompts.check()
-    if problems:
-        raise ConfigError("; ".join(problems))
-    check_prompts(cfg)
+        return [refuse("experiment.slo.min_goodput_share", exp.slo.min_goodput_share, "a rule of the SLO search: set "
+                       "experiment.slo.ttft_p99_ms and/or tpot_p99_ms too")]
+    return exp.prompts.check()  # every problem of the prompts, in one line
 
 
 def check_prompts(cfg: TierbenchConfig) -> dict[str, float]:
-    """Build the pool the clients will send, here, before anything starts: the tokenizer folder loads, a JSONL of
-    conversations reads, and no request asks for more tokens than the model's context holds. Returns the pool's
-    figures."""
+    """Build the pool the clients will send, here, before anything starts (after every other check: it loads the
+    tokenizer): the tokenizer folder loads, a JSONL of conversations reads, and no request asks for more tokens than
+    the model's context holds. Returns the pool's figures; ConfigError names what is wrong."""
     from serving.workloads.generative.prompts import PromptError, context_problem, pool_stats, prompt_pool
     from serving.workloads.generative.tokenizer import TokenizerError, load_tokenizer
 

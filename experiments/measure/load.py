@@ -390,6 +390,11 @@ class OpenLoopLoad(ClientLoad):
     def _launched_through(self) -> float:
         return self._last_launched
 
+    def _begin(self, start: float) -> None:
+        """Arrivals from `start`: a shape on the epoch's grid of windows lines its periods up from there."""
+        if self._shape is not None:
+            self._arrivals = self._shape.arrivals(self.rate, self._rng, start=start)
+
     def _gap(self) -> float:
         if self._arrivals is not None:
             return self._arrivals.next_gap()
@@ -402,8 +407,7 @@ class OpenLoopLoad(ClientLoad):
         slots = asyncio.Semaphore(self.max_in_flight)
         pending: set[asyncio.Task] = set()
         intended = self.now()
-        if self._shape is not None:  # from the load's start: a shape on the epoch's grid lines its periods up there
-            self._arrivals = self._shape.arrivals(self.rate, self._rng, start=intended)
+        self._begin(intended)
         while not self._stopping:
             intended += self._gap()
             # Sleep by the clock the samples use (asyncio's timer runs on another): never send before the

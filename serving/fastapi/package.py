@@ -7,6 +7,8 @@ from serving.fastapi.settings import FastApiSettings
 from serving.node import NodeInfo
 from serving.package import BackendPackage, DoctorRow
 from serving.pytorch.facts import TorchFacts, torch_row
+from serving.pytorch.inprocess import TorchCaller
+from serving.runtime import Engine
 
 
 def doctor_rows(node: NodeInfo) -> list[DoctorRow]:
@@ -19,4 +21,5 @@ def doctor_rows(node: NodeInfo) -> list[DoctorRow]:
 
 PACKAGE = BackendPackage(name="fastapi", settings=FastApiSettings,
                          process_names=("serving.fastapi.app",),  # uvicorn serving the app module
-                         facts=(TorchFacts, FastApiFacts), doctor_rows=doctor_rows)
+                         facts=(TorchFacts, FastApiFacts), doctor_rows=doctor_rows,
+                         runtime_callers={Engine.TORCH: TorchCaller})

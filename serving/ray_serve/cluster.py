@@ -1,5 +1,6 @@
-"""What Ray Serve asks of Ray (`BackendPackage.ray_node_environment`, `cluster_environment`, `joined_cluster`):
-Serve's processes are the cluster's own (one Serve instance per cluster, detached), not a server a host actor owns.
+"""What Ray Serve asks of Ray (`BackendPackage.ray_node_environment`, `cluster_switches`, `cluster_environment`,
+`joined_cluster`): Serve's processes are the cluster's own (one Serve instance per cluster, detached), not a server a
+host actor owns.
 
 Direct ingress (`cluster.serve_direct_ingress`): the sweep job's runtime env switches it on. Actors the job creates
 inherit it, Serve's controller, proxies and replicas included (Serve reads the switch when its processes start, so it
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The cluster-wide switches Serve's backends ask for (`RayServeTorchSettings.cluster_needs`): keys of the cluster
+# config, `cluster.serve_direct_ingress`, `cluster.serve_haproxy`, each turned into Serve's environment below.
+CLUSTER_SWITCHES = ("serve_direct_ingress", "serve_haproxy")
 # For a Ray node tierbench starts: Serve's per-request logs kept in its log files, not streamed to the sweep's console.
 RAY_NODE_ENVIRONMENT = {"RAY_SERVE_LOG_TO_STDERR": "0"}
 DIRECT_INGRESS_SWITCH = "RAY_SERVE_ENABLE_DIRECT_INGRESS"

@@ -6,6 +6,8 @@ from __future__ import annotations
 from serving.node import NodeInfo
 from serving.package import BackendPackage, DoctorRow
 from serving.pytorch.facts import TorchFacts, torch_row
+from serving.pytorch.inprocess import TorchCaller
+from serving.runtime import Engine
 from serving.torchserve.facts import TorchServeFacts
 from serving.torchserve.settings import TorchServeSettings
 
@@ -24,4 +26,5 @@ def doctor_rows(node: NodeInfo) -> list[DoctorRow]:
 PACKAGE = BackendPackage(name="torchserve", settings=TorchServeSettings,
                          # its launcher, its Java frontend, its Python model workers
                          process_names=("ts.model_server", "org.pytorch.serve", "model_service_worker"),
-                         facts=(TorchFacts, TorchServeFacts), doctor_rows=doctor_rows)
+                         facts=(TorchFacts, TorchServeFacts), doctor_rows=doctor_rows,
+                         runtime_callers={Engine.TORCH: TorchCaller})

@@ -4,10 +4,14 @@ server or the one bundled in nvidia-pytriton: its registry entry (serving/regist
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
+from serving.model_config import ModelConfig
 from serving.node import NodeInfo
 from serving.package import BackendPackage, DoctorRow
+from serving.runtime import Engine
 from serving.triton.facts import OnnxRuntimeFacts, TritonFacts
+from serving.triton.inprocess import OnnxCaller
 from serving.triton.settings import TritonSettings
 
 
@@ -25,6 +29,14 @@ def doctor_rows(node: NodeInfo) -> list[DoctorRow]:
     return [DoctorRow("ONNX Runtime", ort.version or "missing", ort_detail), server]
 
 
+def exported(model: ModelConfig, onnx_path: Path, repository: Path) -> list[Path]:
+    """The model's `config.pbtxt` beside its ONNX export (protobuf and tritonclient load only then)."""
+    from serving.triton.repository import export_config
+
+    return export_config(model, onnx_path, repository)
+
+
 PACKAGE = BackendPackage(name="triton", settings=TritonSettings,
                          process_names=("tritonserver", "triton_python_backend_stub"),
-                         facts=(OnnxRuntimeFacts, TritonFacts), doctor_rows=doctor_rows)
+                         facts=(OnnxRuntimeFacts, TritonFacts), doctor_rows=doctor_rows,
+                         runtime_callers={Engine.ONNXRUNTIME: OnnxCaller}, exported=exported)

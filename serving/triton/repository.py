@@ -15,13 +15,16 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from serving.triton.settings import Accelerator
 from serving.workloads.image.corpus import InputSource
+
+if TYPE_CHECKING:
+    from serving.model_config import ModelConfig
 
 PYTHON_MODEL_FILE = Path(__file__).parent / "python_backend" / "model.py"
 
@@ -104,6 +107,19 @@ def classifier_config(name: str, onnx_path: Path, max_batch_size: int, input_sha
     config.output.add(name=graph.output[0].name, data_type=mc.TYPE_FP32, dims=[int(d) for d in output_shape])
     config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_AUTO)
     return config
+
+
+def export_config(model: ModelConfig, onnx_path: Path, repository: Path) -> list[Path]:
+    """`<repository>/<model>/config.pbtxt` beside the model's ONNX export (`runners.export`), unless one is there, so
+    the folder is what NVIDIA's container serves as is; the paths written."""
+    from serving.models import output_dims
+
+    path = repository / model.name / "config.pbtxt"
+    if path.exists():
+        return []
+    write_config(classifier_config(model.name, onnx_path, model.max_batch_size, list(model.input_shape),
+                                   list(output_dims(model))), path)
+    return [path]
 
 
 def read_config(path: Path) -> mc.ModelConfig:
