@@ -30,6 +30,13 @@ GOAL_S = {"suite": 720.0, "quick": 120.0}
 SPIN = "import os; os.nice(0)\nwhile True: pass"
 
 
+def slowest_tests(junit: Path, count: int = 25) -> list[dict[str, object]]:
+    """The `count` longest tests (setup, call and teardown together): where a file's time goes."""
+    cases = [(float(case.get("time", 0.0)), f"{case.get('classname', '')}::{case.get('name', '')}")
+             for case in ElementTree.parse(junit).getroot().iter("testcase")]
+    return [{"test": name, "seconds": round(seconds, 1)} for seconds, name in sorted(cases, reverse=True)[:count]]
+
+
 def file_times(junit: Path) -> dict[str, dict[str, float]]:
     """Per test file: tests, failures and seconds (the JUnit report's test times summed)."""
     files: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "failed": 0, "skipped": 0, "seconds": 0.0})
@@ -60,6 +67,7 @@ def main() -> int:
                                    f"--junitxml={junit}", *args.pytest_args], cwd=REPO_ROOT)
             wall_s = time.monotonic() - started
             files = file_times(junit) if junit.exists() else {}
+            slowest = slowest_tests(junit) if junit.exists() else []
     finally:
         if spinner is not None:
             spinner.kill()
@@ -70,7 +78,8 @@ def main() -> int:
     goal = GOAL_S["quick" if quick else "suite"]
     extra = {"pytest_args": args.pytest_args, "busy_core": args.busy, "exit_code": done.returncode,
              "wall_s": round(wall_s, 1), "goal_s": goal, "tests": sum(r["tests"] for r in rows),
-             "failed": sum(r["failed"] for r in rows), "worker_seconds": round(sum(r["seconds"] for r in rows), 1)}
+             "failed": sum(r["failed"] for r in rows), "worker_seconds": round(sum(r["seconds"] for r in rows), 1),
+             "slowest_tests": slowest}
     report(args.name, ["file", "tests", "failed", "skipped", "seconds"], rows, extra)
     print(f"\nwall {wall_s:.0f} s (goal {goal:.0f} s), {extra['tests']} tests, {extra['failed']} failed, "
           f"{extra['worker_seconds']:.0f} s of worker time; exit {done.returncode}")

@@ -6,29 +6,49 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from experiments.config.compose import load_config, options
+from experiments.config.compose import CONF_DIR, load_config, options
+from experiments.config.experiment import ExperimentConfig
 from experiments.config.validation import validate
 from experiments.plan import plan_trials
+from serving.model_config import ModelConfig
 from serving.paths import REPO_ROOT
+from serving.workloads.generative.model import LanguageModelConfig
 
 # Every option of every group composes and validates. Options interact through validate() only where an experiment
 # meets a model of its workload (batch sizes within its max_batch_size, backend settings sized by it, prompts within
 # its context): those pairs all, the other groups' options each once beside the defaults (their checks read nothing
 # of the other groups). The model examples (conf/model/examples/) name files the user brings:
 # tests/test_user_models.py gives them files.
+# Which pairs meet is read from the options' files and the schemas they name, not composed: this runs at collection,
+# on every worker (composing each option took a minute there); a pair read wrong is refused by validate() below.
 BUILT_IN_MODELS = [m for m in options("model") if not m.startswith("examples/")]
-IMAGE_MODELS = [m for m in BUILT_IN_MODELS if type(load_config([f"model={m}"]).model).workload == "image"]
-WORKLOAD_OF = {e: load_config([f"experiment={e}"]).experiment.workload for e in options("experiment")}
+MODEL_SCHEMAS = {"base_model": ModelConfig, "base_language_model": LanguageModelConfig}
+
+
+def _file(group: str, option: str) -> DictConfig:
+    return OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
+
+
+MODEL_WORKLOAD = {m: next(MODEL_SCHEMAS[d] for d in _file("model", m).defaults if d in MODEL_SCHEMAS).workload
+                  for m in BUILT_IN_MODELS}
+EXPERIMENT_WORKLOAD = {e: _file("experiment", e).get("workload", ExperimentConfig.workload)
+                       for e in options("experiment")}
+IMAGE_MODELS = [m for m in BUILT_IN_MODELS if MODEL_WORKLOAD[m] == "image"]
 CASES = [*(dict(experiment=e, model=m) for e in options("experiment") for m in BUILT_IN_MODELS
-           if type(load_config([f"model={m}"]).model).workload == WORKLOAD_OF[e]),
+           if MODEL_WORKLOAD[m] == EXPERIMENT_WORKLOAD[e]),
          *(dict(gpu=g) for g in options("gpu")), *(dict(cluster=c) for c in options("cluster"))]
 
 
 # What an option needs from the user besides (an endpoint's URL: tests/test_endpoint.py refuses it missing).
 NEEDS = {"endpoint": ["backends.endpoint.url=http://10.0.0.5:8000"],
          "generative": ["backends.openai.url=http://10.0.0.5:8000"]}
+
+
+def test_every_experiment_meets_a_model_and_every_model_an_experiment() -> None:
+    pairs = [(c["experiment"], c["model"]) for c in CASES if "experiment" in c]
+    assert {e for e, _ in pairs} == set(EXPERIMENT_WORKLOAD) and {m for _, m in pairs} == set(BUILT_IN_MODELS)
 
 
 @pytest.mark.parametrize("choice", CASES, ids=[",".join(f"{k}={v}" for k, v in c.items()) for c in CASES])
