@@ -25,17 +25,19 @@ def has_gpu() -> bool:
     return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
 
 
-# The longest test files first, roughly by their time in ci-local runs (2026-11-26; each is mostly real sweeps).
+# The longest test files first, roughly by their time in ci-local runs (2026-12-07; each is mostly real sweeps).
 # With `--dist loadfile --no-loadscope-reorder` (pyproject's addopts) the two workers take files in collection order:
 # the long ones start early and the short ones fill in at the end. xdist's default order (most tests first) left the
 # one-test, three-minute sweep files for last, one worker running them while the other had nothing left. A file
-# not listed keeps its place after these; a renamed one only loses its head start.
+# not listed keeps its place after these; a renamed one only loses its head start (benchmarks/suite_time.py prints
+# each file's time).
 LONGEST_FIRST = (
-    "test_failure_isolation.py", "test_user_model_sweeps.py", "test_autoscaling.py", "test_node_loss.py",
-    "test_fair_sweep_e2e.py", "test_tiers_emulated.py", "test_sweep_e2e.py", "test_config_search_sweep.py",
-    "test_clean_stop.py", "test_resume_relog.py", "test_serve_direct_ingress.py", "test_measurement_e2e.py",
-    "test_serve_oip.py", "test_foreign_ray.py", "test_torchserve_server.py", "test_fastapi.py",
-    "test_serve_batching.py", "test_sweep_answer.py",
+    "test_autoscaling.py", "test_fair_sweep_e2e.py", "test_tiers_emulated.py", "test_failure_isolation.py",
+    "test_node_loss.py", "test_accuracy.py", "test_user_model_sweeps.py", "test_sweep_e2e.py", "test_resume_relog.py",
+    "test_clean_stop.py", "test_config_search_sweep.py", "test_generative_sweep.py", "test_caching_audit.py",
+    "test_foreign_ray.py", "test_serve_batching.py", "test_shared_cards.py", "test_serve_direct_ingress.py",
+    "test_measurement_e2e.py", "test_serve_oip.py", "test_torchserve_server.py", "test_fastapi.py",
+    "test_sweep_answer.py",
 )
 
 
