@@ -11,8 +11,16 @@ import numpy as np
 import pytest
 
 from experiments.config.compose import load_config
+from experiments.measure.load import WarmupStats
 from experiments.measure.samples import WindowSamples
-from experiments.measure.windows import MAX_STRETCH, WindowStretch, measure
+from experiments.measure.windows import (
+    MAX_STRETCH,
+    STRETCH_SLOWEST,
+    WindowStretch,
+    measure,
+    silence_reason,
+    stretch_cap,
+)
 from experiments.plan import Trial
 
 
@@ -39,26 +47,36 @@ def test_windows_short_of_the_minimum_are_joined_and_none_stretches_past_the_cap
     assert stretch.add([window(99, 0), window(99, 0)]) is None, "the next short window begins a new one"
 
 
-def test_without_a_minimum_every_window_is_its_own() -> None:
+def test_without_a_minimum_every_window_is_its_own_unless_nothing_ended_in_it() -> None:
     stretch = WindowStretch(min_requests=0, neighbours=0)
-    assert all(stretch.add([window(k, n)]) is not None for k, n in enumerate([0, 1, 50]))
-    assert stretch.starts == [0, 1, 2] and stretch.cut == 3
+    joined = [stretch.add([window(k, n)]) for k, n in enumerate([1, 0, 1, 50])]
+    assert [j is None for j in joined] == [False, True, False, False], "an empty window goes on into the next"
+    assert stretch.starts == [0, 1, 3] and stretch.cut == 4 and joined[2][0].duration_s == 2.0
+
+
+def test_a_slow_server_gets_windows_long_enough_to_see_its_requests_end() -> None:
+    """The cap is MAX_STRETCH windows, or enough for the warm-up's slowest request STRETCH_SLOWEST times over, within
+    what is left of the trial's time."""
+    assert stretch_cap(1.0, 0.05, 100.0) == MAX_STRETCH
+    assert stretch_cap(1.0, 5.0, 100.0) == 5 * STRETCH_SLOWEST > MAX_STRETCH
+    assert stretch_cap(1.0, 5.0, 10.0) == 10, "never past the trial's time"
+    assert stretch_cap(1.0, 5.0, 6.0) == MAX_STRETCH, "never below the cap"
 
 
 class StandInActor:
     """A client actor as `measure` drives it, its `.remote` calls answered at once: each window it is asked for holds
     the next count of `counts` completions."""
 
-    def __init__(self, counts: list[int]) -> None:
-        self.counts = iter(counts)
+    def __init__(self, counts: list[int], warmup_slowest_ms: float = 3.0) -> None:
+        self.counts, self.warmup_slowest_ms = iter(counts), warmup_slowest_ms
         for name in ("start", "wait_warm", "collect", "stop"):
             setattr(self, name, SimpleNamespace(remote=getattr(self, f"_{name}")))
 
     def _start(self, *args) -> tuple:
         return (SimpleNamespace(), 0)
 
-    def _wait_warm(self, *args) -> str:
-        return "warm"
+    def _wait_warm(self, *args) -> WarmupStats:
+        return WarmupStats(requests=5, seconds=0.1, first_request_ms=2.0, slowest_ms=self.warmup_slowest_ms)
 
     def _collect(self, start: float, end: float) -> WindowSamples:
         return window(0, next(self.counts), end - start, origin=start)
@@ -84,6 +102,35 @@ def test_a_trial_compares_windows_that_hold_the_minimum(monkeypatch: pytest.Monk
     assert result.stable == (min_requests > 0)
     # the server's counters are read at the joined windows' ends: their span is the final windows' (0.04 s or 0.12 s)
     assert result.counters_span_s == pytest.approx(result.samples.duration_s, abs=0.015)
+
+
+def _measured(monkeypatch: pytest.MonkeyPatch, counts: list[int], warmup_slowest_ms: float):
+    cfg = load_config(["experiment.window_s=0.02", "experiment.stability.windows=2",
+                       "experiment.stability.max_windows=3"])
+    fake_ray = SimpleNamespace(get=lambda refs, timeout=None: refs, wait=lambda refs, num_returns, timeout: (refs, []))
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    trial = Trial("local", "m", "pytorch", "pytorch", "http", "tensor", 1, 1)
+    return measure([StandInActor(counts, warmup_slowest_ms)], SimpleNamespace(), trial, cfg.experiment)
+
+
+def test_a_server_silent_past_the_longest_window_is_stuck_and_the_trial_stops_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warm-up answered in 3 ms, then nothing ended over MAX_STRETCH windows: the trial stops at that window (it does
+    not wait out max_windows of them), and its reason says stuck, not slow."""
+    result = _measured(monkeypatch, [0] * (3 * MAX_STRETCH), warmup_slowest_ms=3.0)
+    assert (result.windows, result.stable, result.samples.ended) == (1, False, 0)
+    assert result.samples.duration_s == pytest.approx(MAX_STRETCH * 0.02)
+    reason = silence_reason(result.samples.duration_s, 0.003)
+    assert "stuck, not slow" in reason and "3 ms" in reason
+
+
+def test_a_slow_server_is_measured_over_a_longer_window_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warm-up requests of 0.2 s against windows of 0.02 s: a window goes on for 30 of them (3 x 0.2 s) and takes the
+    request that ends in its 20th; the reason, had none ended, would say slow."""
+    result = _measured(monkeypatch, [0] * 19 + [1] + [0] * 19 + [1], warmup_slowest_ms=200.0)
+    assert (result.windows, result.samples.completed) == (2, 2)
+    assert result.samples.duration_s == pytest.approx(2 * 20 * 0.02)
+    assert "slower than the trial's time" in silence_reason(0.2, 0.2)
 
 
 def test_the_minimum_is_part_of_a_trials_identity_and_without_one_the_keys_stay_those_of_earlier_sweeps() -> None:

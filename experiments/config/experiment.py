@@ -36,8 +36,8 @@ class StabilityConfig(Checked):
     max_windows: int = 10  # stop there, agreed or not (the trial is then tagged stable=false)
     latency_percentile: int = 95  # the latency percentile the windows must agree on
     # each window holds at least this many completed requests: one that holds fewer goes on into the next, measured
-    # as one longer window (up to 8 x window_s), before windows are compared (LoadGen's minimum query count); 0: every
-    # window is window_s long, whatever it holds
+    # as one longer window (up to 8 x window_s, or 3 x the warm-up's slowest request), before windows are compared
+    # (LoadGen's minimum query count); 0: every window is window_s long unless no request ended in it
     min_requests: int = 0
 
     def check(self, key: str, cfg: TierbenchConfig) -> list[str]:

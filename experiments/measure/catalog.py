@@ -33,7 +33,8 @@ ENGINE: tuple[Metric, ...] = (
     Metric("windows", "count", Pool.SUM, "measurement windows until the last ones agreed (or the most allowed)"),
     Metric("stable", "flag", Pool.MIN, "1 when the last windows agreed within experiment.stability.percent"),
     Metric("measured_s", "s", Pool.SUM, "seconds the figures were measured over: the last windows' span, longer than "
-           "their count times window_s where experiment.stability.min_requests joined short ones"),
+           "their count times window_s where experiment.stability.min_requests joined short ones (or one in which "
+           "no request ended: a slow server's)"),
     # What the requests carried: each client's pool of distinct requests, sent in turn (docs/inputs.md).
     Metric("payload_bytes", "bytes", Pool.MEAN, "data one request carries (image: the tensor, JPEG files or their "
                                                 "base64 text; generative: its JSON body), the mean over the client's "

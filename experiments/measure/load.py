@@ -105,6 +105,7 @@ class WarmupStats:
     seconds: float
     first_request_ms: float
     failed: int = 0  # requests of the warm-up that failed (outside every window, but the trial says so)
+    slowest_ms: float = 0.0  # the warm-up's slowest answered request: how long a window must be to see one end
 
 
 class LoadError(RuntimeError):
@@ -215,7 +216,9 @@ class LoadGenerator(ABC):
             await asyncio.sleep(0.01)
         self._raise_if_failed()
         first_ms = (self._done[0] - self._sent[0]) * 1e3
-        return WarmupStats(len(self._done), self.now() - self.started_at, first_ms, len(self._failed["done_s"]))
+        slowest_ms = max(done - sent for sent, done in zip(self._sent, self._done, strict=True)) * 1e3
+        return WarmupStats(len(self._done), self.now() - self.started_at, first_ms, len(self._failed["done_s"]),
+                           slowest_ms)
 
     def _raise_if_failed(self) -> None:
         if self.errors:

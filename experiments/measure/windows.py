@@ -26,8 +26,18 @@ if TYPE_CHECKING:
 
 # Head start so every actor is loading before the common window opens.
 WINDOW_LEAD_S = 0.05
-# A window short of `stability.min_requests` completions goes on into the next ones, up to this many `window_s` in all.
+# A window short of `stability.min_requests` completions goes on into the next ones, up to this many `window_s` in all,
+# or more for a server slower than that (`stretch_cap`: its slowest warm-up request STRETCH_SLOWEST times over).
 MAX_STRETCH = 8
+STRETCH_SLOWEST = 3
+
+
+def stretch_cap(window_s: float, warmup_slowest_s: float, left_s: float) -> int:
+    """How many `window_s` windows one measured window may join: MAX_STRETCH, or enough to see the warm-up's slowest
+    request end STRETCH_SLOWEST times over (a slow server is measured over a longer window, not failed for being
+    slow), within `left_s` of the trial's time."""
+    wanted = math.ceil(STRETCH_SLOWEST * warmup_slowest_s / window_s)
+    return max(MAX_STRETCH, min(wanted, int(left_s // window_s)))
 # The trial over time (MLflow step metrics `series_*`, the report's plots over time): bins per measurement window.
 SERIES_BINS_PER_WINDOW = 5
 
@@ -108,13 +118,26 @@ class BoundaryCounters:
         return before[2], after[2], after[0] - before[0], before[1] + after[1]
 
 
-class WindowStretch:
-    """Windows of `window_s` joined until each holds `min_requests` completions (at most `MAX_STRETCH` of them): a
-    window of 4 requests moves 25 % with one request more or less, which no stability rule of 10 % can tell from a
-    change. `starts`: the `window_s` boundary each joined window begins at; `cut`: the boundaries passed so far."""
+def silence_reason(span_s: float, warmup_slowest_s: float) -> str:
+    """Why a trial's window in which no request ended (nothing answered, nothing failed) is what it is: a server that
+    answered its warm-up well within the window and then nothing is stuck; one whose warm-up requests took as long
+    as the window could hold (the trial's time ran short of `stretch_cap`'s) is slow."""
+    seen = (f"no request ended in {span_s:.1f} s of measurement window (answered or failed), though the warm-up's "
+            f"slowest took {warmup_slowest_s * 1e3:.0f} ms")
+    if STRETCH_SLOWEST * warmup_slowest_s <= span_s:
+        return f"{seen}: the server stopped answering (stuck, not slow)"
+    return (f"{seen}: slower than the trial's time let a window grow; raise experiment.trial_timeout_s (or "
+            f"experiment.window_s to {STRETCH_SLOWEST * warmup_slowest_s:.0f} s)")
 
-    def __init__(self, min_requests: int, neighbours: int) -> None:
-        self.min_requests = min_requests
+
+class WindowStretch:
+    """Windows of `window_s` joined until each holds `min_requests` completions and at least one request ended
+    (answered or failed: a window in which nothing ended measured nothing), at most `most` of them: a window of 4
+    requests moves 25 % with one request more or less, which no stability rule of 10 % can tell from a change.
+    `starts`: the `window_s` boundary each joined window begins at; `cut`: the boundaries passed so far."""
+
+    def __init__(self, min_requests: int, neighbours: int, most: int = MAX_STRETCH) -> None:
+        self.min_requests, self.most = min_requests, most
         self.held: list[list[WindowSamples]] = [[] for _ in range(1 + neighbours)]  # per tenant, the windows joined
         self.starts: list[int] = []
         self.cut = 0
@@ -126,7 +149,8 @@ class WindowStretch:
         for held, window in zip(self.held, tenants, strict=True):
             held.append(window)
         trial = self.held[0]
-        if sum(w.completed for w in trial) < self.min_requests and len(trial) < MAX_STRETCH:
+        short = sum(w.completed for w in trial) < self.min_requests or not any(w.ended for w in trial)
+        if short and len(trial) < self.most:
             return None  # completions are exact sums over consecutive windows: nothing merged until it is whole
         self.starts.append(self.cut - len(trial))
         joined = [WindowSamples.merge(held) if len(held) > 1 else held[0] for held in self.held]
@@ -211,7 +235,9 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         counters = BoundaryCounters(probe, start, exp.window_s)
         windows: list[WindowSamples] = []
         beside: list[list[WindowSamples]] = [[] for _ in neighbours]  # each neighbour's windows
-        stretch = WindowStretch(0 if ramp else stability.min_requests, len(neighbours))
+        # one window per step of a ramp; else windows joined until they hold enough, longer for a slow server
+        most = 1 if ramp else stretch_cap(exp.window_s, max(w.slowest_ms for w in warmup) / 1e3, remaining())
+        stretch = WindowStretch(stability.min_requests, len(neighbours), most)
         while True:
             end = start + exp.window_s
             parts = counters.gather([a.collect.remote(start, end) for a in used], remaining)
@@ -223,6 +249,9 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
             windows.append(window[0])
             for own, part in zip(beside, window[1:], strict=True):
                 own.append(part)
+            if not window[0].ended and not ramp:  # nothing ended over the longest window: stuck (`silence_reason`)
+                stable = False
+                break
             if ramp:  # one window per step, all of them the trial's: rising loads are never stable
                 stable = False
                 if len(windows) >= ramp:
