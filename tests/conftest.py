@@ -41,6 +41,34 @@ LONGEST_FIRST = (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    _compose_each_defaults_list_once()
+
+
+def _compose_each_defaults_list_once() -> None:
+    """Hydra merges the files a command line's defaults list names (about 0.3 s of each composition here), then
+    applies its key=value overrides: the tests compose a few hundred command lines over a handful of defaults lists
+    (a tier, a model, an experiment). Each list's merge is kept, per conf/ state, and copied (25 ms); the overrides
+    are still applied by Hydra, as for any command line. Tests only: a sweep composes once."""
+    import copy
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    from experiments.config.compose import _conf_state
+
+    merge = ConfigLoaderImpl._compose_config_from_defaults_list
+    merged: dict[tuple, object] = {}
+
+    def compose_once(self, defaults, repo):  # noqa: ANN001, ANN202 - Hydra's private signature
+        key = (tuple((d.config_path, d.parent, d.package, d.is_self, d.primary, d.override_key) for d in defaults),
+               _conf_state())
+        if key not in merged:
+            merged[key] = merge(self, defaults, repo)
+        return copy.deepcopy(merged[key])
+
+    ConfigLoaderImpl._compose_config_from_defaults_list = compose_once
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
