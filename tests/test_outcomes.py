@@ -226,3 +226,14 @@ def test_the_answer_prices_the_images_answered_well_in_time() -> None:
     line = _good_images(trial, pd.Series({**point, "usd_per_hour": 3.6}))
     assert "Within 50 ms it answered 75.0% of its requests well" in line and "$0.00667 per 1k good images" in line
     assert _good_images(trial.drop(columns="goodput_img_s"), pd.Series({**point, "usd_per_hour": 3.6})) == ""
+
+
+def test_a_request_error_raised_on_a_node_reaches_the_driver_whole() -> None:
+    """Raised in a Ray task (the cross-check's request to a server on its node) and pickled back to the driver: Ray
+    could not rebuild it from its message alone, and the trial's reason read "Failed to deserialize exception"."""
+    import pickle
+
+    from serving.clients.outcomes import Outcome, RequestError
+
+    error = pickle.loads(pickle.dumps(RequestError(Outcome.HTTP_STATUS, 500, "HTTP 500: stub not healthy")))
+    assert (error.outcome, error.status, str(error)) == (Outcome.HTTP_STATUS, 500, "HTTP 500: stub not healthy")

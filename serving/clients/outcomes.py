@@ -50,6 +50,10 @@ class RequestError(RuntimeError):
         self.outcome = outcome
         self.status = status
 
+    def __reduce__(self) -> tuple:
+        """Raised in a Ray task or actor and read in the driver: pickled with the three arguments it is made with."""
+        return type(self), (self.outcome, self.status, str(self))
+
 
 def error_class(outcome: int, status: int = 0) -> str:
     """The name an outcome is counted under (`http_503`, `grpc_14`, `timeout`, ...)."""
