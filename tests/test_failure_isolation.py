@@ -50,7 +50,7 @@ def _kill_once(tmp_path: Path, backend: str, victim: str, sweep_id: str, *overri
         # The first trial is recorded: what loads the server now is the second. Generous: beside the other test
         # worker's biggest sweep, a server's start and cross-check once took over 3 minutes in CI.
         sweep.wait_for(r"\[1/3\]", timeout_s=420)
-        wait_for_process(loading, before)
+        wait_for_process(loading, before, timeout_s=300)  # a guard against a hang: beside a busy core, over 60 s
         for pid in wait_for_process(victim, before):
             os.kill(pid, signal.SIGKILL)
         code = sweep.wait()

@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import inspect
 import io
+import re
 import textwrap
 import tokenize
 from functools import cache
@@ -93,8 +94,21 @@ def schema_dataclasses() -> dict[str, type]:
     import serving.workloads.generative.model as language_model
 
     modules = (schema, experiment, inputs, search, owned, capacity, model_config, prompts, language_model)
-    return {name: obj for module in modules for name, obj in vars(module).items()
-            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__}
+    candidates = {name: obj for module in modules for name, obj in vars(module).items()
+                  if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__}
+    # The config's parts: what the root and the model group's schemas (an image model's, a language model's) nest,
+    # field by field; a dataclass beside them that no field names is a value the code computes (`Owned`).
+    found, todo = {}, [schema.TierbenchConfig, model_config.ModelConfig, language_model.LanguageModelConfig]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ in found:
+            continue
+        found[cls.__name__] = cls
+        for field in dataclasses.fields(cls):
+            named = set(re.findall(r"\w+", str(field.type)))
+            todo += [candidates[name] for name in named if name in candidates]
+        todo += [base for base in cls.__mro__[1:] if base.__name__ in candidates]
+    return {name: cls for name, cls in candidates.items() if name in found}
 
 
 def _nested(type_text: str) -> tuple[type | None, str]:
