@@ -11,7 +11,7 @@ TESTS = Path(__file__).resolve().parent
 # What starts a process, a server or a sweep (a call of one of these names, or of an attribute so named).
 STARTERS = {"run_sweep_command", "SweepProcess", "Popen", "start_process", "StandIn", "TransformersServe",
             "OipServerProcess", "run_engine", "engine", "http_stand", "h2_stand", "TritonHost", "start_local_ray",
-            "ray_cluster", "run_sweep", "subprocess_run", "check_output", "ThreadedServer"}
+            "ray_cluster", "run_sweep", "subprocess_run", "check_output", "ThreadedServer", "tracking_server"}
 SUBPROCESS_CALLS = {"run", "Popen", "check_output", "check_call", "call"}
 
 

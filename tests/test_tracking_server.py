@@ -74,6 +74,7 @@ def test_two_sweeps_writing_at_once_lose_nothing_and_log_nothing_twice(tracking_
     assert max(first, other_first) < min(last, other_last), f"the two sweeps did not log at the same time: {spans}"
 
 
+@pytest.mark.slow
 def test_a_sweep_logs_what_it_measured_while_the_server_was_down_once_it_is_back(
         tracking_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the 3 retries of a sweep: not needed here
