@@ -42,31 +42,48 @@ LONGEST_FIRST = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _compose_each_defaults_list_once()
+    _compose_less()
 
 
-def _compose_each_defaults_list_once() -> None:
-    """Hydra merges the files a command line's defaults list names (about 0.3 s of each composition here), then
-    applies its key=value overrides: the tests compose a few hundred command lines over a handful of defaults lists
-    (a tier, a model, an experiment). Each list's merge is kept, per conf/ state, and copied (25 ms); the overrides
-    are still applied by Hydra, as for any command line. Tests only: a sweep composes once."""
+def _conf_state() -> tuple[tuple[str, int], ...]:
+    """Every file of conf/ with its modification time: a file a test writes or changes composes anew."""
+    from experiments.config.compose import CONF_DIR
+
+    return tuple((str(path), path.stat().st_mtime_ns) for path in sorted(CONF_DIR.rglob("*.yaml")))
+
+
+def _compose_less() -> None:
+    """The tests compose over a thousand command lines (about 0.5 s each with Hydra), a sweep one per swept point:
+    in the tests, a command line composed before is copied (25 ms), and Hydra merges the files of each defaults list
+    (a tier, a model, an experiment) once, applying only a new command line's key=value overrides itself. Both are
+    keyed by conf/'s files, so a file a test writes composes anew."""
     import copy
 
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    from experiments.config.compose import _conf_state
+    import experiments.config.compose as compose_module
 
-    merge = ConfigLoaderImpl._compose_config_from_defaults_list
+    compose, merge = compose_module.compose, ConfigLoaderImpl._compose_config_from_defaults_list
+    composed: dict[tuple, object] = {}
     merged: dict[tuple, object] = {}
 
-    def compose_once(self, defaults, repo):  # noqa: ANN001, ANN202 - Hydra's private signature
+    def compose_once(overrides=(), return_hydra_config=False):  # noqa: ANN001, ANN202 - compose's own signature
+        if return_hydra_config:  # Hydra's own node holds the run's paths and time: composed anew each time
+            return compose(overrides, return_hydra_config)
+        key = (tuple(overrides), _conf_state())
+        if key not in composed:
+            composed[key] = compose(overrides)
+        return copy.deepcopy(composed[key])
+
+    def merge_once(self, defaults, repo):  # noqa: ANN001, ANN202 - Hydra's private signature
         key = (tuple((d.config_path, d.parent, d.package, d.is_self, d.primary, d.override_key) for d in defaults),
                _conf_state())
         if key not in merged:
             merged[key] = merge(self, defaults, repo)
         return copy.deepcopy(merged[key])
 
-    ConfigLoaderImpl._compose_config_from_defaults_list = compose_once
+    compose_module.compose = compose_once  # load_config and every later `from ... import compose` get it
+    ConfigLoaderImpl._compose_config_from_defaults_list = merge_once
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

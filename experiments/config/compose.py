@@ -4,7 +4,6 @@ allowed, like every other bad input."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,40 +27,19 @@ def options(group: str) -> list[str]:
     return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
 
 
-# Compositions this process made, by their overrides and the conf/ files' state: Hydra takes about half a second per
-# composition (the merges of some fifty files), a copy of one made before about 25 ms. The report, the search and the
-# tests compose the same command lines again and again.
-_COMPOSED: dict[tuple[tuple[str, ...], tuple[tuple[str, int], ...]], DictConfig] = {}
-_COMPOSED_MOST = 256
-
-
-def _conf_state() -> tuple[tuple[str, int], ...]:
-    """Every file of conf/ with its modification time: a file written or changed composes anew."""
-    return tuple((str(path), path.stat().st_mtime_ns) for path in sorted(CONF_DIR.rglob("*.yaml")))
-
-
 def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
-    """`conf/config.yaml` with `overrides` in Hydra's command-line syntax; ConfigError when they don't fit. Each
-    call gets a config of its own (a copy of the first composition of the same command line on the same files)."""
+    """`conf/config.yaml` with `overrides` in Hydra's command-line syntax; ConfigError when they don't fit."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import ConfigCompositionException
 
     import experiments.config.schema  # noqa: F401 - registers the schemas
 
-    key = (tuple(overrides), _conf_state())
-    if not return_hydra_config and key in _COMPOSED:
-        return copy.deepcopy(_COMPOSED[key])
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            composed = hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+            return hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
     except ConfigCompositionException as exc:
         raise composition_error(exc, overrides) from None
-    if not return_hydra_config:  # Hydra's own node holds the run's paths and time: composed anew each time
-        if len(_COMPOSED) >= _COMPOSED_MOST:
-            _COMPOSED.pop(next(iter(_COMPOSED)))
-        _COMPOSED[key] = copy.deepcopy(composed)
-    return composed
 
 
 def load_config(overrides: Sequence[str] = ()) -> TierbenchConfig:
