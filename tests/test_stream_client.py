@@ -105,9 +105,10 @@ def test_a_streamed_answer_keeps_each_events_arrival_and_the_servers_usage() -> 
     trace = report.detail
     assert answer.text == "abcd" and answer.finish_reason == "length"
     assert (trace.output_tokens, trace.input_tokens, trace.counted_by) == (4, 9, "usage")
-    # the role-only first event carries no output: the first token came one gap after it
+    # the role-only first event carries no output: the first token came one gap after it; each token is stamped as
+    # it arrived, at least the server's gap after the one before (never all at once when the answer ends)
     gaps = trace.gaps_s
-    assert trace.output_after_s.size == 4 and np.all(gaps > 0.02) and np.all(gaps < 0.2)
+    assert trace.output_after_s.size == 4 and np.all(gaps > 0.02)
     assert trace.first_token_after_s >= 0.02
     assert report.answered_after_s >= trace.output_after_s[-1]  # the answer ended after its last token
     body = json.loads(seen[0])
