@@ -30,14 +30,6 @@ WINDOW_LEAD_S = 0.05
 # or more for a server slower than that (`stretch_cap`: its slowest warm-up request STRETCH_SLOWEST times over).
 MAX_STRETCH = 8
 STRETCH_SLOWEST = 3
-
-
-def stretch_cap(window_s: float, warmup_slowest_s: float, left_s: float) -> int:
-    """How many `window_s` windows one measured window may join: MAX_STRETCH, or enough to see the warm-up's slowest
-    request end STRETCH_SLOWEST times over (a slow server is measured over a longer window, not failed for being
-    slow), within `left_s` of the trial's time."""
-    wanted = math.ceil(STRETCH_SLOWEST * warmup_slowest_s / window_s)
-    return max(MAX_STRETCH, min(wanted, int(left_s // window_s)))
 # The trial over time (MLflow step metrics `series_*`, the report's plots over time): bins per measurement window.
 SERIES_BINS_PER_WINDOW = 5
 
@@ -118,16 +110,29 @@ class BoundaryCounters:
         return before[2], after[2], after[0] - before[0], before[1] + after[1]
 
 
-def silence_reason(span_s: float, warmup_slowest_s: float) -> str:
+def warmup_slowest_s(warmup: list[WarmupStats]) -> float:
+    """The slowest request any client answered in its warm-up, in seconds."""
+    return max(w.slowest_ms for w in warmup) / 1e3
+
+
+def stretch_cap(window_s: float, slowest_s: float, left_s: float) -> int:
+    """How many `window_s` windows one measured window may join: MAX_STRETCH, or enough to see the warm-up's slowest
+    request end STRETCH_SLOWEST times over (a slow server is measured over a longer window, not failed for being
+    slow), within `left_s` of the trial's time."""
+    wanted = math.ceil(STRETCH_SLOWEST * slowest_s / window_s)
+    return max(MAX_STRETCH, min(wanted, int(left_s // window_s)))
+
+
+def silence_reason(span_s: float, slowest_s: float) -> str:
     """Why a trial's window in which no request ended (nothing answered, nothing failed) is what it is: a server that
     answered its warm-up well within the window and then nothing is stuck; one whose warm-up requests took as long
     as the window could hold (the trial's time ran short of `stretch_cap`'s) is slow."""
     seen = (f"no request ended in {span_s:.1f} s of measurement window (answered or failed), though the warm-up's "
-            f"slowest took {warmup_slowest_s * 1e3:.0f} ms")
-    if STRETCH_SLOWEST * warmup_slowest_s <= span_s:
+            f"slowest took {slowest_s * 1e3:.0f} ms")
+    if STRETCH_SLOWEST * slowest_s <= span_s:
         return f"{seen}: the server stopped answering (stuck, not slow)"
     return (f"{seen}: slower than the trial's time let a window grow; raise experiment.trial_timeout_s (or "
-            f"experiment.window_s to {STRETCH_SLOWEST * warmup_slowest_s:.0f} s)")
+            f"experiment.window_s to {STRETCH_SLOWEST * slowest_s:.0f} s)")
 
 
 class WindowStretch:
@@ -236,7 +241,7 @@ def measure(actors: list[Any], spec: ClientSpec, trial: Trial, exp: ExperimentCo
         windows: list[WindowSamples] = []
         beside: list[list[WindowSamples]] = [[] for _ in neighbours]  # each neighbour's windows
         # one window per step of a ramp; else windows joined until they hold enough, longer for a slow server
-        most = 1 if ramp else stretch_cap(exp.window_s, max(w.slowest_ms for w in warmup) / 1e3, remaining())
+        most = 1 if ramp else stretch_cap(exp.window_s, warmup_slowest_s(warmup), remaining())
         stretch = WindowStretch(stability.min_requests, len(neighbours), most)
         while True:
             end = start + exp.window_s

@@ -37,7 +37,7 @@ from experiments.measure.metrics import (
 )
 from experiments.measure.samples import WindowSamples
 from experiments.measure.telemetry import NodeTelemetry, gpu_params
-from experiments.measure.windows import Measurement, actors_needed, measure, silence_reason
+from experiments.measure.windows import Measurement, actors_needed, measure, silence_reason, warmup_slowest_s
 from experiments.plan import Trial, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
 from serving.backend import Backend, ServerHandle
@@ -192,11 +192,10 @@ def run_trial(cfg: TierbenchConfig, trial: Trial, backend: Backend, handle: Serv
         failures = samples.failures
         record.metrics = outcome_metrics(samples, deadline) if failures.count else {}
         first = next(iter(samples.error_messages.values()), "")
-        slowest_s = max(w.slowest_ms for w in result.warmup) / 1e3
         record.status, record.reason = Status.FAILED, (
             f"every request inside the measurement window failed ({failures.count}: "
             f"{', '.join(f'{k} {v}' for k, v in sorted(failures.by_class().items()))}; first: {first})"
-            if failures.count else silence_reason(samples.duration_s, slowest_s))
+            if failures.count else silence_reason(samples.duration_s, warmup_slowest_s(result.warmup)))
         return record
     record.metrics = {
         **window_metrics(samples, priced_usd_per_hour(cfg, record.params), workload, exp.slo),
