@@ -27,20 +27,19 @@ from benchmarks.common import report  # noqa: E402
 from serving.paths import REPO_ROOT  # noqa: E402
 
 GOAL_S = {"suite": 720.0, "quick": 120.0}
-SPIN = "import os; os.nice(0)\nwhile True: pass"
+SPIN = "while True: pass"
 
 
-def slowest_tests(junit: Path, count: int = 25) -> list[dict[str, object]]:
+def slowest_tests(cases: list[ElementTree.Element], count: int = 25) -> list[dict[str, object]]:
     """The `count` longest tests (setup, call and teardown together): where a file's time goes."""
-    cases = [(float(case.get("time", 0.0)), f"{case.get('classname', '')}::{case.get('name', '')}")
-             for case in ElementTree.parse(junit).getroot().iter("testcase")]
-    return [{"test": name, "seconds": round(seconds, 1)} for seconds, name in sorted(cases, reverse=True)[:count]]
+    timed = [(float(case.get("time", 0.0)), f"{case.get('classname', '')}::{case.get('name', '')}") for case in cases]
+    return [{"test": name, "seconds": round(seconds, 1)} for seconds, name in sorted(timed, reverse=True)[:count]]
 
 
-def file_times(junit: Path) -> dict[str, dict[str, float]]:
+def file_times(cases: list[ElementTree.Element]) -> dict[str, dict[str, float]]:
     """Per test file: tests, failures and seconds (the JUnit report's test times summed)."""
     files: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "failed": 0, "skipped": 0, "seconds": 0.0})
-    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+    for case in cases:
         module = case.get("classname", "").split(".")  # tests.test_x (or tests.test_x.TestClass)
         name = f"{module[0]}/{module[1]}.py" if len(module) > 1 else "?"
         entry = files[name]
@@ -66,8 +65,8 @@ def main() -> int:
             done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                    f"--junitxml={junit}", *args.pytest_args], cwd=REPO_ROOT)
             wall_s = time.monotonic() - started
-            files = file_times(junit) if junit.exists() else {}
-            slowest = slowest_tests(junit) if junit.exists() else []
+            cases = list(ElementTree.parse(junit).getroot().iter("testcase")) if junit.exists() else []
+            files, slowest = file_times(cases), slowest_tests(cases)
     finally:
         if spinner is not None:
             spinner.kill()
