@@ -11,7 +11,6 @@ import ast
 import dataclasses
 import inspect
 import io
-import re
 import textwrap
 import tokenize
 from functools import cache
@@ -104,9 +103,7 @@ def schema_dataclasses() -> dict[str, type]:
         if cls.__name__ in found:
             continue
         found[cls.__name__] = cls
-        for field in dataclasses.fields(cls):
-            named = set(re.findall(r"\w+", str(field.type)))
-            todo += [candidates[name] for name in named if name in candidates]
+        todo += [held for field in dataclasses.fields(cls) if (held := _held(str(field.type), candidates)[0])]
         todo += [base for base in cls.__mro__[1:] if base.__name__ in candidates]
     return {name: cls for name, cls in candidates.items() if name in found}
 
@@ -114,7 +111,12 @@ def schema_dataclasses() -> dict[str, type]:
 def _nested(type_text: str) -> tuple[type | None, str]:
     """A schema dataclass a field holds (itself, in a list, or as dict values), and how its keys continue the
     field's."""
-    for name, cls in schema_dataclasses().items():
+    return _held(type_text, schema_dataclasses())
+
+
+def _held(type_text: str, classes: dict[str, type]) -> tuple[type | None, str]:
+    """Which of `classes` a field of type `type_text` holds, and how its keys continue the field's."""
+    for name, cls in classes.items():
         for shape, join in ((name, ""), (f"list[{name}]", "[]"), (f"dict[str, {name}]", ".<name>")):
             if type_text == shape:
                 return cls, join
