@@ -17,10 +17,10 @@ from typing import Any
 from serving.backend import BackendContext, ServerHandle, formable_batches
 from serving.clients.base import ClientSpec
 from serving.oip.protocol import model_signatures
-from serving.process import free_ports
 from serving.pytorch.backend import TorchBackend
 from serving.ray_serve.cluster import DIRECT_INGRESS_SWITCH, HAPROXY_SWITCH, haproxy_sizing
 from serving.ray_serve.settings import RayServeTorchSettings
+from serving.serve_apps import MEASURED_APP_SHUTDOWN, serve_ports, wait_app_running
 from serving.workloads.image.formats import InputFormat
 
 log = logging.getLogger(__name__)
@@ -35,37 +35,6 @@ GRPC_SERVICERS = [OIP_GRPC_SERVICER, GRPC_SERVICER]
 GRPC_PORT = 9000  # Serve's default gRPC port, for the exported config
 
 
-def _serve_ports(host: str, timeout_s: float) -> tuple[int, int | None]:
-    """The ports of Serve's HTTP and gRPC proxies: start Serve on free ports, or join the running instance (Serve
-    is one per cluster, shared by every tier job, and silently ignores the options of a second `serve.start`).
-    The gRPC port is None when a running Serve was started without both our servicers (`GRPC_SERVICERS`). Serve's
-    gRPC proxy listens on every address ([::]); Ray offers no host option for it."""
-    import ray
-    from ray import serve
-    from ray.serve.context import _disconnect, _get_global_client
-
-    # Serve caches its controller handle per process and trusts it while the job id matches, but job ids
-    # restart at 01000000 with every new local cluster: a second sweep in one process (tests, Hydra's basic
-    # launcher) would reach the first cluster's dead controller. Look it up afresh.
-    _disconnect()
-    client = _get_global_client(raise_if_no_controller_running=False)
-    if client is None:
-        http_port, grpc_port = free_ports(2, host)
-        try:
-            serve.start(http_options={"host": host, "port": http_port},
-                        grpc_options={"port": grpc_port, "grpc_servicer_functions": GRPC_SERVICERS})
-        except Exception as exc:  # noqa: BLE001 - another tier job started it at the same moment: join that one
-            log.info("Ray Serve started concurrently by another job (%s); joining it", exc)
-        deadline = time.monotonic() + timeout_s
-        while (client := _get_global_client(raise_if_no_controller_running=False)) is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Ray Serve's controller did not come up within {timeout_s:g} s")
-            time.sleep(0.5)
-    grpc_config = ray.get(client._controller.get_grpc_config.remote())
-    has_ours = set(GRPC_SERVICERS) <= set(grpc_config.grpc_servicer_functions or [])
-    return int(client.http_config.port), int(grpc_config.port) if has_ours else None
-
-
 def haproxy_binary() -> str | None:
     """The HAProxy Serve would run on this node, found by Ray's own lookup (its override, the bundled one, PATH)."""
     from ray.serve._private.haproxy import _resolve_haproxy_binary  # (the public one logs each call)
@@ -74,12 +43,6 @@ def haproxy_binary() -> str | None:
         return _resolve_haproxy_binary()
     except FileNotFoundError:
         return None
-
-
-# When tierbench deletes its app the group's trials are over and nothing is in flight. A stopping replica checks
-# whether it is idle every `graceful_shutdown_wait_loop_s` (Serve's default 2 s: a delete took ~3 s; with 0.2 s,
-# ~1 s), and is killed after `graceful_shutdown_timeout_s`. Exported Serve configs keep Serve's defaults.
-MEASURED_APP_SHUTDOWN = {"graceful_shutdown_wait_loop_s": 0.2, "graceful_shutdown_timeout_s": 2.0}
 
 
 class RayServeTorchBackend(TorchBackend):
@@ -134,7 +97,7 @@ class RayServeTorchBackend(TorchBackend):
 
         ctx = self.context
         started = time.monotonic()
-        port, grpc_port = _serve_ports(ctx.host, ctx.start_timeout_s)
+        port, grpc_port = serve_ports(ctx.host, ctx.start_timeout_s, GRPC_SERVICERS)
         app = TorchImageClassifier.options(**self._deployment_options(self.actor_options()),
                                            **MEASURED_APP_SHUTDOWN).bind(**self._app_args())
         route = self.route
@@ -300,23 +263,9 @@ class RayServeTorchBackend(TorchBackend):
         return [handle.where.remote().result(timeout_s=timeout_s) for _ in range(2 * self.settings.num_replicas)]
 
     def _wait_running(self, timeout_s: float) -> None:
-        from ray import serve
-        from ray.serve.schema import ApplicationStatus
-
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = serve.status().applications.get(self.app_name)
-            if status is not None and status.status == ApplicationStatus.RUNNING:
-                return
-            if status is not None and status.status == ApplicationStatus.DEPLOY_FAILED:
-                raise RuntimeError(f"Ray Serve app {self.app_name} failed to deploy: {status.message}")
-            if time.monotonic() > deadline:
-                detail = status.deployments if status is not None else "no status"
-                raise TimeoutError(
-                    f"Ray Serve app {self.app_name} not running after {timeout_s:.0f} s (replicas pending? a tier "
-                    f"node must have the resources {self.actor_options()}; or a slow warm-up: raise "
-                    f"backends.{self.context.name}.start_timeout_s): {detail}")
-            time.sleep(0.5)
+        wait_app_running(self.app_name, timeout_s, f"replicas pending? a tier node must have the resources "
+                                                   f"{self.actor_options()}; or a slow warm-up: raise "
+                                                   f"backends.{self.context.name}.start_timeout_s")
 
     def stop(self) -> dict[str, str]:
         from ray import serve

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from serving.workloads.generative.lengths import check_length
 from serving.workloads.generative.model import LanguageModelConfig
+from serving.workloads.generative.model_folder import prompt_tokenizer
 from serving.workloads.generative.prompts import LAYOUTS, SHIPPED, SYNTHETIC, LengthSpec, PromptSource
 
 
@@ -51,7 +52,7 @@ class PromptsConfig:
         return PromptSource(source=str(self.source), layout=str(self.layout), input_tokens=self.input_tokens.spec(),
                             output_tokens=self.output_tokens.spec(), turns=int(self.turns),
                             conversations=int(self.conversations), seed=int(self.seed),
-                            tokenizer=model.tokenizer or None, context_tokens=model.context_tokens,
+                            tokenizer=prompt_tokenizer(model), context_tokens=model.context_tokens,
                             repeated=repeated)
 
     def settings(self) -> dict[str, object]:
