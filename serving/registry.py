@@ -21,6 +21,8 @@ BACKEND_PACKAGES = (
     "serving.fastapi.package",
     "serving.torchserve.package",
     "serving.endpoint.package",
+    "serving.vllm.package",
+    "serving.serve_llm.package",
 )
 
 
