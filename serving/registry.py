@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 BACKEND_PACKAGES = (
     "serving.triton.package",
+    "serving.triton_stream.package",
     "serving.ray_serve.package",
     "serving.fastapi.package",
     "serving.torchserve.package",

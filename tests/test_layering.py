@@ -21,10 +21,10 @@ from serving.settings import BackendSettings
 # The engine's floors, lowest first: a part of experiments/ imports only from the floors below it (and itself).
 EXPERIMENTS_FLOORS = (("config",), ("plan", "cluster", "prices"), ("measure",), ("results",), ("report",), ("run",))
 # What serving/ holds beside the backend packages (shared by them, or by the engine).
-SHARED_SERVING = ("clients", "oip", "pytorch", "generation")
+SHARED_SERVING = ("clients", "oip", "pytorch", "generation", "tritonserver")
 # Of those, what the backend packages alone share (the PyTorch model behind a server): named by them only, like a
 # backend's own modules.
-BACKENDS_ONLY = ("pytorch",)
+BACKENDS_ONLY = ("pytorch", "tritonserver")
 
 
 def imports_of(path: Path) -> set[str]:

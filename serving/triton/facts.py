@@ -7,6 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from serving.tritonserver.facts import TritonFacts
+
+__all__ = ["OnnxRuntimeFacts", "TritonFacts"]  # TritonFacts: shared by every backend running a Triton
+
 
 @dataclass(frozen=True)
 class OnnxRuntimeFacts:
@@ -37,24 +41,3 @@ class OnnxRuntimeFacts:
         return cls(version=ort["version"], providers=providers, loaded=tuple(ort["loaded"]),
                    problems=tuple(f"{k}: {v}" for k, v in ort["errors"].items()),
                    trt_missing_libs=ort_tensorrt_missing_libs() if "TensorrtExecutionProvider" in providers else ())
-
-
-@dataclass(frozen=True)
-class TritonFacts:
-    """Which Triton the node can run. The defaults mean: not probed (no native server; the bundled one trusted)."""
-
-    KEY: ClassVar[str] = "triton"
-
-    native: bool = False  # a `tritonserver` on PATH (NVIDIA's container)
-    backends: tuple[str, ...] = ()  # the native server's backends
-    bundled: str = ""  # the server bundled in nvidia-pytriton, when it can run here
-    bundled_problem: str | None = None  # why it cannot (None: it can, or not probed)
-
-    @classmethod
-    def probe(cls) -> TritonFacts:
-        from serving.triton.installation import BundledTriton, native_backends
-
-        native = native_backends()
-        bundled = BundledTriton.problem()
-        return cls(native=native is not None, backends=native or (),
-                   bundled="" if bundled else BundledTriton.description(), bundled_problem=bundled)

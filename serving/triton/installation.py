@@ -3,51 +3,51 @@ TritonServerFactory builds its local or Docker server):
 
 - `NativeTriton`: NVIDIA's container, `tritonserver` on PATH with its native ONNX Runtime and TensorRT backends;
 - `BundledTriton`: the server in the nvidia-pytriton wheel, running the same ONNX file through the Python backend
-  with the node's onnxruntime. It cannot run in place: like pytriton (`pytriton/triton.py`), we copy it once to
-  the node's cache without the per-Python stubs, put the stub of the running Python into `backends/python/`, and
-  run it with `LD_LIBRARY_PATH` covering the wheel's libraries (the copy breaks the binary's RPATH) and the
-  running interpreter's `libpython` first (else the stub links the system's libpython3.11 against another stdlib).
+  with the node's onnxruntime (made runnable as `serving.tritonserver.installation` says).
 
-Both start, stop and log the same way (`serving.triton.server`); they differ in where the binary is, how the
-classifier is served (what `render_repository` writes) and which runtime builds TensorRT engines.
+Both start, stop and log the same way (`serving.tritonserver.server`, which every backend running a Triton shares);
+they differ in where the binary is, how the classifier is served (what `render_repository` writes) and which runtime
+builds TensorRT engines.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
-import sys
-import sysconfig
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from serving.paths import cache_root
-from serving.triton.settings import AUTO, TritonServerKind
+from serving.tritonserver.installation import (
+    AUTO,
+    NO_TRITON_DOCS,
+    TritonBinary,
+    TritonNotFoundError,
+    TritonServerKind,
+    bundled_binary,
+    bundled_description,
+    bundled_problem,
+    bundled_stub,
+    native_backends,
+    native_binary,
+)
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
     from serving.triton.repository import TritonVariant
 
-NO_TRITON_DOCS = "docs/troubleshooting.md#no-triton"  # what a node without a Triton can do
-
-
-class TritonNotFoundError(RuntimeError):
-    pass
+__all__ = ["NO_TRITON_DOCS", "TritonNotFoundError", "native_backends"]  # re-exported: where the image backend's code
+# and tests have always found them
 
 
 @dataclass(frozen=True)
-class TritonInstallation(ABC):
-    """A runnable `tritonserver`: its binary, backends and environment, and what it serves the model with."""
-
-    binary: Path
-    backend_directory: Path
-    env: dict[str, str] = field(default_factory=dict)
+class TritonInstallation(TritonBinary, ABC):
+    """A runnable `tritonserver` (`serving.tritonserver`): its binary, backends and environment, and what it serves
+    the model with."""
 
     kind: ClassVar[TritonServerKind]
     server_mode: ClassVar[str]  # the trial param `server_mode`
@@ -94,13 +94,8 @@ class NativeTriton(TritonInstallation):
 
     @classmethod
     def discover(cls) -> NativeTriton:
-        found = shutil.which("tritonserver")
-        if not found:
-            raise TritonNotFoundError("no `tritonserver` on PATH (NVIDIA's Triton container has one) "
-                                      f"({NO_TRITON_DOCS})")
-        binary = Path(found).resolve()
-        backends = Path(os.environ.get("TRITON_BACKEND_DIRECTORY", binary.parent.parent / "backends"))
-        return cls(binary, backends, env=dict(os.environ))
+        found = native_binary()
+        return cls(found.binary, found.backend_directory, env=found.env)
 
     @classmethod
     def runtime_tag(cls) -> str:
@@ -135,49 +130,22 @@ class BundledTriton(TritonInstallation):
     @classmethod
     def stub(cls) -> tuple[Path, Path]:
         """nvidia-pytriton's folder and its Python-backend stub for the running Python (TritonNotFoundError if none)."""
-        try:
-            import pytriton
-        except ImportError as exc:
-            raise TritonNotFoundError(
-                "nvidia-pytriton is not installed (it carries the bundled tritonserver); install tierbench's "
-                f"dependencies, or run NVIDIA's Triton container (tritonserver on PATH) ({NO_TRITON_DOCS})") from exc
-        package_dir = Path(pytriton.__file__).parent
-        py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        stub = package_dir / "tritonserver" / "python_backend_stubs" / py_version / "triton_python_backend_stub"
-        if not stub.exists():
-            raise TritonNotFoundError(f"nvidia-pytriton {metadata.version('nvidia-pytriton')} has no Python backend "
-                                      f"stub for Python {py_version}")
-        return package_dir, stub
+        return bundled_stub()
 
     @classmethod
     def problem(cls) -> str | None:
         """Why the bundled server cannot run here; None when it can (checked without copying it)."""
-        try:
-            cls.stub()
-        except TritonNotFoundError as exc:
-            return str(exc)
-        return None
+        return bundled_problem()
 
     @classmethod
     def description(cls) -> str:
         """`nvidia-pytriton 0.7.0, Python-backend stub for 3.11`: what the bundled server is (assumes it exists)."""
-        return (f"nvidia-pytriton {metadata.version('nvidia-pytriton')}, Python-backend stub for "
-                f"{sys.version_info.major}.{sys.version_info.minor}")
+        return bundled_description()
 
     @classmethod
     def discover(cls) -> BundledTriton:
-        package_dir, stub = cls.stub()
-        source = package_dir / "tritonserver"
-        libs = package_dir.parent / "nvidia_pytriton.libs"
-        py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        target = cache_root() / f"tritonserver-pytriton{metadata.version('nvidia-pytriton')}-py{py_version}"
-        _copy_once(source, target, stub)
-        env = dict(os.environ)
-        lib_dirs = [sysconfig.get_config_var("LIBDIR"), str(libs), env.get("LD_LIBRARY_PATH", "")]
-        env["LD_LIBRARY_PATH"] = ":".join(d for d in lib_dirs if d)
-        # The stub finds its Python (and so onnxruntime, numpy) from the first python3 on PATH.
-        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-        return cls(target / "bin" / "tritonserver", target / "backends", env=env)
+        found = bundled_binary()
+        return cls(found.binary, found.backend_directory, env=found.env)
 
     @classmethod
     def runtime_tag(cls) -> str:
@@ -200,15 +168,6 @@ INSTALLATIONS: dict[TritonServerKind, type[TritonInstallation]] = {
     TritonServerKind.NATIVE: NativeTriton, TritonServerKind.BUNDLED: BundledTriton}
 
 
-def native_backends() -> tuple[str, ...] | None:
-    """The backends of the node's own `tritonserver` (NVIDIA's container); None when it has none."""
-    try:
-        folder = NativeTriton.discover().backend_directory
-    except TritonNotFoundError:
-        return None
-    return tuple(sorted(p.name for p in folder.iterdir() if p.is_dir())) if folder.is_dir() else ()
-
-
 def installation_kind(preference: str, native_on_path: bool) -> type[TritonInstallation]:
     """Which server a node runs for the setting `server` (auto | native | bundled): the native one where the
     node has it and it is wanted, else the bundled one. The driver asks it from the node's description."""
@@ -225,16 +184,3 @@ def find_installation(preference: str = AUTO) -> TritonInstallation:
                                   f"({NO_TRITON_DOCS})")
     return installation_kind(preference, native_on_path).discover()
 
-
-def _copy_once(source: Path, target: Path, stub: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = target / ".complete"
-        if done.exists():
-            return
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(source, target, ignore=shutil.ignore_patterns("python_backend_stubs", "__pycache__"))
-        shutil.copy(stub, target / "backends" / "python" / "triton_python_backend_stub")
-        done.touch()

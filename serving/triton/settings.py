@@ -8,24 +8,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
 
 from serving.settings import OneGpuServerSettings, is_positive_int
+from serving.tritonserver.installation import TRITON_SERVER_CHOICES, TritonServerKind
 
 if TYPE_CHECKING:
     from serving.model_config import ModelConfig
     from serving.settings import ClusterSwitches
-
-AUTO = "auto"
-
-
-class TritonServerKind(StrEnum):
-    """Which `tritonserver` serves: NVIDIA's own (on PATH in its container, native backends) or the one bundled in
-    nvidia-pytriton (Python backend running ONNX Runtime); `serving.triton.installation` has one class of each."""
-
-    NATIVE = "native"
-    BUNDLED = "bundled"
-
-
-# The setting `server`: which server a node runs; auto = the native one where the node has it
-TRITON_SERVER_CHOICES = (AUTO, *TritonServerKind)
 
 
 class Accelerator(StrEnum):
