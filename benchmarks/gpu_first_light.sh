@@ -28,7 +28,8 @@
 #                     replicas per GPU searched), precisions (experiment=precisions and its report,
 #                     per model in $PRECISION_MODELS, default resnet18), shared (the card beside the card shared
 #                     by two servers, e.g. h100_sxm and h100_sxm_shared2), served (benchmarks/ceiling_vs_served.py),
-#                     batcher, tests;
+#                     batcher, first-light-generative (experiment=first_light_generative: vLLM and Ray Serve
+#                     LLM serving model=llama3_8b_random, and its report), tests;
 #                     later commands can run more steps with the same --venv (the install is done once, with --parts)
 #   --budget S        seconds for the whole command, install included (default: none); each step's limit is the
 #                     smaller of --step-limit and what is left, and steps are skipped once under MIN_STEP_S (60) is left
@@ -44,7 +45,7 @@ PARTS=""
 WHEELHOUSE=""
 VENV=""
 TIER=""
-STEPS=imports,doctor,ceiling,check,first-light,search,search-shm,search-haproxy,precisions,shared,served,batcher,tests
+STEPS=imports,doctor,ceiling,check,first-light,search,search-shm,search-haproxy,precisions,shared,served,batcher,first-light-generative,tests
 STEP_LIMIT=600
 BUDGET=""
 MIN_STEP_S=${MIN_STEP_S:-60}
@@ -262,6 +263,17 @@ if wanted batcher; then
     --variant "dyn_no_buckets=triton_onnx_dynbatch:batch_buckets=[]" \
     --variant "two_instances=triton_onnx:instance_count=2" \
     --out "$OUT/server_batching_$TIER.json" "gpu=$TIER"
+fi
+
+# The launched generative servers: vLLM's own and Ray Serve LLM, an 8B Llama with random weights (nothing to
+# download), per token. Without vLLM or without an NVIDIA GPU (a dry run) both are skipped, saying why.
+if wanted first-light-generative; then
+  GENERATIVE_ID=first-light-generative-$(date -u +%Y%m%d-%H%M%S)
+  step first-light-generative "$OUT/generative.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.sweep "gpu=$TIER" experiment=first_light_generative model=llama3_8b_random \
+    "sweep_id=$GENERATIVE_ID" "results_dir=$OUT/runs" quiet=true report=false
+  step first-light-generative-report "$OUT/generative_report.txt" env MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db" \
+    "$PYTHON" -m runners.report "$GENERATIVE_ID" --results-dir "$OUT/runs"
 fi
 
 # The tests last: the sweeps' figures are what the bundle is for.
