@@ -1,7 +1,8 @@
 """The streaming Triton (`triton_stream`): its settings refused with key, value and fix before anything starts; its
 model repository (decoupled, the generate extension's names); what a node without its parts is told; the generate
 client's reading of server-sent events against raw loopback servers; and, slow, the real bundled `tritonserver` on the
-tiny Llama (random weights from its architecture) streaming token by token, nothing left running after it."""
+tiny Llama (random weights from its architecture) streaming token by token over HTTP (generate_stream) and gRPC
+(ModelStreamInfer), nothing left running after it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from experiments.config.validation import validate
 from serving.backend import BackendContext
 from serving.clients.outcomes import Outcome, RequestError
 from serving.pytorch.facts import TorchFacts
-from serving.triton_stream.backend import GRPC_REFUSED, TritonStreamBackend, triton_model_name
+from serving.triton_stream.backend import TritonStreamBackend, triton_model_name
 from serving.triton_stream.client import TritonGenerateClient, TritonGenerateSpec, generate_body
 from serving.triton_stream.facts import TransformersFacts
 from serving.triton_stream.repository import StreamVariant, model_config
@@ -101,7 +102,8 @@ def test_what_cannot_run_is_refused_with_the_reason() -> None:
                                 TritonFacts(bundled="nvidia-pytriton 0.7.0"))
     assert _backend(ready).unsupported_reason("http", "chat_stream") is None
     assert _backend(ready).unsupported_reason("http", "completions_stream") is None
-    assert _backend(ready).unsupported_reason("grpc", "chat_stream") == GRPC_REFUSED
+    assert _backend(ready).unsupported_reason("grpc", "chat_stream") is None
+    assert "no 'grpc+shm' client" in _backend(ready).unsupported_reason("grpc+shm", "chat_stream")
     assert "token by token" in _backend(ready).unsupported_reason("http", "chat")
     no_transformers = ready.with_facts(TransformersFacts(problem="transformers is not installed: pip install x"))
     assert "transformers is not installed" in _backend(no_transformers).unsupported_reason("http", "chat_stream")
@@ -219,7 +221,8 @@ def test_the_body_is_the_models_inputs_by_name() -> None:
 @pytest.mark.slow
 def test_the_bundled_triton_streams_the_tiny_llama_token_by_token(tmp_path: Path) -> None:
     """The host starts the bundled tritonserver with the tiny Llama's architecture (random weights from its seed);
-    concurrent requests, batched by one generate, each stream exactly max_tokens tokens, one event each, in order; a
+    concurrent requests, batched by one generate, each stream exactly max_tokens tokens, one event (HTTP) or response
+    (gRPC) each, in order; a
     bad request is refused with the model's reason; stopping leaves no process."""
     from serving.triton_stream.host import TritonStreamHost
     from tests.processes import server_processes
@@ -236,19 +239,22 @@ def test_the_bundled_triton_streams_the_tiny_llama_token_by_token(tmp_path: Path
         assert "decoupled: true" in files["tiny-llama/config.pbtxt"]
         assert "TritonPythonModel" in files["tiny-llama/1/model.py"]
 
-        async def stream(input_format: str, count: int):
-            spec = backend.client_spec(handle, "http", input_format, 1)
+        async def stream(protocol: str, input_format: str, count: int):
+            from hydra.utils import get_class
+
+            spec = backend.client_spec(handle, protocol, input_format, 1)
             spec = replace(spec, inputs=PromptSource(input_tokens=LengthSpec(12.0), output_tokens=LengthSpec(6.0),
                                                      conversations=count))
-            client = TritonGenerateClient(spec)
+            client = get_class(spec.target)(spec)
             await client.open()
             try:
                 return [a for a in await asyncio.gather(*(client.answer(i) for i in range(count)))], client.pool
             finally:
                 await client.close()
 
-        for input_format in ("completions_stream", "chat_stream"):
-            answers, pool = asyncio.run(stream(input_format, 3))
+        for protocol, input_format in (("http", "completions_stream"), ("http", "chat_stream"),
+                                       ("grpc", "chat_stream"), ("grpc", "completions_stream")):
+            answers, pool = asyncio.run(stream(protocol, input_format, 3))
             for (answer, report), prompt in zip(answers, pool, strict=True):
                 trace = report.detail
                 assert trace.counted_by == "usage" and trace.output_tokens == prompt.max_tokens

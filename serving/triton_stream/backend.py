@@ -1,7 +1,8 @@
 """Triton streaming a language model's tokens (`triton_stream`): a decoupled Python-backend model running transformers
 (`python_backend/model.py`) in a `tritonserver` owned by a `TritonStreamHost` actor on the tier's node, measured per
 token through Triton's generate endpoint (`/v2/models/<model>/generate_stream`, one server-sent event per token) by
-`serving.triton_stream.client`."""
+`serving.triton_stream.client`, or over gRPC through its stream (`ModelStreamInfer`) by
+`serving.triton_stream.grpc_client`."""
 
 from __future__ import annotations
 
@@ -23,10 +24,9 @@ from serving.tritonserver.installation import NO_TRITON_DOCS, TritonServerKind
 from serving.workloads.generative.api import PinOutput, RequestFormat
 
 log = logging.getLogger(__name__)
-CLIENTS = {"http": "serving.triton_stream.client.TritonGenerateClient"}
+CLIENTS = {"http": "serving.triton_stream.client.TritonGenerateClient",  # generate_stream, server-sent events
+           "grpc": "serving.triton_stream.grpc_client.TritonGrpcStreamClient"}  # ModelStreamInfer
 STREAMED = (RequestFormat.CHAT_STREAM, RequestFormat.COMPLETIONS_STREAM)
-GRPC_REFUSED = ("grpc: the streaming Triton is measured through its generate endpoint over HTTP (server-sent events); "
-                "its gRPC stream (ModelStreamInfer) has no client here yet: use protocol http")
 
 
 def triton_model_name(name: str) -> str:
@@ -65,12 +65,10 @@ class TritonStreamBackend(LanguageServerBackend):
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         node = self.context.node
-        if protocol == "grpc":
-            return GRPC_REFUSED
         if protocol not in CLIENTS:
             return f"the streaming Triton has no {protocol!r} client (supported: {sorted(CLIENTS)})"
         if input_format not in tuple(str(f) for f in STREAMED):
-            return (f"{input_format}: the streaming Triton answers token by token through generate_stream: use "
+            return (f"{input_format}: the streaming Triton answers token by token (a stream): use "
                     f"{[str(f) for f in STREAMED]}")
         reason = self.gpu_tier_reason()
         if reason:
