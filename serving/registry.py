@@ -24,6 +24,7 @@ BACKEND_PACKAGES = (
     "serving.endpoint.package",
     "serving.vllm.package",
     "serving.serve_llm.package",
+    "serving.serve_transformers.package",
 )
 
 
