@@ -21,12 +21,17 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
     names = list(load_config().backends)
     behind_haproxy = [name for name in names if "haproxy" in name]  # HAProxy replaces the proxy: a sweep of its own
     generative = [name for name in names if load_config().backends[name].serves("generative")]  # a sweep of tokens
-    assert generative == ["openai"]
+    assert set(generative) == {"openai", "serve_transformers", "serve_transformers_unbatched", "triton_stream",
+                               "triton_stream_unbatched", "vllm", "vllm_prefix_cache", "vllm_no_chunked_prefill",
+                               "vllm_fp8", "vllm_seqs64", "serve_llm", "serve_llm_prefix_cache"}
     image = [n for n in names if n not in behind_haproxy and n not in generative]
     cfg = load_config([f"experiment.backends=[{','.join(image)}]",
                        "cluster.serve_direct_ingress=true", "backends.endpoint.url=http://10.0.0.5:8000"])
     validate(cfg)
     validate(load_config(["experiment=generative", "model=tiny_llama", "backends.openai.url=http://10.0.0.5:8000"]))
+    launched = load_config(["experiment=generative_launched", "model=tiny_llama",
+                            f"experiment.backends=[{','.join(n for n in generative if n != 'openai')}]"])
+    validate(launched)
     validate(load_config([f"experiment.backends=[{','.join(behind_haproxy)},pytorch_direct]"]))
     assert behind_haproxy == ["pytorch_haproxy", "pytorch_haproxy_batched"]
     families = {name: cfg.backends[name].family for name in cfg.backends}
@@ -41,7 +46,11 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
                         "triton_onnx_int8": "triton_onnx", "triton_onnx_fp16": "triton_onnx",
                         "triton_trt_int8": "triton_trt", "fastapi": "fastapi",
                         "torchserve": "torchserve", "torchserve_batched": "torchserve", "endpoint": "endpoint",
-                        "openai": "endpoint"}
+                        "openai": "endpoint", "serve_transformers": "serve_transformers",
+                        "serve_transformers_unbatched": "serve_transformers", "triton_stream": "triton_stream",
+                        "triton_stream_unbatched": "triton_stream", "vllm": "vllm", "vllm_prefix_cache": "vllm",
+                        "vllm_no_chunked_prefill": "vllm", "vllm_fp8": "vllm", "vllm_seqs64": "vllm",
+                        "serve_llm": "serve_llm", "serve_llm_prefix_cache": "serve_llm"}
 
 
 def test_variants_differ_from_their_class_defaults_only_where_they_say() -> None:
@@ -140,7 +149,8 @@ BAD_KEYS_AND_TYPES = [
     ("backends.triton_onnx.instance_count=1.5", "could not be converted to Integer; give a whole number, e.g. 3"),
     ("+backends.mine={accelerator: cuda}", "backends.mine={'accelerator': 'cuda'} is not allowed: an entry extends "
                                            "its class's settings: add it with +backend@backends.mine=<triton | "
-                                           "ray_serve | fastapi | torchserve | endpoint>"),
+                                           "triton_stream | ray_serve | fastapi | torchserve | "
+                                           "endpoint | vllm | serve_llm | serve_transformers>"),
 ]
 
 

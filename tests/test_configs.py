@@ -36,8 +36,15 @@ MODEL_WORKLOAD = {m: next(MODEL_SCHEMAS[d] for d in _file("model", m).defaults i
 EXPERIMENT_WORKLOAD = {e: _file("experiment", e).get("workload", ExperimentConfig.workload)
                        for e in options("experiment")}
 IMAGE_MODELS = [m for m in BUILT_IN_MODELS if MODEL_WORKLOAD[m] == "image"]
+# A language model a launched server can load names weights or an architecture; one that names neither meets only
+# experiments of servers someone else runs (the entries of conf/backends/endpoint.yaml).
+ENDPOINTS = {str(d).split("@")[1] for d in _file("backends", "endpoint").defaults if "@" in str(d)}
+LOADABLE = {m for m in BUILT_IN_MODELS if MODEL_WORKLOAD[m] != "generative"
+            or _file("model", m).get("architecture") or _file("model", m).get("weights")}
+LAUNCHES = {e for e in options("experiment")
+            if set(_file("experiment", e).get("backends") or ()) - ENDPOINTS}
 CASES = [*(dict(experiment=e, model=m) for e in options("experiment") for m in BUILT_IN_MODELS
-           if MODEL_WORKLOAD[m] == EXPERIMENT_WORKLOAD[e]),
+           if MODEL_WORKLOAD[m] == EXPERIMENT_WORKLOAD[e] and (m in LOADABLE or e not in LAUNCHES)),
          *(dict(gpu=g) for g in options("gpu")), *(dict(cluster=c) for c in options("cluster"))]
 
 

@@ -87,7 +87,25 @@ ENGINE: tuple[Metric, ...] = (
     Metric("server_replica_ms", "ms", Pool.MEAN, "the replica's own time per request (Ray Serve)"),
     Metric("server_replica_p50_ms", "ms", Pool.MEAN, "the replica's own time per request, p50"),
     Metric("server_replica_p99_ms", "ms", Pool.MEAN, "the replica's own time per request, p99"),
-    Metric("server_batch_avg", "batch", Pool.MEAN, "images per forward pass the server formed"),
+    Metric("server_batch_avg", "batch", Pool.MEAN, "images per forward pass the server formed (a generative server: "
+           "conversations per generate)"),
+    # A launched generative server's own figures: tierbench's transformers replica, vLLM's Prometheus metrics.
+    Metric("server_generating_tokens_s", "tok/s", Pool.MEAN, "output tokens per second while the server's engine "
+           "was generating (its generates' tokens over their time)"),
+    Metric("server_preemptions", "count", Pool.SUM, "vLLM: requests preempted in the window (their KV cache "
+           "evicted, to be computed again)"),
+    Metric("server_prompt_tokens", "count", Pool.SUM, "vLLM: prompt tokens it computed in the window"),
+    Metric("server_generation_tokens", "count", Pool.SUM, "vLLM: tokens it generated in the window"),
+    Metric("server_ttft_mean_ms", "ms", Pool.MEAN, "vLLM: its own mean time to first token"),
+    Metric("server_tpot_mean_ms", "ms", Pool.MEAN, "vLLM: its own mean time per output token"),
+    Metric("server_queue_mean_ms", "ms", Pool.MEAN, "vLLM: mean time a request waited for a seat in the engine"),
+    Metric("server_prefix_cache_hit_pct", "%", Pool.MEAN, "vLLM: prompt tokens found in its prefix cache"),
+    Metric("server_requests_running", "count", Pool.MEAN, "vLLM: requests in the engine at the window's end"),
+    Metric("server_requests_waiting", "count", Pool.MEAN, "vLLM: requests waiting for a seat at the window's end"),
+    Metric("server_kv_cache_usage_pct", "%", Pool.MEAN, "vLLM: its KV cache in use at the window's end"),
+    Metric("server_kv_cache_bound", "flag", Pool.MAX, "vLLM: 1 when it preempted requests or its KV cache was >= 90 % "
+           "full"),
+    Metric("server_queue_bound", "flag", Pool.MAX, "vLLM: 1 when requests were waiting for a seat"),
     Metric("server_requests", "count", Pool.SUM, "requests the server counted between the window's snapshots"),
     Metric("server_request_ms", "ms", Pool.MEAN, "the server's time per request, end to end"),
     Metric("server_queue_ms", "ms", Pool.MEAN, "time a request waited in the server for its forward pass (Triton, "
@@ -142,6 +160,8 @@ ENGINE: tuple[Metric, ...] = (
     # Against the runtime's in-process ceiling (experiments.measure.efficiency; set after pooling).
     Metric("ceiling_batch", "batch", Pool.MEAN, "the batch the ceiling is read at: the request's or the server's"),
     Metric("ceiling_img_s", "img/s", Pool.MEAN, "the runtime's in-process throughput at that batch"),
+    Metric("ceiling_output_tokens_s", "tok/s", Pool.MEAN, "a generative server's engine in-process at that batch and "
+           "the prompts' lengths: output tokens per second (experiments.measure.token_efficiency)"),
     Metric("ceiling_share", "share", Pool.MEAN, "served throughput over the ceiling at the same batch"),
     Metric("ceiling_best_img_s", "img/s", Pool.MEAN, "the runtime's best in-process throughput, round trip"),
     Metric("ceiling_best_batch", "batch", Pool.MEAN, "the batch of that best"),

@@ -91,6 +91,10 @@ class Bottleneck(StrEnum):
     PROXY = "proxy"
     TRANSPORT = "transport"
     LOAD = "load"
+    # generative servers (experiments/measure/token_efficiency.py)
+    PREFILL = "prefill"
+    DECODE = "decode"
+    KV_CACHE = "kv_cache"
 
     @property
     def fix(self) -> str:
@@ -115,6 +119,15 @@ class Bottleneck(StrEnum):
             Bottleneck.TRANSPORT: "fewer bytes per image or fewer requests: shared memory (http_shm/grpc_shm), JPEG "
                                   "input, larger batches",
             Bottleneck.LOAD: "more work in flight: higher concurrency, larger batches, or server-side batching",
+            Bottleneck.PREFILL: "prompts hold the engine: chunked prefill with a smaller token budget per step "
+                                "(enable_chunked_prefill, max_num_batched_tokens), prefix caching where prompts share "
+                                "a beginning (enable_prefix_caching), or shorter prompts",
+            Bottleneck.DECODE: "generating tokens is the limit: more conversations per step (max_num_seqs, "
+                               "max_batch_size) while TPOT allows, lower precision or quantization (dtype, "
+                               "quantization), or a GPU with more memory bandwidth",
+            Bottleneck.KV_CACHE: "the KV cache is full (requests preempted): more of the GPU's memory for it "
+                                 "(gpu_memory_utilization), fewer conversations at once (max_num_seqs), a shorter "
+                                 "max_model_len, a quantized model or KV cache, tensor parallelism, or a bigger GPU",
         }[self]
 
 
@@ -122,9 +135,11 @@ class Bottleneck(StrEnum):
 class Verdict:
     bottleneck: Bottleneck
     evidence: str  # the numbers that decided it
+    fix: str = ""  # the settings that would move it, where they are not the bottleneck's own (a generative server's)
 
     def tags(self) -> dict[str, str]:
-        return dict(zip(VERDICT_TAGS, (str(self.bottleneck), self.evidence, self.bottleneck.fix), strict=True))
+        return dict(zip(VERDICT_TAGS, (str(self.bottleneck), self.evidence, self.fix or self.bottleneck.fix),
+                        strict=True))
 
 
 def efficiency_metrics(metrics: dict[str, float], timing: RuntimeTiming, batch_size: int) -> dict[str, float]:
@@ -158,7 +173,7 @@ def _pct(share: float) -> str:
     return f"{share * 100:.0f} %"
 
 
-def _client_verdict(m: dict[str, float], client_cpu_limit: float) -> Verdict | None:
+def client_verdict(m: dict[str, float], client_cpu_limit: float) -> Verdict | None:
     client = m.get("client_cpu_util_max")
     if client is not None and client > client_cpu_limit:
         return Verdict(Bottleneck.CLIENT, f"the busiest client actor used {_pct(client)} of a core (limit "
@@ -176,7 +191,7 @@ def client_side_verdict(metrics: dict[str, float], params: dict[str, Any], clien
     breakdown (an endpoint's metrics URL, Server-Timing) taking most of a request. None when none of it shows: the
     server's side is then not known to the client."""
     m = metrics
-    found = _client_verdict(m, client_cpu_limit)
+    found = client_verdict(m, client_cpu_limit)
     if found is not None:
         return found
     node_cpu = m.get("node_cpu_util_pct")
@@ -198,7 +213,7 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
             node_cpus: int) -> Verdict:
     """What holds this trial back, from its own figures (see the module's docstring for the rules)."""
     m = metrics
-    found = _client_verdict(m, client_cpu_limit)
+    found = client_verdict(m, client_cpu_limit)
     if found is not None:
         return found
     busy = m.get("gpu_util_pct")

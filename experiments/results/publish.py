@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from experiments.measure.ceiling import read_ceiling
+from experiments.measure.token_efficiency import read_token_ceiling
 from experiments.results.layout import NODE_TIME_FILE, TIER_ARTIFACTS, TierFolder, server_artifact
 from experiments.results.node_time import node_time_metrics
 from experiments.results.records import Status, TrialRecord, read_record
@@ -207,6 +208,9 @@ class Publisher:
         ceiling = read_ceiling(self.folder.ceiling_file)
         if ceiling is not None and ceiling.timings:
             self._safely("metrics", "log_metrics", self.tier_run, ceiling.tier_metrics())
+        tokens = read_token_ceiling(self.folder.ceiling_file)
+        if tokens is not None and tokens.points:
+            self._safely("metrics", "log_metrics", self.tier_run, tokens.tier_metrics())
         self._safely("finish", "finish", self.tier_run, status)
         self._safely("finish", "finish_shared", self.sweep_run, status)
 

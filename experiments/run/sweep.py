@@ -45,6 +45,7 @@ from experiments.run.progress import SweepProgress, sweep_progress
 from experiments.run.resume import resume_command
 from experiments.run.server_group import Finish, ServerGroup, ServerRelay, StagedModel, build_backend
 from experiments.run.tier_ceiling import TierCeiling
+from experiments.run.token_ceiling import TokenCeilingJob
 from experiments.run.trial import new_record
 from serving.model_config import ServedModel
 from serving.model_files import ShippedFile, ship
@@ -76,7 +77,7 @@ class TierSweep:
         self.node: NodeInfo | None = None
         self.progress: SweepProgress | None = None
         self.shipped: ShippedFile | None = None  # the model's file in Ray's object store, once per tier job
-        self.ceiling: TierCeiling | None = None  # the runtimes' in-process ceiling on the tier's node
+        self.ceiling: TierCeiling | TokenCeilingJob | None = None  # the in-process ceiling on the tier's node
         self.common_tags = {"sweep_id": self.sweep_id, "gpu_tier": self.tier, "emulated": "false"}
         # Every backend an endpoint elsewhere: the node held runs only the clients, and the tier is the servers'.
         self.clients_only = clients_only(cfg)
@@ -141,11 +142,12 @@ class TierSweep:
             self.publisher.open()
         self.publisher.tier_file(CLUSTER_FILE, self.folder.cluster_file.read_text())
         model = self._stage_model(options)
-        if self.workload.image_model:  # the runtimes' in-process ceiling: of an image model's servers
-            self.ceiling = TierCeiling(self.cfg, node, lambda name: build_backend(self.cfg, name, node, options,
-                                                                                  place.emulated, model.on_node))
-            if self.ceiling.measure(self.groups, model.on_node, options, self.folder.ceiling_file):
-                self.publisher.tier_file(CEILING_FILE, self.folder.ceiling_file.read_text())
+        # the in-process ceiling: the runtimes of an image model's servers, the engines of launched generative ones
+        ceiling_kind = TierCeiling if self.workload.image_model else TokenCeilingJob
+        self.ceiling = ceiling_kind(self.cfg, node, lambda name: build_backend(self.cfg, name, node, options,
+                                                                               place.emulated, model.on_node))
+        if self.ceiling.measure(self.groups, model.on_node, options, self.folder.ceiling_file):
+            self.publisher.tier_file(CEILING_FILE, self.folder.ceiling_file.read_text())
         done_keys = self._ok_keys()
         self.clients = ClientPool(self.cfg.experiment, place.client_options,
                                   self.cfg.cluster.schedule_timeout_s).start()

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from serving.backend import Backend, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.generation.ceiling import TokenEngine
 from serving.workloads.generative.api import PinOutput, RequestFormat
 from serving.workloads.generative.client import OpenAISpec
 
@@ -31,6 +32,11 @@ class LanguageServerBackend(Backend):
     def served_name(self) -> str:
         """The name the server lists at /v1/models, and the requests name."""
         return self.context.model.name
+
+    def token_engine(self) -> TokenEngine | None:
+        """What generates the tokens inside this server on this node, as the token ceiling times it in-process
+        (`serving.generation.ceiling`); None where nothing times it."""
+        return None
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         if protocol != "http":

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from serving.backend import BackendContext, ServerHandle
+from serving.generation.ceiling import TokenEngine
 from serving.generation.server import LanguageServerBackend, wait_listed
 from serving.serve_apps import MEASURED_APP_SHUTDOWN, serve_ports, wait_app_running
 from serving.serve_llm import config as llm
@@ -51,6 +52,12 @@ class ServeLlmBackend(LanguageServerBackend):
 
     def engine_args(self) -> dict[str, Any]:
         return self.settings.engine_args(self.context.model, self.random_weights)
+
+    def token_engine(self) -> TokenEngine:
+        """vLLM's offline engine (`LLM.generate`) with these engine arguments, up to `max_num_seqs` sequences at once
+        (null: vLLM's default, 256)."""
+        args = {k: v for k, v in self.engine_args().items() if k not in ("load_format", "seed")}
+        return TokenEngine("vllm", "cuda", tuple(sorted(args.items())), int(self.settings.max_num_seqs or 256))
 
     def runs_on(self) -> str:
         version = self.context.node.facts(VllmFacts).version

@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 from serving.backend import BackendContext, ServerHandle
+from serving.generation.ceiling import TokenEngine
 from serving.generation.server import LanguageServerBackend, wait_listed
 from serving.pytorch.facts import TorchFacts
-from serving.runtime import Runtime
 from serving.serve_apps import MEASURED_APP_SHUTDOWN, serve_ports, wait_app_running
 from serving.serve_transformers.settings import ServeTransformersSettings
 from serving.workloads.generative.model_folder import model_folder, random_weights
@@ -36,12 +36,13 @@ class ServeTransformersBackend(LanguageServerBackend):
         version = self.context.node.facts(TorchFacts).version
         return f"Ray Serve, transformers on torch {version} on {self.device}"
 
-    def runtime(self) -> Runtime:
+    def token_engine(self) -> TokenEngine:
+        """transformers' `generate` with the replica's device, dtype and threads, up to `max_batch_size` at once."""
         from serving.generation.transformers_engine import resolved_dtype
 
-        return Runtime(engine="transformers", device=self.device,
-                       precision={"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[
-                           resolved_dtype(self.settings.dtype, self.device)], threads=self.settings.torch_threads)
+        return TokenEngine("transformers", self.device, (("dtype", resolved_dtype(self.settings.dtype, self.device)),
+                                                         ("threads", self.settings.torch_threads)),
+                           self.settings.max_batch_size)
 
     def unsupported_reason(self, protocol: str, input_format: str) -> str | None:
         facts = self.context.node.facts(TorchFacts)
@@ -71,7 +72,7 @@ class ServeTransformersBackend(LanguageServerBackend):
 
         return {"model": asdict(self.context.model), "device": self.device, "dtype": self.settings.dtype,
                 "torch_threads": self.settings.torch_threads, "max_batch_size": self.settings.max_batch_size,
-                "batch_wait_timeout_s": self.settings.batch_wait_timeout_s}
+                "batch_wait_timeout_s": self.settings.batch_wait_timeout_s, "batcher": self.settings.batcher}
 
     def start(self) -> ServerHandle:
         from ray import serve
@@ -98,6 +99,7 @@ class ServeTransformersBackend(LanguageServerBackend):
                   "num_replicas": self.settings.num_replicas, "server_batching": self.settings.max_batch_size > 1,
                   "server_max_batch_size": self.settings.max_batch_size,
                   "server_batch_wait_ms": self.settings.batch_wait_timeout_s * 1000,
+                  "server_batcher": self.settings.batcher if self.settings.max_batch_size > 1 else "",
                   "server_instances": self.settings.num_replicas, "random_weights": random_weights(ctx.model)}
         return ServerHandle(server_mode="serve_transformers", urls={"http": url}, params=params,
                             startup_s=time.monotonic() - started,
@@ -105,6 +107,31 @@ class ServeTransformersBackend(LanguageServerBackend):
                                      "server_warmup_s": float(info["warmup_s"])},
                             node_id=info.get("node_id"), gpu_ids=tuple(info.get("gpu_ids") or ()),
                             on_gpu=info["device"] == "cuda", processes=(info["pid"],))
+
+    def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
+        """The replica's cumulative generates, conversations, tokens and generating seconds (one replica's, the one
+        that answers: with several, a share of the whole)."""
+        from ray import serve
+
+        if self.settings.num_replicas != 1:
+            return None
+        try:
+            return serve.get_app_handle(self.app_name).counters.remote().result(
+                timeout_s=self.context.request_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the trial keeps the client's view
+            log.warning("%s: reading the replica's counters failed: %s", self.context.name, exc)
+            return None
+
+    def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        """What the replica's generates did between two snapshots: conversations per generate
+        (`server_batch_avg`), and its output tokens/s while generating (`server_generating_tokens_s`)."""
+        delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
+        out: dict[str, float] = {}
+        if delta.get("batches", 0) > 0:
+            out["server_batch_avg"] = delta["conversations"] / delta["batches"]
+        if delta.get("generate_s", 0) > 0:
+            out["server_generating_tokens_s"] = delta["tokens"] / delta["generate_s"]
+        return out
 
     def stop(self) -> dict[str, str]:
         from ray import serve

@@ -1,6 +1,7 @@
 """The Ray Serve deployment: a language model in transformers answering the OpenAI API (`/v1/models`,
 `/v1/chat/completions`, `/v1/completions`, streamed as server-sent events or whole), every token sent as it is
-generated. Requests are merged by Serve's `@serve.batch` into one `generate` (`serving.generation.
+generated. Requests are merged by Serve's `@serve.batch` (or, with `batcher: when_free`, as Triton merges them:
+serving/serve_transformers/when_free.py) into one `generate` (`serving.generation.
 transformers_engine`), which runs on one worker thread while the event loop streams the tokens out. (No postponed
 annotations here: FastAPI reads the routes' annotations as objects.)"""
 
@@ -19,6 +20,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from serving.generation.transformers_engine import StepStreamer, TransformersGenerator
+from serving.serve_transformers.when_free import WhenFreeGenerator
 from serving.workloads.generative.model import LanguageModelConfig
 
 api = FastAPI()
@@ -94,15 +96,22 @@ class _Answer:
 class TransformersLanguageModel:
     def __init__(self, model: dict[str, Any], device: str = "cpu", dtype: str = "auto",
                  torch_threads: int | None = None, max_batch_size: int = 8,
-                 batch_wait_timeout_s: float = 0.01) -> None:
+                 batch_wait_timeout_s: float = 0.01, batcher: str = "serve") -> None:
         started = time.perf_counter()
         self.config = LanguageModelConfig(**model)
         self.engine = TransformersGenerator(self.config, device, dtype, torch_threads)
         self.max_batch_size = int(max_batch_size)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
-        self.generate_batch = serve.batch(max_batch_size=self.max_batch_size,
-                                          batch_wait_timeout_s=float(batch_wait_timeout_s))(self._generate_batch)
+        if batcher == "when_free":
+            self.generate_batch = WhenFreeGenerator(self._generate_batch, self.max_batch_size,
+                                                    float(batch_wait_timeout_s)).submit
+        else:
+            self.generate_batch = serve.batch(max_batch_size=self.max_batch_size,
+                                              batch_wait_timeout_s=float(batch_wait_timeout_s))(self._generate_batch)
         self.load_s = time.perf_counter() - started
+        # Cumulative, read around each window (`counters`): generates run, conversations and tokens they served, and
+        # the seconds they took
+        self.totals = {"batches": 0.0, "conversations": 0.0, "tokens": 0.0, "generate_s": 0.0}
         started = time.perf_counter()
         for batch in sorted({1, self.max_batch_size}):  # the first pass of each shape outside any window
             self.engine.generate([self.engine.text_ids("warm up")] * batch, 4)
@@ -117,6 +126,9 @@ class TransformersLanguageModel:
                 "dtype": self.engine.dtype, "gpu_ids": [str(g) for g in context.get_accelerator_ids().get("GPU", [])],
                 "torch_threads": torch.get_num_threads(), "load_s": self.load_s, "warmup_s": self.warmup_s}
 
+    def counters(self) -> dict[str, float]:
+        return dict(self.totals)
+
     async def _generate_batch(self, jobs: list[Job]) -> AsyncIterator[list[Any]]:
         """One `generate` for every job Serve queued together; each step yields each job's token (StopIteration once
         it has its tokens, or its end of sequence)."""
@@ -130,6 +142,7 @@ class TransformersLanguageModel:
             finally:  # the end, whether generate finished or raised
                 loop.call_soon_threadsafe(steps.put_nowait, None)
 
+        started = time.perf_counter()
         running = loop.run_in_executor(self.executor, run)
         served = [0] * len(jobs)
         finished = [False] * len(jobs)
@@ -146,6 +159,10 @@ class TransformersLanguageModel:
             if all(finished):
                 break
         await running  # its error, if generate raised
+        self.totals["batches"] += 1
+        self.totals["conversations"] += len(jobs)
+        self.totals["tokens"] += sum(served)
+        self.totals["generate_s"] += time.perf_counter() - started
         if not all(finished):
             yield [StopIteration] * len(jobs)
 

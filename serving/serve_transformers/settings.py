@@ -13,18 +13,23 @@ if TYPE_CHECKING:
     from serving.settings import ClusterSwitches
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+BATCHERS = ("serve", "when_free")
 
 
 @dataclass
 class ServeTransformersSettings(LanguageServerSettings):
     """transformers' `generate` in Ray Serve replicas, answering the OpenAI API and streaming every token. With
     `max_batch_size` > 1, Serve's `@serve.batch` merges the requests that queue within `batch_wait_timeout_s` into
-    one `generate` (static batching: a request arriving while a batch generates waits for the next one)."""
+    one `generate` (static batching: a request arriving while a batch generates waits for the next one); with
+    `batcher: when_free`, a generate takes every request that queued while the last one ran."""
 
     _target_: str = "serving.serve_transformers.backend.ServeTransformersBackend"
     num_replicas: int = 1
     max_batch_size: int = 8  # conversations one generate runs at once (1: each alone)
     batch_wait_timeout_s: float = 0.01  # how long a batch waits to fill after its first request
+    # serve: Serve's @serve.batch, which closes a batch when its wait ends even while a generate runs | when_free: a
+    # generate takes every conversation that queued while the last one ran (serving/serve_transformers/when_free.py)
+    batcher: str = "serve"
     max_ongoing_requests: int = 64  # per replica, queued batches included
     dtype: str = "auto"  # auto (float32 on a CPU, bfloat16 on a GPU) | float32 | float16 | bfloat16
     torch_threads: int | None = None  # intra-op threads of each replica (null: torch's default)
@@ -32,7 +37,7 @@ class ServeTransformersSettings(LanguageServerSettings):
     replica_num_gpus: float = 0.5  # asked of Ray per replica where it schedules GPUs
 
     server_mode_hint: ClassVar[str] = "serve_transformers"
-    searchable: ClassVar[tuple[str, ...]] = ("max_batch_size", "batch_wait_timeout_s", "num_replicas")
+    searchable: ClassVar[tuple[str, ...]] = ("max_batch_size", "batch_wait_timeout_s", "batcher", "num_replicas")
 
     @property
     def family(self) -> str:
@@ -51,6 +56,8 @@ class ServeTransformersSettings(LanguageServerSettings):
                                                                       "a replica never holds a full batch otherwise"))
         if not (isinstance(self.batch_wait_timeout_s, int | float) and self.batch_wait_timeout_s >= 0):
             problems.append(self.refuse(name, "batch_wait_timeout_s", "seconds >= 0"))
+        if self.batcher not in BATCHERS:
+            problems.append(self.refuse(name, "batcher", f"one of {list(BATCHERS)}"))
         if self.dtype not in DTYPES:
             problems.append(self.refuse(name, "dtype", f"one of {list(DTYPES)}"))
         if self.torch_threads is not None and not is_positive_int(self.torch_threads):

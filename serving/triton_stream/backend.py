@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
+from serving.generation.ceiling import TokenEngine
 from serving.generation.server import LanguageServerBackend
 from serving.host_actor import place_host, stop_host
 from serving.pytorch.facts import TorchFacts
@@ -58,6 +59,13 @@ class TritonStreamBackend(LanguageServerBackend):
     def server_kind(self) -> TritonServerKind:
         native = self.context.node.facts(TritonFacts).native and self.settings.server != TritonServerKind.BUNDLED
         return TritonServerKind.NATIVE if native else TritonServerKind.BUNDLED
+
+    def token_engine(self) -> TokenEngine:
+        """transformers' `generate` with the model instance's device and dtype, up to `max_batch_size` at once."""
+        from serving.generation.transformers_engine import resolved_dtype
+
+        return TokenEngine("transformers", self.device, (("dtype", resolved_dtype(self.settings.dtype, self.device)),),
+                           self.settings.max_batch_size)
 
     def runs_on(self) -> str:
         triton = "NVIDIA's Triton" if self.server_kind is TritonServerKind.NATIVE else "bundled Triton"
