@@ -121,7 +121,7 @@ def test_the_slo_search_logs_the_per_node_throughput_interval_and_the_plan_reads
 def test_with_a_deadline_the_plan_sizes_on_goodput_not_on_what_was_shed_or_late() -> None:
     """At the highest load within the target a node answered 500 img/s, 400 of them well in time: it is sized as a
     400 img/s node, its interval scaled alike."""
-    best = SloProbe(8, 45.0, 500.0, throughput_interval=(450.0, 560.0), goodput_share=0.8, goodput_img_s=400.0)
+    best = SloProbe(8, 45.0, 500.0, throughput_interval=(450.0, 560.0), goodput_share=0.8, goodput=400.0)
     metrics = SloResult(50.0, best, [best]).metrics(0.36)
     assert metrics["slo_max_goodput_img_s"] == 400.0 and metrics["slo_goodput_share_at_max"] == 0.8
     row = {"tier": "a100", "variant": "triton_onnx", "protocol": "grpc", "input_format": "tensor", "batch_size": 8,

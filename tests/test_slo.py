@@ -14,7 +14,7 @@ RATES = SloRange(start=20.0, floor=20.0, limit=50.0, integer=False)  # open loop
 
 def _model(load: float) -> SloProbe:
     """A server whose p99 grows linearly with load and whose throughput saturates at 400 img/s."""
-    return SloProbe(load, p99_ms=10 + 5 * load, throughput_img_s=min(400.0, 50.0 * load))
+    return SloProbe(load, p99_ms=10 + 5 * load, throughput=min(400.0, 50.0 * load))
 
 
 def test_finds_the_highest_concurrency_within_the_target() -> None:
@@ -70,7 +70,7 @@ def test_an_overloaded_probe_misses_whatever_its_p99() -> None:
     """Past 5 req/s this server falls behind its arrivals: a short window's p99 can still look fine (the queue
     has only begun to grow), yet the load is not sustainable, so the search stops below it."""
     def server(load: float) -> SloProbe:
-        return SloProbe(load, p99_ms=20.0, throughput_img_s=min(load, 5.0), overloaded=load > 5, stable=load != 4)
+        return SloProbe(load, p99_ms=20.0, throughput=min(load, 5.0), overloaded=load > 5, stable=load != 4)
 
     result = search_slo(server, 1000, CLOSED)
     assert result.best.load == 5 and not result.limited
@@ -85,7 +85,7 @@ def test_a_bound_set_where_the_client_fell_behind_is_named_the_clients() -> None
     but says its bound is the client's. A miss of the server's own, with a client that kept its schedule, is not."""
     def measured(load: float, client_from: float = 40.0) -> SloProbe:
         behind = load >= client_from
-        return SloProbe(load, p99_ms=20.0, throughput_img_s=min(load, 36.0), overloaded=behind, client_behind=behind)
+        return SloProbe(load, p99_ms=20.0, throughput=min(load, 36.0), overloaded=behind, client_behind=behind)
 
     result = search_slo(measured, 1000, RATES)
     assert result.best.load < 40 and result.client_bound and result.metrics(1.0)["slo_client_bound"] == 1
@@ -100,7 +100,7 @@ def test_a_goodput_rule_stops_the_search_where_a_shedding_server_answers_too_few
     64), but beyond 6 it answers well a falling share of what it is offered; with 99 % asked, the search stops at
     6."""
     def server(load: float) -> SloProbe:
-        return SloProbe(load, p99_ms=20.0, throughput_img_s=min(load, 6.0) * 50,
+        return SloProbe(load, p99_ms=20.0, throughput=min(load, 6.0) * 50,
                         goodput_share=1.0 if load <= 6 else 6 / load)
 
     assert search_slo(server, 50, CLOSED).best.load == 64

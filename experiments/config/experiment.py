@@ -5,7 +5,8 @@ its own values (`experiments.config.checks`)."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
@@ -71,6 +72,17 @@ class SloConfig(Checked):
     max_concurrency: int = 64  # the search's highest concurrency (closed loop)
     max_rate: float = 2000.0  # the search's highest request rate, req/s (open loop)
 
+    def targets(self, keys: Iterable[str] | None = None) -> dict[str, float]:
+        """The latency targets set among `keys` (a workload's `slo_targets`; None: every one), {key: ms}: what its SLO
+        search keeps (the deadline is goodput's, not a target of its own)."""
+        keys = [f.name for f in fields(self)] if keys is None else keys
+        return {key: getattr(self, key) for key in keys if key.endswith("p99_ms") and getattr(self, key) is not None}
+
+    @property
+    def searched(self) -> bool:
+        """A latency target is set, so the SLO search runs (each workload refuses another's targets)."""
+        return bool(self.targets())
+
     def check(self, key: str, cfg: TierbenchConfig) -> list[str]:
         """Its targets and goodput rule (which targets a workload reads: `experiments.config.workloads`)."""
         if self.p99_ms is not None and self.p99_ms <= 0:
@@ -82,9 +94,10 @@ class SloConfig(Checked):
             return [refuse(f"{key}.min_goodput_share", self.min_goodput_share, "the share of the offered requests the "
                            "SLO search keeps answered well within the deadline, in (0, 1], e.g. 0.99; or null (p99 "
                            "alone)")]
-        if self.min_goodput_share is not None and self.p99_ms is None:
+        if self.min_goodput_share is not None and not self.searched:
             return [refuse(f"{key}.min_goodput_share", self.min_goodput_share, f"it is a rule of the SLO search: set "
-                           f"{key}.p99_ms too (the deadline is {key}.deadline_ms, else that target)")]
+                           f"{key}.p99_ms too (the deadline is {key}.deadline_ms, else that target); a generative "
+                           f"sweep's targets are {key}.ttft_p99_ms and/or {key}.tpot_p99_ms")]
         return []
 
 
@@ -270,10 +283,11 @@ class ExperimentConfig(Checked):
         for rate in self.request_rates:
             if rate <= 0:
                 return [refuse(f"{key}.request_rates", rate, "every rate must be > 0 requests/s")]
-        if mode is LoadMode.RAMP and self.slo.p99_ms is not None:
-            return [refuse(f"{key}.slo.p99_ms", self.slo.p99_ms, "a ramp is one trial rising through the loads, which "
+        target = next(iter(self.slo.targets().items()), None)
+        if mode is LoadMode.RAMP and target is not None:
+            return [refuse(f"{key}.slo.{target[0]}", target[1], "a ramp is one trial rising through the loads, which "
                            "is what the SLO search does step by step: search with load_mode=poisson, or ramp without "
-                           f"{key}.slo.p99_ms (with {key}.slo.deadline_ms for its goodput)")]
+                           f"{key}.slo.{target[0]} (with {key}.slo.deadline_ms for its goodput)")]
         return []
 
 
@@ -281,7 +295,7 @@ def highest_load(exp: ExperimentConfig) -> tuple[int, float]:
     """The most requests in flight (closed loop; 0: none) and per second (open loop; 0: none) the experiment asks of
     a server, its SLO search's limits included."""
     mode = LoadMode(exp.load_mode)
-    search = exp.slo.p99_ms is not None
+    search = exp.slo.searched
     if mode.open_loop:
         return 0, max([*exp.request_rates, exp.slo.max_rate if search else 0.0], default=0.0)
     return max([*exp.concurrency, exp.slo.max_concurrency if search else 0], default=0), 0.0

@@ -151,10 +151,10 @@ def check_trace(exp: ExperimentConfig) -> list[str]:
                            f"experiment.max_in_flight={exp.max_in_flight} lets be outstanding at once: a server "
                            "answering within a second would still see them sent late by construction; raise "
                            f"experiment.max_in_flight to at least {math.ceil(rate)}, or lower the rate")]
-    if exp.slo.p99_ms is not None:
-        return [refuse("experiment.slo.p99_ms", exp.slo.p99_ms, "the SLO search finds a node's capacity under a "
+    for key, value in exp.slo.targets().items():  # the first target set
+        return [refuse(f"experiment.slo.{key}", value, "the SLO search finds a node's capacity under a "
                        "steady load, which the capacity plan sizes nodes with; a trace's throughput is its average, "
                        "not a capacity. Search with experiment.load_mode=poisson (or closed) in the same sweep_id, "
-                       "and replay the trace without experiment.slo.p99_ms: the report plans the trace's peak from "
+                       f"and replay the trace without experiment.slo.{key}: the report plans the trace's peak from "
                        "that search")]
     return []

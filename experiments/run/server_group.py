@@ -3,8 +3,9 @@
 Each server start is first checked against the PyTorch reference (`experiments.run.crosscheck`): a server that
 computes something else is not measured. A failed trial (server crash, client error, timeout) is recorded with
 the server's log, then the server and the client actors are restarted so the next trial starts clean; the rest
-of the sweep goes on. With an SLO set (`experiment.slo.p99_ms`), each operating point is then searched for its
-highest load within it. With `experiment.repeats` > 1 every trial is measured that many times, and finished once, its
+of the sweep goes on. With an SLO set (the workload's targets: `experiment.slo.p99_ms` for images, `ttft_p99_ms`
+and/or `tpot_p99_ms` for tokens), each operating point is then searched for its highest load within it. With
+`experiment.repeats` > 1 every trial is measured that many times, and finished once, its
 repeats pooled (`experiments.run.repeats`).
 
 A settings search hands its server from candidate to candidate (`ServerRelay`): a candidate whose settings the
@@ -32,7 +33,7 @@ from experiments.plan import Trial, TrialGroup, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
 from experiments.run.crosscheck import CrosscheckResult, crosscheck_group
 from experiments.run.repeats import Repeats
-from experiments.run.slo import SloProbe, SloResult, search_slo
+from experiments.run.slo import FIGURE_OF, SloNames, SloProbe, SloResult, SloTargets, search_slo
 from experiments.run.trial import measurement_settings, new_record, priced_usd_per_hour, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.model_config import ModelConfig
@@ -120,7 +121,10 @@ class ServerGroup:
                  done_keys: set[str] | None = None, emulated: bool = False, model: StagedModel | None = None,
                  relay: ServerRelay | None = None) -> None:
         self.cfg = cfg
-        self.image_model = workload_named(cfg.experiment.workload).image_model
+        workload = workload_named(cfg.experiment.workload)
+        self.image_model = workload.image_model
+        self.slo_targets = SloTargets.of(cfg.experiment.slo, workload)  # none set: no SLO search
+        self.slo_names = SloNames.of(workload)
         self.model = model or StagedModel(cfg.model, cfg.model)
         self.group = group
         self.node = node
@@ -234,7 +238,7 @@ class ServerGroup:
 
     def _slo_points(self, runnable: list[Trial]) -> list[Trial]:
         """One trial per operating point (protocol, input format, batch) that still needs an SLO search."""
-        if self.cfg.experiment.slo.p99_ms is None:
+        if not self.slo_targets:
             return []
         points: dict[tuple, Trial] = {}
         for trial in self.group.trials:
@@ -253,16 +257,20 @@ class ServerGroup:
         exp = self.cfg.experiment
         loads = point.load_mode.slo_search_range(exp)
 
+        targets, names = self.slo_targets, self.slo_names
+        bounded = [FIGURE_OF.get(key, key) for key, _ in targets.bounds]
+
         def as_probe(record: TrialRecord | None) -> SloProbe | None:
             if record is None or record.status != Status.OK:
                 return None
             m = record.metrics
-            spread = (m["throughput_img_s_ci_low"], m["throughput_img_s_ci_high"]) if (
-                "throughput_img_s_ci_low" in m and "throughput_img_s_ci_high" in m) else None
-            return SloProbe(record.trial.load, m["latency_p99_ms"], m["throughput_img_s"],
+            low, high = f"{names.throughput}_ci_low", f"{names.throughput}_ci_high"
+            spread = (m[low], m[high]) if low in m and high in m else None
+            return SloProbe(record.trial.load, m["latency_p99_ms"], m.get(names.throughput, 0.0),
                             overloaded=m.get("overloaded", 0.0) == 1, stable=m.get("stable", 1.0) == 1,
                             throughput_interval=spread, goodput_share=m.get("goodput_share"),
-                            goodput_img_s=m.get("goodput_img_s"), client_behind=m.get("client_behind", 0.0) == 1)
+                            goodput=m.get(names.goodput), client_behind=m.get("client_behind", 0.0) == 1,
+                            figures={name: m[name] for name in bounded if name in m})
 
         def measure_at(load: float) -> SloProbe | None:
             trial = point.at_load(load)
@@ -272,8 +280,8 @@ class ServerGroup:
                  if (t.protocol, t.input_format, t.batch_size) == (point.protocol, point.input_format,
                                                                    point.batch_size)}
         rule = f" and goodput >= {exp.slo.min_goodput_share:.0%} of the offered" if exp.slo.min_goodput_share else ""
-        log.info("SLO search p99 <= %g ms%s for %s", exp.slo.p99_ms, rule, point.name)
-        result = search_slo(measure_at, exp.slo.p99_ms, loads, known=known, min_goodput_share=exp.slo.min_goodput_share)
+        log.info("SLO search %s%s for %s", targets.describe(), rule, point.name)
+        result = search_slo(measure_at, targets, loads, known=known, names=names)
         self.finish(self._slo_record(point, result), {})
 
     def _slo_record(self, point: Trial, result: SloResult) -> TrialRecord:
@@ -281,8 +289,8 @@ class ServerGroup:
         base = point.at_load(0)
         record = new_record(self.cfg, base, self.node, self.handle)
         record.key = self.slo_key(point)
-        record.run_name = f"{base.name.rsplit('/', 1)[0]}/slo-p99-{exp.slo.p99_ms:g}ms"
-        record.params.update(slo_p99_ms=exp.slo.p99_ms, slo_load_limit=point.load_mode.slo_search_range(exp).limit)
+        record.run_name = f"{base.name.rsplit('/', 1)[0]}/slo-{self.slo_targets.tag()}"
+        record.params.update(self.slo_targets.metrics(), slo_load_limit=point.load_mode.slo_search_range(exp).limit)
         record.metrics = result.metrics(priced_usd_per_hour(self.cfg, record.params))
         record.tags["run_level"] = "slo"
         record.extra = {"slo": result.to_json()}
