@@ -18,6 +18,7 @@ from experiments.config.choices import SearchStrategy
 from experiments.config.errors import refuse
 from serving.registry import backend_settings
 from serving.settings import BackendSettings, default_of
+from serving.workloads.registry import workloads
 
 if TYPE_CHECKING:
     from experiments.config.schema import TierbenchConfig
@@ -27,10 +28,11 @@ SPACE_KEY = "experiment.search.space"
 
 @dataclass
 class SearchConfig(Checked):
-    """Search each backend's server settings for the highest throughput within `slo.p99_ms`
-    (experiments/run/settings_search.py). `space`: per backend class (`triton`, `ray_serve`), setting -> the values
-    to try; a backend's own name in place of its class's gives it a space of its own; a backend with neither is
-    measured at its own settings."""
+    """Search each backend's server settings for the highest throughput within the SLO's targets (`slo.p99_ms`; a
+    generative sweep's `slo.ttft_p99_ms` and/or `tpot_p99_ms`) (experiments/run/settings_search.py). `space`: per
+    backend class (`triton`, `ray_serve`, `serve_transformers`, `vllm`), setting -> the values to try; a backend's own
+    name in place of its class's gives it a space of its own; a backend with neither is measured at its own
+    settings."""
 
     strategy: str = "none"  # SearchStrategy: none | grid | quick
     space: dict[str, Any] = field(default_factory=dict)  # backend class (or name) -> setting -> the values to try
@@ -110,10 +112,14 @@ def check_search(cfg: TierbenchConfig) -> list[str]:
     search = exp.search
     if not searching(cfg):
         return []
-    if exp.slo.p99_ms is None:
-        return [f"experiment.slo.p99_ms=None is not allowed with experiment.search.strategy={search.strategy}: the "
-                "search keeps the settings with the highest throughput within a p99 target; set one, e.g. "
-                "experiment.slo.p99_ms=50"]
+    keys = [key for key in workloads()[exp.workload].slo_targets if key.endswith("p99_ms")] \
+        if exp.workload in workloads() else ["p99_ms"]
+    if not exp.slo.targets(keys):
+        first = f"experiment.slo.{keys[0]}"
+        return [f"{first}=None is not allowed with experiment.search.strategy={search.strategy}: the search keeps the "
+                f"settings with the highest throughput within the {exp.workload} sweep's latency targets; set "
+                + (f"{first}, e.g. {first}=50" if len(keys) == 1 else
+                   " and/or ".join(f"experiment.slo.{k}" for k in keys) + f", e.g. {first}=500")]
     for key in ("protocols", "input_formats", "batch_sizes"):
         values = getattr(exp, key)
         if len(values) != 1:

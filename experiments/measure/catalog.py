@@ -174,7 +174,7 @@ ENGINE: tuple[Metric, ...] = (
     Metric("served_p50_over_inprocess", "ratio", Pool.MEAN, "served p50 over the in-process p50, same batch"),
     # The pooled trial itself.
     Metric("repeats", "count", Pool.SUM, "the repeats pooled into the trial's figures"),
-    # An SLO summary: the highest load within the p99 target (experiments.run.slo; never pooled).
+    # An SLO summary: the highest load within the p99 target (experiments.run.slo; never pooled); an image sweep's.
     Metric("slo_p99_ms", "ms", Pool.MEAN, "the p99 target searched for"),
     Metric("slo_probes", "count", Pool.SUM, "loads measured by the search"),
     Metric("slo_met", "flag", Pool.MIN, "1 when a load met the target"),
@@ -193,6 +193,15 @@ ENGINE: tuple[Metric, ...] = (
                                                              "capacity plan sizes nodes on"),
     *family("slo_{}_at_max", ("ceiling_share", "ceiling_share_best", "ceiling_share_resident", "gpu_util_pct"),
              "share", Pool.MEAN, "the trial figure {} at the highest load within the target"),
+    # A generative sweep's SLO summary: the highest load within its TTFT and TPOT p99 targets, in output tokens.
+    Metric("slo_ttft_p99_ms", "ms", Pool.MEAN, "the TTFT p99 target searched for (generative)"),
+    Metric("slo_tpot_p99_ms", "ms", Pool.MEAN, "the TPOT p99 target searched for (generative)"),
+    Metric("slo_ttft_p99_at_max_ms", "ms", Pool.MEAN, "TTFT p99 at the highest load within the targets"),
+    Metric("slo_tpot_p99_at_max_ms", "ms", Pool.MEAN, "TPOT p99 at the highest load within the targets"),
+    Metric("slo_max_output_tokens_s", "tok/s", Pool.GEOMETRIC, "output tokens per second at that load"),
+    Metric("slo_max_goodput_output_tokens_s", "tok/s", Pool.GEOMETRIC, "output tokens of the requests answered well "
+                                                                       "(within TTFT, TPOT and deadline) at that load"),
+    Metric("cost_per_1m_output_tokens_at_slo_usd", "USD", Pool.PRICED, "$ per 1M output tokens at that load"),
 )
 # Each workload's own figures (serving/workloads/<name>/figures.py: an image trial's img/s and $ per 1k images, a
 # generative trial's TTFT, ITL, tokens/s and $ per 1M tokens).

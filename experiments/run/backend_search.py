@@ -1,6 +1,7 @@
 """One backend's settings search on a tier's node (`experiment.search`): each candidate a backend entry of its own
 (`experiments.config.search`), measured as a server group with the SLO search; its objective is the highest
-throughput within the p99 target, which at the tier's fixed price is the lowest cost per image. The strategy
+throughput within the workload's targets (an image's p99; a token's TTFT and TPOT p99), which at the tier's fixed price
+is the lowest cost per image, or per 1M output tokens. The strategy
 (`experiments.run.settings_search`) picks which candidates to measure; the winner's deploy files go into the tier
 folder and onto the tier run under `deploy/<backend>/`.
 
@@ -24,11 +25,12 @@ from experiments.plan import TrialGroup
 from experiments.results.records import Status, TrialRecord
 from experiments.run.server_group import Finish
 from experiments.run.settings_search import SearchOutcome, SearchSpace, search_settings
+from experiments.run.slo import SloNames, SloTargets
+from serving.workloads.registry import workload as workload_named
 
 log = logging.getLogger(__name__)
 
 SEARCH_FILE = "search.json"
-THROUGHPUT_AT_SLO = "slo_max_throughput_img_s"
 
 # Runs one candidate's server group: (its trials, the finish callback every record goes through).
 RunGroup = Callable[[TrialGroup, Finish], None]
@@ -45,6 +47,10 @@ class BackendSearch:
         self.finish = finish
         self.done_slo = done_slo  # the ok SLO summary of a candidate's group measured earlier (resume), or None
         self.strategy = SearchStrategy(cfg.experiment.search.strategy)
+        workload = workload_named(cfg.experiment.workload)
+        self.targets = SloTargets.of(cfg.experiment.slo, workload)
+        self.objective = SloNames.of(workload).max_throughput  # the highest throughput within the targets
+        self.unit = next(m.unit for m in workload.metrics if m.name == workload.throughput)
         self.space = SearchSpace.of(space_of(cfg, group.variant))
         self.start = self.space.nearest(cfg.backends[group.variant].as_served(cfg.model))
         self.candidates: dict[str, float | None] = {}  # entry name -> objective (normalised points share one)
@@ -61,8 +67,8 @@ class BackendSearch:
         log.info("settings search of %s: %d candidates measured (%d points probed of %d); best %s", self.group.variant,
                  len(self.candidates), outcome.probes, self.space.size,
                  "none within the SLO" if best is None else
-                 f"{self.space.values(best)} at {outcome.value(best):.1f} img/s within p99 <= "
-                 f"{self.cfg.experiment.slo.p99_ms:g} ms ({outcome.gain or float('nan'):.2f}x the start); stopped by "
+                 f"{self.space.values(best)} at {outcome.value(best):.1f} {self.unit} within "
+                 f"{self.targets.describe()} ({outcome.gain or float('nan'):.2f}x the start); stopped by "
                  f"{self.stopped_by(outcome)}")
         return outcome
 
@@ -90,7 +96,7 @@ class BackendSearch:
         at its highest load within the SLO (its share of the runtime's ceiling, GPU busy, the verdict)."""
         def point_row(point: tuple, value: float | None) -> dict[str, Any]:
             name = self.entry_of(point)
-            row = {"entry": name, "values": self.space.values(point), THROUGHPUT_AT_SLO: value}
+            row = {"entry": name, "values": self.space.values(point), self.objective: value}
             summary = self.at_max.get(name)
             if summary is not None:
                 row.update({k: v for k, v in summary.metrics.items() if k.endswith("_at_max") and k != "slo_max_load"})
@@ -98,7 +104,7 @@ class BackendSearch:
             return row
         best = outcome.best
         return {"backend": self.group.variant, "strategy": str(self.strategy),
-                "slo_p99_ms": self.cfg.experiment.slo.p99_ms,
+                **self.targets.metrics(),
                 "space": {k: list(v) for k, v in self.space.settings}, "points": self.space.size,
                 "points_probed": outcome.probes, "candidates_measured": len(self.candidates),
                 "start": point_row(self.start, outcome.value(self.start)),
@@ -119,7 +125,7 @@ class BackendSearch:
         if earlier is not None:
             log.info("settings search: %s already measured (resumed)", name)
             self.at_max[name] = earlier
-            return _throughput_at_slo(earlier)
+            return _throughput_at_slo(earlier, self.objective)
         slo: list[TrialRecord] = []
         params = {"search_of": self.group.variant, "search_strategy": str(self.strategy),
                   "search_values": json.dumps(values, sort_keys=True), "search_start": str(start).lower()}
@@ -145,11 +151,12 @@ class BackendSearch:
             log.info("settings search: %s lost %.2f points of top-1, more than experiment.accuracy.max_top1_drop="
                      "%g: measured, never chosen", name, max(drops), bound)
             return None
-        return _throughput_at_slo(slo[-1]) if slo else None
+        return _throughput_at_slo(slo[-1], self.objective) if slo else None
 
 
-def _throughput_at_slo(record: TrialRecord) -> float | None:
-    """The candidate's objective: its highest throughput within the SLO; 0 when no load met it, None when it failed."""
+def _throughput_at_slo(record: TrialRecord, objective: str) -> float | None:
+    """The candidate's objective: its highest throughput within the SLO (`objective`, in the workload's unit); 0 when
+    no load met it, None when it failed."""
     if record.status != Status.OK:
         return None
-    return float(record.metrics.get(THROUGHPUT_AT_SLO, 0.0)) if record.metrics.get("slo_met") else 0.0
+    return float(record.metrics.get(objective, 0.0)) if record.metrics.get("slo_met") else 0.0

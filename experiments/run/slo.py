@@ -227,3 +227,18 @@ def search_slo(measure_at: Callable[[float], SloProbe | None], targets: SloTarge
     return SloResult(targets, probes.get(good) if good is not None else None,
                      sorted(measured, key=lambda p: p.load), limited=good is not None and bad is None,
                      client_bound=bound is not None and bound.client_behind, names=names)
+
+
+def summary_line(metrics: Mapping[str, float], workload: Workload) -> str:
+    """`highest load within p99 <= 50 ms: 8 (240.0 img/s, $0.0012/1k img)`: an SLO summary in a line of the log."""
+    names = SloNames.of(workload)
+    within = " and ".join(f"{LABELS[key]} <= {metrics[f'slo_{key}']:g} ms" for key in LABELS
+                          if f"slo_{key}" in metrics)
+    if not metrics["slo_met"]:
+        return f"no load meets {within}"
+    unit = next(m.unit for m in workload.metrics if m.name == names.throughput)
+    per = {1e3: "1k", 1e6: "1M"}.get(names.per, f"{names.per:g}")
+    short = {"image": "img"}.get(workload.unit, workload.unit)
+    cost = metrics.get(names.cost, math.nan)
+    return (f"highest load within {within}: {metrics['slo_max_load']:g} ({metrics[names.max_throughput]:.1f} {unit}, "
+            f"${cost:.4f}/{per} {short})")

@@ -44,6 +44,7 @@ from experiments.run.backend_search import SEARCH_FILE, BackendSearch
 from experiments.run.progress import SweepProgress, sweep_progress
 from experiments.run.resume import resume_command
 from experiments.run.server_group import Finish, ServerGroup, ServerRelay, StagedModel, build_backend
+from experiments.run.slo import summary_line
 from experiments.run.tier_ceiling import TierCeiling
 from experiments.run.token_ceiling import TokenCeilingJob
 from experiments.run.trial import new_record
@@ -419,11 +420,8 @@ def _summary(record: TrialRecord) -> str:
     m = record.metrics
     if record.status != Status.OK:
         return f"{record.status.upper()}: {record.reason}"
-    if "slo_p99_ms" in m:
-        if not m["slo_met"]:
-            return f"no load meets p99 <= {m['slo_p99_ms']:g} ms"
-        return (f"highest load within p99 <= {m['slo_p99_ms']:g} ms: {m['slo_max_load']:g} "
-                f"({m['slo_max_throughput_img_s']:.1f} img/s, ${m['cost_per_1k_images_at_slo_usd']:.4f}/1k img)")
+    if record.tags.get("run_level") == "slo":
+        return summary_line(m, workload_named(str(record.params.get("workload", "image"))))
     flags = "" if m.get("stable", 1) else "  (not stable)"
     if m.get("overloaded"):
         flags += (f"  (OVERLOADED: {m['offered_rate_rps']:.1f} req/s offered, backlog grew by "
