@@ -116,10 +116,11 @@ def check_search(cfg: TierbenchConfig) -> list[str]:
         if exp.workload in workloads() else ["p99_ms"]
     if not exp.slo.targets(keys):
         first = f"experiment.slo.{keys[0]}"
+        within = ("a p99 target; set one, e.g. experiment.slo.p99_ms=50" if keys == ["p99_ms"] else
+                  f"its latency targets; set {' and/or '.join(f'experiment.slo.{k}' for k in keys)}, e.g. "
+                  f"{first}=500")
         return [f"{first}=None is not allowed with experiment.search.strategy={search.strategy}: the search keeps the "
-                f"settings with the highest throughput within the {exp.workload} sweep's latency targets; set "
-                + (f"{first}, e.g. {first}=50" if len(keys) == 1 else
-                   " and/or ".join(f"experiment.slo.{k}" for k in keys) + f", e.g. {first}=500")]
+                f"settings with the highest throughput within {within}"]
     for key in ("protocols", "input_formats", "batch_sizes"):
         values = getattr(exp, key)
         if len(values) != 1:

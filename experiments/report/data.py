@@ -93,6 +93,9 @@ class SweepData:
     # The caching audit's twins (experiment.inputs.audit: one input repeated), in the columns of `trials`: never an
     # answer, only compared with the same point sent distinct inputs (experiments.report.audit_section).
     repeated: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # A settings search's exported files: (tier, searched backend) -> their paths on the tier run, under
+    # `deploy/<backend>/` (the winner's config beside `search.json`)
+    deploy: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
     @property
     def workloads(self) -> list[str]:
@@ -176,10 +179,36 @@ def load_sweep(uri: str, experiment: str, sweep_id: str = "latest") -> SweepData
         raise ReportError(f"sweep {sweep_id!r} has no trial runs yet")
     twins = trials["repeated_input"]
     trials, repeated = trials[~twins].reset_index(drop=True), trials[twins].reset_index(drop=True)
+    slo = tidy_slo(runs[level == "slo"])
     return SweepData(sweep_id=sweep_id, experiment_id=exp.experiment_id,
                      sweep_run_id=str(sweep_runs.iloc[0]["run_id"]) if not sweep_runs.empty else None,
                      trials=trials, tiers=tier_infos(tier_runs, trials), superseded=superseded,
-                     slo=tidy_slo(runs[level == "slo"]), series=load_series(uri, trials), repeated=repeated)
+                     slo=slo, series=load_series(uri, trials), repeated=repeated,
+                     deploy=deploy_files(uri, tier_runs, slo))
+
+
+def deploy_files(uri: str, tier_runs: pd.DataFrame, slo: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
+    """Each searched backend's files on its tier run (`deploy/<backend>/...`, paths below that folder); nothing
+    without a settings search."""
+    if slo.empty or "search_of" not in slo or slo["search_of"].isna().all() or tier_runs.empty:
+        return {}
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+
+    def files(run_id: str, path: str) -> list[str]:
+        found = []
+        for info in client.list_artifacts(run_id, path):
+            found += files(run_id, info.path) if info.is_dir else [info.path]
+        return found
+
+    out = {}
+    for _, row in tier_runs.iterrows():
+        tier = row.get("params.gpu_tier")
+        for backend in sorted(set(slo.loc[slo["tier"] == tier, "search_of"].dropna())):
+            folder = f"deploy/{backend}"
+            out[(tier, backend)] = sorted(p.removeprefix(folder + "/") for p in files(row["run_id"], folder))
+    return out
 
 
 # Load modes whose trials are read over time (the report's "Traffic over time"), and at most how many trials.
@@ -210,7 +239,10 @@ def load_series(uri: str, trials: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 SLO_METRICS = ("slo_p99_ms", "slo_met", "slo_limited", "slo_client_bound", "slo_max_load", "slo_max_throughput_img_s",
                "slo_max_goodput_img_s", "slo_p99_at_max_ms", "cost_per_1k_images_at_slo_usd", "slo_probes",
-               "slo_stable_at_max", "slo_max_throughput_img_s_ci_low", "slo_max_throughput_img_s_ci_high")
+               "slo_stable_at_max", "slo_max_throughput_img_s_ci_low", "slo_max_throughput_img_s_ci_high",
+               # a generative sweep's: its TTFT and TPOT p99 targets and what its highest load within them served
+               "slo_ttft_p99_ms", "slo_tpot_p99_ms", "slo_ttft_p99_at_max_ms", "slo_tpot_p99_at_max_ms",
+               "slo_max_output_tokens_s", "slo_max_goodput_output_tokens_s", "cost_per_1m_output_tokens_at_slo_usd")
 # At the highest load within the target: the probe's figures against its runtime's in-process ceiling and the GPU busy
 # there (`experiments.run.server_group`). NaN, with `ceiling_runtime` and the verdict's tags empty, where the summary
 # carries none (ceiling off, an untimed runtime, older sweeps).

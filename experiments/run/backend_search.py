@@ -21,11 +21,12 @@ from experiments.config.choices import SearchStrategy
 from experiments.config.schema import TierbenchConfig
 from experiments.config.search import add_candidate, space_of
 from experiments.measure.efficiency import Bottleneck
+from experiments.measure.slo_names import SloNames
 from experiments.plan import TrialGroup
 from experiments.results.records import Status, TrialRecord
 from experiments.run.server_group import Finish
 from experiments.run.settings_search import SearchOutcome, SearchSpace, search_settings
-from experiments.run.slo import SloNames, SloTargets
+from experiments.run.slo import SloTargets
 from serving.workloads.registry import workload as workload_named
 
 log = logging.getLogger(__name__)

@@ -28,12 +28,13 @@ from experiments.config.stacks import input_formats_of
 from experiments.config.workloads import request_source
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.efficiency import VERDICT_TAGS
+from experiments.measure.slo_names import FIGURE_OF, SloNames
 from experiments.measure.telemetry import NodeTelemetry, start_node_telemetry
 from experiments.plan import Trial, TrialGroup, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
 from experiments.run.crosscheck import CrosscheckResult, crosscheck_group
 from experiments.run.repeats import Repeats
-from experiments.run.slo import FIGURE_OF, SloNames, SloProbe, SloResult, SloTargets, search_slo
+from experiments.run.slo import SloProbe, SloResult, SloTargets, search_slo
 from experiments.run.trial import measurement_settings, new_record, priced_usd_per_hour, run_trial
 from serving.backend import Backend, BackendContext, ServerHandle
 from serving.model_config import ModelConfig

@@ -22,19 +22,12 @@ from typing import Any
 
 from experiments.config.choices import SloRange
 from experiments.measure.intervals import Interval, interval_metrics
+from experiments.measure.slo_names import FIGURE_OF, IMAGE, LABELS, SloNames, at_max
 from serving.metric import cost_per
-from serving.workloads.registry import workload as workload_named
 from serving.workloads.workload import Workload
 
 # Bisection stops when the open-loop rate is known to within this fraction.
 RATE_PRECISION = 0.05
-# An SLO key whose figure is named otherwise: the image target `p99_ms` bounds every request's end-to-end p99. The
-# others (`ttft_p99_ms`, `tpot_p99_ms`) are named as the figures they bound.
-FIGURE_OF = {"p99_ms": "latency_p99_ms"}
-# A target's short name in run names and sentences.
-LABELS = {"p99_ms": "p99", "ttft_p99_ms": "TTFT p99", "tpot_p99_ms": "TPOT p99"}
-
-
 @dataclass(frozen=True)
 class SloTargets:
     """What a search keeps: each latency target set among the workload's SLO keys (`experiment.slo.<key>`, in ms),
@@ -74,33 +67,6 @@ class SloTargets:
     def tag(self) -> str:
         """`p99-50ms`, `ttft-p99-500ms-tpot-p99-50ms`: the targets in a run name."""
         return "-".join(f"{key.removesuffix('_ms').replace('_', '-')}-{ms:g}ms" for key, ms in self.bounds)
-
-
-@dataclass(frozen=True)
-class SloNames:
-    """An SLO summary's figures in the workload's unit: `slo_max_throughput_img_s` and `cost_per_1k_images_at_slo_usd`
-    for images, `slo_max_output_tokens_s` and `cost_per_1m_output_tokens_at_slo_usd` for tokens."""
-
-    throughput: str  # the probe's figure: throughput_img_s, output_tokens_s
-    goodput: str  # goodput_img_s, goodput_output_tokens_s
-    cost: str  # cost_per_1k_images_at_slo_usd, cost_per_1m_output_tokens_at_slo_usd
-    per: float  # the units the cost prices: 1k images, 1M tokens
-
-    @classmethod
-    def of(cls, workload: Workload) -> SloNames:
-        return cls(workload.throughput, "goodput_" + workload.throughput.removeprefix("throughput_"),
-                   workload.cost.removesuffix("_usd") + "_at_slo_usd", workload.per)
-
-    @property
-    def max_throughput(self) -> str:
-        return f"slo_max_{self.throughput}"
-
-    @property
-    def max_goodput(self) -> str:
-        return f"slo_max_{self.goodput}"
-
-
-IMAGE = SloNames.of(workload_named("image"))
 
 
 @dataclass(frozen=True)
@@ -162,8 +128,7 @@ class SloResult:
         if best.goodput is not None:
             out[names.max_goodput] = best.goodput
         out.update({"slo_max_load": best.load, names.max_throughput: best.throughput,
-                    **{f"slo_{key.removesuffix('_ms')}_at_max_ms": best.figure(FIGURE_OF.get(key, key))
-                       for key, _ in targets.bounds},
+                    **{at_max(key): best.figure(FIGURE_OF.get(key, key)) for key, _ in targets.bounds},
                     "slo_stable_at_max": float(best.stable)})
         if best.throughput > 0:
             out[names.cost] = cost_per(price_per_hour_usd, best.throughput, names.per)

@@ -1,8 +1,8 @@
-"""Assemble a generative sweep's report: the answer first (the cheapest point per 1M output tokens, within the TTFT
-and TPOT targets when given), then overloaded trials, prices, the capacity plan in tokens (when asked), errors and
-traffic over time, what the benchmark cost, cost across tiers with the two Pareto frontiers, each tier's token table,
-failed and skipped trials, and how the numbers were made. The sections every report shares are the image report's;
-the ones that speak of tokens are this package's."""
+"""Assemble a generative sweep's report: the answer first (what a settings search says to deploy, then the cheapest
+point per 1M output tokens, within the TTFT and TPOT targets when given), then overloaded trials, prices, the capacity
+plan in tokens (when asked), errors and traffic over time, what the benchmark cost, cost across tiers with the two
+Pareto frontiers, each tier's token table, failed and skipped trials, and how the numbers were made. The sections every
+report shares are the image report's; the ones that speak of tokens are this package's."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from experiments.report.data import SweepData
 from experiments.report.generative.answer import answer_lines
 from experiments.report.generative.capacity_section import capacity_section
 from experiments.report.generative.cost_section import cost_section
+from experiments.report.generative.deploy import deploy_lines
 from experiments.report.generative.method_section import method_section
 from experiments.report.generative.points import OUTPUT_RATE, Targets, priced_points
 from experiments.report.generative.tier_section import tier_section
@@ -49,7 +50,8 @@ def build_generative_report(data: SweepData, folder: Path, options: ReportOption
         doc.p("No trial succeeded, so there is nothing to compare: see “Failed and skipped trials” below.")
         report.summary.append("no successful trial")
     else:
-        lines = answer_lines(data, labels, prices, targets, lambda row: price_label(data, row))
+        lines = [*deploy_lines(data, labels),
+                 *answer_lines(data, labels, prices, targets, lambda row: price_label(data, row))]
         doc.bullets(lines)
         report.summary += [line.replace("**", "").replace("*", "") for line in lines]
     if stale:
