@@ -235,9 +235,9 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
             parts.append(share_text)
         return Verdict(Bottleneck.CPU, "; ".join(parts))
     node_cpu = m.get("node_cpu_util_pct")
-    client_cores = _client_cores(m)
+    clients_cores = client_cores(m)
     colocated = str(params.get("client_placement", "colocated")) == "colocated"
-    crowded = colocated and client_cores is not None and node_cpus and client_cores / node_cpus >= CLIENT_CORE_SHARE
+    crowded = colocated and clients_cores is not None and node_cpus and clients_cores / node_cpus >= CLIENT_CORE_SHARE
     cpu_full = node_cpu is not None and node_cpu >= NODE_CPU_BUSY
     if cpu_full or (not on_gpu and ((share is not None and share >= AT_CEILING) or crowded)):
         parts = []
@@ -248,8 +248,8 @@ def verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, cli
             parts.append(f"the GPU only {busy:.0f} %")
         if share_text:
             parts.append(share_text)
-        if client_cores is not None and colocated:
-            parts.append(f"the clients on the same node used {client_cores:.2f} of its {node_cpus} cores")
+        if clients_cores is not None and colocated:
+            parts.append(f"the clients on the same node used {clients_cores:.2f} of its {node_cpus} cores")
         return Verdict(Bottleneck.CPU, "; ".join(parts))
     latency = m.get("latency_mean_ms") or m.get("latency_p50_ms")
     server = m.get("server_request_ms", m.get("server_replica_ms"))
@@ -293,7 +293,7 @@ def _load(params: dict[str, Any]) -> str:
     return f"{mode} {params.get('request_rate', '?')} req/s"
 
 
-def _client_cores(metrics: dict[str, float]) -> float | None:
+def client_cores(metrics: dict[str, float]) -> float | None:
     """Cores the clients used on average: their CPU per request times the requests per second."""
     per_request = metrics.get("client_cpu_us_per_request")
     rate = metrics.get("requests_s")

@@ -15,11 +15,13 @@ The verdict (tags `bottleneck`, `bottleneck_evidence`, `bottleneck_fix`), first 
 3. queue: conversations waited for a seat in the engine: the trial keeps more in flight than one engine generates at
    once, or the server's generates carried far fewer than were in flight (static batches: the rest waited for the
    next), or the server says so (vLLM's waiting requests);
-4. the engine at its limit (the GPU >= 80 % busy, the node's CPU >= 85 %, or on a CPU >= 70 % of the ceiling):
-   prefill when the first token takes >= half of an answer's time, else decode;
-5. transport: the engine was not at its limit and the served tokens/s fell below 70 % of its in-process throughput at
+4. the engine at its limit (the GPU >= 80 % busy, or on a CPU >= 70 % of its in-process throughput): prefill when
+   the first token takes >= half of an answer's time, else decode;
+5. cpu: the node's CPU >= 85 % busy without the engine at its limit: the engine, the serving path and colocated
+   clients share too few cores;
+6. transport: the engine was not at its limit and the served tokens/s fell below 70 % of its in-process throughput at
    the same batch: the rest went to the serving path (HTTP, events per token, Serve's proxy and streaming);
-6. load: otherwise: too few conversations in flight to fill the engine.
+7. load: otherwise: too few conversations in flight to fill the engine.
 """
 
 from __future__ import annotations
@@ -29,7 +31,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.measure.efficiency import AT_CEILING, BUSY_GPU_PCT, NODE_CPU_BUSY, Bottleneck, Verdict, client_verdict
+from experiments.measure.efficiency import (
+    AT_CEILING,
+    BUSY_GPU_PCT,
+    NODE_CPU_BUSY,
+    Bottleneck,
+    Verdict,
+    client_cores,
+    client_verdict,
+)
 
 PREFILL_SHARE = 0.5  # the first token's share of an answer's time from which prompts, not tokens, hold it
 QUEUED_SHARE = 1.5  # in flight over a generate's conversations (plus one) from which the rest queued for the next
@@ -143,19 +153,24 @@ def token_verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: boo
     if why:
         return Verdict(Bottleneck.QUEUE, "; ".join(p for p in (why, share_text) if p), FIXES[Bottleneck.QUEUE])
     busy = m.get("gpu_util_pct")
-    node_cpu = m.get("node_cpu_util_pct")
-    saturated = [text for hit, text in (
+    at_limit = [text for hit, text in (
         (on_gpu and busy is not None and busy >= BUSY_GPU_PCT, f"the GPU {busy or 0:.0f} % busy"),
-        (node_cpu is not None and node_cpu >= NODE_CPU_BUSY, f"the node's CPU {node_cpu or 0:.0f} % busy"),
         (not on_gpu and share is not None and share >= AT_CEILING, share_text)) if hit]
-    if saturated:
+    if at_limit:
         ttft, latency = m.get("ttft_mean_ms"), m.get("latency_mean_ms")
         if ttft is not None and latency and ttft >= PREFILL_SHARE * latency:
-            return Verdict(Bottleneck.PREFILL, "; ".join([*saturated, f"the first token took {ttft:.1f} ms of a "
-                                                                      f"{latency:.1f} ms answer"]))
+            return Verdict(Bottleneck.PREFILL, "; ".join([*at_limit, f"the first token took {ttft:.1f} ms of a "
+                                                                     f"{latency:.1f} ms answer"]))
         tpot = m.get("tpot_mean_ms")
-        return Verdict(Bottleneck.DECODE, "; ".join([*saturated, *([f"{tpot:.2f} ms per output token after the "
-                                                                    "first"] if tpot is not None else [])]))
+        return Verdict(Bottleneck.DECODE, "; ".join([*at_limit, *([f"{tpot:.2f} ms per output token after the "
+                                                                   "first"] if tpot is not None else [])]))
+    node_cpu = m.get("node_cpu_util_pct")
+    if node_cpu is not None and node_cpu >= NODE_CPU_BUSY:
+        parts = [f"the node's CPU {node_cpu:.0f} % busy over the window, the engine not at its limit"]
+        clients = client_cores(m)
+        if clients:
+            parts.append(f"the clients on it used {clients:.2f} cores")
+        return Verdict(Bottleneck.CPU, "; ".join([*parts, *([share_text] if share_text else [])]))
     if share is not None and share < AT_CEILING:
         return Verdict(Bottleneck.TRANSPORT, f"{share_text}, without the engine at its limit: the rest went to the "
                                              "serving path (HTTP, an event per token, the server's proxy and "

@@ -15,7 +15,7 @@ from serving.backend import BackendContext, ServerHandle
 from serving.clients.base import ClientSpec
 from serving.generation.ceiling import TokenEngine
 from serving.generation.server import LanguageServerBackend
-from serving.host_actor import place_host, stop_host
+from serving.host_actor import host_counters, place_host, stop_host
 from serving.pytorch.facts import TorchFacts
 from serving.triton_stream.client import TritonGenerateSpec
 from serving.triton_stream.facts import TransformersFacts
@@ -146,6 +146,22 @@ class TritonStreamBackend(LanguageServerBackend):
             params=params, startup_s=float(info["startup_s"]), artifacts=dict(info["rendered"]),
             node_id=info.get("node_id"), gpu_ids=tuple(info.get("gpu_ids") or ()), on_gpu=self.device == "cuda",
             processes=(info["pid"],) if info.get("pid") else ())
+
+    def server_counters(self, handle: ServerHandle) -> dict[str, float] | None:
+        """Triton's own counters around each window: its executions are the generates, so the requests per execution
+        are the conversations each generate carried (`server_batch_avg`)."""
+        if self._actor is None:
+            return None
+        try:
+            return host_counters(self._actor)
+        except Exception as exc:  # noqa: BLE001 - the trial keeps the client's view
+            log.warning("%s: reading Triton's counters failed: %s", self.context.name, exc)
+            return None
+
+    def server_breakdown(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        from serving.oip.triton_metrics import breakdown
+
+        return breakdown(before, after)
 
     def stop(self) -> dict[str, str]:
         actor, self._actor = self._actor, None

@@ -78,5 +78,12 @@ class TritonStreamHost:
         shutil.rmtree(self.work_dir, ignore_errors=True)
         return logs
 
+    def counters(self) -> dict[str, float]:
+        """Triton's cumulative counters for the model (its metrics port listens on this node's loopback)."""
+        from serving.oip.triton_metrics import scrape
+
+        assert self.server is not None and self.server.endpoints is not None
+        return scrape(self.server.endpoints.metrics_url, self.served_name)
+
     def alive(self) -> bool:
         return self.server is not None and self.server.alive()
