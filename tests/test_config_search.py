@@ -98,7 +98,9 @@ def test_a_value_only_this_backend_refuses_points_to_a_space_of_its_own() -> Non
                                           "'grid', 'quick']"),
     (["+experiment.search.space.tensorflow={threads:[1]}"], "experiment.search.space.tensorflow is not allowed: the "
                                                             "space is keyed by backend class, one of ['endpoint', "
-                                                            "'fastapi', 'ray_serve', 'torchserve', 'triton'], or by "
+                                                            "'fastapi', 'ray_serve', 'serve_llm', "
+                                                            "'serve_transformers', 'torchserve', 'triton', "
+                                                            "'triton_stream', 'vllm'], or by "
                                                             "the name of a backend entry"),
     (["experiment.protocols=[http,grpc]"], "experiment.protocols=['http', 'grpc'] is not allowed with a settings "
                                            "search"),

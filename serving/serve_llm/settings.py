@@ -30,7 +30,8 @@ class ServeLlmSettings(VllmEngineSettings):
     accelerator_type: str | None = None  # e.g. H100: only nodes Ray labels with it (null: any GPU of the tier's node)
 
     server_mode_hint: ClassVar[str] = "serve_llm"
-    searchable: ClassVar[tuple[str, ...]] = ("max_num_seqs", "max_num_batched_tokens", "num_replicas")
+    searchable: ClassVar[tuple[str, ...]] = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                                             "num_replicas")
     switched_by: ClassVar[dict[str, str]] = {"min_replicas": "autoscaling", "max_replicas": "autoscaling",
                                              "target_ongoing_requests": "autoscaling"}
 

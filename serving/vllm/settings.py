@@ -23,7 +23,7 @@ class VllmSettings(VllmEngineSettings):
     num_gpus: float | None = None
 
     server_mode_hint: ClassVar[str] = "vllm"
-    searchable: ClassVar[tuple[str, ...]] = ("max_num_seqs", "max_num_batched_tokens")
+    searchable: ClassVar[tuple[str, ...]] = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill")
 
     @property
     def family(self) -> str:
