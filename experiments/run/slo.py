@@ -28,6 +28,8 @@ from serving.workloads.workload import Workload
 
 # Bisection stops when the open-loop rate is known to within this fraction.
 RATE_PRECISION = 0.05
+
+
 @dataclass(frozen=True)
 class SloTargets:
     """What a search keeps: each latency target set among the workload's SLO keys (`experiment.slo.<key>`, in ms),
