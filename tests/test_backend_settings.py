@@ -21,7 +21,8 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
     names = list(load_config().backends)
     behind_haproxy = [name for name in names if "haproxy" in name]  # HAProxy replaces the proxy: a sweep of its own
     generative = [name for name in names if load_config().backends[name].serves("generative")]  # a sweep of tokens
-    assert set(generative) == {"openai", "serve_transformers", "serve_transformers_unbatched", "triton_stream",
+    assert set(generative) == {"openai", "serve_transformers", "serve_transformers_unbatched",
+                               "serve_transformers_when_free", "triton_stream",
                                "triton_stream_unbatched", "vllm", "vllm_prefix_cache", "vllm_no_chunked_prefill",
                                "vllm_fp8", "vllm_seqs64", "serve_llm", "serve_llm_prefix_cache"}
     image = [n for n in names if n not in behind_haproxy and n not in generative]
@@ -47,7 +48,8 @@ def test_every_entry_is_typed_validates_and_has_its_family() -> None:
                         "triton_trt_int8": "triton_trt", "fastapi": "fastapi",
                         "torchserve": "torchserve", "torchserve_batched": "torchserve", "endpoint": "endpoint",
                         "openai": "endpoint", "serve_transformers": "serve_transformers",
-                        "serve_transformers_unbatched": "serve_transformers", "triton_stream": "triton_stream",
+                        "serve_transformers_unbatched": "serve_transformers",
+                        "serve_transformers_when_free": "serve_transformers", "triton_stream": "triton_stream",
                         "triton_stream_unbatched": "triton_stream", "vllm": "vllm", "vllm_prefix_cache": "vllm",
                         "vllm_no_chunked_prefill": "vllm", "vllm_fp8": "vllm", "vllm_seqs64": "vllm",
                         "serve_llm": "serve_llm", "serve_llm_prefix_cache": "serve_llm"}

@@ -91,10 +91,15 @@ class Bottleneck(StrEnum):
     PROXY = "proxy"
     TRANSPORT = "transport"
     LOAD = "load"
-    # generative servers (experiments/measure/token_efficiency.py)
+    # generative servers alone (experiments/measure/token_efficiency.py)
     PREFILL = "prefill"
     DECODE = "decode"
     KV_CACHE = "kv_cache"
+
+    @property
+    def of_tokens_only(self) -> bool:
+        """A verdict only a generative server gets (an image trial never does)."""
+        return self in (Bottleneck.PREFILL, Bottleneck.DECODE, Bottleneck.KV_CACHE)
 
     @property
     def fix(self) -> str:
