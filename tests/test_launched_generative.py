@@ -6,7 +6,6 @@ starts Ray, Serve and MLflow; the suite's leak check finds any replica left runn
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 from experiments.measure.efficiency import Bottleneck
-from experiments.measure.token_efficiency import (FIXES, TokenCeiling, engine_batch, read_token_ceiling,
-                                                  timed_batches, token_efficiency, token_verdict)
+from experiments.measure.token_efficiency import (
+    FIXES,
+    TokenCeiling,
+    engine_batch,
+    read_token_ceiling,
+    timed_batches,
+    token_efficiency,
+    token_verdict,
+)
 from serving.generation.ceiling import TokenEngine
 
 CEILING = TokenCeiling(hostname="vm", input_tokens=64, output_tokens=32,

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from serving.serve_transformers.when_free import WhenFreeGenerator
 
 
