@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from serving.generation.ceiling import TokenEngine
 from serving.generation.settings import LanguageServerSettings
 from serving.settings import is_positive_int
 
@@ -103,6 +104,12 @@ class VllmEngineSettings(LanguageServerSettings):
         if random_weights:
             args.update(load_format="dummy", seed=int(model.seed))
         return {key: value for key, value in args.items() if value is not None}
+
+    def token_engine(self, model: LanguageModelConfig) -> TokenEngine:
+        """vLLM's offline engine (`LLM.generate`) with these engine arguments, as the token ceiling times it, up to
+        `max_num_seqs` sequences at once (null: vLLM's default, 256); its own timing loads random weights itself."""
+        args = self.engine_args(model, random_weights=False)
+        return TokenEngine("vllm", "cuda", tuple(sorted(args.items())), int(self.max_num_seqs or 256))
 
     def engine_params(self) -> dict[str, Any]:
         """The trial params every vLLM server records (null: vLLM's default)."""

@@ -187,3 +187,12 @@ def test_vllm_facts_on_a_gpu_node() -> None:
     if facts.problem:
         pytest.skip(facts.problem)
     assert facts.version and facts.command
+
+
+def test_the_token_ceiling_times_the_engine_both_vllm_backends_run_with_their_settings() -> None:
+    engine = replace(VllmSettings(), max_num_seqs=64, enable_prefix_caching=True).token_engine(RANDOM)
+    assert (engine.kind, engine.device, engine.max_batch) == ("vllm", "cuda", 64)
+    assert dict(engine.settings) == {"max_num_seqs": 64, "enable_prefix_caching": True,
+                                     "gpu_memory_utilization": 0.9, "max_model_len": 8192}
+    assert "load_format" not in engine.key, "the timing loads random weights itself"
+    assert ServeLlmSettings().token_engine(RANDOM).max_batch == 256  # vLLM's own default

@@ -54,10 +54,7 @@ class ServeLlmBackend(LanguageServerBackend):
         return self.settings.engine_args(self.context.model, self.random_weights)
 
     def token_engine(self) -> TokenEngine:
-        """vLLM's offline engine (`LLM.generate`) with these engine arguments, up to `max_num_seqs` sequences at once
-        (null: vLLM's default, 256)."""
-        args = {k: v for k, v in self.engine_args().items() if k not in ("load_format", "seed")}
-        return TokenEngine("vllm", "cuda", tuple(sorted(args.items())), int(self.settings.max_num_seqs or 256))
+        return self.settings.token_engine(self.context.model)
 
     def runs_on(self) -> str:
         version = self.context.node.facts(VllmFacts).version
