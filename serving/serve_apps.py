@@ -7,8 +7,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from serving.process import free_ports
+
+if TYPE_CHECKING:
+    from serving.backend import BackendContext
 
 log = logging.getLogger(__name__)
 
@@ -16,6 +20,13 @@ log = logging.getLogger(__name__)
 # whether it is idle every `graceful_shutdown_wait_loop_s` (Serve's default 2 s: a delete took ~3 s; with 0.2 s,
 # ~1 s), and is killed after `graceful_shutdown_timeout_s`. Exported Serve configs keep Serve's defaults.
 MEASURED_APP_SHUTDOWN = {"graceful_shutdown_wait_loop_s": 0.2, "graceful_shutdown_timeout_s": 2.0}
+
+
+def app_and_route(context: BackendContext, prefix: str = "tierbench", *more: str) -> tuple[str, str]:
+    """A server group's Serve app name and route prefix: Serve is shared by every tier job on the cluster, so one app
+    and route per job (tier, node, variant, `more`) and per server of a shared card."""
+    parts = [p for p in (context.tier, context.node.ray_node_id[:8], context.server_name, *more) if p]
+    return "-".join((prefix, *parts)), "/" + "/".join(parts)
 
 
 def serve_ports(host: str, timeout_s: float, grpc_servicers: Sequence[str] = ()) -> tuple[int, int | None]:

@@ -20,7 +20,7 @@ from serving.oip.protocol import model_signatures
 from serving.pytorch.backend import TorchBackend
 from serving.ray_serve.cluster import DIRECT_INGRESS_SWITCH, HAPROXY_SWITCH, haproxy_sizing
 from serving.ray_serve.settings import RayServeTorchSettings
-from serving.serve_apps import MEASURED_APP_SHUTDOWN, serve_ports, wait_app_running
+from serving.serve_apps import MEASURED_APP_SHUTDOWN, app_and_route, serve_ports, wait_app_running
 from serving.workloads.image.formats import InputFormat
 
 log = logging.getLogger(__name__)
@@ -53,12 +53,7 @@ class RayServeTorchBackend(TorchBackend):
     def __init__(self, context: BackendContext, settings: RayServeTorchSettings) -> None:
         super().__init__(context, settings)
         s = settings
-        # Serve is shared by every tier job on the cluster: one app and route per job (tier, node, variant) and per
-        # server of a shared card.
-        node = context.node.ray_node_id[:8]
-        parts = (context.tier, node, context.server_name, context.model.name)
-        self.app_name = "-".join(p for p in ("tierbench", *parts) if p)
-        self.route = "/" + "/".join(p for p in parts if p)
+        self.app_name, self.route = app_and_route(context, "tierbench", context.model.name)
         # Images per server batch; null: the model's max_batch_size (what Triton's dynamic batcher fills up to).
         self.max_batch_size = s.max_batch_size or int(context.model.max_batch_size)
         self._running = False

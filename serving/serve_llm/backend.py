@@ -15,7 +15,7 @@ from typing import Any
 from serving.backend import BackendContext, ServerHandle
 from serving.generation.ceiling import TokenEngine
 from serving.generation.server import LanguageServerBackend, wait_listed
-from serving.serve_apps import MEASURED_APP_SHUTDOWN, serve_ports, wait_app_running
+from serving.serve_apps import MEASURED_APP_SHUTDOWN, app_and_route, serve_ports, wait_app_running
 from serving.serve_llm import config as llm
 from serving.serve_llm.settings import ServeLlmSettings
 from serving.vllm_facts import VllmFacts, vllm_reason
@@ -38,12 +38,7 @@ class ServeLlmBackend(LanguageServerBackend):
 
     def __init__(self, context: BackendContext, settings: ServeLlmSettings) -> None:
         super().__init__(context, settings)
-        # Serve is shared by every tier job on the cluster: one app and route per job (tier, node, variant) and per
-        # server of a shared card (as serving/ray_serve does).
-        node = context.node.ray_node_id[:8]
-        parts = [p for p in (context.tier, node, context.server_name) if p]
-        self.app_name = "-".join(("tierbench-llm", *parts))
-        self.route = "/" + "/".join(parts)
+        self.app_name, self.route = app_and_route(context, "tierbench-llm")
         self._running = False
 
     @property

@@ -11,7 +11,7 @@ from serving.backend import BackendContext, ServerHandle
 from serving.generation.ceiling import TokenEngine
 from serving.generation.server import LanguageServerBackend, wait_listed
 from serving.pytorch.facts import TorchFacts
-from serving.serve_apps import MEASURED_APP_SHUTDOWN, serve_ports, wait_app_running
+from serving.serve_apps import MEASURED_APP_SHUTDOWN, app_and_route, serve_ports, wait_app_running
 from serving.serve_transformers.settings import ServeTransformersSettings
 from serving.workloads.generative.model_folder import model_folder, random_weights
 
@@ -23,9 +23,7 @@ class ServeTransformersBackend(LanguageServerBackend):
 
     def __init__(self, context: BackendContext, settings: ServeTransformersSettings) -> None:
         super().__init__(context, settings)
-        parts = (context.tier, context.node.ray_node_id[:8], context.server_name)
-        self.app_name = "-".join(p for p in ("tierbench", *parts) if p)
-        self.route = "/" + "/".join(p for p in parts if p)
+        self.app_name, self.route = app_and_route(context)
         self._running = False
 
     @property
