@@ -119,3 +119,64 @@ def test_node_time_of_every_held_node_adds_up_at_its_price(tmp_path: Path) -> No
     record_node_time(folder, {"node_id": "n2", "asked_at": 2000.0, "placed_at": 2000.0, "released_at": 3800.0,
                               "scaled_up": False, "uptime_s": 1800.0, "price_per_hour_usd": 2.0})
     assert node_time_metrics(folder) == {"node_uptime_s": 3600.0, "sweep_cost_usd": 2.0, "node_scale_up_s": 60.0}
+
+
+def test_a_lease_ray_cancelled_before_it_ran_is_asked_for_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a starved machine Ray's control store can destroy a lease the job still holds, before it ran ("all
+    references removed"): the job asks again instead of failing; a lease that died having run is raised."""
+    import ray
+    from ray.exceptions import ActorDiedError
+
+    from experiments.cluster import placement
+    from experiments.cluster.connection import ClusterView
+
+    died_unstarted = ActorDiedError()
+    died_unstarted.error_msg = "The actor died unexpectedly.\nThe actor never ran - it was cancelled before it started."
+    died_running = ActorDiedError()  # Ray's base message: an actor that ran, its node lost
+    answers: list[object] = []
+    asked: list[int] = []
+
+    class Ref:
+        def __init__(self, answer: object) -> None:
+            self.answer = answer
+
+    class Lease:
+        def __init__(self) -> None:
+            asked.append(1)
+            self.where = type("Method", (), {"remote": staticmethod(lambda: Ref(answers[len(asked) - 1]))})
+
+    class Remote:
+        def options(self, **_: object) -> Remote:
+            return self
+
+        def remote(self) -> Lease:
+            return Lease()
+
+    def get(ref: Ref, timeout: float | None = None) -> object:
+        if isinstance(ref.answer, Exception):
+            raise ref.answer
+        return ref.answer
+
+    monkeypatch.setattr(ray, "remote", lambda cls: Remote())
+    monkeypatch.setattr(ray, "get", get)
+    monkeypatch.setattr(ray, "kill", lambda actor: None)
+    monkeypatch.setattr(placement, "wait_for_ref", lambda ref, timeout_s, progress: None)  # ready at once
+    cluster = load_config(["cluster=address", "cluster.address=127.0.0.1:6379"]).cluster
+    view = ClusterView([{"NodeID": "n1", "Alive": True, "Resources": {"tier_a100": 1.0}}])
+    where = {"node_id": "n1", "hostname": "h"}
+
+    answers[:] = [died_unstarted, where]
+    assert placement.lease_tier_node("a100", view, cluster)[1] == where
+    assert len(asked) == 2, "asked again once"
+
+    asked.clear()
+    answers[:] = [died_running, where]
+    with pytest.raises(ActorDiedError):
+        placement.lease_tier_node("a100", view, cluster)
+    assert len(asked) == 1, "a lease that ran and died is not asked for again"
+
+    asked.clear()
+    answers[:] = [died_unstarted] * placement.LEASE_TRIES
+    with pytest.raises(ActorDiedError):
+        placement.lease_tier_node("a100", view, cluster)
+    assert len(asked) == placement.LEASE_TRIES, "bounded"

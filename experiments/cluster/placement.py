@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 # Share of a node's tier resource (nodes declare 1) a tier job holds: a second job of the tier needs another
 # node, while the job's own actors (SLIVER each) still fit beside it.
 LEASE_SHARE = 0.9
+LEASE_TRIES = 3  # a lease Ray cancelled before it ran is asked for again, up to this many times in all
+NEVER_RAN = "never ran"  # in Ray's ActorDiedError for an actor cancelled before it started
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -156,8 +158,6 @@ def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) ->
     resources = {tier_resource(tier): LEASE_SHARE}
     if takes_node_whole(tier, view, cluster_cfg):
         resources[NODE_LOCK_RESOURCE] = 1.0  # the node whole: no other tier's job measures on it meanwhile
-    lease = ray.remote(NodeLease).options(num_cpus=0, resources=resources).remote()
-    ref = lease.where.remote()
     if scale_up:
         log.info("gpu=%s: no live node of tier %s: asking the autoscaler for one; limit %s "
                  "(cluster.scale_up_timeout_s)", tier, tier, minutes(timeout_s))
@@ -170,7 +170,15 @@ def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) ->
             log.info("gpu=%s: every node of the tier is held by another job (of this sweep or another); waited "
                      "%.0f s (up to %g s)", tier, waited, timeout_s)
 
-    waited = wait_for_ref(ref, timeout_s, progress)
+    for attempt in range(1, LEASE_TRIES + 1):
+        lease = ray.remote(NodeLease).options(num_cpus=0, resources=resources).remote()
+        ref = lease.where.remote()
+        waited = wait_for_ref(ref, timeout_s, progress)
+        if waited is not None or not _cancelled_before_it_ran(ref) or attempt == LEASE_TRIES:
+            break
+        log.warning("gpu=%s: Ray cancelled the node lease before it ran (its control store took it for "
+                    "unreferenced, seen on a starved machine); asking again (%d of %d)", tier, attempt + 1,
+                    LEASE_TRIES)
     if waited is not None:
         ray.kill(lease)
         if scale_up:
@@ -189,6 +197,20 @@ def lease_tier_node(tier: str, view: ClusterView, cluster_cfg: ClusterConfig) ->
         log.info("gpu=%s: node %s of tier %s is up after %s", tier, where["node_id"][:12], tier,
                  minutes(node_time.placed_at - node_time.asked_at))
     return lease, where, node_time
+
+
+def _cancelled_before_it_ran(ref: Any) -> bool:
+    """Whether the ready `ref` is the lease's death before it ran, "all references removed" while this job still
+    held it: seen on a starved machine, where Ray's control store lost touch with the lease's owner. A lease that
+    ran and died (its node lost) is not this: it is raised as it is."""
+    import ray
+    from ray.exceptions import ActorDiedError
+
+    try:
+        ray.get(ref, timeout=0)
+    except ActorDiedError as died:
+        return NEVER_RAN in str(died)
+    return False
 
 
 def client_options(cfg: TierbenchConfig, view: ClusterView, tier: str, node_id: str) -> dict[str, Any]:
