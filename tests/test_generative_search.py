@@ -95,6 +95,67 @@ def test_a_generative_summary_is_named_in_output_tokens_and_declared() -> None:
     assert not [name for name in image if "token" in name or "ttft" in name]
 
 
+def test_an_answer_not_streamed_is_skipped_by_a_ttft_or_tpot_search_not_probed_to_its_floor() -> None:
+    """`chat` and `completions` answers have no TTFT or TPOT: a search within either target could only halve their
+    load to the floor, so it is not run; `chat_stream` and `completions_stream` are searched."""
+    ttft_only = SloTargets.of(SloConfig(ttft_p99_ms=500), GENERATIVE)
+    tpot_only = SloTargets.of(SloConfig(tpot_p99_ms=50), GENERATIVE)
+    for targets in (TARGETS, ttft_only, tpot_only):
+        assert targets.unmeetable(GENERATIVE, "chat_stream") is None
+        assert targets.unmeetable(GENERATIVE, "completions_stream") is None
+    assert TARGETS.unmeetable(GENERATIVE, "chat") == (
+        "input format chat has no TTFT p99 or TPOT p99 (its requests never carry one): no load can meet TTFT p99 <= "
+        "500 ms and TPOT p99 <= 50 ms, so its SLO search is skipped, not probed down to its floor; the input formats "
+        "that have it: chat_stream, completions_stream")
+    assert "input format completions has no TPOT p99 " in tpot_only.unmeetable(GENERATIVE, "completions")
+    # an image's formats lack nothing its p99 bounds
+    assert SloTargets.p99(50.0).unmeetable(workload("image"), "tensor") is None
+
+
+def test_the_server_group_records_the_skipped_search_up_front_and_measures_only_the_grid(monkeypatch) -> None:
+    """A sweep of streamed and whole chat answers within a TTFT target: the whole answers' search is recorded skipped,
+    with its reason and no figure, before anything is measured; their grid trial is measured, the streamed point
+    searched."""
+    import experiments.run.server_group as server_group
+    from experiments.plan import plan_trials
+    from experiments.results.records import Status
+    from serving.backend import ServerHandle
+    from tests.helpers import CPU_NODE
+
+    cfg = load_config(["experiment=generative", "model=tiny_llama", "backends.openai.url=http://127.0.0.1:9",
+                       "experiment.input_formats=[chat_stream,chat]", "experiment.concurrency=[1]",
+                       "experiment.slo.ttft_p99_ms=500", "experiment.slo.max_concurrency=8"])
+    (group,) = plan_trials(cfg)
+    records, measured = [], []
+    server = server_group.ServerGroup(cfg, group, CPU_NODE, {}, clients=None,
+                                      finish=lambda record, logs: records.append(record),
+                                      save_server_file=lambda name, text: None)
+
+    def measure(cfg, trial, *args):
+        measured.append((trial.input_format, trial.load))
+        record = server_group.new_record(cfg, trial, CPU_NODE)
+        record.metrics = {"latency_p99_ms": 900.0, "output_tokens_s": 30.0 * trial.load, "stable": 1.0}
+        if trial.input_format == "chat_stream":  # TTFT p99 100 ms a conversation in flight: 5 meet 500 ms
+            record.metrics |= {"ttft_p99_ms": 100.0 * trial.load, "tpot_p99_ms": 5.0}
+        return record
+
+    server.backend.start, server.backend.stop = lambda: ServerHandle("endpoint", {}), dict
+    monkeypatch.setattr(server_group, "run_trial", measure)
+    server.run(group.trials)
+
+    skipped = records[0]
+    assert (skipped.status, skipped.tags["run_level"], skipped.trial.input_format) == (Status.SKIPPED, "slo", "chat")
+    assert skipped.reason.startswith("input format chat has no TTFT p99 (its requests never carry one): no load can "
+                                     "meet TTFT p99 <= 500 ms, so its SLO search is skipped")
+    assert skipped.metrics == {} and skipped.params["slo_ttft_p99_ms"] == 500
+    assert skipped.name == "local/openai/http/chat/b1/slo-ttft-p99-500ms"
+    assert skipped.key == server.slo_key(group.trials[1])
+    assert [load for fmt, load in measured if fmt == "chat"] == [1], "the grid's trial alone, no probe"
+    assert [load for fmt, load in measured if fmt == "chat_stream"] == [1, 2, 4, 8, 6, 5]
+    (searched,) = [r for r in records if r.tags.get("run_level") == "slo" and r.status == Status.OK]
+    assert searched.trial.input_format == "chat_stream" and searched.metrics["slo_max_load"] == 5
+
+
 # --- the config: refused before anything starts ---------------------------------------------------------------------
 
 PRESET = ["experiment=cheapest_generative"]

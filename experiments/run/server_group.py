@@ -4,9 +4,10 @@ Each server start is first checked against the PyTorch reference (`experiments.r
 computes something else is not measured. A failed trial (server crash, client error, timeout) is recorded with
 the server's log, then the server and the client actors are restarted so the next trial starts clean; the rest
 of the sweep goes on. With an SLO set (the workload's targets: `experiment.slo.p99_ms` for images, `ttft_p99_ms`
-and/or `tpot_p99_ms` for tokens), each operating point is then searched for its highest load within it. With
-`experiment.repeats` > 1 every trial is measured that many times, and finished once, its
-repeats pooled (`experiments.run.repeats`).
+and/or `tpot_p99_ms` for tokens), each operating point is then searched for its highest load within it; a point whose
+input format never has a figure the targets bound (an answer not streamed: no TTFT or TPOT) is recorded skipped, with
+the reason, before anything starts. With `experiment.repeats` > 1 every trial is measured that many times, and
+finished once, its repeats pooled (`experiments.run.repeats`).
 
 A settings search hands its server from candidate to candidate (`ServerRelay`): a candidate whose settings the
 running server can take on in place (`Backend.adopt`, e.g. Triton reloading one model) costs a reload, not a start.
@@ -123,6 +124,7 @@ class ServerGroup:
                  relay: ServerRelay | None = None) -> None:
         self.cfg = cfg
         workload = workload_named(cfg.experiment.workload)
+        self.workload = workload
         self.image_model = workload.image_model
         self.slo_targets = SloTargets.of(cfg.experiment.slo, workload)  # none set: no SLO search
         self.slo_names = SloNames.of(workload)
@@ -155,7 +157,7 @@ class ServerGroup:
                 self.finish(new_record(self.cfg, trial, self.node, status=Status.SKIPPED, reason=reason), {})
             else:
                 runnable.append(trial)
-        slo_points = self._slo_points(runnable)
+        slo_points = [p for p in self._slo_points(runnable) if not self._skip_search(p)]
         if not runnable and not slo_points:
             return
         try:
@@ -247,6 +249,15 @@ class ServerGroup:
                 points.setdefault((trial.protocol, trial.input_format, trial.batch_size), trial)
         return [p for p in points.values() if self.slo_key(p) not in self.done_keys]
 
+    def _skip_search(self, point: Trial) -> bool:
+        """Record `point`'s SLO search as skipped, with the reason, where its input format never has a figure the
+        targets bound (an answer not streamed has no TTFT or TPOT): no load of it could meet them. True when so."""
+        reason = self.slo_targets.unmeetable(self.workload, point.input_format)
+        if reason is None:
+            return False
+        self.finish(self._slo_summary(point, Status.SKIPPED, reason), {})
+        return True
+
     def slo_key(self, point: Trial) -> str:
         """The key of the SLO summary of `point` (its operating point, in this group's settings)."""
         slo = dataclasses.asdict(self.cfg.experiment.slo)
@@ -285,15 +296,20 @@ class ServerGroup:
         result = search_slo(measure_at, targets, loads, known=known, names=names)
         self.finish(self._slo_record(point, result), {})
 
-    def _slo_record(self, point: Trial, result: SloResult) -> TrialRecord:
-        exp = self.cfg.experiment
+    def _slo_summary(self, point: Trial, status: str = Status.OK, reason: str | None = None) -> TrialRecord:
+        """The SLO summary record of `point`: its key, name, targets and load limit, no figures yet."""
         base = point.at_load(0)
-        record = new_record(self.cfg, base, self.node, self.handle)
+        record = new_record(self.cfg, base, self.node, self.handle, status=status, reason=reason)
         record.key = self.slo_key(point)
         record.run_name = f"{base.name.rsplit('/', 1)[0]}/slo-{self.slo_targets.tag()}"
-        record.params.update(self.slo_targets.metrics(), slo_load_limit=point.load_mode.slo_search_range(exp).limit)
-        record.metrics = result.metrics(priced_usd_per_hour(self.cfg, record.params))
+        record.params.update(self.slo_targets.metrics(),
+                             slo_load_limit=point.load_mode.slo_search_range(self.cfg.experiment).limit)
         record.tags["run_level"] = "slo"
+        return record
+
+    def _slo_record(self, point: Trial, result: SloResult) -> TrialRecord:
+        record = self._slo_summary(point)
+        record.metrics = result.metrics(priced_usd_per_hour(self.cfg, record.params))
         record.extra = {"slo": result.to_json()}
         if result.best is not None:
             record.metrics.update(self._at_max(point, result.best.load, record))

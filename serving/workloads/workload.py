@@ -36,6 +36,9 @@ class Workload:
     # Its per-request raw figures by family, in seconds (a generative trial's "ttft", "tpot", "itl"): the repeats of a
     # trial pool them and compute `<family>_p<N>_ms` again, with intervals.
     raw_figures: Callable[[Any], dict[str, Any]] = lambda samples: {}
+    # The figures a request format (an `experiment.input_formats` value) never has: a generative answer not streamed
+    # has no token timing (TTFT, ITL, TPOT). An SLO search whose targets bound one of them skips that format's points.
+    lacks: Callable[[str], frozenset[str]] = lambda request_format: frozenset()
     # The engine's steps for an image model: ship the model's file, cross-check outputs against the reference,
     # time the runtime's ceiling, build the image corpus. A workload that does not serve an image model skips them.
     image_model: bool = False

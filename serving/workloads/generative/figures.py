@@ -190,3 +190,6 @@ METRICS: tuple[Metric, ...] = (
     *family("pool_max_tokens_{}", ("mean", "p50", "min", "max"), "tokens", Pool.MEAN,
             "the pool's max_tokens: {}"),
 )
+
+# What only a streamed answer has (its token timing): an answer not streamed has none of these figures.
+TOKEN_TIMING = frozenset(m.name for m in METRICS if m.name.startswith(("ttft_", "itl_", "tpot_")))

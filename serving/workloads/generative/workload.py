@@ -13,6 +13,11 @@ def _figures(samples: Any, usd_per_hour: float, slo: Any) -> dict[str, float]:
     return figures.window_figures(samples, usd_per_hour, slo.ttft_p99_ms, slo.tpot_p99_ms, slo.deadline_ms)
 
 
+def _lacks(request_format: str) -> frozenset[str]:
+    """An answer not streamed (`chat`, `completions`) has no token timing: no TTFT, ITL or TPOT."""
+    return frozenset() if RequestFormat(request_format).streamed else figures.TOKEN_TIMING
+
+
 WORKLOAD = Workload(
     name="generative",
     unit="token",
@@ -29,4 +34,5 @@ WORKLOAD = Workload(
     costs=(("cost_per_1m_output_tokens_usd", "output_tokens_s", 1e6),
            ("cost_per_1m_tokens_usd", "total_tokens_s", 1e6)),
     raw_figures=figures.raw_figures,
+    lacks=_lacks,
 )
