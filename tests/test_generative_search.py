@@ -206,6 +206,12 @@ def test_on_a_gpu_the_engines_own_settings_are_searched() -> None:
      "experiment.slo.ttft_p99_ms=500.0 is not allowed: a ramp is one trial rising through the loads"),
     (["experiment.protocols=[http,grpc]"], "experiment.protocols=['http', 'grpc'] is not allowed with a settings "
                                            "search"),
+    (["experiment.input_formats=[chat]"],
+     "experiment.input_formats=[chat] is not allowed with a settings search within experiment.slo.ttft_p99_ms: its "
+     "requests never have that figure, so no candidate could meet it; search a format that has it, e.g. "
+     "experiment.input_formats=[chat_stream], or search without experiment.slo.ttft_p99_ms"),
+    (["experiment.input_formats=[completions]", "experiment.slo.ttft_p99_ms=null"],
+     "experiment.input_formats=[completions] is not allowed with a settings search within experiment.slo.tpot_p99_ms"),
 ])
 def test_a_bad_generative_search_is_refused_naming_key_value_and_fix(overrides: list[str], message: str) -> None:
     assert message in refused(*overrides)

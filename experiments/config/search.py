@@ -19,8 +19,10 @@ from experiments.config.errors import refuse
 from serving.registry import backend_settings
 from serving.settings import BackendSettings, default_of
 from serving.workloads.registry import workloads
+from serving.workloads.workload import Workload
 
 if TYPE_CHECKING:
+    from experiments.config.experiment import ExperimentConfig
     from experiments.config.schema import TierbenchConfig
 
 SPACE_KEY = "experiment.search.space"
@@ -127,6 +129,10 @@ def check_search(cfg: TierbenchConfig) -> list[str]:
             return [f"experiment.{key}={list(values)} is not allowed with a settings search: a search finds the best "
                     f"settings for one operating point; give one, e.g. experiment.{key}=[{values[0]}] (a multirun over "
                     "it searches each)"]
+    if exp.workload in workloads():
+        problem = _unmeasured_target(exp, workloads()[exp.workload], keys)
+        if problem:
+            return [problem]
     classes = backend_settings()
     unknown = [name for name in search.space if name not in classes and name not in cfg.backends]
     if unknown:
@@ -143,6 +149,22 @@ def check_search(cfg: TierbenchConfig) -> list[str]:
         if problems:
             return problems
     return []
+
+
+def _unmeasured_target(exp: ExperimentConfig, workload: Workload, keys: list[str]) -> str | None:
+    """A target the searched input format never has a figure for (an answer not streamed has no TTFT or TPOT): every
+    candidate's SLO search would be skipped, so the search is refused. A generative target is named as the figure it
+    bounds; an image's p99 bounds a figure every format has."""
+    (request_format,) = exp.input_formats
+    lacking = workload.lacks(request_format)
+    missing = [key for key in exp.slo.targets(keys) if key in lacking]
+    if not missing:
+        return None
+    having = [f for f in workload.request_formats if not set(missing) & workload.lacks(f)]
+    return (f"experiment.input_formats=[{request_format}] is not allowed with a settings search within "
+            f"experiment.slo.{missing[0]}: its requests never have that figure, so no candidate could meet it; "
+            + (f"search a format that has it, e.g. experiment.input_formats=[{having[0]}], or " if having else "")
+            + f"search without experiment.slo.{missing[0]}")
 
 
 def _space_problems(cfg: TierbenchConfig, variant: str, space: dict[str, list[Any]]) -> list[str]:
