@@ -41,6 +41,11 @@ from experiments.measure.efficiency import (
     client_verdict,
 )
 
+# The trial's figures against its engine's ceiling (the module's docstring says them)
+ENGINE_BATCH, ENGINE_OUTPUT_TOKENS_S, SHARE = "ceiling_batch", "ceiling_output_tokens_s", "ceiling_share"
+# The verdicts `token_verdict` gives, in the order it tries them
+VERDICTS = (Bottleneck.CLIENT, Bottleneck.KV_CACHE, Bottleneck.QUEUE, Bottleneck.PREFILL, Bottleneck.DECODE,
+            Bottleneck.CPU, Bottleneck.TRANSPORT, Bottleneck.LOAD)
 PREFILL_SHARE = 0.5  # the first token's share of an answer's time from which prompts, not tokens, hold it
 QUEUED_SHARE = 1.5  # in flight over a generate's conversations (plus one) from which the rest queued for the next
 # What moves a generative server held by these (the others' fixes are the bottleneck's own)
@@ -119,8 +124,7 @@ def token_efficiency(metrics: dict[str, float], ceiling_tok_s: float | None, bat
     served = metrics.get("output_tokens_s")
     if not served or not ceiling_tok_s:
         return {}
-    return {"ceiling_batch": float(batch), "ceiling_output_tokens_s": ceiling_tok_s,
-            "ceiling_share": served / ceiling_tok_s}
+    return {ENGINE_BATCH: float(batch), ENGINE_OUTPUT_TOKENS_S: ceiling_tok_s, SHARE: served / ceiling_tok_s}
 
 
 def token_verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: bool, client_cpu_limit: float,
@@ -130,9 +134,9 @@ def token_verdict(metrics: dict[str, float], params: dict[str, Any], on_gpu: boo
     found = client_verdict(m, client_cpu_limit)
     if found is not None:
         return found
-    share = m.get("ceiling_share")
-    batch = m.get("ceiling_batch")
-    share_text = (f"it streamed {share * 100:.0f} % of the engine's in-process {m['ceiling_output_tokens_s']:,.0f} "
+    share = m.get(SHARE)
+    batch = m.get(ENGINE_BATCH)
+    share_text = (f"it streamed {share * 100:.0f} % of the engine's in-process {m[ENGINE_OUTPUT_TOKENS_S]:,.0f} "
                   f"output tokens/s at batch {batch:.0f}") if share is not None else ""
     if m.get("server_kv_cache_bound") == 1:
         parts = [f"{m['server_preemptions']:.0f} requests preempted" if m.get("server_preemptions") else "",
