@@ -1,7 +1,8 @@
 """Assemble a generative sweep's report: the answer first (what a settings search says to deploy, then the cheapest
 point per 1M output tokens, within the TTFT and TPOT targets when given), then overloaded trials, prices, the capacity
 plan in tokens (when asked), errors and traffic over time, what the benchmark cost, cost across tiers with the two
-Pareto frontiers, each tier's token table, failed and skipped trials, and how the numbers were made. The sections every
+Pareto frontiers, how close each launched server came to its engine in-process (where the sweep timed one), each tier's
+token table, failed and skipped trials, and how the numbers were made. The sections every
 report shares are the image report's; the ones that speak of tokens are this package's."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from experiments.report.build import Report, ReportOptions, header, price_label,
 from experiments.report.data import SweepData
 from experiments.report.generative.answer import answer_lines
 from experiments.report.generative.capacity_section import capacity_section
+from experiments.report.generative.ceiling_section import ceiling_section
 from experiments.report.generative.cost_section import cost_section
 from experiments.report.generative.deploy import deploy_lines
 from experiments.report.generative.method_section import method_section
@@ -65,6 +67,7 @@ def build_generative_report(data: SweepData, folder: Path, options: ReportOption
     report.summary += benchmark_cost_section(doc, data)
     if not data.sustained.empty:
         cost_section(doc, report.images, folder, priced_points(data.sustained, prices), labels, targets)
+    report.summary += ceiling_section(doc, data, labels)
     for tier in sorted(data.tiers):
         if (ok["tier"] == tier).any():
             tier_section(doc, data, ok[ok["tier"] == tier], tier)
