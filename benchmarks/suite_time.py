@@ -13,6 +13,7 @@ whole run (the suite must not flake when the machine is shared). Arguments after
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,13 @@ def file_times(cases: list[ElementTree.Element]) -> dict[str, dict[str, float]]:
     return dict(files)
 
 
+def venv_environment() -> dict[str, str]:
+    """This environment with the interpreter's own bin folder first on PATH, as an activated venv has it: the
+    multi-node tests start nodes with the `ray` command of the Ray they import."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--busy", action="store_true", help="keep one core busy beside the suite")
@@ -63,7 +71,7 @@ def main() -> int:
             junit = Path(work) / "junit.xml"
             started = time.monotonic()
             done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                   f"--junitxml={junit}", *args.pytest_args], cwd=REPO_ROOT)
+                                   f"--junitxml={junit}", *args.pytest_args], cwd=REPO_ROOT, env=venv_environment())
             wall_s = time.monotonic() - started
             cases = list(ElementTree.parse(junit).getroot().iter("testcase")) if junit.exists() else []
             files, slowest = file_times(cases), slowest_tests(cases)

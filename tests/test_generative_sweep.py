@@ -97,11 +97,13 @@ def test_the_sweep_measures_every_trial_and_answers_in_tokens(sweep: dict) -> No
     proc = sweep["proc"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     levels = {name: r["tags"].get("run_level", "trial") for name, r in sweep["records"].items()}
-    # the grid's trials (an answer asked whole has no TTFT to hold to its target: its search probes lower loads too)
     trials = [r for name, r in sweep["records"].items() if levels[name] == "trial" and "phase" not in r["tags"]]
     assert len(trials) == 5 and all(r["status"] == "ok" for r in trials)
     summaries = [r for name, r in sweep["records"].items() if levels[name] == "slo"]
     assert len(summaries) == 5, levels
+    # an answer asked whole has no TTFT or TPOT to hold to the targets: its search is skipped, saying why
+    (whole,) = [r for r in summaries if r["trial"]["input_format"] == "chat"]
+    assert whole["status"] == "skipped" and "TTFT" in whole["reason"] and not whole["metrics"], whole
     standin = next(r for r in summaries if r["trial"]["variant"] == "openai"
                    and r["trial"]["input_format"] == "chat_stream")
     assert standin["metrics"]["slo_max_load"] == 2 and standin["metrics"]["slo_max_output_tokens_s"] > 0
