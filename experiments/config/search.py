@@ -156,11 +156,9 @@ def _unmeasured_target(exp: ExperimentConfig, workload: Workload, keys: list[str
     candidate's SLO search would be skipped, so the search is refused. A generative target is named as the figure it
     bounds; an image's p99 bounds a figure every format has."""
     (request_format,) = exp.input_formats
-    lacking = workload.lacks(request_format)
-    missing = [key for key in exp.slo.targets(keys) if key in lacking]
+    missing, having = workload.unmeasured(request_format, {key: key for key in exp.slo.targets(keys)})
     if not missing:
         return None
-    having = [f for f in workload.request_formats if not set(missing) & workload.lacks(f)]
     return (f"experiment.input_formats=[{request_format}] is not allowed with a settings search within "
             f"experiment.slo.{missing[0]}: its requests never have that figure, so no candidate could meet it; "
             + (f"search a format that has it, e.g. experiment.input_formats=[{having[0]}], or " if having else "")

@@ -62,12 +62,9 @@ class SloTargets:
         """Why no load of `request_format` can meet these targets: they bound a figure its requests never have
         (`Workload.lacks`: an answer not streamed has no TTFT or TPOT), so a search would only probe it down to its
         floor; None when it can."""
-        lacking = workload.lacks(request_format)
-        missing = [key for key, _ in self.bounds if FIGURE_OF.get(key, key) in lacking]
+        missing, having = workload.unmeasured(request_format, {key: FIGURE_OF.get(key, key) for key, _ in self.bounds})
         if not missing:
             return None
-        figures = {FIGURE_OF.get(key, key) for key in missing}
-        having = [f for f in workload.request_formats if not figures & workload.lacks(f)]
         return (f"input format {request_format} has no {' or '.join(LABELS.get(k, k) for k in missing)} (its requests "
                 f"never carry one): no load can meet {self.describe()}, so its SLO search is skipped, not probed down "
                 "to its floor" + (f"; the input formats that have it: {', '.join(having)}" if having else ""))

@@ -5,7 +5,7 @@ image-only steps apply to it. Everything else of the workload stays in its folde
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,15 @@ class Workload:
     # The engine's steps for an image model: ship the model's file, cross-check outputs against the reference,
     # time the runtime's ceiling, build the image corpus. A workload that does not serve an image model skips them.
     image_model: bool = False
+
+    def unmeasured(self, request_format: str, bounds: Mapping[str, str]) -> tuple[list[str], list[str]]:
+        """Of `bounds` ({target key: the figure it bounds}), the keys whose figure `request_format`'s requests never
+        have, and the request formats that have every one of those figures: no load of `request_format` can meet such
+        a target (the SLO search skips it, a settings search refuses it)."""
+        missing = [key for key, figure in bounds.items() if figure in self.lacks(request_format)]
+        figures = {bounds[key] for key in missing}
+        having = [f for f in self.request_formats if not figures & self.lacks(f)] if missing else []
+        return missing, having
 
     @property
     def cost_label(self) -> str:
