@@ -15,7 +15,7 @@ from experiments.measure.efficiency import ABOVE_CEILING, Bottleneck, above_ceil
 from experiments.report.data import SweepData
 from experiments.report.marks import suffix
 from experiments.report.render import MISSING_CELL, Document, ms, rate, usd, usd_per_hour
-from experiments.report.tables import THROUGHPUT, stable_first
+from experiments.report.tables import THROUGHPUT, figure, stable_first
 
 RUNTIME, SHARE = "ceiling_runtime", "ceiling_share"
 # Where a runtime computes, as its key names it (`serving.runtime.Runtime.key`): these places are not a GPU.
@@ -47,11 +47,6 @@ class Floor:
     @property
     def usd_per_1k(self) -> float:
         return float(cost_per_1k_images(self.usd_per_hour, self.img_s))
-
-
-def _figure(rows: pd.DataFrame, name: str) -> pd.Series:
-    """A metric's column; all NaN where no trial logged it (a store without it has no such column)."""
-    return pd.to_numeric(rows[name], errors="coerce") if name in rows else pd.Series(float("nan"), index=rows.index)
 
 
 def _text(rows: pd.DataFrame, name: str) -> pd.Series:
@@ -99,7 +94,7 @@ LEVEL_TEXT = (f"{{n}} served point(s) here read above 100 % of their runtime in-
 
 def with_ceiling(rows: pd.DataFrame) -> pd.DataFrame:
     """Trials set against a ceiling: their runtime named and its round-trip figures logged."""
-    return rows[(_text(rows, RUNTIME) != "") & _figure(rows, "ceiling_best_img_s").notna()]
+    return rows[(_text(rows, RUNTIME) != "") & figure(rows, "ceiling_best_img_s").notna()]
 
 
 def tier_floors(rows: pd.DataFrame, prices: dict[str, list[Price]]) -> dict[str, Floor]:
@@ -108,8 +103,8 @@ def tier_floors(rows: pd.DataFrame, prices: dict[str, list[Price]]) -> dict[str,
     floors = {}
     for tier, trials in rows.groupby("tier", sort=True):
         listed = prices.get(str(tier)) or []
-        resident = _figure(trials, "ceiling_resident_best_img_s").max()
-        best = resident if pd.notna(resident) else _figure(trials, "ceiling_best_img_s").max()
+        resident = figure(trials, "ceiling_resident_best_img_s").max()
+        best = resident if pd.notna(resident) else figure(trials, "ceiling_best_img_s").max()
         if listed and listed[0].usd_per_hour > 0 and pd.notna(best) and best > 0:
             floors[str(tier)] = Floor(str(tier), float(best), pd.notna(resident), listed[0].usd_per_hour)
     return floors
@@ -118,13 +113,13 @@ def tier_floors(rows: pd.DataFrame, prices: dict[str, list[Price]]) -> dict[str,
 def closest(sustained: pd.DataFrame) -> pd.Series | None:
     """The served point nearest its runtime's ceiling at its batch (stable trials first, and points that did not
     outrun their ceiling)."""
-    rows = sustained[_figure(sustained, SHARE).notna()]
+    rows = sustained[figure(sustained, SHARE).notna()]
     if rows.empty:
         return None
     rows = stable_first(rows)
     believable = rows[~_outran(rows)]
     rows = believable if not believable.empty else rows
-    return rows.loc[_figure(rows, SHARE).idxmax()]
+    return rows.loc[figure(rows, SHARE).idxmax()]
 
 
 def share_sentence(row: pd.Series) -> str:
@@ -158,17 +153,17 @@ def _at(value: object, batch: object) -> str:
 
 def _runtime_row(runtime: str, trials: pd.DataFrame, sustained: pd.DataFrame) -> dict[str, str]:
     """One runtime on one tier: its in-process figures, then its best sustained point (the most img/s) against them."""
-    best = trials.loc[_figure(trials, "ceiling_best_img_s").idxmax()]
-    resident = _figure(trials, "ceiling_resident_best_img_s")
+    best = trials.loc[figure(trials, "ceiling_best_img_s").idxmax()]
+    resident = figure(trials, "ceiling_resident_best_img_s")
     top = trials.loc[resident.idxmax()] if resident.notna().any() else None
-    row = {"runtime": f"`{runtime}`", "in-process b1 p50 ms": ms(_figure(trials, "ceiling_b1_p50_ms").max()),
+    row = {"runtime": f"`{runtime}`", "in-process b1 p50 ms": ms(figure(trials, "ceiling_b1_p50_ms").max()),
            "best round trip img/s": _at(best["ceiling_best_img_s"], best.get("ceiling_best_batch")),
            "best device-resident img/s": MISSING_CELL if top is None else _at(
                top["ceiling_resident_best_img_s"], top.get("ceiling_resident_best_batch"))}
     if sustained.empty:
         return row | {"best served point": "none sustained its load"}
     pick = stable_first(sustained)
-    pick = pick.loc[_figure(pick, THROUGHPUT).idxmax()]
+    pick = pick.loc[figure(pick, THROUGHPUT).idxmax()]
     share, busy = pick.get(SHARE), pick.get("gpu_util_pct")
     return row | {"best served point": _point(pick), "served img/s": rate(pick[THROUGHPUT]),
                   "of round trip at its batch": MISSING_CELL if pd.isna(share) else
@@ -212,7 +207,7 @@ def _verdicts(doc: Document, rows: pd.DataFrame) -> None:
         fix = fixes[0] if fixes else (Bottleneck(name).fix if name in VERDICT_ORDER else "none logged")
         sustained = group[~group["overloaded"].astype(bool)]
         pool = stable_first(sustained if not sustained.empty else group)
-        example = pool.loc[_figure(pool, THROUGHPUT).fillna(0).idxmax()]
+        example = pool.loc[figure(pool, THROUGHPUT).fillna(0).idxmax()]
         evidence = example.get("bottleneck_evidence") or "no evidence logged"
         items.append(f"**{name}**: {len(group)} trial(s). Fix: {fix}. E.g. {_point(example)}: {evidence}.")
     doc.bullets(items)
@@ -226,7 +221,7 @@ def _tier(doc: Document, data: SweepData, tier: str, label: str, floor: Floor | 
         doc.p("No trial on this tier carries an in-process ceiling (the ceiling was off, or no runtime of it could "
               "be timed: the tier run's `ceiling.json` says why).")
     else:
-        gpu = any(on_gpu(r) for r in timed[RUNTIME]) or _figure(timed, "ceiling_resident_best_img_s").notna().any()
+        gpu = any(on_gpu(r) for r in timed[RUNTIME]) or figure(timed, "ceiling_resident_best_img_s").notna().any()
         text = ROUND_TRIP_TEXT + (GPU_TEXT if gpu else CPU_TEXT)
         if floor is not None:
             text += (f" Kept busy at its best in-process throughput ({rate(floor.img_s)} img/s, "

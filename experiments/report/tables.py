@@ -37,6 +37,11 @@ CLIENT_METRICS = ("client_cpu_us_per_request", "client_cpu_util_max", P50)
 Combine = Callable[[pd.Series, pd.Series], pd.Series]
 
 
+def figure(rows: pd.DataFrame, name: str) -> pd.Series:
+    """A metric's column as numbers; all NaN where no trial logged it (a store without it has no such column)."""
+    return pd.to_numeric(rows[name], errors="coerce") if name in rows else pd.Series(float("nan"), index=rows.index)
+
+
 def _ratio(a: pd.Series, b: pd.Series) -> pd.Series:
     return a / b
 

@@ -16,7 +16,7 @@ from experiments.report.data import SweepData
 from experiments.report.generative.points import OUTPUT_RATE
 from experiments.report.marks import suffix
 from experiments.report.render import MISSING_CELL, Document, rate
-from experiments.report.tables import stable_first
+from experiments.report.tables import figure, stable_first
 
 ENDPOINT = "endpoint"  # the `backend` of a server tierbench did not start: its engine is not tierbench's to time
 INTRO = ("Each engine a tier's launched servers run was timed in-process on the tier's node before any server started "
@@ -31,15 +31,10 @@ OUTRAN = (f"{{n}} trial(s) here served more than their engine in-process by over
           "or a batch read between two timed), and their share is no measure of what is left.")
 
 
-def _number(rows: pd.DataFrame, name: str) -> pd.Series:
-    """A metric's column; all NaN where no trial logged it."""
-    return pd.to_numeric(rows[name], errors="coerce") if name in rows else pd.Series(float("nan"), index=rows.index)
-
-
 def with_engine(rows: pd.DataFrame) -> pd.DataFrame:
     """Trials set against their engine in-process: its key named and its output tokens/s at their batch logged."""
     named = rows[RUNTIME].fillna("").astype(str) != "" if RUNTIME in rows else pd.Series(False, index=rows.index)
-    return rows[named & _number(rows, ENGINE_OUTPUT_TOKENS_S).notna() & _number(rows, SHARE).notna()]
+    return rows[named & figure(rows, ENGINE_OUTPUT_TOKENS_S).notna() & figure(rows, SHARE).notna()]
 
 
 def _batch(row: pd.Series) -> str:
@@ -59,7 +54,7 @@ def _best(trials: pd.DataFrame) -> pd.Series:
     """The point that served the most output tokens/s: sustained and stable ones first."""
     sustained = trials[~trials["overloaded"].astype(bool)]
     pool = stable_first(sustained if not sustained.empty else trials)
-    return pool.loc[_number(pool, OUTPUT_RATE).fillna(0).idxmax()]
+    return pool.loc[figure(pool, OUTPUT_RATE).fillna(0).idxmax()]
 
 
 def _each_trial(trials: pd.DataFrame) -> str:
@@ -118,7 +113,7 @@ def summary_line(sustained: pd.DataFrame, labels: dict[str, str]) -> str | None:
     rows = stable_first(rows)
     believable = rows[~rows.apply(outran, axis=1)]
     rows = believable if not believable.empty else rows
-    row = rows.loc[_number(rows, SHARE).idxmax()]
+    row = rows.loc[figure(rows, SHARE).idxmax()]
     line = (f"closest to its engine: {labels.get(row['tier'], row['tier'])} · {row['stack']} · {row['load']}: "
             f"{percent(row[SHARE])} of {row[RUNTIME]}'s in-process output tokens/s at batch {_batch(row)}")
     return line + (f" (bottleneck: {row['bottleneck']})" if row.get("bottleneck") else "")

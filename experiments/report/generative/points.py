@@ -16,7 +16,7 @@ from experiments.config.capacity import exact
 from experiments.config.prices import HOURS_PER_MONTH, PRIMARY, Price, fleet_usd_per_hour
 from experiments.measure.intervals import metric_names
 from experiments.report.data import NODES, nodes
-from experiments.report.tables import MARKS, stable_first
+from experiments.report.tables import MARKS, figure, stable_first
 from serving.metric import cost_per
 from serving.workloads.registry import workload
 
@@ -66,8 +66,7 @@ class Targets:
         """Per row: every target set is met (a figure the trial lacks, e.g. TTFT of an answer not streamed, is not)."""
         ok = pd.Series(True, index=rows.index)
         for name, bound in self.given.items():
-            figure = pd.to_numeric(rows[name], errors="coerce") if name in rows else pd.Series(np.nan, rows.index)
-            ok &= figure.le(bound).fillna(False).astype(bool)
+            ok &= figure(rows, name).le(bound).fillna(False).astype(bool)
         return ok
 
     def miss(self, rows: pd.DataFrame) -> pd.Series:
