@@ -180,3 +180,34 @@ def test_a_lease_ray_cancelled_before_it_ran_is_asked_for_again(monkeypatch: pyt
     with pytest.raises(ActorDiedError):
         placement.lease_tier_node("a100", view, cluster)
     assert len(asked) == placement.LEASE_TRIES, "bounded"
+
+
+def test_the_driver_works_meanwhile_while_the_node_describes_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep imports MLflow while its node describes itself: the task is submitted first, the wait comes after,
+    so the two overlap instead of adding up."""
+    import ray
+
+    from experiments.cluster import placement
+
+    events: list[str] = []
+    info = object()
+
+    class Remote:
+        def options(self, **_: object) -> Remote:
+            return self
+
+        def remote(self) -> str:
+            events.append("submitted")
+            return "ref"
+
+    def wait(ref: str, timeout_s: float, progress: object) -> None:
+        events.append("waited")
+
+    monkeypatch.setattr(ray, "remote", lambda fn: Remote())
+    monkeypatch.setattr(ray, "get", lambda ref: info)
+    monkeypatch.setattr(placement, "wait_for_ref", wait)
+    place = placement.TierPlacement("local", "n1", "h", False, "colocated", {}, {})
+    assert place.describe(60, meanwhile=lambda: events.append("meanwhile")) is info
+    assert events == ["submitted", "meanwhile", "waited"]
+    events.clear()
+    assert place.describe(60) is info and events == ["submitted", "waited"]

@@ -63,15 +63,18 @@ class TierPlacement:
     lease: Any = None  # the NodeLease actor holding the node: it answers while the node is alive
     view: ClusterView | None = None  # the live nodes once the node was held (it may have just started)
 
-    def describe(self, timeout_s: float) -> NodeInfo:
+    def describe(self, timeout_s: float, meanwhile: Callable[[], object] | None = None) -> NodeInfo:
         """The held node as a task run there sees it (`serving.probe`). A fresh Ray worker imports torch and every
         backend's packages first, at Ray's worker niceness (15): on a node whose CPUs other work keeps busy that took
-        66 s where it takes 3 s idle, so the wait says so every PROGRESS_EVERY_S and fails with the fix."""
+        66 s where it takes 3 s idle, so the wait says so every PROGRESS_EVERY_S and fails with the fix. `meanwhile`
+        runs here while the task runs there: the driver's own start-up work overlaps the node's."""
         import ray
 
         from serving.probe import describe_node
 
         ref = ray.remote(describe_node).options(num_cpus=0, **self.server_options).remote()
+        if meanwhile is not None:
+            meanwhile()
 
         def progress(waited: float) -> None:
             log.info("gpu=%s: node %s is still describing itself (a new worker imports torch and the backends' "

@@ -39,6 +39,15 @@ def tracking_uri(configured: str | None) -> str:
     return f"sqlite:///{(DEFAULT_STORE_DIR / 'mlflow.db').resolve()}"
 
 
+def import_client(uri: str) -> None:
+    """Import MLflow's client and the store `uri` needs, creating nothing: seconds of imports a sweep does while its
+    node describes itself instead of after (a server's URI needs no SQL store)."""
+    import mlflow.tracking  # noqa: F401
+
+    if not uri.startswith(("http://", "https://")):
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+
 def default_artifact_location(uri: str) -> str | None:
     """Artifacts next to a SQLite store (else MLflow would write ./mlruns wherever the sweep runs); tracking
     servers decide their own."""

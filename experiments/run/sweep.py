@@ -39,7 +39,7 @@ from experiments.results.node_time import record_node_time
 from experiments.results.publish import Publisher, TierInfo, relog_command
 from experiments.results.records import Status, TrialRecord, read_record, write_record
 from experiments.results.redaction import redact
-from experiments.results.tracking import tracking_uri
+from experiments.results.tracking import import_client, tracking_uri
 from experiments.run.backend_search import SEARCH_FILE, BackendSearch
 from experiments.run.progress import SweepProgress, sweep_progress
 from experiments.run.resume import resume_command
@@ -125,7 +125,9 @@ class TierSweep:
         log.info("sweep %s, tier %s: %d trials; raw results in %s", self.sweep_id, self.tier, self.total,
                  self.folder.path.resolve())
         options = place.server_options
-        node = place.describe(self.cfg.cluster.schedule_timeout_s)
+        uri = tracking_uri(self.cfg.mlflow.tracking_uri)
+        node = place.describe(self.cfg.cluster.schedule_timeout_s,
+                              meanwhile=lambda: import_client(uri) if self.publisher is None else None)
         if not self.clients_only:  # an endpoint's tier is where its server runs, not this node
             refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
         self.node = node
@@ -139,7 +141,7 @@ class TierSweep:
                             {**self._tier_params(node), **place.tier_params()}, self.common_tags,
                             redact(OmegaConf.to_yaml(self.cfg, resolve=True)))
             info.save(self.folder)
-            self.publisher = Publisher(tracking_uri(self.cfg.mlflow.tracking_uri), info, self.folder)
+            self.publisher = Publisher(uri, info, self.folder)
             self.publisher.open()
         self.publisher.tier_file(CLUSTER_FILE, self.folder.cluster_file.read_text())
         model = self._stage_model(options)
