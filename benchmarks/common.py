@@ -67,5 +67,5 @@ def report(name: str, columns: list[str], rows: list[dict[str, Any]], extra: dic
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"machine": machine(), **extra, "rows": rows}, indent=2, default=str))
-    print(f"\nwritten: {path.relative_to(REPO_ROOT)}")
+    print(f"\nwritten: {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
     return path
