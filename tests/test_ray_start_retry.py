@@ -1,4 +1,5 @@
-"""A local Ray whose first start misses Ray's fixed 30 s raylet wait is stopped and started once more."""
+"""A local Ray whose first start misses Ray's fixed waits (30 s for its raylet, about 20 s for its control store) is
+stopped and started once more."""
 
 from __future__ import annotations
 
@@ -11,18 +12,21 @@ from experiments.cluster.connection import start_local_ray
 
 TIMEOUT = Exception("The current node timed out during startup. This could happen because some of the raylet "
                     "failed to startup or the GCS has become overloaded.")
+GCS_LATE = RuntimeError("Failed to start GCS.  Last 0 lines of error files:\n\n.Please check "
+                        "/tmp/ray/session_latest/logs/gcs_server.out for details. Last connection error: None")
 
 
 @pytest.mark.slow
-def test_a_start_that_times_out_is_cleaned_up_and_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("late", [TIMEOUT, GCS_LATE], ids=["raylet", "gcs"])
+def test_a_start_that_times_out_is_cleaned_up_and_retried(monkeypatch: pytest.MonkeyPatch, late: Exception) -> None:
     calls: list[dict] = []
     left: list[subprocess.Popen] = []
 
     def init(**kwargs: object) -> None:
         calls.append(kwargs)
-        if len(calls) == 1:  # as Ray does: its processes are started, then the wait for the raylet fails
+        if len(calls) == 1:  # as Ray does: its processes are started, then the wait for the raylet or GCS fails
             left.append(subprocess.Popen(["sleep", "60"]))
-            raise TIMEOUT
+            raise late
 
     monkeypatch.setattr(ray, "init", init)
     start_local_ray(num_cpus=1)

@@ -293,15 +293,20 @@ class RayConnection:
 
 
 RAY_START_TIMEOUT = "timed out during startup"  # Ray's message when its raylet misses its fixed 30 s wait
+# Ray's message when its new control store (GCS) did not answer within its ~20 one-second tries: seen once on a
+# starved 2-core machine, where the same start succeeded a moment later.
+GCS_START_FAILED = "Failed to start GCS"
+RETRIED_STARTS = (RAY_START_TIMEOUT, GCS_START_FAILED)
 
 
 def start_local_ray(**init_kwargs: Any) -> None:
     """`ray.init(address="local")`, tried a second time if the first start times out.
 
-    Ray waits a fixed 30 s for its new raylet to register. A first start on a busy 2-core machine, in an
-    environment installed without bytecode, can miss it: Ray's agents compile their modules as they import them. The
-    bytecode they wrote makes the second start quick. The processes the failed start left are this process's
-    children; they are stopped before the retry, so nothing of the first attempt keeps running.
+    Ray waits a fixed 30 s for its new raylet to register, and about 20 s for its control store (GCS) to answer. A
+    first start on a busy 2-core machine, in an environment installed without bytecode, can miss either: Ray's agents
+    compile their modules as they import them. The bytecode they wrote makes the second start quick. The processes
+    the failed start left are this process's children; they are stopped before the retry, so nothing of the first
+    attempt keeps running.
     """
     import psutil
     import ray
@@ -311,10 +316,11 @@ def start_local_ray(**init_kwargs: Any) -> None:
         ray.init(address="local", **init_kwargs)
         return
     except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this
-        if RAY_START_TIMEOUT not in str(exc):
+        if not any(said in str(exc) for said in RETRIED_STARTS):
             raise
-        log.warning("Ray's node did not register within Ray's fixed 30 s (a busy machine, or Ray's first start "
-                    "compiling its modules); stopping what it started and starting it once more")
+        log.warning("Ray's node did not come up within Ray's fixed waits (%s: a busy machine, or Ray's first start "
+                    "compiling its modules); stopping what it started and starting it once more",
+                    str(exc).splitlines()[0][:120])
     stop_children_since(before)
     ray.init(address="local", **init_kwargs)
 
