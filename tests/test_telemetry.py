@@ -11,6 +11,7 @@ import pytest
 
 from experiments.config.compose import load_config
 from experiments.measure.telemetry import (
+    StartingTelemetry,
     cpu_summary,
     energy_per_image,
     gpu_params,
@@ -73,6 +74,38 @@ def test_no_sampler_on_a_node_without_a_gpu_when_the_cpu_is_not_sampled_either()
 def test_telemetry_can_be_turned_off() -> None:
     cfg = load_config(["telemetry.gpu=false", "telemetry.cpu=false"]).telemetry
     assert start_node_telemetry(cfg, ServerHandle("ray_serve", {}), GPU_NODE, {}) is None
+
+
+def test_a_sampler_asked_for_early_is_waited_for_later_and_stopped_if_its_group_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server group asks for its sampler before its cross-check and waits for it after (its worker starts
+    meanwhile): asking does not wait, waiting gives the sampler, and a group that failed meanwhile stops it."""
+    import ray
+
+    asked, killed = [], []
+
+    class Actor:
+        class describe:  # noqa: N801 - a Ray actor method's handle
+            @staticmethod
+            def remote() -> str:
+                asked.append("describe")
+                return "ref"
+
+    answers = {"ref": {"cpu_count": 2, "names": []}}
+    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: answers[ref])
+    monkeypatch.setattr(ray, "kill", lambda actor: killed.append(actor))
+    starting = StartingTelemetry(Actor(), CPU_NODE, False, 20.0)
+    assert asked == ["describe"] and not killed, "asking sends the request and waits for nothing"
+    telemetry = starting.ready()
+    assert telemetry is not None and telemetry.description == {"cpu_count": 2, "names": []} and not killed
+    StartingTelemetry(Actor(), CPU_NODE, False, 20.0).cancel()
+    assert len(killed) == 1
+
+    def late(ref: str, timeout: float | None = None) -> None:
+        raise TimeoutError("not up")
+
+    monkeypatch.setattr(ray, "get", late)
+    assert StartingTelemetry(Actor(), CPU_NODE, False, 20.0).ready(1) is None and len(killed) == 2
 
 
 def test_the_nodes_cpu_over_a_window_from_cumulative_times() -> None:

@@ -341,6 +341,44 @@ def start_node_telemetry(telemetry_cfg: TelemetryConfig, handle: ServerHandle, n
                          ray_options: dict[str, Any], timeout_s: float = 60.0) -> NodeTelemetry | None:
     """A sampler on the server's node for a server group: its CPU (`telemetry.cpu`) and, on a GPU node, its GPUs
     (`telemetry.gpu`); None (logged why) where there is nothing to sample."""
+    starting = begin_node_telemetry(telemetry_cfg, handle, node, ray_options)
+    return starting.ready(timeout_s) if starting is not None else None
+
+
+class StartingTelemetry:
+    """A sampler actor asked for and not yet waited for: its new Ray worker starts (about a second) while the driver
+    does other work, e.g. the group's cross-check."""
+
+    def __init__(self, actor: Any, node: NodeInfo, gpus: bool, sample_hz: float) -> None:
+        self.actor = actor
+        self.described = actor.describe.remote()
+        self.node, self.gpus, self.sample_hz = node, gpus, sample_hz
+
+    def ready(self, timeout_s: float = 60.0) -> NodeTelemetry | None:
+        """The running sampler; None (logged why) when it did not start within `timeout_s`."""
+        import ray
+
+        try:
+            description = ray.get(self.described, timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - telemetry is an extra: the trials still run, without its metrics
+            log.warning("no telemetry on node %s: %s", self.node.hostname, exc)
+            ray.kill(self.actor)
+            return None
+        log.info("node telemetry: sampling the CPU (%d cores)%s at %.0f Hz", description["cpu_count"],
+                 f" and {description['names']}" if self.gpus else "", self.sample_hz)
+        return NodeTelemetry(self.actor, description)
+
+    def cancel(self) -> None:
+        """Stop the sampler before it was waited for (its group failed to start)."""
+        import ray
+
+        ray.kill(self.actor)
+
+
+def begin_node_telemetry(telemetry_cfg: TelemetryConfig, handle: ServerHandle, node: NodeInfo,
+                         ray_options: dict[str, Any]) -> StartingTelemetry | None:
+    """Ask for the sampler `start_node_telemetry` waits for, without waiting; None (logged why) where there is
+    nothing to sample."""
     import ray
 
     if not ray.is_initialized():  # a server hosted outside a cluster (tests): no node to place a sampler on
@@ -368,12 +406,4 @@ def start_node_telemetry(telemetry_cfg: TelemetryConfig, handle: ServerHandle, n
     actor = ray.remote(NodeSampler).options(num_cpus=0.01, max_concurrency=4, **placement).remote(
         [i for i in handle.gpu_ids if isinstance(i, int)] or None, float(telemetry_cfg.sample_hz), gpus,
         tuple(handle.processes) if telemetry_cfg.cpu else (), bool(telemetry_cfg.cpu))
-    try:
-        description = ray.get(actor.describe.remote(), timeout=timeout_s)
-    except Exception as exc:  # noqa: BLE001 - telemetry is an extra: the trials still run, without its metrics
-        log.warning("no telemetry on node %s: %s", node.hostname, exc)
-        ray.kill(actor)
-        return None
-    log.info("node telemetry: sampling the CPU (%d cores)%s at %.0f Hz", description["cpu_count"],
-             f" and {description['names']}" if gpus else "", telemetry_cfg.sample_hz)
-    return NodeTelemetry(actor, description)
+    return StartingTelemetry(actor, node, gpus, float(telemetry_cfg.sample_hz))

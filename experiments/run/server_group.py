@@ -30,7 +30,7 @@ from experiments.config.workloads import request_source
 from experiments.measure.client_actor import ClientPool
 from experiments.measure.efficiency import VERDICT_TAGS
 from experiments.measure.slo_names import FIGURE_OF, SloNames
-from experiments.measure.telemetry import NodeTelemetry, start_node_telemetry
+from experiments.measure.telemetry import NodeTelemetry, begin_node_telemetry
 from experiments.plan import Trial, TrialGroup, trial_key
 from experiments.results.records import Status, TrialRecord, error_reason
 from experiments.run.crosscheck import CrosscheckResult, crosscheck_group
@@ -353,10 +353,17 @@ class ServerGroup:
                     log.error("%s", off_gpu)
                     self._fail(pending, off_gpu, self.stop(), finish)
                     return False
-                self.telemetry = start_node_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
-                # a language model has no reference to compare with: the endpoint's check asked it for tokens
-                self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options,
-                                              self.model.in_driver) if self.image_model else None
+                # the sampler's worker starts while the cross-check runs, instead of before it
+                starting = begin_node_telemetry(self.cfg.telemetry, self.handle, self.node, self.ray_options)
+                try:
+                    # a language model has no reference to compare with: the endpoint's check asked it for tokens
+                    self.check = crosscheck_group(self.cfg, self.backend, self.handle, pending, self.ray_options,
+                                                  self.model.in_driver) if self.image_model else None
+                except BaseException:
+                    if starting is not None:
+                        starting.cancel()
+                    raise
+                self.telemetry = starting.ready() if starting is not None else None
                 return True
             except Exception as exc:  # noqa: BLE001 - a server that won't serve fails its trials, not the sweep
                 log.error("%s did not start or answer (attempt %d of %d): %s", self.group.variant, attempt,
