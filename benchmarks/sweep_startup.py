@@ -14,10 +14,8 @@ each phase over the runs with the range, and writes `benchmarks/results/<name>.j
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,12 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import report  # noqa: E402
-from serving.paths import REPO_ROOT  # noqa: E402
+from benchmarks.common import report, run_sweep  # noqa: E402
 
 SWEEP = ["model=tiny", "experiment.backends=[triton_onnx,pytorch]", "experiment.protocols=[http]",
          "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]", "experiment.concurrency=[2]",
-         "experiment.window_s=1", "experiment.stability.windows=1", "experiment.warmup_s=0.3", "report=false"]
+         "experiment.window_s=1", "experiment.stability.windows=1", "experiment.warmup_s=0.3"]
 # (phase, the log line that ends it), in the order a sweep prints them; the first phase starts with the process.
 MILESTONES = [
     ("compose, imports, Ray's start", r"Started a local Ray instance"),
@@ -57,7 +54,7 @@ def phases(log: str, started: float, ended: float) -> dict[str, float]:
     lines = log.splitlines()
     out, previous = {}, started
     for phase, pattern in MILESTONES:
-        at = next((stamp(line) for line in lines if re.search(pattern, line) and stamp(line) is not None), None)
+        at = next((at for line in lines if re.search(pattern, line) and (at := stamp(line)) is not None), None)
         if at is None:
             raise SystemExit(f"the sweep's log has no line matching {pattern!r}: its output changed, or it failed:\n"
                              f"{log[-3000:]}")
@@ -69,16 +66,13 @@ def phases(log: str, started: float, ended: float) -> dict[str, float]:
 
 
 def one_run(work: Path) -> dict[str, float]:
-    store = f"sqlite:///{work / 'mlflow.db'}"
-    command = [sys.executable, "-m", "runners.sweep", *SWEEP, f"mlflow.tracking_uri={store}",
-               f"results_dir={work / 'runs'}", f"hydra.run.dir={work / 'hydra'}"]
     started = time.time()
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    code, _ = run_sweep(work, "startup", SWEEP)
     ended = time.time()
-    if done.returncode != 0:
-        raise SystemExit(f"the sweep failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
-    return phases(done.stdout + done.stderr, started, ended)
+    log = (work / "startup.log").read_text()
+    if code != 0:
+        raise SystemExit(f"the sweep failed (exit {code}):\n{log[-3000:]}")
+    return phases(log, started, ended)
 
 
 def main() -> int:

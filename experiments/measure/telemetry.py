@@ -362,7 +362,7 @@ class StartingTelemetry:
             description = ray.get(self.described, timeout=timeout_s)
         except Exception as exc:  # noqa: BLE001 - telemetry is an extra: the trials still run, without its metrics
             log.warning("no telemetry on node %s: %s", self.node.hostname, exc)
-            ray.kill(self.actor)
+            self.cancel()
             return None
         log.info("node telemetry: sampling the CPU (%d cores)%s at %.0f Hz", description["cpu_count"],
                  f" and {description['names']}" if self.gpus else "", self.sample_hz)

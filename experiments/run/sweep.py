@@ -126,8 +126,7 @@ class TierSweep:
                  self.folder.path.resolve())
         options = place.server_options
         uri = tracking_uri(self.cfg.mlflow.tracking_uri)
-        node = place.describe(self.cfg.cluster.schedule_timeout_s,
-                              meanwhile=lambda: import_client(uri) if self.publisher is None else None)
+        node = place.describe(self.cfg.cluster.schedule_timeout_s, meanwhile=lambda: import_client(uri))
         if not self.clients_only:  # an endpoint's tier is where its server runs, not this node
             refuse_wrong_gpu(self.cfg.gpu, node, place.emulated)  # before any server, client or MLflow run
         self.node = node
