@@ -4,6 +4,7 @@ read; the helpers tests share are in tests/helpers.py, tests/processes.py and te
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -41,7 +42,17 @@ LONGEST_FIRST = (
 )
 
 
+# Ray reads its authentication mode once per process (its C++ config), while `ray.init` of a new cluster with the
+# variable unset turns token mode on and writes RAY_AUTH_MODE=token into os.environ. A pytest worker starts Ray in
+# its own process many times: once the variable changed between two starts, the second failed ("Failed to start
+# GCS", InvalidAuthToken) and a node lease was cancelled before it ran. The tests' clusters are on loopback: one
+# mode, disabled, for the worker's whole life, set before any test runs; no test changes it
+# (tests/test_ray_auth_mode.py).
+RAY_AUTH_MODE = "disabled"
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ["RAY_AUTH_MODE"] = RAY_AUTH_MODE
     _compose_less()
 
 

@@ -16,6 +16,8 @@ from serving.node import NodeInfo
 from serving.pytorch.facts import TorchFacts
 from serving.triton.facts import OnnxRuntimeFacts
 
+# How long a test's sweep waits for its node to describe itself (the product's `cluster.schedule_timeout_s`, 60 s).
+HANG_GUARD_S = 300
 CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
 GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVIDIA GeForce RTX 4090",),
                     driver_version="580.65", cuda_version="13.0", ray_gpus=1.0).with_facts(
@@ -61,8 +63,11 @@ def store_overrides(tmp: Path, sweep_id: str | None = None, premigrated: bool = 
     store is there before the sweep (`premigrated_store`)."""
     if premigrated:
         premigrated_store(tmp)
-    # report=false: the report at a sweep's end is tested on its own (tests/test_sweep_answer.py), not in every sweep
-    overrides = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp)}", "report=false"]
+    # report=false: the report at a sweep's end is tested on its own (tests/test_sweep_answer.py), not in every sweep.
+    # The node's self-description (a fresh Ray worker importing torch at niceness 15) took over the product's 60 s
+    # guard beside a busy core: here it guards a hang only (its refusal is tested in tests/test_tier_placement.py).
+    overrides = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp)}", "report=false",
+                 f"cluster.schedule_timeout_s={HANG_GUARD_S}"]
     return overrides + ([f"sweep_id={sweep_id}"] if sweep_id else [])
 
 

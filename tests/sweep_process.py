@@ -36,7 +36,8 @@ class SweepProcess:
         if store is None:
             premigrated_store(tmp)
         self.store = store or store_uri(tmp)
-        args = [*store_overrides(tmp)[:1], f"mlflow.tracking_uri={self.store}", "report=false", *overrides]
+        results_dir, _, report, hang_guard = store_overrides(tmp)
+        args = [results_dir, f"mlflow.tracking_uri={self.store}", report, hang_guard, *overrides]
         self.proc = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE_SWEEP, *args], cwd=REPO_ROOT, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1,
                                      env={**os.environ, **(env or {})})

@@ -171,9 +171,8 @@ def test_the_tier_job_refuses_a_node_declaring_a_gpu_tier_it_lacks(tmp_path, no_
     store = tmp_path / "mlflow.db"
     cfg = load_config(["gpu=a100", "cluster=address", f"results_dir={tmp_path}",
                           f"mlflow.tracking_uri=sqlite:///{store}"])
-    # ray.init writes these into os.environ (RAY_AUTH_MODE=token among them): restored after the test, so later
-    # tests' subprocesses do not inherit them.
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    # ray.init writes these into os.environ: restored after the test, so later tests' subprocesses do not inherit
+    # them (RAY_AUTH_MODE is the session's, tests/conftest.py).
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     for key in ("RAY_CLIENT_MODE", "PYTHONBREAKPOINT"):
         monkeypatch.delenv(key, raising=False)
