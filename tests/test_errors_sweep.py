@@ -110,9 +110,10 @@ def test_a_triton_with_a_queue_limit_sheds_past_its_capacity_and_each_rejection_
             "experiment.stability.max_windows=1", "experiment.max_error_rate=1", "report=false",
             f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp_path)}", "sweep_id=shed"]
     proc, _ = run_sweep_command(args, timeout=300)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     records = {json.loads(p.read_text())["trial"]["protocol"]: json.loads(p.read_text())
                for p in TierFolder.of(tmp_path / "runs", "shed", "local").path.glob("trials/*/record.json")}
+    reasons = {protocol: record.get("reason") for protocol, record in records.items() if record["status"] != "ok"}
+    assert proc.returncode == 0, f"{reasons}\n{(proc.stdout + proc.stderr)[-3000:]}"
     for protocol, shed_class in (("http", "error_rate_http_503"), ("grpc", "error_rate_grpc_14")):
         metrics = records[protocol]["metrics"]
         assert records[protocol]["status"] == "ok", records[protocol]["reason"]

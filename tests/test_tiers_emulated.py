@@ -21,7 +21,7 @@ from tests.sweep_process import run_sweep_command
 
 pytestmark = pytest.mark.slow
 
-TINY = ["experiment.protocols=[http]", "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
+TINY = ["model=tiny", "experiment.protocols=[http]", "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
         "experiment.warmup_s=0.3", "experiment.warmup_requests=2"]
 
 
