@@ -35,7 +35,8 @@ IDLE_TIMEOUT_MIN = 0.2
 # The type the fake provider gives its head node: under another name the autoscaler keeps launching (and removing)
 # a head of the configured type, a busy loop of node starts.
 HEAD_TYPE = "ray.head.default"
-SWEEP = ["model=tiny", "experiment.backends=[pytorch]", "experiment.protocols=[http]", "experiment.input_formats=[tensor]",
+SWEEP = ["model=tiny",
+         "experiment.backends=[pytorch]", "experiment.protocols=[http]", "experiment.input_formats=[tensor]",
          "experiment.batch_sizes=[1]", "experiment.concurrency=[1]", "experiment.window_s=1",
          "experiment.stability.windows=1",
          "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "crosscheck.images=2", "quiet=true"]

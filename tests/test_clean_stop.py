@@ -14,7 +14,8 @@ from tests.sweep_process import SweepProcess
 
 pytestmark = pytest.mark.slow
 
-MATRIX = ["model=tiny", "experiment.protocols=[http]", "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
+MATRIX = ["model=tiny",
+          "experiment.protocols=[http]", "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
           "experiment.concurrency=[1,2]", "experiment.window_s=2", "experiment.stability.windows=1",
           "experiment.warmup_s=0.3", "experiment.warmup_requests=2"]
 # (signal, backends, the trial during which it arrives, the server process that must be running then): Triton and

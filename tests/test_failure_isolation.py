@@ -17,7 +17,8 @@ from tests.sweep_process import SweepProcess
 
 pytestmark = pytest.mark.slow
 
-THREE_TRIALS = ["model=tiny", "experiment.protocols=[http]", "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
+THREE_TRIALS = ["model=tiny",
+                "experiment.protocols=[http]", "experiment.input_formats=[tensor]", "experiment.batch_sizes=[1]",
                 "experiment.concurrency=[1,2,3]", "experiment.window_s=3", "experiment.stability.windows=1",
                 "experiment.warmup_s=0.3", "experiment.warmup_requests=2"]
 # A client actor loading the server: Ray names the process after the method it runs (warm-up, then windows).

@@ -20,7 +20,8 @@ from tests.sweep_process import SweepProcess
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model=tiny", "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
+TINY = ["model=tiny",
+        "experiment.backends=[triton_onnx]", "experiment.protocols=[grpc]", "experiment.input_formats=[tensor]",
         "experiment.batch_sizes=[1]", "experiment.window_s=1", "experiment.warmup_s=0.3",
         "experiment.stability.windows=1",
         "experiment.warmup_requests=2"]
