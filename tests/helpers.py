@@ -18,6 +18,11 @@ from serving.triton.facts import OnnxRuntimeFacts
 
 # How long a test's sweep waits for its node to describe itself (the product's `cluster.schedule_timeout_s`, 60 s).
 HANG_GUARD_S = 300
+# Triton's Python backend aborts the whole server now and then on a starved 2-core machine (uncaught
+# boost::interprocess::lock_exception, an open upstream defect: docs/troubleshooting.md); the sweep then measures the
+# trial again on a fresh server, once by default. Beside a busy core it aborted twice in a row for one trial of the
+# shared sweeps: those sweeps allow three attempts more, so one abort-prone trial does not fail a dozen tests.
+TRITON_ABORT_RETRIES = "experiment.trial_retries=3"
 CPU_NODE = NodeInfo("cpu-box", "127.0.0.1", "n0", "Some CPU", 2)
 GPU_NODE = NodeInfo("gpu-box", "10.0.0.2", "n1", "Some CPU", 16, gpu_names=("NVIDIA GeForce RTX 4090",),
                     driver_version="580.65", cuda_version="13.0", ray_gpus=1.0).with_facts(

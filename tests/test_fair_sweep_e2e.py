@@ -15,7 +15,7 @@ from experiments.config.compose import load_config
 from experiments.run.sweep import run_sweep
 from serving.workloads.image.corpus import synthetic_corpus
 from tests import helpers
-from tests.helpers import store_overrides, store_uri
+from tests.helpers import TRITON_ABORT_RETRIES, store_overrides, store_uri
 from tests.processes import orphan_regions, owned_environment
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 # ms, and a window no request was sent in is a failed trial.
 LEAN = ["experiment.batch_sizes=[1]", "experiment.concurrency=[2]", "experiment.window_s=1",
         "experiment.stability.windows=1",
-        "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "crosscheck.images=4"]
+        "experiment.warmup_s=0.3", "experiment.warmup_requests=2", "crosscheck.images=4", TRITON_ABORT_RETRIES]
 VARIANTS = ("pytorch", "triton_onnx", "triton_onnx_dynbatch")  # Serve's batcher: tests/test_serve_batching.py
 BATCHING_PARAMS = {"server_batching", "server_max_batch_size", "server_batch_wait_ms", "server_instances",
                    "server_preferred_batch_sizes"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from experiments.config.compose import load_config
-from tests.helpers import runs, store_overrides, store_uri
+from tests.helpers import TRITON_ABORT_RETRIES, runs, store_overrides, store_uri
 from tests.processes import TOKEN_VARIABLE as MARK_VAR
 from tests.processes import wait_until_gone as wait_for_no_marked_processes
 from tests.sweep_process import run_sweep_command
@@ -55,6 +55,7 @@ def two_tiers(tmp_path_factory: pytest.TempPathFactory, tracking_server) -> tupl
     proc, _ = _sweep(["cluster=emulated", "gpu=a100,rtx4090", "experiment.backends=[triton_onnx,pytorch]",
                       "experiment.concurrency=[1,2]", "experiment.window_s=2",
                       "experiment.stability.windows=2", "experiment.stability.max_windows=2", *TINY, "report=true",
+                      TRITON_ABORT_RETRIES,
                       f"sweep_id={TWO_TIERS_SWEEP}", "-m"],
                      tmp, marker, store=tracking_server.uri())
     left = wait_for_no_marked_processes(marker)
