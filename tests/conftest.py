@@ -65,23 +65,18 @@ def _conf_state() -> tuple[tuple[str, int], ...]:
 
 def _compose_less() -> None:
     """The tests compose over a thousand command lines (about 0.5 s each with Hydra), a sweep one per swept point:
-    in the tests, a command line composed before is copied (25 ms), and Hydra builds each defaults list (reading
-    every file its groups choose: over half of a composition) and merges its files (a tier, a model, an experiment)
-    once, applying only a new command line's key=value overrides itself. All are keyed by conf/'s files, so a file a
-    test writes composes anew."""
+    in the tests, a command line composed before is copied (25 ms), and Hydra merges the files of each defaults list
+    (a tier, a model, an experiment) once, applying only a new command line's key=value overrides itself. Both are
+    keyed by conf/'s files, so a file a test writes composes anew."""
     import copy
 
-    import hydra._internal.config_loader_impl as loader_module
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.defaults_list import DefaultsList, Overrides
 
     import experiments.config.compose as compose_module
 
     compose, merge = compose_module.compose, ConfigLoaderImpl._compose_config_from_defaults_list
-    defaults_list = loader_module.create_defaults_list
     composed: dict[tuple, object] = {}
     merged: dict[tuple, object] = {}
-    listed: dict[tuple, DefaultsList] = {}
 
     def compose_once(overrides=(), return_hydra_config=False):  # noqa: ANN001, ANN202 - compose's own signature
         if return_hydra_config:  # Hydra's own node holds the run's paths and time: composed anew each time
@@ -98,21 +93,8 @@ def _compose_less() -> None:
             merged[key] = merge(self, defaults, repo)
         return copy.deepcopy(merged[key])
 
-    def list_once(repo, config_name, overrides_list, prepend_hydra, skip_missing):  # noqa: ANN001, ANN202 - Hydra's
-        # The defaults list depends on the group choices alone (gpu=a100, model=tiny); a key=value override is applied
-        # to the merged config afterwards, so it is taken from this command line, not from the one listed first.
-        values = Overrides(repo=repo, overrides_list=overrides_list).config_overrides
-        choices = tuple(o.input_line for o in overrides_list if not any(o is v for v in values))
-        key = (config_name, prepend_hydra, skip_missing, choices, _conf_state())
-        if key not in listed:
-            listed[key] = defaults_list(repo, config_name, overrides_list, prepend_hydra, skip_missing)
-        first = listed[key]
-        return DefaultsList(defaults=copy.deepcopy(first.defaults), config_overrides=values,
-                            defaults_tree=first.defaults_tree, overrides=first.overrides)
-
     compose_module.compose = compose_once  # load_config and every later `from ... import compose` get it
     ConfigLoaderImpl._compose_config_from_defaults_list = merge_once
-    loader_module.create_defaults_list = list_once
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
