@@ -15,7 +15,7 @@ from experiments.results.layout import TierFolder
 from tests import helpers
 from tests.endpoint_helpers import sweep_args
 from tests.endpoint_stubs import Receive, Scope, Send, ThreadedServer
-from tests.helpers import store_uri
+from tests.helpers import HANG_GUARD_S, store_uri
 from tests.sweep_process import run_sweep_command
 
 OUTPUTS = np.zeros((1, 1000), np.float32).tobytes()  # the tiny model's output shape; not cross-checked here
@@ -108,7 +108,8 @@ def test_a_triton_with_a_queue_limit_sheds_past_its_capacity_and_each_rejection_
             "experiment.request_rates=[1000]", "experiment.protocols=[http,grpc]", "experiment.input_formats=[tensor]",
             "experiment.batch_sizes=[1]", "experiment.window_s=2.0", "experiment.stability.windows=1",
             "experiment.stability.max_windows=1", "experiment.max_error_rate=1", "report=false",
-            f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp_path)}", "sweep_id=shed"]
+            f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp_path)}", "sweep_id=shed",
+            f"cluster.schedule_timeout_s={HANG_GUARD_S}"]
     proc, _ = run_sweep_command(args, timeout=300)
     records = {json.loads(p.read_text())["trial"]["protocol"]: json.loads(p.read_text())
                for p in TierFolder.of(tmp_path / "runs", "shed", "local").path.glob("trials/*/record.json")}
