@@ -24,9 +24,10 @@ pytestmark = pytest.mark.slow
 
 SWEEP_ID = "search-e2e"
 # A p99 target every candidate meets at one request in flight even on a starved 2-core VM (Ray Serve's tiny-model p99
-# passed 100 ms there beside the other test worker, leaving it no winner): the test is of the search, not the figure.
+# passed 100 ms there beside the other test worker, and 300 ms beside a busy core as well, leaving it no winner): the
+# test is of the search, not the figure.
 SEARCH = ["experiment=cheapest", "model=tiny", "experiment.protocols=[http]", "experiment.search.strategy=grid",
-          "experiment.slo.p99_ms=300", "experiment.slo.max_concurrency=4", "experiment.window_s=0.5",
+          "experiment.slo.p99_ms=1000", "experiment.slo.max_concurrency=4", "experiment.window_s=0.5",
           "experiment.stability.windows=1", "experiment.stability.max_windows=1", "experiment.warmup_s=0.3",
           "experiment.warmup_requests=2", "experiment.backends=[triton_onnx_dynbatch,pytorch_batched]",
           "experiment.search.space.triton.instance_count=[1,2]",
