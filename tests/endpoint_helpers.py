@@ -54,12 +54,11 @@ def endpoint_backend(url: str, *overrides: str):
 
 def sweep_args(tmp: Path, sweep_id: str, url: str, *overrides: str) -> list[str]:
     """A lean endpoint sweep of `url` writing under `tmp` (its results, its MLflow store)."""
-    from tests.helpers import HANG_GUARD_S, premigrated_store, store_uri
+    from tests.helpers import HANG_GUARD, premigrated_store, store_uri
 
     premigrated_store(tmp)
     return [*ENDPOINT, f"backends.endpoint.url={url}", *LEAN, f"results_dir={tmp / 'runs'}",
-            f"mlflow.tracking_uri={store_uri(tmp)}", f"sweep_id={sweep_id}",
-            f"cluster.schedule_timeout_s={HANG_GUARD_S}", *overrides]
+            f"mlflow.tracking_uri={store_uri(tmp)}", f"sweep_id={sweep_id}", HANG_GUARD, *overrides]
 
 
 def files_holding(folder: Path, secret: bytes) -> list[Path]:

@@ -16,8 +16,10 @@ from serving.node import NodeInfo
 from serving.pytorch.facts import TorchFacts
 from serving.triton.facts import OnnxRuntimeFacts
 
-# How long a test's sweep waits for its node to describe itself (the product's `cluster.schedule_timeout_s`, 60 s).
-HANG_GUARD_S = 300
+# How long a test's sweep waits for its node to describe itself (the product's `cluster.schedule_timeout_s`, 60 s, took
+# over a minute beside a busy core): here a guard against a hang only; the product's refusal is tested on its own
+# (tests/test_tier_placement.py).
+HANG_GUARD = "cluster.schedule_timeout_s=300"
 # Triton's Python backend aborts the whole server now and then on a starved 2-core machine (uncaught
 # boost::interprocess::lock_exception, an open upstream defect: docs/troubleshooting.md); the sweep then measures the
 # trial again on a fresh server, once by default. Beside a busy core it aborted twice in a row for one trial of the
@@ -68,11 +70,8 @@ def store_overrides(tmp: Path, sweep_id: str | None = None, premigrated: bool = 
     store is there before the sweep (`premigrated_store`)."""
     if premigrated:
         premigrated_store(tmp)
-    # report=false: the report at a sweep's end is tested on its own (tests/test_sweep_answer.py), not in every sweep.
-    # The node's self-description (a fresh Ray worker importing torch at niceness 15) took over the product's 60 s
-    # guard beside a busy core: here it guards a hang only (its refusal is tested in tests/test_tier_placement.py).
-    overrides = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp)}", "report=false",
-                 f"cluster.schedule_timeout_s={HANG_GUARD_S}"]
+    # report=false: the report at a sweep's end is tested on its own (tests/test_sweep_answer.py), not in every sweep
+    overrides = [f"results_dir={tmp / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp)}", "report=false", HANG_GUARD]
     return overrides + ([f"sweep_id={sweep_id}"] if sweep_id else [])
 
 

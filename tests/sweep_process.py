@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from serving.paths import REPO_ROOT
-from tests.helpers import premigrated_store, store_overrides, store_uri
+from tests.helpers import HANG_GUARD, premigrated_store, store_overrides, store_uri
 
 
 def run_sweep_command(args: list[str], env: dict[str, str] | None = None,
@@ -36,8 +36,7 @@ class SweepProcess:
         if store is None:
             premigrated_store(tmp)
         self.store = store or store_uri(tmp)
-        results_dir, _, report, hang_guard = store_overrides(tmp)
-        args = [results_dir, f"mlflow.tracking_uri={self.store}", report, hang_guard, *overrides]
+        args = [*store_overrides(tmp)[:1], f"mlflow.tracking_uri={self.store}", "report=false", HANG_GUARD, *overrides]
         self.proc = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE_SWEEP, *args], cwd=REPO_ROOT, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1,
                                      env={**os.environ, **(env or {})})

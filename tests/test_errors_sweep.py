@@ -15,7 +15,7 @@ from experiments.results.layout import TierFolder
 from tests import helpers
 from tests.endpoint_helpers import sweep_args
 from tests.endpoint_stubs import Receive, Scope, Send, ThreadedServer
-from tests.helpers import HANG_GUARD_S, store_uri
+from tests.helpers import store_overrides, store_uri
 from tests.sweep_process import run_sweep_command
 
 OUTPUTS = np.zeros((1, 1000), np.float32).tobytes()  # the tiny model's output shape; not cross-checked here
@@ -100,16 +100,12 @@ def test_a_triton_with_a_queue_limit_sheds_past_its_capacity_and_each_rejection_
     the rejections come back as HTTP 503 and gRPC UNAVAILABLE (14), the trial goes on (experiment.max_error_rate=1)
     and the answered requests are measured beside them. A bounded queue makes this Triton stall for 500 ms at a time
     (docs/traffic.md): a 1 s window once held no answer at all beside a busy test worker, so the window is 2 s."""
-    from tests.helpers import premigrated_store
-
-    premigrated_store(tmp_path)
     args = ["model=tiny", "gpu=local", "experiment.backends=[triton_onnx_dynbatch]",
             "backends.triton_onnx_dynbatch.max_queue_size=2", "experiment.load_mode=poisson",
             "experiment.request_rates=[1000]", "experiment.protocols=[http,grpc]", "experiment.input_formats=[tensor]",
             "experiment.batch_sizes=[1]", "experiment.window_s=2.0", "experiment.stability.windows=1",
-            "experiment.stability.max_windows=1", "experiment.max_error_rate=1", "report=false",
-            f"results_dir={tmp_path / 'runs'}", f"mlflow.tracking_uri={store_uri(tmp_path)}", "sweep_id=shed",
-            f"cluster.schedule_timeout_s={HANG_GUARD_S}"]
+            "experiment.stability.max_windows=1", "experiment.max_error_rate=1",
+            *store_overrides(tmp_path, "shed", premigrated=True)]
     proc, _ = run_sweep_command(args, timeout=300)
     records = {json.loads(p.read_text())["trial"]["protocol"]: json.loads(p.read_text())
                for p in TierFolder.of(tmp_path / "runs", "shed", "local").path.glob("trials/*/record.json")}
